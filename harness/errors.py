@@ -1,0 +1,49 @@
+"""The user's mistakes, as one exception family caught once by click.
+
+Library code raises these; the CLI never prints-and-exits on its own. Every
+message ends with what to do about it. Exit codes live here, once, and the
+README's table is checked against them by a test.
+"""
+
+from __future__ import annotations
+
+import click
+
+# Exit codes a CI job can gate on.
+EXIT_OK = 0
+EXIT_USER_ERROR = 1  # bad input: unknown case, unloadable library, bad file...
+EXIT_USAGE = 2  # click's own usage errors (unknown option, missing argument)
+EXIT_GATE = 3  # the idle gate did not pass (`epbench gate`, `--gate strict`)
+EXIT_CASE_FAILED = 4  # a case failed verification or its worker crashed
+EXIT_REGRESSION = 5  # `compare --fail-on` matched a verdict
+EXIT_INTERRUPTED = 130  # Ctrl-C; everything measured so far is on disk
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_USER_ERROR: "bad input (the message says what to fix)",
+    EXIT_USAGE: "command-line usage error",
+    EXIT_GATE: "the idle gate did not pass (machine busy)",
+    EXIT_CASE_FAILED: "a case failed verification or crashed (results kept)",
+    EXIT_REGRESSION: "compare: a verdict matched --fail-on",
+    EXIT_INTERRUPTED: "interrupted (results so far kept)",
+}
+
+
+class EpbenchError(click.ClickException):
+    """A mistake the user can fix; the message says how."""
+
+    exit_code = EXIT_USER_ERROR
+
+
+class GateError(EpbenchError):
+    """The idle gate refused to let a round run (policy `strict`)."""
+
+    exit_code = EXIT_GATE
+
+
+class CaseError(EpbenchError):
+    """A case cannot run as specified (bad model, missing dim, unsupported type)."""
+
+
+class ArmError(EpbenchError):
+    """An arm cannot be set up (bad spec, unloadable library, not a plugin EP)."""

@@ -1,0 +1,67 @@
+"""Command-line options shared by several commands, declared once and stacked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+def grid_option(f: F) -> F:
+    return click.option(
+        "--grid",
+        "grids",
+        multiple=True,
+        metavar="NAME",
+        help="A named grid from cases/grids (quick, default, full). Repeatable.",
+    )(f)
+
+
+def case_option(f: F) -> F:
+    return click.option(
+        "--case",
+        "case_names",
+        multiple=True,
+        metavar="CASE",
+        help="A single case by name, e.g. relu_d100_w8 or matmul_128x128_dyn. Repeatable.",
+    )(f)
+
+
+def arm_option(f: F) -> F:
+    return click.option(
+        "--arm",
+        "arm_specs",
+        multiple=True,
+        metavar="SPEC",
+        help=(
+            "An arm: ort | engine[:K=V,...] | engine@LIB | plugin:PATH_OR_MODULE[:K=V,...]. "
+            "Options: name=ALIAS plus EP options. Repeatable; `ort` is always added "
+            "as the in-run control."
+        ),
+    )(f)
+
+
+def rounds_option(default: int) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option(
+            "--rounds",
+            type=click.IntRange(min=1),
+            default=default,
+            show_default=True,
+            help="Rounds per case; the round is the unit of replication.",
+        )(f)
+
+    return deco
+
+
+def out_option(f: F) -> F:
+    return click.option(
+        "--out",
+        type=click.Path(file_okay=False),
+        default="epbench-out",
+        show_default=True,
+        help="Output directory: results.jsonl, results.json and the report.",
+    )(f)
