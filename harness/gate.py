@@ -1,0 +1,449 @@
+"""The idle-core gate: is the machine quiet enough to time a round?
+
+Reads per-core CPU time from `/proc/stat` twice, a short window apart, and
+judges each core by its idle fraction over the window. A round measured while
+another process was busy is not trusted silently: the gate either waits for
+the load to pass (`wait`), refuses (`strict`), or is switched `off`.
+
+Definitions (decided here, once):
+
+- **idle fraction** = (idle + iowait) / elapsed ticks, where elapsed ticks are
+  user + nice + system + idle + iowait + irq + softirq + steal. A core waiting
+  on I/O is free for us to run on, so iowait counts as idle. `guest` and
+  `guest_nice` are already included in `user` and `nice` by the kernel, so they
+  are not added again. Time stolen by the hypervisor is *not* idle: it is
+  capacity we would not get.
+- **steal fraction** = steal / elapsed ticks, reported beside the idle fraction.
+- A core passes when its idle fraction is >= the threshold (default 0.93); the
+  gate passes when every judged core passes.
+- **Which cores are judged.** By default the cores this process may run on
+  (`os.sched_getaffinity`). Before a round the worker sits in the gate's own
+  `sleep`, so its pinned core should be idle too, and load there would preempt
+  the benchmark directly; the runner should therefore judge it (call
+  `check()` without `exclude_core`). `exclude_core` exists for a caller that
+  is itself busy on a core while it asks (e.g. a parent process checking while
+  the worker warms up): that core's reading would only show our own work.
+  During a round the worker's core is busy with the benchmark, so
+  `InterferenceMeter` always leaves it out of the idle judgement and records
+  only its steal (time the hypervisor took from the benchmark).
+- **Tick granularity.** `/proc/stat` counts in USER_HZ ticks (10 ms on Linux),
+  so a 50 ms window sees about 5 ticks per core: at a 0.93 threshold one busy
+  tick fails the core. That is deliberate (a short window keeps rounds cheap;
+  `wait` simply looks again), and `epbench gate` uses a longer window for a
+  finer one-shot reading. A core whose counters did not advance at all is
+  reported as fully idle (no evidence of load), and counters that go backwards
+  (iowait can, on tickless kernels) count as zero.
+
+All I/O and time are injected (`read`, `sleep`, `clock`) so tests run on fake
+readings and a fake clock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+
+from harness.errors import GateError
+
+PROC_STAT = "/proc/stat"
+DEFAULT_THRESHOLD = 0.93
+DEFAULT_WINDOW_S = 0.05
+DEFAULT_MAX_WAIT_S = 2.0
+# Back-off between failed looks under `wait`: first pause, doubled up to the cap.
+FIRST_BACKOFF_S = 0.05
+MAX_BACKOFF_S = 0.8
+# `epbench gate` and `quietest_core` look once, so they can afford a finer window.
+PROBE_WINDOW_S = 0.25
+QUIETEST_WINDOW_S = 0.1
+POLICIES = ("wait", "strict", "off")
+# Float slack when comparing clock sums, so 0.1 + 0.2 "equal to" 0.3 does not
+# buy one more look.
+_EPSILON_S = 1e-9
+# How many per-core entries `format_gate_reading` spells out before summarising.
+_MAX_CORES_SPELLED_OUT = 8
+
+
+def read_proc_stat() -> str:
+    with open(PROC_STAT, encoding="ascii") as f:
+        return f.read()
+
+
+def core_name(core: int) -> str:
+    """The `/proc/stat` row name of a logical core: 3 -> "cpu3"."""
+    return f"cpu{core}"
+
+
+def _allowed_cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: every core counts
+        return list(range(os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """One row of `/proc/stat`, in USER_HZ ticks since boot.
+
+    Columns arrived over kernel versions (iowait 2.5.41, irq/softirq 2.6.0,
+    steal 2.6.11, guest 2.6.24, guest_nice 2.6.33); absent ones are 0.
+    """
+
+    user: int
+    nice: int
+    system: int
+    idle: int
+    iowait: int = 0
+    irq: int = 0
+    softirq: int = 0
+    steal: int = 0
+    guest: int = 0
+    guest_nice: int = 0
+
+    @property
+    def elapsed(self) -> int:
+        # guest time is already inside user/nice: not added twice.
+        return (
+            self.user + self.nice + self.system + self.idle + self.iowait
+            + self.irq + self.softirq + self.steal
+        )
+
+    @property
+    def idle_all(self) -> int:
+        return self.idle + self.iowait
+
+
+_COLUMNS = tuple(f.name for f in fields(CpuTimes))
+_MIN_COLUMNS = 4  # user nice system idle: every kernel has these
+
+
+def parse_proc_stat(text: str) -> dict[str, CpuTimes]:
+    """The `cpu` and `cpuN` rows of a `/proc/stat` text, by row name.
+
+    Raises ValueError on a text with no cpu rows or a malformed cpu row.
+    Columns beyond the ten known ones (a future kernel) are ignored.
+    """
+    rows: dict[str, CpuTimes] = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu"):
+            continue
+        name, *values = line.split()
+        if name != "cpu" and not name[3:].isdigit():
+            continue
+        if len(values) < _MIN_COLUMNS:
+            raise ValueError(f"/proc/stat row {name!r} has {len(values)} columns, expected >= 4")
+        try:
+            ticks = [int(v) for v in values[: len(_COLUMNS)]]
+        except ValueError:
+            raise ValueError(f"/proc/stat row {name!r} is not numeric: {line!r}") from None
+        rows[name] = CpuTimes(*ticks)
+    if not rows:
+        raise ValueError("no cpu rows in /proc/stat text")
+    return rows
+
+
+@dataclass(frozen=True)
+class CoreUsage:
+    """How one core spent a window: fractions of the elapsed ticks."""
+
+    idle: float
+    steal: float
+    ticks: int
+
+
+def _usage(before: CpuTimes, after: CpuTimes) -> CoreUsage:
+    # A counter that went backwards (iowait on tickless kernels) counts as 0.
+    delta = CpuTimes(*(max(0, getattr(after, c) - getattr(before, c)) for c in _COLUMNS))
+    ticks = delta.elapsed
+    if ticks == 0:
+        return CoreUsage(idle=1.0, steal=0.0, ticks=0)
+    return CoreUsage(idle=delta.idle_all / ticks, steal=delta.steal / ticks, ticks=ticks)
+
+
+def usage_between(
+    before: dict[str, CpuTimes], after: dict[str, CpuTimes]
+) -> dict[str, CoreUsage]:
+    """Per-row usage between two snapshots; rows missing from either (a core
+    taken offline) are left out."""
+    return {name: _usage(before[name], after[name]) for name in before if name in after}
+
+
+@dataclass(frozen=True)
+class GateReading:
+    """What the gate saw and decided before one round.
+
+    `idle` and `steal` hold the judged cores of the last look (empty when the
+    gate is off); `waited_s` is the whole time spent in the gate (windows and
+    back-off pauses); `attempts` counts the looks.
+    """
+
+    passed: bool
+    idle: dict[str, float]
+    steal: dict[str, float]
+    waited_s: float
+    attempts: int
+    threshold: float = DEFAULT_THRESHOLD
+    excluded_core: int | None = None
+
+    def busiest(self) -> tuple[str, float] | None:
+        """The judged core with the lowest idle fraction, or None."""
+        if not self.idle:
+            return None
+        name = min(self.idle, key=lambda n: (self.idle[n], n))
+        return name, self.idle[name]
+
+    def to_dict(self) -> dict:
+        return {
+            "attempts": self.attempts,
+            "excluded_core": self.excluded_core,
+            "idle": {k: round(v, 4) for k, v in sorted(self.idle.items())},
+            "passed": self.passed,
+            "steal": {k: round(v, 4) for k, v in sorted(self.steal.items())},
+            "threshold": self.threshold,
+            "waited_s": round(self.waited_s, 4),
+        }
+
+
+def _judged_names(cores: Iterable[int], exclude_core: int | None) -> list[str]:
+    return [core_name(c) for c in sorted(set(cores)) if c != exclude_core]
+
+
+def _busy_message(reading: GateReading) -> str:
+    busiest = reading.busiest()
+    where = ""
+    if busiest is not None:
+        name, idle = busiest
+        where = f": {name} was {idle:.1%} idle (steal {reading.steal.get(name, 0.0):.1%})"
+    return (
+        f"the machine is busy{where}, below the idle gate's {reading.threshold:.0%} threshold; "
+        "stop the other load and retry, or pass `--gate wait` (wait, then run and mark "
+        "rounds unquiet) or `--gate off` (no gate)"
+    )
+
+
+class IdleGate:
+    """Decides, before each round, whether the judged cores are idle enough.
+
+    Policies: `wait` looks, and on failure pauses with doubling back-off
+    (FIRST_BACKOFF_S, capped at MAX_BACKOFF_S) and looks again until
+    `max_wait_s` has passed; then it returns `passed=False` and the caller runs
+    the round anyway, marked unquiet. `budget_s` (optional) caps the waiting
+    summed over all checks of this gate, so a machine that stays busy costs a
+    bounded time per case; once spent, `wait` looks once per check.
+    `strict` looks once and raises GateError if the look fails. `off` returns
+    `passed=True` without looking.
+    """
+
+    def __init__(
+        self,
+        threshold: float = DEFAULT_THRESHOLD,
+        policy: str = "wait",
+        window_s: float = DEFAULT_WINDOW_S,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
+        cores: list[int] | None = None,
+        *,
+        budget_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        read: Callable[[], str] = read_proc_stat,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"gate policy {policy!r} is not one of {', '.join(POLICIES)}")
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"gate threshold {threshold!r} must be in (0, 1]")
+        if window_s <= 0 or max_wait_s < 0 or (budget_s is not None and budget_s < 0):
+            raise ValueError("gate window must be > 0, max wait and budget >= 0")
+        self.threshold = threshold
+        self.policy = policy
+        self.window_s = window_s
+        self.max_wait_s = max_wait_s
+        self.cores = list(cores) if cores is not None else _allowed_cores()
+        self.budget_s = budget_s
+        self._clock = clock
+        self._sleep = sleep
+        self._read = read
+        self._waited_total_s = 0.0  # back-off pauses so far, against budget_s
+
+    def _look(self, names: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+        before = parse_proc_stat(self._read())
+        self._sleep(self.window_s)
+        usage = usage_between(before, parse_proc_stat(self._read()))
+        judged = [n for n in names if n in usage]
+        return {n: usage[n].idle for n in judged}, {n: usage[n].steal for n in judged}
+
+    def _passes(self, idle: dict[str, float]) -> bool:
+        # With no judged core (one-core machine, its core excluded) nothing can fail.
+        return all(v >= self.threshold for v in idle.values())
+
+    def measure(self, exclude_core: int | None = None) -> GateReading:
+        """One look, whatever the policy; never raises for a busy machine."""
+        start = self._clock()
+        idle, steal = self._look(_judged_names(self.cores, exclude_core))
+        return GateReading(
+            passed=self._passes(idle), idle=idle, steal=steal,
+            waited_s=self._clock() - start, attempts=1,
+            threshold=self.threshold, excluded_core=exclude_core,
+        )
+
+    def check(self, exclude_core: int | None = None) -> GateReading:
+        """Apply the policy before a round (see the class docstring)."""
+        if self.policy == "off":
+            return GateReading(
+                passed=True, idle={}, steal={}, waited_s=0.0, attempts=0,
+                threshold=self.threshold, excluded_core=exclude_core,
+            )
+        names = _judged_names(self.cores, exclude_core)
+        start = self._clock()
+        attempts = 0
+        pause = FIRST_BACKOFF_S
+        while True:
+            idle, steal = self._look(names)
+            attempts += 1
+            passed = self._passes(idle)
+            reading = GateReading(
+                passed=passed, idle=idle, steal=steal,
+                waited_s=self._clock() - start, attempts=attempts,
+                threshold=self.threshold, excluded_core=exclude_core,
+            )
+            if passed:
+                return reading
+            if self.policy == "strict":
+                raise GateError(_busy_message(reading))
+            allowance = self.max_wait_s - reading.waited_s
+            if self.budget_s is not None:
+                allowance = min(allowance, self.budget_s - self._waited_total_s)
+            if allowance <= _EPSILON_S:
+                return reading
+            nap = min(pause, allowance)
+            self._sleep(nap)
+            self._waited_total_s += nap
+            pause = min(pause * 2, MAX_BACKOFF_S)
+
+
+class InterferenceMeter:
+    """Idle and steal of the other cores across one round.
+
+    `start()` before the first arm runs, `stop()` after the last. The worker's
+    own core (`exclude_core`) is busy with the benchmark, so only its steal is
+    recorded (`own_steal`: time the hypervisor took from the benchmark).
+    `quiet` is True when every other core stayed at or above the threshold.
+    """
+
+    def __init__(
+        self,
+        exclude_core: int | None = None,
+        cores: list[int] | None = None,
+        threshold: float = DEFAULT_THRESHOLD,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        read: Callable[[], str] = read_proc_stat,
+    ) -> None:
+        self.exclude_core = exclude_core
+        self.cores = list(cores) if cores is not None else _allowed_cores()
+        self.threshold = threshold
+        self._clock = clock
+        self._read = read
+        self._before: dict[str, CpuTimes] | None = None
+        self._started_at = 0.0
+
+    def start(self) -> None:
+        self._before = parse_proc_stat(self._read())
+        self._started_at = self._clock()
+
+    def stop(self) -> dict:
+        if self._before is None:
+            raise RuntimeError("InterferenceMeter.stop() called before start()")
+        usage = usage_between(self._before, parse_proc_stat(self._read()))
+        elapsed_s = self._clock() - self._started_at
+        self._before = None
+        others = [n for n in _judged_names(self.cores, self.exclude_core) if n in usage]
+        idle = {n: round(usage[n].idle, 4) for n in others}
+        steal = {n: round(usage[n].steal, 4) for n in others}
+        own = core_name(self.exclude_core) if self.exclude_core is not None else None
+        return {
+            "elapsed_s": round(elapsed_s, 4),
+            "idle": idle,
+            "max_steal": max(steal.values()) if steal else None,
+            "min_idle": min(idle.values()) if idle else None,
+            "own_core": self.exclude_core,
+            "own_steal": round(usage[own].steal, 4) if own in usage else None,
+            "quiet": all(v >= self.threshold for v in idle.values()),
+            "steal": steal,
+            "threshold": self.threshold,
+        }
+
+
+def quietest_core(
+    allowed: set[int],
+    *,
+    window_s: float = QUIETEST_WINDOW_S,
+    read: Callable[[], str] = read_proc_stat,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """The allowed core with the highest idle fraction over a short window.
+
+    Ties (common: ticks are coarse) go to the lower steal, then to the higher
+    core number, because core 0 usually carries more interrupts and
+    housekeeping. A single allowed core is returned without looking.
+    """
+    if not allowed:
+        raise ValueError("quietest_core needs at least one allowed core")
+    if len(allowed) == 1:
+        return next(iter(allowed))
+    before = parse_proc_stat(read())
+    sleep(window_s)
+    usage = usage_between(before, parse_proc_stat(read()))
+    seen = [c for c in allowed if core_name(c) in usage]
+    if not seen:  # allowed cores absent from /proc/stat: nothing to prefer
+        return max(allowed)
+    return max(seen, key=lambda c: (usage[core_name(c)].idle, -usage[core_name(c)].steal, c))
+
+
+def _format_cores(reading: GateReading) -> str:
+    names = sorted(reading.idle, key=lambda n: int(n[3:]))
+    if len(names) <= _MAX_CORES_SPELLED_OUT:
+        return ", ".join(
+            f"{n} idle {reading.idle[n]:.1%} steal {reading.steal.get(n, 0.0):.1%}" for n in names
+        )
+    busiest = reading.busiest()
+    assert busiest is not None  # names is not empty here
+    most_stolen = max(names, key=lambda n: (reading.steal.get(n, 0.0), n))
+    return (
+        f"{len(names)} cores, lowest idle {busiest[1]:.1%} ({busiest[0]}), "
+        f"highest steal {reading.steal.get(most_stolen, 0.0):.1%} ({most_stolen})"
+    )
+
+
+def format_gate_reading(reading: GateReading) -> str:
+    """One line for the terminal's live gate state."""
+    if reading.attempts == 0:
+        return "gate off: not checked"
+    verdict = "ok" if reading.passed else "BUSY"
+    cores = _format_cores(reading) if reading.idle else "no core to judge"
+    excluded = (
+        f", {core_name(reading.excluded_core)} excluded"
+        if reading.excluded_core is not None else ""
+    )
+    tries = "1 look" if reading.attempts == 1 else f"{reading.attempts} looks"
+    return (
+        f"gate {verdict}: {cores}{excluded} "
+        f"(threshold {reading.threshold:.0%}, {tries} in {reading.waited_s:.2f} s)"
+    )
+
+
+def current_gate_state(
+    threshold: float = DEFAULT_THRESHOLD,
+    *,
+    window_s: float = PROBE_WINDOW_S,
+    cores: list[int] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    read: Callable[[], str] = read_proc_stat,
+) -> GateReading:
+    """One look at every allowed core, for `epbench gate` (exit 0 if passed, 3 if not)."""
+    gate = IdleGate(
+        threshold=threshold, policy="strict", window_s=window_s, cores=cores,
+        clock=clock, sleep=sleep, read=read,
+    )
+    return gate.measure()
