@@ -1,0 +1,21 @@
+"""The case generator: named synthetic cases, grid files, user models.
+
+Nothing here imports onnx, onnxruntime or numpy at import time.
+"""
+
+from cases.catalog import describe_cases, write_cases
+from cases.grids import case_by_name, grid_description, grid_names, load_grid
+from cases.spec import BuiltCase, CaseSpec
+from cases.usermodel import model_case
+
+__all__ = [
+    "BuiltCase",
+    "CaseSpec",
+    "case_by_name",
+    "describe_cases",
+    "grid_description",
+    "grid_names",
+    "load_grid",
+    "model_case",
+    "write_cases",
+]
