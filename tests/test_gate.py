@@ -1,0 +1,467 @@
+"""The idle gate: /proc/stat parsing from fixture files, usage between two
+snapshots, the wait/strict/off policies on a fake clock with scripted
+readings, the interference meter, the quietest core and the terminal line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import EXIT_GATE, GateError
+from harness.gate import (
+    FIRST_BACKOFF_S,
+    MAX_BACKOFF_S,
+    CoreUsage,
+    CpuTimes,
+    GateReading,
+    IdleGate,
+    InterferenceMeter,
+    current_gate_state,
+    format_gate_reading,
+    parse_proc_stat,
+    quietest_core,
+    read_proc_stat,
+    usage_between,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "proc_stat"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def fixture_usage(pair: str) -> dict[str, CoreUsage]:
+    return usage_between(
+        parse_proc_stat(fixture(f"{pair}.before")), parse_proc_stat(fixture(f"{pair}.after"))
+    )
+
+
+class FakeClock:
+    """time.monotonic and time.sleep in one: sleeping advances the clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class ScriptedStat:
+    """A fake /proc/stat whose every look (two reads) advances each core by
+    the scripted ticks. A look is {core: (busy, idle, steal)}; busy ticks are
+    charged to `user`. Looking more often than scripted fails the test."""
+
+    def __init__(self, looks: list[dict[int, tuple[int, int, int]]]) -> None:
+        self.looks = looks
+        self.reads = 0
+        cores = sorted({c for look in looks for c in look})
+        self.counters = {c: [1000, 0, 500, 90000, 0, 0, 0, 0] for c in cores}
+
+    def read(self) -> str:
+        if self.reads % 2 == 1:  # the read that closes a look
+            look_index = self.reads // 2
+            assert look_index < len(self.looks), "the gate looked more often than scripted"
+            for core, (busy, idle, steal) in self.looks[look_index].items():
+                self.counters[core][0] += busy
+                self.counters[core][3] += idle
+                self.counters[core][7] += steal
+        self.reads += 1
+        rows = [f"cpu{c} " + " ".join(map(str, v)) for c, v in self.counters.items()]
+        total = [sum(col) for col in zip(*self.counters.values(), strict=True)]
+        return "\n".join(["cpu  " + " ".join(map(str, total)), *rows, "ctxt 1"]) + "\n"
+
+    @property
+    def looks_taken(self) -> int:
+        return self.reads // 2
+
+
+IDLE = (0, 5, 0)  # a core fully idle over a 5-tick (50 ms) window
+BUSY = (2, 3, 0)  # 60 % idle
+
+
+def gate_with(stat: ScriptedStat, clock: FakeClock, **kwargs) -> IdleGate:
+    kwargs.setdefault("cores", [0, 1])
+    return IdleGate(clock=clock.clock, sleep=clock.sleep, read=stat.read, **kwargs)
+
+
+# ---- parsing -----------------------------------------------------------------
+
+
+def test_parse_modern_format_reads_every_cpu_row_and_all_ten_columns() -> None:
+    rows = parse_proc_stat(fixture("steal_vm.before"))
+    assert sorted(rows) == ["cpu", "cpu0", "cpu1", "cpu2", "cpu3"]
+    assert rows["cpu0"] == CpuTimes(110200, 300, 42010, 1498100, 5100, 0, 1900, 40110, 10400, 0)
+
+
+def test_parse_old_kernel_fills_missing_columns_with_zero() -> None:
+    rows = parse_proc_stat(fixture("old_kernel_2_4.before"))
+    assert sorted(rows) == ["cpu", "cpu0", "cpu1"]  # page/swap/disk_io lines are skipped
+    assert rows["cpu1"] == CpuTimes(600, 20, 400, 48980)
+    assert rows["cpu1"].steal == 0 and rows["cpu1"].iowait == 0
+
+
+def test_parse_2_6_0_format_has_iowait_irq_softirq_but_no_steal() -> None:
+    rows = parse_proc_stat("cpu  10 1 5 900 7 2 3\ncpu0 10 1 5 900 7 2 3\n")
+    assert rows["cpu0"] == CpuTimes(10, 1, 5, 900, 7, 2, 3, 0, 0, 0)
+
+
+def test_parse_ignores_columns_a_future_kernel_might_add() -> None:
+    rows = parse_proc_stat("cpu0 1 2 3 4 5 6 7 8 9 10 11 12\n")
+    assert rows["cpu0"] == CpuTimes(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("intr 1 2 3\nctxt 4\n", "no cpu rows"),
+        ("cpu0 1 2 3\n", "has 3 columns"),
+        ("cpu0 1 2 x 4\n", "not numeric"),
+    ],
+)
+def test_parse_refuses_malformed_text(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_proc_stat(text)
+
+
+def test_this_machines_proc_stat_parses() -> None:
+    rows = parse_proc_stat(read_proc_stat())
+    assert "cpu" in rows and "cpu0" in rows
+
+
+# ---- usage between two snapshots --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "pair, expected",
+    [
+        ("idle_2core", {"cpu": (0.98, 0.0), "cpu0": (0.97, 0.0), "cpu1": (0.99, 0.0)}),
+        (
+            "busy_4core",
+            {"cpu": (0.735, 0.0), "cpu0": (0.96, 0.0), "cpu1": (0.98, 0.0),
+             "cpu2": (0.05, 0.0), "cpu3": (0.95, 0.0)},
+        ),
+        (
+            # cpu0 ran a guest for 10 of its 30 user ticks: counted once, not twice.
+            "steal_vm",
+            {"cpu": (0.81, 0.0975), "cpu0": (0.45, 0.20), "cpu1": (0.90, 0.08),
+             "cpu2": (0.97, 0.03), "cpu3": (0.92, 0.08)},
+        ),
+        ("old_kernel_2_4", {"cpu": (0.945, 0.0), "cpu0": (0.90, 0.0), "cpu1": (0.99, 0.0)}),
+    ],
+)
+def test_usage_between_fixture_snapshots(pair: str, expected: dict) -> None:
+    usage = fixture_usage(pair)
+    assert sorted(usage) == sorted(expected)
+    for name, (idle, steal) in expected.items():
+        assert usage[name].idle == pytest.approx(idle, abs=1e-12), name
+        assert usage[name].steal == pytest.approx(steal, abs=1e-12), name
+    assert usage["cpu0"].ticks == 100
+
+
+def test_iowait_counts_as_idle() -> None:
+    # idle_2core cpu1: 98 idle + 1 iowait of 100 ticks.
+    assert fixture_usage("idle_2core")["cpu1"].idle == pytest.approx(0.99, abs=1e-12)
+
+
+def test_counter_going_backwards_counts_as_zero() -> None:
+    before = parse_proc_stat("cpu0 100 0 100 1000 50 0 0 0 0 0\n")
+    after = parse_proc_stat("cpu0 110 0 100 1090 40 0 0 0 0 0\n")  # iowait -10
+    usage = usage_between(before, after)["cpu0"]
+    assert usage == CoreUsage(idle=0.9, steal=0.0, ticks=100)
+
+
+def test_core_without_elapsed_ticks_reads_as_idle() -> None:
+    snap = parse_proc_stat("cpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert usage_between(snap, snap)["cpu0"] == CoreUsage(idle=1.0, steal=0.0, ticks=0)
+
+
+def test_core_taken_offline_is_left_out() -> None:
+    before = parse_proc_stat(fixture("idle_2core.before"))
+    after = parse_proc_stat(fixture("idle_2core.after").replace("cpu1 ", "xcpu1 "))
+    assert sorted(usage_between(before, after)) == ["cpu", "cpu0"]
+
+
+# ---- policies ----------------------------------------------------------------
+
+
+def test_wait_passes_on_first_quiet_look_without_backoff() -> None:
+    stat, clock = ScriptedStat([{0: IDLE, 1: IDLE}]), FakeClock()
+    reading = gate_with(stat, clock, window_s=0.05).check()
+    assert reading.passed and reading.attempts == 1
+    assert clock.sleeps == [0.05]  # just the window
+    assert reading.waited_s == pytest.approx(0.05)
+    assert reading.idle == {"cpu0": 1.0, "cpu1": 1.0}
+
+
+def test_wait_backs_off_doubling_until_the_cores_are_quiet() -> None:
+    stat = ScriptedStat([{0: IDLE, 1: BUSY}, {0: BUSY, 1: IDLE}, {0: IDLE, 1: IDLE}])
+    clock = FakeClock()
+    reading = gate_with(stat, clock, window_s=0.05, max_wait_s=5.0).check()
+    assert reading.passed and reading.attempts == 3 and stat.looks_taken == 3
+    # window, pause 0.05, window, pause 0.1, window
+    assert clock.sleeps == pytest.approx([0.05, FIRST_BACKOFF_S, 0.05, 2 * FIRST_BACKOFF_S, 0.05])
+    assert reading.waited_s == pytest.approx(0.30)
+
+
+def test_wait_gives_up_at_max_wait_and_marks_the_round_unquiet() -> None:
+    stat = ScriptedStat([{0: IDLE, 1: BUSY}] * 4)
+    clock = FakeClock()
+    reading = gate_with(stat, clock, window_s=0.05, max_wait_s=0.5).check()
+    # looks end at 0.05, 0.15, 0.30, 0.55; pauses 0.05, 0.1, 0.2 (the last one
+    # is what remained of the 0.5 s allowance); then the fourth look fails too.
+    assert not reading.passed and reading.attempts == 4
+    assert clock.sleeps == pytest.approx([0.05, 0.05, 0.05, 0.1, 0.05, 0.2, 0.05])
+    assert reading.waited_s == pytest.approx(0.55)
+    assert reading.idle == {"cpu0": 1.0, "cpu1": 0.6}
+
+
+def test_wait_truncates_the_last_pause_to_the_allowance() -> None:
+    stat = ScriptedStat([{0: BUSY, 1: IDLE}] * 3)
+    clock = FakeClock()
+    reading = gate_with(stat, clock, window_s=0.05, max_wait_s=0.2).check()
+    # looks end at 0.05, 0.15; pauses 0.05 then only 0.05 of the 0.1 due.
+    assert reading.attempts == 3 and not reading.passed
+    assert clock.sleeps == pytest.approx([0.05, 0.05, 0.05, 0.05, 0.05])
+
+
+def test_wait_backoff_is_capped() -> None:
+    stat = ScriptedStat([{0: BUSY, 1: BUSY}] * 8)
+    clock = FakeClock()
+    gate_with(stat, clock, window_s=0.05, max_wait_s=3.0).check()
+    pauses = clock.sleeps[1::2]
+    assert pauses[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, MAX_BACKOFF_S, MAX_BACKOFF_S])
+    assert max(pauses) == MAX_BACKOFF_S
+
+
+def test_wait_budget_caps_waiting_across_checks() -> None:
+    stat = ScriptedStat([{0: BUSY, 1: IDLE}] * 4)
+    clock = FakeClock()
+    gate = gate_with(stat, clock, window_s=0.05, max_wait_s=10.0, budget_s=0.12)
+    first = gate.check()
+    # pauses 0.05 and then 0.07 (what is left of the budget), three looks.
+    assert first.attempts == 3 and not first.passed
+    assert clock.sleeps[1::2] == pytest.approx([0.05, 0.07])
+    second = gate.check()  # the budget is spent: one look, no pause
+    assert second.attempts == 1 and not second.passed
+    assert stat.looks_taken == 4
+
+
+def test_threshold_is_inclusive() -> None:
+    at_threshold = {0: (7, 93, 0), 1: (0, 100, 0)}
+    below = {0: (8, 92, 0), 1: (0, 100, 0)}
+    reading = gate_with(ScriptedStat([at_threshold]), FakeClock(), policy="strict").check()
+    assert reading.passed and reading.idle["cpu0"] == pytest.approx(0.93)
+    with pytest.raises(GateError):
+        gate_with(ScriptedStat([below]), FakeClock(), policy="strict").check()
+
+
+def test_steal_counts_against_idle() -> None:
+    stolen = {0: (0, 90, 10), 1: (0, 100, 0)}  # never busy, but 10 % stolen
+    reading = gate_with(ScriptedStat([stolen]), FakeClock(), policy="wait", max_wait_s=0).check()
+    assert not reading.passed
+    assert reading.idle["cpu0"] == pytest.approx(0.9)
+    assert reading.steal["cpu0"] == pytest.approx(0.1)
+
+
+def test_strict_raises_after_one_look_with_a_remedy() -> None:
+    stat, clock = ScriptedStat([{0: IDLE, 1: BUSY}]), FakeClock()
+    with pytest.raises(GateError) as caught:
+        gate_with(stat, clock, policy="strict").check()
+    message = caught.value.message
+    assert "busy" in message and "cpu1 was 60.0% idle" in message
+    assert "`--gate wait`" in message and "`--gate off`" in message
+    assert caught.value.exit_code == EXIT_GATE
+    assert stat.looks_taken == 1 and len(clock.sleeps) == 1
+
+
+def test_strict_passes_a_quiet_machine() -> None:
+    stat = ScriptedStat([{0: IDLE, 1: IDLE}])
+    assert gate_with(stat, FakeClock(), policy="strict").check().passed
+
+
+def test_off_neither_reads_nor_sleeps() -> None:
+    def no_read() -> str:
+        raise AssertionError("the gate read /proc/stat with policy off")
+
+    clock = FakeClock()
+    gate = IdleGate(policy="off", cores=[0, 1], clock=clock.clock, sleep=clock.sleep, read=no_read)
+    reading = gate.check(exclude_core=1)
+    assert reading == GateReading(
+        passed=True, idle={}, steal={}, waited_s=0.0, attempts=0, excluded_core=1
+    )
+    assert clock.sleeps == []
+
+
+def test_excluded_core_is_not_judged() -> None:
+    busy_own_core = [{0: IDLE, 1: (5, 0, 0)}]
+    reading = gate_with(ScriptedStat(busy_own_core), FakeClock(), policy="strict").check(
+        exclude_core=1
+    )
+    assert reading.passed and reading.idle == {"cpu0": 1.0} and reading.excluded_core == 1
+    with pytest.raises(GateError):
+        gate_with(ScriptedStat(busy_own_core), FakeClock(), policy="strict").check()
+
+
+def test_only_the_configured_cores_are_judged() -> None:
+    stat = ScriptedStat([{0: IDLE, 1: BUSY, 2: IDLE}])
+    reading = gate_with(stat, FakeClock(), cores=[0, 2], policy="strict").check()
+    assert reading.passed and sorted(reading.idle) == ["cpu0", "cpu2"]
+
+
+def test_nothing_left_to_judge_passes() -> None:
+    stat = ScriptedStat([{0: BUSY}])
+    reading = gate_with(stat, FakeClock(), cores=[0], policy="strict").check(exclude_core=0)
+    assert reading.passed and reading.idle == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"policy": "sometimes"}, {"threshold": 0.0}, {"threshold": 1.5}, {"window_s": 0.0},
+     {"max_wait_s": -1.0}],
+)
+def test_bad_gate_settings_are_refused(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        IdleGate(cores=[0], **kwargs)
+
+
+def test_reading_to_dict_is_rounded_and_sorted() -> None:
+    reading = GateReading(
+        passed=False, idle={"cpu1": 0.6, "cpu0": 0.987654}, steal={"cpu1": 0.0, "cpu0": 0.012345},
+        waited_s=0.55000001, attempts=4, threshold=0.93, excluded_core=None,
+    )
+    as_dict = reading.to_dict()
+    assert as_dict == {
+        "attempts": 4, "excluded_core": None, "idle": {"cpu0": 0.9877, "cpu1": 0.6},
+        "passed": False, "steal": {"cpu0": 0.0123, "cpu1": 0.0}, "threshold": 0.93,
+        "waited_s": 0.55,
+    }
+    assert list(as_dict["idle"]) == ["cpu0", "cpu1"]
+
+
+# ---- interference across a round --------------------------------------------
+
+
+def test_interference_records_other_cores_and_own_steal() -> None:
+    # One "look" = start() and stop(): cpu0 (ours) busy and 10 % stolen, cpu1 mostly idle.
+    stat = ScriptedStat([{0: (18, 0, 2), 1: (1, 19, 0)}])
+    clock = FakeClock()
+    meter = InterferenceMeter(
+        exclude_core=0, cores=[0, 1], threshold=0.93, clock=clock.clock, read=stat.read
+    )
+    meter.start()
+    clock.now += 0.2
+    result = meter.stop()
+    assert result == {
+        "elapsed_s": 0.2, "idle": {"cpu1": 0.95}, "max_steal": 0.0, "min_idle": 0.95,
+        "own_core": 0, "own_steal": 0.1, "quiet": True, "steal": {"cpu1": 0.0},
+        "threshold": 0.93,
+    }
+
+
+def test_interference_flags_a_busy_other_core() -> None:
+    stat = ScriptedStat([{0: (20, 0, 0), 1: (3, 17, 0), 2: (0, 20, 0)}])
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1, 2], read=stat.read)
+    meter.start()
+    result = meter.stop()
+    assert result["quiet"] is False
+    assert result["idle"] == {"cpu1": 0.85, "cpu2": 1.0} and result["min_idle"] == 0.85
+
+
+def test_interference_stop_without_start_is_an_error() -> None:
+    meter = InterferenceMeter(cores=[0], read=lambda: "cpu0 1 1 1 1\n")
+    with pytest.raises(RuntimeError):
+        meter.stop()
+
+
+# ---- the quietest core -------------------------------------------------------
+
+
+def test_quietest_core_takes_the_most_idle() -> None:
+    stat, clock = ScriptedStat([{0: (3, 7, 0), 1: (1, 9, 0), 2: (2, 8, 0)}]), FakeClock()
+    assert quietest_core({0, 1, 2}, read=stat.read, sleep=clock.sleep, window_s=0.1) == 1
+    assert clock.sleeps == [0.1]
+
+
+def test_quietest_core_breaks_idle_ties_by_lower_steal() -> None:
+    stat = ScriptedStat([{0: (0, 9, 1), 1: (1, 9, 0)}])  # both 90 % idle
+    assert quietest_core({0, 1}, read=stat.read, sleep=FakeClock().sleep) == 1
+    stat = ScriptedStat([{0: (1, 9, 0), 1: (0, 9, 1)}])
+    assert quietest_core({0, 1}, read=stat.read, sleep=FakeClock().sleep) == 0
+
+
+def test_quietest_core_breaks_full_ties_away_from_core_zero() -> None:
+    stat = ScriptedStat([{0: IDLE, 1: IDLE, 2: IDLE}])
+    assert quietest_core({0, 1, 2}, read=stat.read, sleep=FakeClock().sleep) == 2
+
+
+def test_quietest_core_only_considers_allowed_cores() -> None:
+    stat = ScriptedStat([{0: BUSY, 1: BUSY, 2: IDLE, 3: BUSY}])
+    assert quietest_core({0, 1, 3}, read=stat.read, sleep=FakeClock().sleep) in {0, 1, 3}
+
+
+def test_quietest_core_of_one_does_not_look() -> None:
+    def no_read() -> str:
+        raise AssertionError("looked at /proc/stat for a single allowed core")
+
+    assert quietest_core({5}, read=no_read, sleep=FakeClock().sleep) == 5
+    with pytest.raises(ValueError):
+        quietest_core(set(), read=no_read)
+
+
+# ---- the terminal line and `epbench gate` ------------------------------------
+
+
+def test_format_passing_reading() -> None:
+    reading = GateReading(
+        passed=True, idle={"cpu0": 0.99, "cpu1": 0.975}, steal={"cpu0": 0.0, "cpu1": 0.005},
+        waited_s=0.05, attempts=1, threshold=0.93,
+    )
+    assert format_gate_reading(reading) == (
+        "gate ok: cpu0 idle 99.0% steal 0.0%, cpu1 idle 97.5% steal 0.5% "
+        "(threshold 93%, 1 look in 0.05 s)"
+    )
+
+
+def test_format_busy_reading_with_excluded_core() -> None:
+    reading = GateReading(
+        passed=False, idle={"cpu1": 0.6}, steal={"cpu1": 0.0},
+        waited_s=2.1, attempts=5, threshold=0.93, excluded_core=0,
+    )
+    assert format_gate_reading(reading) == (
+        "gate BUSY: cpu1 idle 60.0% steal 0.0%, cpu0 excluded (threshold 93%, 5 looks in 2.10 s)"
+    )
+
+
+def test_format_many_cores_is_summarised_on_one_line() -> None:
+    idle = {f"cpu{i}": 1.0 for i in range(16)}
+    steal = {f"cpu{i}": 0.0 for i in range(16)}
+    idle["cpu12"], steal["cpu3"] = 0.5, 0.25
+    reading = GateReading(passed=False, idle=idle, steal=steal, waited_s=0.05, attempts=1)
+    line = format_gate_reading(reading)
+    assert line == (
+        "gate BUSY: 16 cores, lowest idle 50.0% (cpu12), highest steal 25.0% (cpu3) "
+        "(threshold 93%, 1 look in 0.05 s)"
+    )
+    assert "\n" not in line
+
+
+def test_format_off() -> None:
+    off = GateReading(passed=True, idle={}, steal={}, waited_s=0.0, attempts=0)
+    assert format_gate_reading(off) == "gate off: not checked"
+
+
+def test_current_gate_state_looks_once_and_does_not_raise() -> None:
+    stat, clock = ScriptedStat([{0: (0, 25, 0), 1: (10, 15, 0)}]), FakeClock()
+    reading = current_gate_state(
+        0.93, cores=[0, 1], clock=clock.clock, sleep=clock.sleep, read=stat.read
+    )
+    assert not reading.passed and reading.attempts == 1
+    assert reading.idle == {"cpu0": 1.0, "cpu1": 0.6}
+    assert clock.sleeps == [0.25]  # the longer one-shot window
