@@ -1,0 +1,550 @@
+"""The pull-request bot's client: keep one sticky comment up to date on a PR.
+
+`upsert_sticky_comment` finds the comment that carries `STICKY_MARKER` (an HTML
+comment, invisible once rendered) by walking every page of the PR's issue
+comments, then PATCHes it, or POSTs a new one when there is none. Only the
+standard library is used (urllib.request), so the bot adds no dependency.
+
+Safety rules this module keeps:
+- the token travels only in the `Authorization` header, added as an
+  "unredirected" header, and redirects are never followed (a 3xx is an error),
+  so it is never sent anywhere but `api_url`; pagination links to another host
+  are refused for the same reason;
+- the token never appears in a message, a log line or a repr: every message is
+  built here and passed through `_redact` before it leaves;
+- retries are bounded: 5xx and network errors back off exponentially, rate
+  limits wait as long as GitHub says (`Retry-After`, or `x-ratelimit-reset` when
+  `x-ratelimit-remaining` is 0, else at least a minute, doubling), and a wait
+  longer than `RetryPolicy.max_wait_s` fails at once instead of hanging the job;
+- a POST that failed with a 5xx or a dropped connection may still have created
+  the comment, so it is not blindly re-sent: the comments are listed again
+  first, and the comment found then is PATCHed (no duplicates).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import EpbenchError
+
+# The one definition of the marker; the comment templates import it from here.
+STICKY_MARKER = "<!-- epbench:sticky-comment -->"
+
+# GitHub refuses issue comments longer than this ("body is too long (maximum is
+# 65536 characters)", HTTP 422).
+COMMENT_LIMIT = 65536
+
+DEFAULT_API_URL = "https://api.github.com"
+API_VERSION = "2022-11-28"
+PER_PAGE = 100  # the largest page GitHub serves
+MAX_PAGES = 200  # 20,000 comments: beyond that a Link header is going round in circles
+
+_REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class GitHubError(EpbenchError):
+    """GitHub refused or failed a request; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try. Attempts are per request (and per upsert round)."""
+
+    attempts: int = 5
+    first_delay_s: float = 1.0  # 5xx / network: 1, 2, 4, 8 s ...
+    rate_limit_delay_s: float = 60.0  # GitHub: "wait at least one minute" when it names no time
+    max_wait_s: float = 900.0  # a single wait longer than this fails instead
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    headers: Mapping[str, str]  # names lower-cased
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8")) if self.body else None
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    action: str  # "created" | "updated" | "unchanged"
+    comment_id: int
+    html_url: str | None
+    trimmed: bool
+    length: int  # of the body sent, in comment_length units
+
+
+class _AmbiguousWrite(Exception):
+    """A non-idempotent request failed in a way that may have applied it."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # urllib would turn a redirected POST into a GET and report success; a
+    # redirect here means the repository moved, which the user must fix.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None
+
+
+def comment_length(text: str) -> int:
+    """Length as counted against COMMENT_LIMIT.
+
+    Counted in UTF-16 code units, which is never less than the number of code
+    points: whichever of the two GitHub counts, a body within this length fits.
+    """
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _prefix_within(text: str, budget: int) -> str:
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > budget:
+            return text[:index]
+    return text
+
+
+def _closers(text: str) -> str:
+    """What must follow a cut so the rest of the markdown still renders."""
+    in_fence = False
+    for line in text.splitlines():
+        if line.lstrip(" ").startswith("```"):
+            in_fence = not in_fence
+    open_details = max(0, text.count("<details") - text.count("</details>"))
+    return ("\n```" if in_fence else "") + "\n</details>" * open_details
+
+
+def _artifact_pointer(artifact_hint: str | None) -> str:
+    if not artifact_hint:
+        return "in this workflow run's artifacts"
+    if artifact_hint.startswith(("https://", "http://")):
+        return f"in the [results artifact]({artifact_hint})"
+    return artifact_hint
+
+
+def fit_comment_body(
+    body: str,
+    *,
+    marker: str = STICKY_MARKER,
+    limit: int = COMMENT_LIMIT,
+    artifact_hint: str | None = None,
+) -> tuple[str, bool]:
+    """Return (text to post, whether it was trimmed).
+
+    The text always carries `marker` (prepended when the body lacks it, kept
+    when a cut would lose it) and fits `limit`. An oversize body is cut at a
+    line boundary, open code fences and <details> are closed, and a note says
+    how much is shown and where the full report is. Never refuses a body.
+    """
+    if marker not in body:
+        body = f"{marker}\n{body}"
+    total = comment_length(body)
+    if total <= limit:
+        return body, False
+
+    def note(shown: int) -> str:
+        return (
+            "\n\n---\n**Trimmed:** this comment was cut to fit GitHub's "
+            f"{limit}-character limit ({shown} of {total} characters shown). "
+            f"The full report is {_artifact_pointer(artifact_hint)}.\n"
+        )
+
+    budget = limit - comment_length(note(total)) - comment_length(marker) - 1
+    while True:
+        head = _prefix_within(body, max(0, budget))
+        newline = head.rfind("\n")
+        if newline > len(head) // 2:  # a whole line, unless that loses too much
+            head = head[: newline + 1]
+        head = head.rstrip("\n") + _closers(head)
+        if marker not in head:
+            head = f"{marker}\n{head}"
+        text = head + note(comment_length(head))
+        overshoot = comment_length(text) - limit
+        if overshoot <= 0 or budget <= 0:
+            return text, True
+        budget -= overshoot  # the closers or the marker did not fit: cut that much more
+
+
+def _redact(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _github_message(resp: HttpResponse) -> str:
+    """GitHub's own explanation from an error body, on one line."""
+    try:
+        doc = resp.json()
+    except (ValueError, UnicodeDecodeError):
+        return _one_line(resp.body.decode("utf-8", "replace"))
+    if not isinstance(doc, dict):
+        return ""
+    parts = [str(doc.get("message", ""))]
+    for err in doc.get("errors") or []:
+        if isinstance(err, dict):
+            parts.append(str(err.get("message") or err.get("code") or ""))
+        else:
+            parts.append(str(err))
+    return _one_line("; ".join(p for p in parts if p))
+
+
+def parse_link_header(value: str | None) -> dict[str, str]:
+    """`<url>; rel="next", <url>; rel="last"` -> {"next": url, "last": url}."""
+    links: dict[str, str] = {}
+    if not value:
+        return links
+    for part in value.split(","):
+        match = re.match(r"\s*<([^>]*)>(.*)", part)
+        if not match:
+            continue
+        rel = re.search(r';\s*rel\s*=\s*"?([^";]+)"?', match.group(2))
+        if rel:
+            for name in rel.group(1).split():
+                links[name] = match.group(1)
+    return links
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def check_api_url(api_url: str) -> str:
+    """The API base without a trailing slash; refuses URLs the token must not go to."""
+    parts = urllib.parse.urlsplit(api_url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "https" and host:
+        return api_url.rstrip("/")
+    if parts.scheme == "http" and host in _LOOPBACK_HOSTS:
+        return api_url.rstrip("/")
+    raise GitHubError(
+        f"--api-url {api_url!r} is not an https URL: pass https://api.github.com, or "
+        "https://HOST/api/v3 for GitHub Enterprise Server"
+    )
+
+
+class GitHubClient:
+    """A minimal REST client for issue comments. The token is never shown."""
+
+    def __init__(
+        self,
+        token: str,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        token_source: str = "GITHUB_TOKEN",
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
+        sleep: Callable[[float], None] | None = None,
+        now: Callable[[], float] | None = None,
+        log: Callable[[str], None] | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.api_url = check_api_url(api_url)
+        self._token = token
+        self.token_source = token_source
+        self.retry = retry
+        # Looked up now, not at import, so tests can swap the clock.
+        self._sleep = sleep or time.sleep
+        self._now = now or time.time
+        self._log = log
+        self.timeout_s = timeout_s
+        self._opener = urllib.request.build_opener(_NoRedirects())
+        if not token:
+            raise self._error(
+                f"no GitHub token: ${token_source} is empty or unset; set it to a token "
+                "that may write pull request comments (in a workflow: "
+                "`env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}`)"
+            )
+
+    def __repr__(self) -> str:
+        return f"GitHubClient(api_url={self.api_url!r}, token=<from ${self.token_source}>)"
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _error(self, message: str) -> GitHubError:
+        return GitHubError(_redact(message, self._token))
+
+    def _say(self, message: str) -> None:
+        if self._log is not None:
+            self._log(_redact(message, self._token))
+
+    def _path(self, url: str) -> str:
+        """The URL without the API base, for messages."""
+        return url[len(self.api_url) :] if url.startswith(self.api_url) else url
+
+    def _send(self, method: str, url: str, payload: dict[str, Any] | None) -> HttpResponse:
+        data = None if payload is None else json.dumps(payload).encode("utf-8")
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Accept", "application/vnd.github+json")
+        request.add_header("X-GitHub-Api-Version", API_VERSION)
+        request.add_header("User-Agent", "epbench-comment")  # GitHub rejects requests without one
+        if data is not None:
+            request.add_header("Content-Type", "application/json; charset=utf-8")
+        # Unredirected: urllib never copies it to another request.
+        request.add_unredirected_header("Authorization", f"Bearer {self._token}")
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as resp:
+                return HttpResponse(
+                    resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
+                )
+        except urllib.error.HTTPError as exc:
+            try:
+                body = exc.read()
+            except OSError:
+                body = b""
+            headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+            return HttpResponse(exc.code, headers, body)
+
+    def _rate_limit_wait(self, resp: HttpResponse, attempt: int) -> float | None:
+        """Seconds to wait if `resp` is a rate limit, else None."""
+        if resp.status not in (403, 429):
+            return None
+        retry_after = resp.headers.get("retry-after")
+        if retry_after:
+            try:
+                return max(0.0, float(retry_after))
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(retry_after)
+                if when is not None:
+                    return max(0.0, when.timestamp() - self._now())
+        if resp.headers.get("x-ratelimit-remaining") == "0":
+            try:
+                reset = float(resp.headers.get("x-ratelimit-reset", ""))
+            except ValueError:
+                reset = None
+            if reset is not None:
+                return max(1.0, reset - self._now())
+        if resp.status == 429 or "rate limit" in _github_message(resp).lower():
+            return self.retry.rate_limit_delay_s * 2 ** (attempt - 1)
+        return None
+
+    def _refusal(self, method: str, url: str, resp: HttpResponse, what: str) -> GitHubError:
+        """The one-line error for a response that retrying cannot fix."""
+        said = _github_message(resp) or "no message"
+        where = f"{method} {self._path(url)}"
+        status = resp.status
+        if status == 401:
+            return self._error(
+                f"GitHub rejected the token (401 {said}) on {where}: set ${self.token_source} "
+                "to a valid, unexpired token"
+            )
+        if status == 403:
+            return self._error(
+                f"GitHub refused {where} (403 {said}): the token may not write comments on "
+                f"{what}; give the job `permissions: pull-requests: write` (a pull request "
+                "from a fork only ever gets a read-only token)"
+            )
+        if status == 404:
+            return self._error(
+                f"GitHub found no {what} (404 {said}) on {where}: check --repo and --pr; "
+                "a private repository also answers 404 to a token that cannot see it"
+            )
+        if status == 422:
+            return self._error(
+                f"GitHub rejected the comment on {what} (422 {said}): check that --body is "
+                "the markdown comment file and that the pull request is not locked"
+            )
+        if 300 <= status < 400:
+            moved = resp.headers.get("location", "elsewhere")
+            return self._error(
+                f"GitHub redirected {where} ({status}) to {moved}: the repository was "
+                "renamed or transferred; pass its current OWNER/NAME as --repo"
+            )
+        return self._error(
+            f"GitHub answered {status} to {where} ({said}): check --repo, --pr and --api-url"
+        )
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        what: str,
+        idempotent: bool = True,
+    ) -> HttpResponse:
+        """Send with bounded retries; a 2xx response or a GitHubError.
+
+        `idempotent=False` (POST): a 5xx or a network error raises
+        _AmbiguousWrite instead of re-sending, since it may have been applied.
+        """
+        if _origin(url) != _origin(self.api_url):
+            raise self._error(
+                f"refusing to send the token to {_origin(url)[1]}, which is not the API host "
+                f"of {self.api_url}: check --api-url"
+            )
+        policy = self.retry
+        where = f"{method} {self._path(url)}"
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                resp = self._send(method, url, payload)
+            except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
+                reason = getattr(exc, "reason", exc)
+                problem = f"cannot reach {self.api_url} ({reason})"
+                if not idempotent:
+                    raise _AmbiguousWrite(problem) from None
+                wait = policy.first_delay_s * 2 ** (attempt - 1)
+            else:
+                if 200 <= resp.status < 300:
+                    return resp
+                rate_wait = self._rate_limit_wait(resp, attempt)
+                if rate_wait is not None:
+                    problem = f"rate limited ({resp.status} {_github_message(resp)})"
+                    wait = rate_wait
+                    if wait > policy.max_wait_s:
+                        raise self._error(
+                            f"GitHub's rate limit on {where} asks to wait {wait:.0f} s, longer "
+                            f"than the {policy.max_wait_s:.0f} s this command waits: run it "
+                            "again later"
+                        )
+                elif resp.status >= 500:
+                    problem = f"GitHub answered {resp.status} {_github_message(resp)}".rstrip()
+                    if not idempotent:
+                        raise _AmbiguousWrite(problem)
+                    wait = policy.first_delay_s * 2 ** (attempt - 1)
+                else:
+                    raise self._refusal(method, url, resp, what)
+            if attempt == policy.attempts:
+                raise self._error(
+                    f"{where} failed {policy.attempts} times, last: {problem}: check "
+                    "https://www.githubstatus.com and run the command again"
+                )
+            wait = min(wait, policy.max_wait_s)
+            self._say(
+                f"{where}: {problem}; retrying in {wait:.0f} s "
+                f"(attempt {attempt + 1} of {policy.attempts})"
+            )
+            self._sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    # -- issue comments ---------------------------------------------------
+
+    def _comments_url(self, repo: str, pr: int) -> str:
+        return f"{self.api_url}/repos/{repo}/issues/{pr}/comments"
+
+    def find_comment(self, repo: str, pr: int, marker: str) -> dict[str, Any] | None:
+        """The oldest comment on the PR whose body contains `marker`, following pagination."""
+        what = f"pull request #{pr} in {repo}"
+        url: str | None = f"{self._comments_url(repo, pr)}?per_page={PER_PAGE}"
+        for _page in range(MAX_PAGES):
+            if url is None:
+                return None
+            resp = self.request("GET", url, what=what)
+            comments = resp.json()
+            if not isinstance(comments, list):
+                raise self._error(
+                    f"GitHub answered GET {self._path(url)} with something other than a list "
+                    "of comments: check --api-url points at the REST API"
+                )
+            for comment in comments:
+                if isinstance(comment, dict) and marker in (comment.get("body") or ""):
+                    return comment
+            url = parse_link_header(resp.headers.get("link")).get("next")
+        raise self._error(
+            f"more than {MAX_PAGES} pages of comments on {what}: GitHub's pagination did not "
+            "end; run the command again"
+        )
+
+    def create_comment(self, repo: str, pr: int, body: str) -> dict[str, Any]:
+        resp = self.request(
+            "POST",
+            self._comments_url(repo, pr),
+            {"body": body},
+            what=f"pull request #{pr} in {repo}",
+            idempotent=False,
+        )
+        return resp.json()
+
+    def update_comment(self, repo: str, comment_id: int, body: str) -> dict[str, Any]:
+        resp = self.request(
+            "PATCH",
+            f"{self.api_url}/repos/{repo}/issues/comments/{comment_id}",
+            {"body": body},
+            what=f"comment {comment_id} in {repo}",
+        )
+        return resp.json()
+
+
+def upsert_sticky_comment(
+    repo: str,
+    pr: int,
+    body: str,
+    token: str,
+    api_url: str = DEFAULT_API_URL,
+    *,
+    marker: str = STICKY_MARKER,
+    artifact_hint: str | None = None,
+    token_source: str = "GITHUB_TOKEN",
+    retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
+    sleep: Callable[[float], None] | None = None,
+    now: Callable[[], float] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> UpsertResult:
+    """Create or update the one comment on `repo`#`pr` that carries `marker`.
+
+    The body is fitted to GitHub's limit first (see fit_comment_body). Raises
+    GitHubError, with a message that never contains the token.
+    """
+    if not _REPO_RE.match(repo or ""):
+        raise GitHubError(f"--repo {repo!r} is not OWNER/NAME: pass e.g. --repo octo/widgets")
+    if pr < 1:
+        raise GitHubError(f"--pr {pr} is not a pull request number: pass the PR's number, e.g. 42")
+    client = GitHubClient(
+        token, api_url, token_source=token_source, retry=retry, sleep=sleep, now=now, log=log
+    )
+    text, trimmed = fit_comment_body(body, marker=marker, artifact_hint=artifact_hint)
+    if trimmed:
+        client._say(
+            f"the comment is longer than GitHub's {COMMENT_LIMIT}-character limit: trimmed it "
+            "and pointed at the full report"
+        )
+    last_problem = ""
+    for attempt in range(1, retry.attempts + 1):
+        existing = client.find_comment(repo, pr, marker)
+        if existing is not None:
+            comment_id = int(existing["id"])
+            if existing.get("body") == text:
+                return UpsertResult(
+                    "unchanged", comment_id, existing.get("html_url"), trimmed, comment_length(text)
+                )
+            updated = client.update_comment(repo, comment_id, text)
+            return UpsertResult(
+                "updated", comment_id, updated.get("html_url"), trimmed, comment_length(text)
+            )
+        try:
+            created = client.create_comment(repo, pr, text)
+        except _AmbiguousWrite as exc:
+            # It may have been created anyway: look again before posting again.
+            last_problem = exc.problem
+            if attempt < retry.attempts:
+                wait = min(retry.first_delay_s * 2 ** (attempt - 1), retry.max_wait_s)
+                client._say(
+                    f"POST comment on {repo}#{pr}: {exc.problem}; checking whether it landed, "
+                    f"in {wait:.0f} s (attempt {attempt + 1} of {retry.attempts})"
+                )
+                client._sleep(wait)
+            continue
+        return UpsertResult(
+            "created", int(created["id"]), created.get("html_url"), trimmed, comment_length(text)
+        )
+    raise client._error(
+        f"could not post the comment on {repo}#{pr} in {retry.attempts} attempts, last: "
+        f"{last_problem}: check https://www.githubstatus.com and run the command again"
+    )
