@@ -1,0 +1,35 @@
+"""The statistical defaults of epbench, in one place.
+
+The README quotes these numbers and a test checks the quotation against this
+module, so the docs cannot drift from the code (criterion's docs once said 1 %
+where its code used 2 %).
+"""
+
+from __future__ import annotations
+
+# Two-sided confidence of every interval we print (`--confidence`).
+CONFIDENCE = 0.95
+# Bootstrap / permutation resamples per statistic (`--resamples`); >= 2000 so the
+# 2.5 % and 97.5 % percentiles rest on ~50 resamples each.
+RESAMPLES = 2000
+# Seed of every resampling RNG: the same inputs give the same intervals.
+SEED = 0
+# Smallest threshold a change is judged against (`--floor`): above the ~0.4 %
+# bias two identical sessions of one model can show.
+FLOOR = 0.01
+# Threshold multiplier on the calibrated A/A noise: t = max(FLOOR, K * noise).
+K = 2.0
+# Without a calibration profile we assume this much noise, so t = max(FLOOR, K * 2 %)
+# = 4 %: conservative on purpose, and the report says the profile was missing.
+NOISE_WITHOUT_PROFILE = 0.02
+# A regression of at least ALERT_FACTOR * t is an alert (🔴) unless `--alert` is given.
+ALERT_FACTOR = 2.0
+# Benjamini-Hochberg false-discovery rate across a grid (`--fdr`).
+FDR = 0.05
+# Fewer rounds than this cannot give a verdict (❔).
+MIN_ROUNDS = 5
+# `--fail-on` default: exit 5 when any case is an alert (🔴) or failed.
+FAIL_ON = "alert"
+# Calibration: A/A repeats and the percentile of |A/A change| taken as the noise.
+CALIBRATION_REPEATS = 5
+NOISE_PERCENTILE = 95.0

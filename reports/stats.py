@@ -1,0 +1,395 @@
+"""Statistics over rounds: the one implementation behind summaries, verdicts and calibration.
+
+The round is the unit of replication (samples inside one block are not
+independent), so every statistic starts from the per-round median of a block
+and resamples whole rounds. Changes are ratios, handled as logs internally:
+
+- same run: per round, log(PR / base); the change is the median over rounds;
+- separate runs: per round, log(arm / in-run control) in each file; the change
+  is the difference of their medians (the double ratio), so machine speed
+  cancels.
+
+Intervals are percentile bootstraps over rounds; the p-value for "no change"
+comes from the same resamples (the smallest alpha whose interval excludes no
+change). All resampling is vectorized: cases with the same round count are
+stacked into one array and go through one kernel call sharing one draw of
+positions (which also makes a case's interval independent of the rest of the
+grid), see `median_positions`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reports import defaults
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Distinct RNG streams for the different resampling jobs, so adding a p-value
+# does not shift the intervals.
+_STREAM_BOOTSTRAP = 0
+_STREAM_SECOND = 1  # the second run of a double ratio, resampled independently
+_STREAM_FAMILY = 2
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change as a ratio (1.0 = no change) with its interval and p-value for 'no change'."""
+
+    ratio: float
+    lo: float
+    hi: float
+    p: float
+    n: int  # rounds behind it (paired) or the smaller side (two runs)
+
+    @property
+    def pct(self) -> float:
+        return self.ratio - 1.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"ratio": self.ratio, "lo": self.lo, "hi": self.hi, "p": self.p, "n": self.n}
+
+
+NAN_CHANGE = Change(math.nan, math.nan, math.nan, math.nan, 0)
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def round_medians(case: Mapping[str, Any], arm: str) -> np.ndarray:
+    """Per-round median ns per Run of `arm` in one case of a results document (NaN if absent)."""
+    import numpy as np
+
+    out = np.full(len(case.get("rounds", [])), np.nan)
+    for i, rnd in enumerate(case.get("rounds", [])):
+        samples = rnd.get("samples_ns", {}).get(arm)
+        if samples:
+            out[i] = float(np.median(np.asarray(samples, dtype=np.float64)))
+    return out
+
+
+def quiet_mask(case: Mapping[str, Any]) -> np.ndarray:
+    """Per round: did the idle gate pass (True) or was the round measured under load."""
+    import numpy as np
+
+    return np.array([bool(r.get("quiet", True)) for r in case.get("rounds", [])], dtype=bool)
+
+
+def log_ratios(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """log(num / den) per round, keeping only rounds where both are positive numbers."""
+    import numpy as np
+
+    ok = np.isfinite(num) & np.isfinite(den) & (num > 0) & (den > 0)
+    # One division then one log: a factor common to num and den cancels before rounding.
+    return np.log(num[ok] / den[ok])
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _rng(seed: int, stream: int, *shape: int) -> np.random.Generator:
+    import numpy as np
+
+    return np.random.default_rng([seed, stream, *shape])
+
+
+def _quantiles(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=-1)
+    return lo, hi
+
+
+def median_positions(
+    n: int, resamples: int, seed: int, stream: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where the median of each bootstrap resample of n sorted values sits: (lower, upper) index.
+
+    Resampling n positions with replacement from a *sorted* row gives a resample
+    whose order statistics are the row's values at the sorted drawn positions, so
+    the median's position does not depend on the data. Drawing positions of the
+    sorted row instead of the original one is the same bootstrap in distribution.
+    This turns a (cases x resamples x rounds) median into a (cases x resamples) gather.
+    """
+    drawn = _rng(seed, stream, n).integers(0, n, size=(resamples, n))
+    drawn.sort(axis=1)
+    return drawn[:, (n - 1) // 2], drawn[:, n // 2]
+
+
+def _boot_medians(sorted_rows: np.ndarray, positions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    lower, upper = positions
+    return 0.5 * (sorted_rows[:, lower] + sorted_rows[:, upper])  # (cases, resamples)
+
+
+def _p_from_bootstrap(boot: np.ndarray) -> np.ndarray:
+    """Two-sided p-value for 'no change' (0) from the bootstrap distribution of the change.
+
+    The smallest alpha whose percentile interval excludes 0; consistent with the CI.
+    """
+    import numpy as np
+
+    resamples = boot.shape[1]
+    below = 1.0 + np.sum(boot <= 0.0, axis=1)
+    above = 1.0 + np.sum(boot >= 0.0, axis=1)
+    return np.minimum(1.0, 2.0 * np.minimum(below, above) / (resamples + 1.0))
+
+
+def _paired_kernel(
+    x: np.ndarray, confidence: float, resamples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of x (cases x rounds): median, bootstrap CI and p-value, all rows at once."""
+    import numpy as np
+
+    rows = np.sort(x, axis=1)
+    point = np.median(rows, axis=1)
+    boot = _boot_medians(rows, median_positions(x.shape[1], resamples, seed, _STREAM_BOOTSTRAP))
+    lo, hi = _quantiles(boot, confidence)
+    return point, lo, hi, _p_from_bootstrap(boot)
+
+
+def _two_sample_kernel(
+    a: np.ndarray, b: np.ndarray, confidence: float, resamples: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: median(a) - median(b), with rounds of a and b resampled independently."""
+    import numpy as np
+
+    rows_a = np.sort(a, axis=1)
+    rows_b = np.sort(b, axis=1)
+    point = np.median(rows_a, axis=1) - np.median(rows_b, axis=1)
+    boot = _boot_medians(
+        rows_a, median_positions(a.shape[1], resamples, seed, _STREAM_BOOTSTRAP)
+    ) - _boot_medians(rows_b, median_positions(b.shape[1], resamples, seed, _STREAM_SECOND))
+    lo, hi = _quantiles(boot, confidence)
+    return point, lo, hi, _p_from_bootstrap(boot)
+
+
+# --------------------------------------------------------------------------- changes
+
+
+def paired_changes(
+    per_case_log_ratios: Sequence[np.ndarray],
+    *,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> list[Change]:
+    """Changes from per-round log ratios of one run (PR / base, or arm / control).
+
+    Rows with the same round count go through one kernel call. Fewer than 2 rounds
+    give NaN (the caller decides what too few rounds means).
+    """
+    import numpy as np
+
+    out: list[Change] = [NAN_CHANGE] * len(per_case_log_ratios)
+    groups: dict[int, list[int]] = {}
+    for i, values in enumerate(per_case_log_ratios):
+        if len(values) >= 2:
+            groups.setdefault(len(values), []).append(i)
+    for n, members in sorted(groups.items()):
+        x = np.stack([np.asarray(per_case_log_ratios[i], dtype=np.float64) for i in members])
+        point, lo, hi, p = _paired_kernel(x, confidence, resamples, seed)
+        for j, i in enumerate(members):
+            out[i] = Change(
+                float(np.exp(point[j])), float(np.exp(lo[j])), float(np.exp(hi[j])),
+                float(p[j]), n,
+            )
+    return out
+
+
+def double_ratio_changes(
+    pr_vs_control: Sequence[np.ndarray],
+    base_vs_control: Sequence[np.ndarray],
+    *,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> list[Change]:
+    """Changes between two runs: (PR / its control) / (base / its control), per case.
+
+    Inputs are per-round log(arm / control) of each run; a uniform machine slowdown
+    of one run scales arm and control alike and cancels.
+    """
+    import numpy as np
+
+    if len(pr_vs_control) != len(base_vs_control):
+        raise ValueError("pr and base must list the same cases")
+    out: list[Change] = [NAN_CHANGE] * len(pr_vs_control)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (a, b) in enumerate(zip(pr_vs_control, base_vs_control, strict=True)):
+        if len(a) >= 2 and len(b) >= 2:
+            groups.setdefault((len(a), len(b)), []).append(i)
+    for (n1, n2), members in sorted(groups.items()):
+        a = np.stack([np.asarray(pr_vs_control[i], dtype=np.float64) for i in members])
+        b = np.stack([np.asarray(base_vs_control[i], dtype=np.float64) for i in members])
+        point, lo, hi, p = _two_sample_kernel(a, b, confidence, resamples, seed)
+        for j, i in enumerate(members):
+            out[i] = Change(
+                float(np.exp(point[j])), float(np.exp(lo[j])), float(np.exp(hi[j])),
+                float(p[j]), min(n1, n2),
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- multiple testing
+
+
+def benjamini_hochberg(
+    pvalues: Sequence[float], fdr: float = defaults.FDR
+) -> tuple[list[bool], list[float]]:
+    """Benjamini-Hochberg step-up: which hypotheses are rejected at `fdr`, and the q-values.
+
+    NaN p-values (no test) are never rejected and do not count towards m.
+    """
+    import numpy as np
+
+    p = np.asarray(pvalues, dtype=np.float64)
+    tested = np.flatnonzero(np.isfinite(p))
+    rejected = np.zeros(len(p), dtype=bool)
+    q = np.full(len(p), np.nan)
+    m = len(tested)
+    if m == 0:
+        return rejected.tolist(), q.tolist()
+    order = tested[np.argsort(p[tested], kind="stable")]
+    ranked = p[order]
+    ranks = np.arange(1, m + 1)
+    passing = np.flatnonzero(ranked <= ranks * fdr / m)
+    if passing.size:
+        rejected[order[: passing[-1] + 1]] = True
+    # q_(i) = min over j >= i of p_(j) * m / j, capped at 1.
+    adjusted = np.minimum.accumulate((ranked * m / ranks)[::-1])[::-1]
+    q[order] = np.minimum(adjusted, 1.0)
+    return rejected.tolist(), q.tolist()
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def control_drift(values: np.ndarray) -> float:
+    """How much a series of per-round medians moved from the first round to the last.
+
+    A least-squares line through log(value) over the round position (0 .. 1);
+    the result is exp(slope) - 1, e.g. 0.03 when the control got 3 % slower.
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) < 2:
+        return math.nan
+    x = np.linspace(0.0, 1.0, len(v))
+    slope, _ = fit_lines(x, np.log(v))
+    return float(np.expm1(slope))
+
+
+# --------------------------------------------------------------------------- decomposition
+
+
+def fit_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope and intercept of y over x along the last axis (vectorized)."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    xc = x - x.mean()
+    slope = (y * xc).sum(axis=-1) / (xc * xc).sum()
+    intercept = y.mean(axis=-1) - slope * x.mean()
+    return slope, intercept
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """Per-node cost (slope, ns per node) and per-Run cost (intercept, ns) of one arm."""
+
+    slope: float
+    slope_ci: tuple[float, float]
+    intercept: float
+    intercept_ci: tuple[float, float]
+    boot_slope: np.ndarray
+    boot_intercept: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "slope_ns": self.slope,
+            "slope_ci95": list(self.slope_ci),
+            "intercept_ns": self.intercept,
+            "intercept_ci95": list(self.intercept_ci),
+        }
+
+
+def fit_family(
+    depths: Sequence[int],
+    per_case_rounds: Sequence[Mapping[str, np.ndarray]],
+    arms: Sequence[str],
+    *,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> dict[str, FamilyFit]:
+    """Fit p50 = intercept + slope x depth per arm over the cases of one chain family.
+
+    `per_case_rounds[j][arm]` are the per-round medians of case j (depth depths[j]).
+    Rounds are resampled per case with one index draw shared by all arms of the case,
+    because the arms of one round ran side by side (paired).
+    """
+    import numpy as np
+
+    if len(set(depths)) < 2:
+        raise ValueError("a family fit needs at least two distinct depths")
+    d = np.asarray(depths, dtype=np.float64)
+    rng = _rng(seed, _STREAM_FAMILY, len(depths))
+    boot = {arm: np.empty((resamples, len(depths))) for arm in arms}
+    point = {arm: np.empty(len(depths)) for arm in arms}
+    for j, rounds in enumerate(per_case_rounds):
+        n = min(len(rounds[arm]) for arm in arms)
+        idx = rng.integers(0, n, size=(resamples, n))
+        for arm in arms:
+            values = np.asarray(rounds[arm], dtype=np.float64)[:n]
+            point[arm][j] = np.median(values)
+            boot[arm][:, j] = np.median(values[idx], axis=1)
+    fits: dict[str, FamilyFit] = {}
+    for arm in arms:
+        slope, intercept = fit_lines(d, point[arm])
+        b_slope, b_intercept = fit_lines(d, boot[arm])
+        s_lo, s_hi = _quantiles(b_slope, confidence)
+        i_lo, i_hi = _quantiles(b_intercept, confidence)
+        fits[arm] = FamilyFit(
+            float(slope), (float(s_lo), float(s_hi)), float(intercept),
+            (float(i_lo), float(i_hi)), b_slope, b_intercept,
+        )
+    return fits
+
+
+def ratio_with_ci(
+    num: np.ndarray, den: np.ndarray, point: float, confidence: float = defaults.CONFIDENCE
+) -> tuple[float, float, float]:
+    """A ratio of two bootstrapped quantities: point and percentile CI (NaN if den crosses 0)."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = num / den
+    if not np.all(np.isfinite(boot)) or np.any(den <= 0):
+        return point, math.nan, math.nan
+    lo, hi = _quantiles(boot, confidence)
+    return point, float(lo), float(hi)
+
+
+# --------------------------------------------------------------------------- run summary
+
+
+def summarize(doc: Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    """The run summary of a results document; see reports.summary.summarize."""
+    from reports.summary import summarize as _summarize
+
+    return _summarize(doc, **options)
+
+
+def render_summary_table(summary: Mapping[str, Any]) -> str:
+    """The run summary as terminal text; see reports.summary.render_summary_table."""
+    from reports.summary import render_summary_table as _render
+
+    return _render(summary)

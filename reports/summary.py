@@ -1,0 +1,249 @@
+"""The run summary: p50 per arm, ratio to the control with a CI, drift, chain-family fits.
+
+`epbench run` and `epbench summary` print this; its JSON form is stable:
+{"cases": {CASE: {"arms": {ARM: {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed",
+"nodes_by_ep"}}, "verified", "status", ...}}, "families": {...}, "gate": {...}}.
+All numbers come from reports.stats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from reports import defaults, stats
+
+CHAIN_KINDS = ("chain", "binary")
+
+
+def family_of(spec: Mapping[str, Any]) -> str | None:
+    """The chain family of a case spec dict ("relu_w8", "relu_w8_dyn", "add_w8"), else None.
+
+    Same rule as cases.spec.CaseSpec.family, read from the results file alone.
+    """
+    if spec.get("kind") not in CHAIN_KINDS or not spec.get("op") or not spec.get("width"):
+        return None
+    name = f"{str(spec['op']).lower()}_w{int(spec['width'])}"
+    return name + "_dyn" if spec.get("dynamic") else name
+
+
+def _finite(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _case_verified(case: Mapping[str, Any]) -> bool:
+    arms = case.get("arms", {})
+    verified = all(a.get("verified") for a in arms.values())
+    return case.get("status") == "ok" and bool(arms) and verified
+
+
+def gate_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Rounds that passed the idle gate vs unquiet ones, and the worst steal seen."""
+    total = quiet = 0
+    max_steal = 0.0
+    waited = 0.0
+    for case in doc.get("cases", {}).values():
+        for rnd in case.get("rounds", []):
+            total += 1
+            quiet += bool(rnd.get("quiet", True))
+            gate = rnd.get("gate") or {}
+            waited += float(gate.get("waited_s") or 0.0)
+            for value in (gate.get("steal") or {}).values():
+                max_steal = max(max_steal, float(value))
+            for value in ((rnd.get("interference") or {}).get("steal") or {}).values():
+                max_steal = max(max_steal, float(value))
+    cfg = doc.get("config", {}).get("gate", {})
+    return {
+        "policy": cfg.get("policy"),
+        "threshold": cfg.get("threshold"),
+        "rounds": total,
+        "quiet": quiet,
+        "unquiet": total - quiet,
+        "max_steal": max_steal,
+        "waited_s": waited,
+    }
+
+
+def summarize(
+    doc: Mapping[str, Any],
+    *,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> dict[str, Any]:
+    """The summary of one results document (JSON-able, keys sorted by the writer)."""
+    control = doc.get("control", "ort")
+    cases_out: dict[str, Any] = {}
+    # Collect every (case, arm) ratio first so all of them go through one kernel per round count.
+    jobs: list[tuple[str, str]] = []
+    ratios = []
+    medians: dict[str, dict[str, Any]] = {}
+    for name, case in doc.get("cases", {}).items():
+        medians[name] = {arm: stats.round_medians(case, arm) for arm in case.get("arms", {})}
+        ctrl = medians[name].get(control)
+        for arm in case.get("arms", {}):
+            if arm != control and ctrl is not None:
+                jobs.append((name, arm))
+                ratios.append(stats.log_ratios(medians[name][arm], ctrl))
+    changes = stats.paired_changes(
+        ratios, confidence=confidence, resamples=resamples, seed=seed
+    )
+    by_job = dict(zip(jobs, changes, strict=True))
+    for name, case in doc.get("cases", {}).items():
+        import numpy as np
+
+        arms_out: dict[str, Any] = {}
+        for arm, info in case.get("arms", {}).items():
+            values = medians[name][arm]
+            values = values[np.isfinite(values)]
+            p50 = float(np.median(values)) if len(values) else math.nan
+            if arm == control:
+                ratio, ci = (1.0, [1.0, 1.0]) if len(values) else (None, [None, None])
+            else:
+                ch = by_job[(name, arm)]
+                ratio, ci = _finite(ch.ratio), [_finite(ch.lo), _finite(ch.hi)]
+            arms_out[arm] = {
+                "p50_ns": _finite(p50),
+                "ratio_vs_ort": ratio,
+                "ci95": ci,
+                "nodes_executed": info.get("nodes_executed"),
+                "nodes_by_ep": dict(info.get("nodes_by_ep") or {}),
+            }
+        quiet = stats.quiet_mask(case)
+        ctrl_values = medians[name].get(control)
+        cases_out[name] = {
+            "arms": arms_out,
+            "verified": _case_verified(case),
+            "status": case.get("status"),
+            "error": case.get("error"),
+            "rounds": len(quiet),
+            "quiet_rounds": int(quiet.sum()),
+            "control_drift": (
+                _finite(stats.control_drift(ctrl_values)) if ctrl_values is not None else None
+            ),
+        }
+    return {
+        "control": control,
+        "confidence": confidence,
+        "cases": cases_out,
+        "families": family_fits(doc, confidence=confidence, resamples=resamples, seed=seed),
+        "gate": gate_summary(doc),
+    }
+
+
+def family_members(doc: Mapping[str, Any]) -> dict[str, list[tuple[int, str]]]:
+    """Chain families with at least two depths among the ok cases: family -> [(depth, case)]."""
+    families: dict[str, list[tuple[int, str]]] = {}
+    for name, case in doc.get("cases", {}).items():
+        family = family_of(case.get("spec", {}))
+        if family and case.get("status") == "ok":
+            families.setdefault(family, []).append((int(case["spec"]["depth"]), name))
+    return {
+        f: sorted(members)
+        for f, members in sorted(families.items())
+        if len({d for d, _ in members}) >= 2
+    }
+
+
+def family_fits(
+    doc: Mapping[str, Any],
+    *,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> dict[str, Any]:
+    """Per chain family: per-node cost (slope) and per-Run cost (intercept) per arm, with CIs."""
+    out: dict[str, Any] = {}
+    for family, members in family_members(doc).items():
+        cases = [doc["cases"][name] for _, name in members]
+        arms = sorted(set.intersection(*(set(c.get("arms", {})) for c in cases)))
+        if not arms:
+            continue
+        rounds = [{arm: stats.round_medians(c, arm) for arm in arms} for c in cases]
+        fits = stats.fit_family(
+            [d for d, _ in members], rounds, arms,
+            confidence=confidence, resamples=resamples, seed=seed,
+        )
+        out[family] = {
+            "cases": [name for _, name in members],
+            "depths": [d for d, _ in members],
+            "arms": {arm: {k: _json_number(v) for k, v in fit.to_dict().items()}
+                     for arm, fit in fits.items()},
+        }
+    return out
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return _finite(value)
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_summary_table(summary: Mapping[str, Any]) -> str:
+    """The summary as fixed-width text for the terminal."""
+    from reports.render import format_ns, format_ratio_ci
+
+    lines: list[str] = []
+    rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
+             "nodes", "status")]
+    for name, case in summary["cases"].items():
+        status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
+        for arm, a in case["arms"].items():
+            nodes = a.get("nodes_by_ep") or {}
+            split = (
+                " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
+                if len(nodes) > 1 else ""
+            )
+            ratio, ci = format_ratio_ci(a["ratio_vs_ort"], a["ci95"])
+            rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
+                         f"{a['nodes_executed']}{split}", status))
+            name, status = "", ""
+    lines.extend(_columns(rows))
+    drifts = [
+        (abs(c["control_drift"]), n, c["control_drift"])
+        for n, c in summary["cases"].items() if c.get("control_drift") is not None
+    ]
+    if drifts:
+        _, worst_case, worst = max(drifts)
+        lines.append("")
+        lines.append(f"control drift: worst {worst:+.1%} ({worst_case}) from first to last round")
+    if summary.get("families"):
+        lines.append("")
+        frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
+        for family, f in summary["families"].items():
+            label = f"{family} (d={','.join(map(str, f['depths']))})"
+            for arm, fit in f["arms"].items():
+                frows.append((
+                    label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
+                    format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
+                ))
+                label = ""
+        lines.extend(_columns(frows))
+    g = summary.get("gate") or {}
+    if g:
+        lines.append("")
+        lines.append(
+            f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
+            f"{g.get('quiet')}/{g.get('rounds')} "
+            f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ci_ns(ci: list[float | None]) -> str:
+    from reports.render import format_ns
+
+    if not ci or ci[0] is None or ci[1] is None:
+        return "-"
+    return f"[{format_ns(ci[0])}, {format_ns(ci[1])}]"
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]

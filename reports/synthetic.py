@@ -1,0 +1,188 @@
+"""Synthetic results documents with a known truth, for checking the statistics.
+
+Noise model (per case; stated here once, used by the tests and quoted in reports'
+tests): the per-round median of arm `a` in round `r` is
+
+    true_ns[a] * machine[r] * exp(N(0, arm_sigma)) * (1 + spike)
+
+where `machine[r] = exp(N(0, machine_sigma))` is shared by every arm of the round
+(a shared runner speeding up and slowing down between rounds; it cancels in
+ratios within a round), the log-normal term is each arm's own block-to-block
+noise, and with probability `spike_prob` a block is hit by interference and
+made `spike` = U(5 %, 30 %) slower. `drift` scales the whole run linearly from
+1 at the first round to 1 + drift at the last. Each block holds `samples` values
+spread +-0.5 % around its median.
+
+The documents follow the results schema of harness/results.py exactly, so every
+reports module can run on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = "epbench.results/1"
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    machine_sigma: float = 0.03
+    arm_sigma: float = 0.015
+    spike_prob: float = 0.05
+    spike_lo: float = 0.05
+    spike_hi: float = 0.30
+    drift: float = 0.0
+
+
+REALISTIC = NoiseModel()
+
+
+def round_values(
+    true_ns: Mapping[str, float],
+    rounds: int,
+    rng: Any,
+    noise: NoiseModel = REALISTIC,
+) -> dict[str, Any]:
+    """Per-round medians per arm (numpy arrays) under the noise model."""
+    import numpy as np
+
+    machine = np.exp(rng.normal(0.0, noise.machine_sigma, rounds))
+    machine *= 1.0 + noise.drift * np.linspace(0.0, 1.0, rounds)
+    out = {}
+    for arm, ns in true_ns.items():
+        own = np.exp(rng.normal(0.0, noise.arm_sigma, rounds))
+        spikes = rng.random(rounds) < noise.spike_prob
+        spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, rounds), 0.0)
+        out[arm] = ns * machine * own * (1.0 + spike)
+    return out
+
+
+def case_spec(name: str, **fields: Any) -> dict[str, Any]:
+    """A CaseSpec.to_dict()-shaped spec; chain names like relu_d10_w8 fill op/depth/width."""
+    spec: dict[str, Any] = {
+        "name": name, "kind": "model", "op": None, "depth": None, "width": None,
+        "dynamic": name.endswith("_dyn"), "m": None, "k": None, "n": None, "path": None,
+        "dims": [], "tolerance": 0.0, "opt_level": "all", "seed": 0, "batch": 1,
+    }
+    parts = name.removesuffix("_dyn").split("_")
+    if len(parts) == 3 and parts[1].startswith("d") and parts[2].startswith("w"):
+        op = parts[0].capitalize()
+        spec.update(
+            kind="binary" if op in ("Add", "Mul") else "chain",
+            op=op, depth=int(parts[1][1:]), width=int(parts[2][1:]),
+        )
+    elif parts[0] == "matmul" and len(parts) == 2:
+        m, n = (int(v) for v in parts[1].split("x"))
+        spec.update(kind="matmul", op="MatMul", m=1, k=m, n=n)
+    spec.update(fields)
+    return spec
+
+
+def results_doc(
+    cases: Mapping[str, Mapping[str, float]],
+    *,
+    rounds: int = 30,
+    seed: int = 0,
+    noise: NoiseModel = REALISTIC,
+    samples: int = 5,
+    unquiet_rounds: Mapping[str, Sequence[int]] | None = None,
+    counters: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    status: Mapping[str, str] | None = None,
+    host_key: str = "host0001",
+    definition: Mapping[str, str] | None = None,
+    arm_specs: Mapping[str, str] | None = None,
+    control: str = "ort",
+) -> dict[str, Any]:
+    """A results document: `cases[case][arm]` is the true ns per Run of that arm."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arm_keys: list[str] = []
+    for per_arm in cases.values():
+        arm_keys.extend(a for a in per_arm if a not in arm_keys)
+    arm_specs = dict(arm_specs or {})
+    arms = {
+        key: {
+            "key": key,
+            "kind": "ort" if key.startswith("ort") else "plugin",
+            "spec": arm_specs.get(key, key),
+            "library": None if key.startswith("ort") else f"/lib/{key}.so",
+            "sha256": None if key.startswith("ort") else "ab" * 32,
+            "ep_name": "CPUExecutionProvider" if key.startswith("ort") else key,
+            "ep_version": None,
+            "registration_name": None if key.startswith("ort") else key,
+            "options": {},
+        }
+        for key in arm_keys
+    }
+    out_cases: dict[str, Any] = {}
+    for name, true_ns in cases.items():
+        spec = case_spec(name)
+        values = round_values(true_ns, rounds, rng, noise)
+        unquiet = set((unquiet_rounds or {}).get(name, ()))
+        n_nodes = spec["depth"] or 1
+        case_status = (status or {}).get(name, "ok")
+        rounds_out = []
+        for r in range(rounds):
+            order = [arm_keys[(r + i) % len(arm_keys)] for i in range(len(arm_keys))]
+            order = [a for a in order if a in true_ns]
+            quiet = r not in unquiet
+            spread = np.linspace(-0.005, 0.005, samples)
+            rounds_out.append({
+                "index": r,
+                "order": order,
+                "quiet": quiet,
+                "gate": {
+                    "passed": quiet, "idle": {"cpu0": 0.99 if quiet else 0.5},
+                    "steal": {"cpu0": 0.0 if quiet else 0.02},
+                    "waited_s": 0.0, "attempts": 1,
+                },
+                "interference": {"idle": {"cpu1": 0.98}, "steal": {"cpu1": 0.0}},
+                "samples_ns": {
+                    arm: [int(round(v)) for v in values[arm][r] * (1.0 + spread)]
+                    for arm in true_ns
+                },
+            })
+        out_cases[name] = {
+            "spec": spec,
+            "definition_sha256": (definition or {}).get(name, f"def-{name}"),
+            "status": case_status,
+            "error": None if case_status == "ok" else f"{case_status}: synthetic",
+            "signal": 11 if case_status == "crashed" else None,
+            "core": 1,
+            "arms": {
+                arm: {
+                    "nodes_executed": n_nodes,
+                    "nodes_by_ep": {arms[arm]["ep_name"]: n_nodes},
+                    "verified": case_status == "ok",
+                    "max_abs_error": 0.0,
+                    "block_iters": samples,
+                    "counters_per_run": (
+                        dict(counters[name][arm])
+                        if counters and name in counters and arm in counters[name] else None
+                    ),
+                }
+                for arm in true_ns
+            },
+            "rounds": rounds_out if case_status == "ok" else [],
+        }
+    return {
+        "schema": SCHEMA,
+        "created": "2026-01-01T00:00:00Z",
+        "host": {
+            "cpu_model": "Synthetic CPU @ 2.0GHz", "logical_cores": 2, "allowed_cores": [0, 1],
+            "kernel": "6.1.0", "python": "3.11.0", "onnxruntime": "1.32.0", "numpy": "2.4.6",
+            "governor": "performance", "smt": False, "git_commit": "0" * 40, "key": host_key,
+        },
+        "config": {
+            "rounds": rounds, "block_target_ms": 20.0, "warmup_ms": 100.0, "seed": seed,
+            "threads": 1, "gate": {"policy": "wait", "threshold": 0.93},
+            "allow_fallback": False, "grids": [], "case_names": list(cases),
+        },
+        "arms": arms,
+        "control": control,
+        "cases": out_cases,
+        "interrupted": False,
+    }

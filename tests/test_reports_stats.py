@@ -1,0 +1,224 @@
+"""reports.stats against synthetic rounds with a known truth (seeded; no wall clock)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from reports import defaults, stats, summary, synthetic
+
+
+def test_benjamini_hochberg_hand_worked_step_up():
+    # m = 4 tested (the NaN is not a test), fdr 0.05: critical values k * 0.05 / 4 =
+    # 0.0125, 0.025, 0.0375, 0.05. The smallest p (0.03) misses its 0.0125, but the
+    # largest (0.045 <= 0.05) passes, and step-up rejects it and everything below.
+    p = [0.04, 0.03, float("nan"), 0.045, 0.035]
+    rejected, q = stats.benjamini_hochberg(p, fdr=0.05)
+    assert rejected == [True, True, False, True, True]
+    # q_(4) = 0.045 * 4/4; every smaller rank takes the running minimum from above.
+    assert q[3] == pytest.approx(0.045)
+    assert q[0] == pytest.approx(0.045) and q[1] == pytest.approx(0.045)
+    assert q[4] == pytest.approx(0.045)
+    assert math.isnan(q[2])
+
+
+def test_benjamini_hochberg_hand_worked_partial():
+    # m = 5, critical values 0.01, 0.02, 0.03, 0.04, 0.05: ranks 1 and 2 pass
+    # (0.004 <= 0.01, 0.019 <= 0.02); rank 3 (0.035 > 0.03), 4 (0.041 > 0.04)
+    # and 5 (0.30 > 0.05) do not, so exactly two are rejected.
+    p = [0.30, 0.019, 0.041, 0.004, 0.035]
+    rejected, q = stats.benjamini_hochberg(p, fdr=0.05)
+    assert rejected == [False, True, False, True, False]
+    assert q[3] == pytest.approx(0.02)  # 0.004 * 5 / 1 = 0.02
+    assert q[1] == pytest.approx(0.0475)  # 0.019 * 5 / 2
+    assert q[4] == pytest.approx(0.05125)  # min(0.035*5/3, 0.041*5/4, 0.30) = 0.05125
+    assert q[0] == pytest.approx(0.30)
+
+
+def test_bootstrap_medians_by_position_equal_brute_force_medians():
+    # The kernel's shortcut (median position of a resample of a sorted row) must
+    # give exactly the medians of resampling that sorted row directly.
+    rng = np.random.default_rng(5)
+    for n in (7, 30):  # odd and even round counts
+        x = np.sort(rng.normal(size=(3, n)), axis=1)
+        lower, upper = stats.median_positions(n, 200, seed=1, stream=0)
+        drawn = stats._rng(1, 0, n).integers(0, n, size=(200, n))
+        brute = np.median(x[:, drawn], axis=2)
+        np.testing.assert_array_equal(stats._boot_medians(x, (lower, upper)), brute)
+
+
+def test_paired_change_covers_the_truth_and_detects_it():
+    rng = np.random.default_rng(11)
+    true = np.log(1.05)
+    x = true + rng.normal(0.0, 0.02, 30)
+    (ch,) = stats.paired_changes([x])
+    assert ch.lo < 1.05 < ch.hi
+    assert ch.lo > 1.0 and ch.p < 0.01
+    assert ch.n == 30
+    assert ch.ratio == pytest.approx(math.exp(np.median(x)))
+
+
+def test_no_change_has_p_one_and_degenerate_ci():
+    (ch,) = stats.paired_changes([np.zeros(20)])
+    assert (ch.ratio, ch.lo, ch.hi, ch.p) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_too_few_rounds_give_nan_not_a_verdict():
+    (ch,) = stats.paired_changes([np.array([0.1])])
+    assert math.isnan(ch.ratio) and ch.n == 0
+
+
+def test_confidence_widens_the_interval():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0.0, 0.02, 30)
+    (c90,) = stats.paired_changes([x], confidence=0.90)
+    (c99,) = stats.paired_changes([x], confidence=0.99)
+    assert c99.lo < c90.lo and c99.hi > c90.hi
+
+
+def test_same_inputs_same_interval_whatever_the_rest_of_the_grid():
+    rng = np.random.default_rng(4)
+    x = rng.normal(0.0, 0.02, 30)
+    alone = stats.paired_changes([x])[0]
+    in_grid = stats.paired_changes([rng.normal(size=30), x, rng.normal(size=12)])[1]
+    assert alone == in_grid
+
+
+def test_resampling_is_one_kernel_call_per_round_count(monkeypatch):
+    # Vectorized by structure: 50 cases of 30 rounds and 7 of 12 rounds are two
+    # kernel calls, not 57.
+    calls = []
+    real = stats._paired_kernel
+
+    def counting(x, *args):
+        calls.append(x.shape)
+        return real(x, *args)
+
+    monkeypatch.setattr(stats, "_paired_kernel", counting)
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=30) for _ in range(50)] + [rng.normal(size=12) for _ in range(7)]
+    out = stats.paired_changes(rows)
+    assert sorted(calls) == [(7, 12), (50, 30)]
+    assert len(out) == 57 and all(math.isfinite(c.ratio) for c in out)
+
+
+def test_two_sample_kernel_is_one_call_per_shape(monkeypatch):
+    calls = []
+    real = stats._two_sample_kernel
+
+    def counting(a, b, *args):
+        calls.append((a.shape, b.shape))
+        return real(a, b, *args)
+
+    monkeypatch.setattr(stats, "_two_sample_kernel", counting)
+    rng = np.random.default_rng(0)
+    a = [rng.normal(size=30) for _ in range(20)]
+    b = [rng.normal(size=25) for _ in range(20)]
+    stats.double_ratio_changes(a, b)
+    assert calls == [((20, 30), (20, 25))]
+
+
+def _arm_vs_control(doc, case, arm):
+    c = doc["cases"][case]
+    return stats.log_ratios(stats.round_medians(c, arm), stats.round_medians(c, "ort"))
+
+
+def test_double_ratio_cancels_a_uniform_machine_slowdown_exactly():
+    base = synthetic.results_doc({"relu_d10_w8": {"ort": 3000.0, "ep": 2000.0}}, seed=1)
+    pr = synthetic.results_doc({"relu_d10_w8": {"ort": 3000.0, "ep": 2000.0}}, seed=2)
+    before = stats.double_ratio_changes(
+        [_arm_vs_control(pr, "relu_d10_w8", "ep")], [_arm_vs_control(base, "relu_d10_w8", "ep")]
+    )[0]
+    # The PR run's machine is twice as slow for every arm: every sample doubles.
+    # (A power of two keeps the float arithmetic exact, so "cancels" means equal.)
+    for rnd in pr["cases"]["relu_d10_w8"]["rounds"]:
+        rnd["samples_ns"] = {a: [2 * v for v in s] for a, s in rnd["samples_ns"].items()}
+    after = stats.double_ratio_changes(
+        [_arm_vs_control(pr, "relu_d10_w8", "ep")], [_arm_vs_control(base, "relu_d10_w8", "ep")]
+    )[0]
+    assert after == before
+    # And a non-binary factor cancels to rounding error.
+    for rnd in pr["cases"]["relu_d10_w8"]["rounds"]:
+        rnd["samples_ns"] = {a: [1.37 * v for v in s] for a, s in rnd["samples_ns"].items()}
+    scaled = stats.double_ratio_changes(
+        [_arm_vs_control(pr, "relu_d10_w8", "ep")], [_arm_vs_control(base, "relu_d10_w8", "ep")]
+    )[0]
+    assert scaled.ratio == pytest.approx(before.ratio, rel=1e-12)
+    assert scaled.lo == pytest.approx(before.lo, rel=1e-12)
+    assert scaled.hi == pytest.approx(before.hi, rel=1e-12)
+
+
+def test_fit_family_recovers_known_slope_and_intercept():
+    # p50 = 500 ns per Run + 40 ns per node, with 1 % per-round noise.
+    rng = np.random.default_rng(8)
+    depths = [1, 10, 100, 1000]
+    rounds = [
+        {"ep": (500.0 + 40.0 * d) * np.exp(rng.normal(0, 0.01, 30))} for d in depths
+    ]
+    fit = stats.fit_family(depths, rounds, ["ep"])["ep"]
+    assert fit.slope == pytest.approx(40.0, rel=0.01)
+    assert fit.slope_ci[0] < 40.0 < fit.slope_ci[1]
+    assert fit.intercept_ci[0] < 500.0 < fit.intercept_ci[1]
+    # Noise-free rounds give the line exactly.
+    exact = [{"ep": np.full(9, 500.0 + 40.0 * d)} for d in depths]
+    fit = stats.fit_family(depths, exact, ["ep"])["ep"]
+    assert fit.slope == pytest.approx(40.0, rel=1e-12)
+    assert fit.intercept == pytest.approx(500.0, rel=1e-9)
+
+
+def test_fit_family_needs_two_depths():
+    with pytest.raises(ValueError, match="two distinct depths"):
+        stats.fit_family([10, 10], [{"a": np.ones(5)}, {"a": np.ones(5)}], ["a"])
+
+
+def test_control_drift_measures_first_to_last_change():
+    values = 1000.0 * np.exp(np.linspace(0.0, math.log(1.04), 25))
+    assert stats.control_drift(values) == pytest.approx(0.04, rel=1e-9)
+    assert stats.control_drift(np.full(10, 7.0)) == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(stats.control_drift(np.array([5.0])))
+
+
+def test_summary_has_the_documented_shape():
+    doc = synthetic.results_doc(
+        {
+            "relu_d1_w8": {"ort": 1000.0, "ep": 800.0},
+            "relu_d10_w8": {"ort": 3000.0, "ep": 1500.0},
+            "matmul_128x128": {"ort": 50000.0, "ep": 60000.0},
+        },
+        noise=synthetic.NoiseModel(0.0, 0.0, 0.0),
+    )
+    s = stats.summarize(doc)
+    assert set(s) >= {"cases", "families", "gate"}
+    ep = s["cases"]["matmul_128x128"]["arms"]["ep"]
+    assert set(ep) == {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed", "nodes_by_ep"}
+    assert ep["ratio_vs_ort"] == pytest.approx(1.2, rel=1e-3)
+    assert s["cases"]["matmul_128x128"]["arms"]["ort"]["ratio_vs_ort"] == 1.0
+    assert s["cases"]["relu_d1_w8"]["verified"] is True
+    fam = s["families"]["relu_w8"]
+    assert fam["depths"] == [1, 10]
+    # 800 = a + b, 1500 = a + 10 b  ->  b = 77.8 ns per node, a = 722 ns per Run.
+    assert fam["arms"]["ep"]["slope_ns"] == pytest.approx(700 / 9, rel=2e-3)
+    assert fam["arms"]["ep"]["intercept_ns"] == pytest.approx(800 - 700 / 9, rel=2e-3)
+    assert s["gate"] == {
+        "policy": "wait", "threshold": 0.93, "rounds": 90, "quiet": 90, "unquiet": 0,
+        "max_steal": 0.0, "waited_s": 0.0,
+    }
+    text = stats.render_summary_table(s)
+    assert "matmul_128x128" in text and "1.200x" in text and "relu_w8 (d=1,10)" in text
+
+
+def test_summary_marks_failed_cases_unverified():
+    doc = synthetic.results_doc(
+        {"relu_d1_w8": {"ort": 1000.0, "ep": 800.0}}, status={"relu_d1_w8": "crashed"}
+    )
+    s = summary.summarize(doc)
+    case = s["cases"]["relu_d1_w8"]
+    assert case["verified"] is False and case["status"] == "crashed"
+    assert case["arms"]["ep"]["p50_ns"] is None
+
+
+def test_defaults_are_sane():
+    assert defaults.RESAMPLES >= 2000
+    assert 0 < defaults.FLOOR < defaults.K * defaults.NOISE_WITHOUT_PROFILE
