@@ -1,0 +1,186 @@
+"""Arm specs: how one case is run (`ort`, `engine`, `plugin:...`).
+
+Grammar (one place): ``ort[:OPTS]`` | ``engine[:OPTS]`` | ``engine@LIB[:OPTS]`` |
+``plugin:PATH_OR_MODULE[:OPTS]``, where OPTS is ``K=V[,K=V...]``. ``name=ALIAS``
+names the arm (its key in results and its registration name); every other
+option is handed to the EP through ``add_provider_for_devices``.
+
+Resolving a spec to a library path happens here, in the parent process, and
+never loads the library: loading happens in the worker, where a crash is
+contained.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import ArmError
+
+CONTROL_KEY = "ort"
+KINDS = ("ort", "engine", "plugin")
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm as the user wrote it, parsed. Immutable; validated when built."""
+
+    spec: str  # exactly as written on the command line
+    kind: str  # ort | engine | plugin
+    target: str | None = None  # plugin: path or module; engine@LIB: the library
+    options: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # EP options
+    name: str | None = None  # from name=ALIAS
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ArmError(f"unknown arm kind {self.kind!r}: use one of {', '.join(KINDS)}")
+
+    @property
+    def key(self) -> str:
+        """The arm's key in results and summaries: its name, or the spec as written."""
+        return self.name or self.spec
+
+    @property
+    def registration_name(self) -> str | None:
+        """The name the library is registered under (None for the ORT CPU EP).
+
+        For the engine this is also its EP name, so it must be a plain identifier.
+        """
+        if self.kind == "ort":
+            return None
+        return re.sub(r"[^A-Za-z0-9_]", "_", self.key)
+
+    @property
+    def ep_options(self) -> dict[str, str]:
+        return dict(self.options)
+
+
+def _parse_options(text: str, spec: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    options: list[tuple[str, str]] = []
+    name = None
+    for item in text.split(","):
+        if "=" not in item or not item.split("=", 1)[0]:
+            raise ArmError(
+                f"arm {spec!r}: option {item!r} is not KEY=VALUE; "
+                "write options as e.g. engine:partition=per_node,name=pernode"
+            )
+        key, value = item.split("=", 1)
+        if key == "name":
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", value):
+                raise ArmError(
+                    f"arm {spec!r}: name={value!r} must be letters, digits, '_', '-' or '.'"
+                )
+            name = value
+        else:
+            options.append((key, value))
+    return tuple(options), name
+
+
+def parse_arm(spec: str) -> ArmSpec:
+    """Parse one ``--arm`` value. Raises ArmError with the grammar on a bad spec."""
+    text = spec.strip()
+    if not text:
+        raise ArmError("empty --arm: use ort, engine, engine@LIB or plugin:PATH_OR_MODULE")
+    head, opts = text, ""
+    if text.startswith("plugin:"):
+        rest = text[len("plugin:") :]
+        # A trailing ":K=V,..." holds options; a path may itself contain ':' rarely,
+        # so only a last segment made of K=V items counts as options.
+        if ":" in rest:
+            maybe_target, maybe_opts = rest.rsplit(":", 1)
+            if maybe_opts and all("=" in item for item in maybe_opts.split(",")):
+                rest, opts = maybe_target, maybe_opts
+        if not rest:
+            raise ArmError(f"arm {spec!r}: plugin needs a library path or a module name")
+        options, name = _parse_options(opts, spec) if opts else ((), None)
+        return ArmSpec(spec=text, kind="plugin", target=rest, options=options, name=name)
+    if ":" in text:
+        head, opts = text.split(":", 1)
+    options, name = _parse_options(opts, spec) if opts else ((), None)
+    if head == "ort":
+        if options:
+            raise ArmError(f"arm {spec!r}: the ort arm takes only name=ALIAS")
+        return ArmSpec(spec=text, kind="ort", name=name)
+    if head == "engine":
+        return ArmSpec(spec=text, kind="engine", options=options, name=name)
+    if head.startswith("engine@"):
+        lib = head[len("engine@") :]
+        if not lib:
+            raise ArmError(f"arm {spec!r}: engine@LIB needs a library path")
+        return ArmSpec(spec=text, kind="engine", target=lib, options=options, name=name)
+    raise ArmError(
+        f"unknown arm {spec!r}: use ort, engine[:K=V,...], engine@LIB or "
+        "plugin:PATH_OR_MODULE[:K=V,...]"
+    )
+
+
+def with_control(arms: list[ArmSpec]) -> list[ArmSpec]:
+    """The arms in order, with the `ort` control first if it was not named; keys unique."""
+    keys = [a.key for a in arms]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ArmError(
+            f"arm key {dupes[0]!r} is used twice: give one of them name=ALIAS "
+            f"(e.g. --arm '{dupes[0]}:name=other')"
+        )
+    if CONTROL_KEY in keys:
+        control = next(a for a in arms if a.key == CONTROL_KEY)
+        if control.kind != "ort":
+            raise ArmError(f"the key {CONTROL_KEY!r} is reserved for ORT's CPU EP control arm")
+        return arms
+    return [ArmSpec(spec="ort", kind="ort"), *arms]
+
+
+def resolve_library(arm: ArmSpec) -> str | None:
+    """The absolute path of the arm's shared library (None for `ort`).
+
+    Does not load it. Raises ArmError naming the path or module when it cannot be found.
+    """
+    if arm.kind == "ort":
+        return None
+    if arm.kind == "engine":
+        if arm.target:
+            return _existing_file(arm.target, arm.spec)
+        import engine
+
+        return engine.library_path()
+    target = arm.target or ""
+    looks_like_path = os.sep in target or target.endswith((".so", ".dylib", ".dll"))
+    if looks_like_path:
+        return _existing_file(target, arm.spec)
+    if importlib.util.find_spec(target.split(".")[0]) is None:
+        raise ArmError(
+            f"arm {arm.spec!r}: {target!r} is neither a file nor an installed module; "
+            "give a path to the .so or `pip install` the package"
+        )
+    module = importlib.import_module(target)
+    get_path = getattr(module, "get_library_path", None)
+    if not callable(get_path):
+        raise ArmError(
+            f"arm {arm.spec!r}: module {target!r} has no get_library_path(); "
+            "pass the library path instead: plugin:/path/to/libmyep.so"
+        )
+    try:
+        path = str(get_path())
+    except Exception as exc:  # the module's own failure, reported as the user's problem
+        raise ArmError(f"arm {arm.spec!r}: {target}.get_library_path() failed: {exc}") from None
+    return _existing_file(path, arm.spec)
+
+
+def _existing_file(path: str, spec: str) -> str:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ArmError(f"arm {spec!r}: library {str(p)!r} does not exist; check the path")
+    return str(p.resolve())
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,170 @@
+"""The results file: schema-versioned, self-describing, written atomically.
+
+Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
+  1 -- first version: host, config, arms, and per case its spec, verification,
+       nodes per EP per arm, counters, and every round's order, gate readings
+       and raw per-iteration samples in ns.
+
+Two files are written during a run: ``results.jsonl`` gets one line per case as
+the case ends (so a killed harness loses nothing measured), and
+``results.json`` is the whole document, replaced atomically at the end (and
+after every case, so it is always complete up to the last case).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from harness.errors import EpbenchError
+
+SCHEMA_NAME = "epbench.results"
+SCHEMA_VERSION = 1
+SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
+
+
+class ResultsError(EpbenchError):
+    """A results file that cannot be read or written."""
+
+
+def dumps(doc: Any) -> str:
+    """The one serializer, for the worker pipe, the JSON-lines file and results.json."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, whole."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide results from other users
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_results(path: Path, doc: dict[str, Any]) -> None:
+    atomic_write_text(Path(path), json.dumps(doc, sort_keys=True, indent=1, allow_nan=False))
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Create the output directory, refusing to clobber an earlier run's results."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(
+            f"cannot create output directory {str(out_dir)!r}: {exc.strerror}; choose another --out"
+        ) from None
+    if not os.access(out_dir, os.W_OK):
+        raise ResultsError(
+            f"output directory {str(out_dir)!r} is not writable; choose another --out"
+        )
+    existing = [n for n in ("results.json", "results.jsonl") if (out_dir / n).exists()]
+    if existing and not overwrite:
+        raise ResultsError(
+            f"{out_dir / existing[0]} already exists; choose another --out or pass --overwrite"
+        )
+    for name in existing:
+        (out_dir / name).unlink()
+
+
+class JsonlWriter:
+    """Appends one JSON line per event and flushes it to disk at once."""
+
+    def __init__(self, path: Path) -> None:
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed in close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._fh.write(dumps(record) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def doc_from_jsonl(path: Path) -> dict[str, Any]:
+    """Rebuild a results document from the JSON-lines stream (e.g. after a crash)."""
+    doc: dict[str, Any] | None = None
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                # A line cut by a kill mid-write: everything before it is whole.
+                break
+            if record.get("type") == "header":
+                doc = {k: v for k, v in record.items() if k != "type"}
+                doc.setdefault("cases", {})
+                doc.setdefault("interrupted", True)
+            elif record.get("type") == "case" and doc is not None:
+                doc["cases"][record["name"]] = record["result"]
+            elif doc is None:
+                raise ResultsError(f"{path}:{lineno}: no header line before the cases")
+    if doc is None:
+        raise ResultsError(f"{path} holds no results header; is it an epbench results.jsonl?")
+    return doc
+
+
+def migrate(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Bring an older document up to SCHEMA_VERSION, step by step; refuse newer ones."""
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):
+        raise ResultsError(f"{path} is not an epbench results file (schema {schema!r})")
+    try:
+        version = int(schema.split("/", 1)[1])
+    except ValueError:
+        raise ResultsError(f"{path}: unreadable schema version {schema!r}") from None
+    if version > SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path} uses {schema}, newer than this epbench understands ({SCHEMA}); "
+            "upgrade epbench to read it"
+        )
+    # No older versions exist yet; each future migrate_to_N goes here in order.
+    return doc
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read results.json (or a results.jsonl stream), migrated to the current schema."""
+    path = Path(path)
+    if path.is_dir():
+        for name in ("results.json", "results.jsonl"):
+            if (path / name).is_file():
+                path = path / name
+                break
+    if not path.is_file():
+        raise ResultsError(f"no results file at {str(path)!r}; pass the results.json of a run")
+    if path.suffix == ".jsonl":
+        doc = doc_from_jsonl(path)
+    else:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ResultsError(
+                f"{path} is not valid JSON ({exc}); is the run still writing it?"
+            ) from None
+    if not isinstance(doc, dict):
+        raise ResultsError(f"{path} is not an epbench results file")
+    return migrate(doc, path)
+
+
+def validate_schema(doc: dict[str, Any]) -> None:
+    """Check a document against results.schema.json (needs the jsonschema package)."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema)

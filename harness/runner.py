@@ -1,0 +1,391 @@
+"""The interleaved runner: cases x arms x rounds, each case in a worker process.
+
+The parent never loads an EP library. It resolves arms, preflights them in a
+throw-away worker, then runs one worker per case, streaming each round back over
+a pipe. Results go to disk as each case ends; a crash or Ctrl-C keeps everything
+measured so far.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from cases.spec import CaseSpec
+from harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
+from harness.errors import ArmError, EpbenchError
+from harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+
+GATE_POLICIES = ("wait", "strict", "off")
+# The module each worker process runs; tests point it at a worker that crashes.
+WORKER_MODULE = "harness.worker"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs; recorded whole in the results file."""
+
+    cases: tuple[CaseSpec, ...]
+    arms: tuple[ArmSpec, ...]
+    rounds: int = 30
+    block_target_ms: float = 20.0
+    max_block_iters: int = 1000
+    warmup_ms: float = 100.0
+    seed: int = 0
+    threads: int = 1
+    gate_policy: str = "wait"
+    gate_threshold: float = 0.93
+    gate_max_wait_s: float = 10.0
+    allow_fallback: bool = False
+    fixed_order: bool = False
+    out_dir: Path | None = None
+    overwrite: bool = False
+    progress: bool = True
+    grids: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise EpbenchError("--rounds must be at least 1; rounds are the unit of replication")
+        if not self.cases:
+            raise EpbenchError("no cases to run: pass --grid NAME, --case NAME or --model PATH")
+        if self.gate_policy not in GATE_POLICIES:
+            raise EpbenchError(f"--gate must be one of {', '.join(GATE_POLICIES)}")
+        if not 0.0 <= self.gate_threshold <= 1.0:
+            raise EpbenchError("--gate-threshold is a fraction of idle time, between 0 and 1")
+        if self.threads < 1 or self.block_target_ms <= 0 or self.max_block_iters < 1:
+            raise EpbenchError("--threads, the block target and the block cap must be positive")
+
+
+def williams_rows(n: int) -> list[list[int]]:
+    """A Williams design for n arms: every arm in every position equally often, and
+    every arm preceding every other equally often (n rows if n is even, 2n if odd)."""
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    if n % 2:
+        rows += [list(reversed(row)) for row in rows]
+    return rows
+
+
+def balanced_rounds(rounds: int, n_arms: int) -> int:
+    """Rounds rounded up to a whole number of Latin squares (position balance)."""
+    return -(-rounds // n_arms) * n_arms
+
+
+def counterbalanced_order(keys: list[str], rounds: int, rng: random.Random) -> list[list[str]]:
+    """One order of ``keys`` per round, shuffled and counterbalanced.
+
+    Built from Williams designs with the arms relabelled at random per design and
+    the rows shuffled within each n-row Latin square: every arm takes every
+    position exactly ``rounds / n`` times when ``rounds`` is a multiple of n.
+    """
+    n = len(keys)
+    orders: list[list[str]] = []
+    while len(orders) < rounds:
+        labels = list(keys)
+        rng.shuffle(labels)
+        rows = williams_rows(n)
+        for start in range(0, len(rows), n):
+            square = rows[start:start + n]
+            rng.shuffle(square)
+            orders.extend([labels[i] for i in row] for row in square)
+    return orders[:rounds]
+
+
+def fixed_order(keys: list[str], rounds: int) -> list[list[str]]:
+    """The same order every round: only for measuring the position bias it leaks."""
+    return [list(keys) for _ in range(rounds)]
+
+
+def _worker_env() -> dict[str, str]:
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass
+class WorkerOutcome:
+    events: list[dict[str, Any]]
+    returncode: int
+    stderr_tail: str
+
+
+def run_worker(request: dict[str, Any], on_event=None) -> WorkerOutcome:
+    """Run one worker process to the end; a KeyboardInterrupt kills it and propagates."""
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile(mode="w+b") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, str(write_fd)],
+            stdin=subprocess.PIPE, stdout=err, stderr=err, pass_fds=(write_fd,),
+            env=_worker_env(), start_new_session=True,
+        )
+        os.close(write_fd)
+        events: list[dict[str, Any]] = []
+        import json
+
+        try:
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(dumps(request).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # the worker died at start; its exit status says why
+            with os.fdopen(read_fd, "r", encoding="utf-8") as pipe:
+                for line in pipe:
+                    try:
+                        event = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut by a crash mid-write
+                    events.append(event)
+                    if on_event is not None:
+                        on_event(event)
+            returncode = proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        err.seek(0)
+        tail = err.read()[-4000:].decode("utf-8", "replace")
+    return WorkerOutcome(events, returncode, tail)
+
+
+def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[str, dict]:
+    """Load and register every arm in a throw-away worker; report each EP's name.
+
+    A library that cannot be loaded, is not a plugin EP, or crashes while loading
+    is reported here, before any case runs.
+    """
+    request = {"mode": "probe", "config": {},
+               "arms": [{"spec": a.spec, "library": libraries[a.key]} for a in arms]}
+    outcome = run_worker(request)
+    found = {e["key"]: e for e in outcome.events if e.get("event") == "arm"}
+    for event in outcome.events:
+        if event.get("event") == "error":
+            raise ArmError(event["message"])
+    if outcome.returncode < 0:
+        loading = [a.spec for a in arms if a.kind != "ort" and a.key not in found]
+        raise ArmError(
+            f"arm {loading[0] if loading else '?'!r} crashed the process while loading "
+            f"({_signal_name(-outcome.returncode)}); the library is broken or built for "
+            "another ONNX Runtime"
+        )
+    if not any(e.get("event") == "done" for e in outcome.events):
+        raise ArmError(f"loading the arms failed: {outcome.stderr_tail.strip()[-500:]}")
+    return found
+
+
+def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
+                 probed: dict[str, dict]) -> dict[str, dict[str, Any]]:
+    records = {}
+    for arm in arms:
+        lib = libraries[arm.key]
+        info = probed.get(arm.key, {})
+        records[arm.key] = {
+            "key": arm.key, "kind": arm.kind, "spec": arm.spec, "library": lib,
+            "sha256": file_sha256(lib) if lib else None,
+            "ep_name": info.get("ep_name", "CPUExecutionProvider" if arm.kind == "ort" else None),
+            "ep_version": info.get("ep_version"),
+            "registration_name": info.get("registration_name"),
+            "options": dict(arm.options),
+        }
+    return records
+
+
+def _empty_case(spec: CaseSpec) -> dict[str, Any]:
+    return {"spec": spec.to_dict(), "definition_sha256": None, "status": "ok", "error": None,
+            "signal": None, "core": None, "arms": {}, "rounds": []}
+
+
+def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
+             orders: list[list[str]], worker_config: dict[str, Any],
+             on_event=None) -> dict[str, Any]:
+    """Run one case in a worker and return its results record, crash or not."""
+    result = _empty_case(spec)
+    result["definition_sha256"] = spec.definition_sha256
+
+    def collect(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "pinned":
+            result["core"] = event["core"]
+        elif kind in ("verified", "calibrated"):
+            result["arms"] = event["arms"]
+        elif kind == "round":
+            result["rounds"].append(event["round"])
+        elif kind == "error":
+            result["status"] = "failed"
+            result["error"] = event["message"]
+        if on_event is not None:
+            on_event(event)
+
+    request = {"mode": "case", "case": spec.to_dict(), "orders": orders,
+               "config": worker_config,
+               "arms": [{"spec": a.spec, "library": libraries[a.key]} for a in arms]}
+    try:
+        outcome = run_worker(request, collect)
+    except KeyboardInterrupt:
+        result["status"] = "interrupted"
+        result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
+        raise _Interrupted(result) from None
+    done = any(e.get("event") == "done" for e in outcome.events)
+    if outcome.returncode < 0:
+        result["status"] = "crashed"
+        result["signal"] = -outcome.returncode
+        tail = outcome.stderr_tail.strip()[-300:]
+        result["error"] = (f"worker killed by {_signal_name(-outcome.returncode)} after "
+                           f"{len(result['rounds'])} round(s); {tail}")
+    elif not done and result["status"] == "ok":
+        result["status"] = "crashed"
+        result["error"] = (f"worker exited with status {outcome.returncode} before finishing: "
+                           f"{outcome.stderr_tail.strip()[-300:]}")
+    return result
+
+
+class _Interrupted(Exception):
+    def __init__(self, partial: dict[str, Any]) -> None:
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+def _config_record(config: RunConfig, rounds: int) -> dict[str, Any]:
+    return {
+        "rounds": rounds, "rounds_requested": config.rounds,
+        "block_target_ms": config.block_target_ms, "max_block_iters": config.max_block_iters,
+        "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
+        "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
+                 "max_wait_s": config.gate_max_wait_s},
+        "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
+        "grids": list(config.grids), "case_names": [c.name for c in config.cases],
+    }
+
+
+class _Progress:
+    """A progress bar over all rounds of all cases, with the gate's state live."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.bar = None
+        self.text = ""
+        if enabled:
+            import click
+
+            self.bar = click.progressbar(
+                length=total, file=sys.stderr, show_pos=True, width=24,
+                item_show_func=lambda _: self.text,
+            )
+            self.bar.__enter__()
+
+    def event(self, case: str, event: dict[str, Any], rounds: int) -> None:
+        if self.bar is None:
+            return
+        kind = event.get("event")
+        if kind == "gate":
+            self.text = f"{case} r{event['index'] + 1}/{rounds} {event.get('text', '')}"
+            self.bar.update(0, self.text)
+        elif kind == "round":
+            self.bar.update(1, self.text)
+        elif kind == "pinned":
+            self.text = f"{case}: setting up on core {event['core']}"
+            self.bar.update(0, self.text)
+
+    def skip(self, n: int) -> None:
+        if self.bar is not None and n > 0:
+            self.bar.update(n, self.text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def _iter_cases(config: RunConfig) -> Iterator[CaseSpec]:
+    seen = set()
+    for spec in config.cases:
+        if spec.name in seen:
+            continue
+        seen.add(spec.name)
+        yield spec
+
+
+def run(config: RunConfig) -> dict[str, Any]:
+    """Run every case of ``config``; return the results document.
+
+    With ``out_dir``, results.jsonl gets a line per case as it ends and
+    results.json is rewritten atomically after each case. Ctrl-C stops at once,
+    keeps what was measured, and returns a document marked ``interrupted``.
+    """
+    from harness.host import fingerprint_key, host_fingerprint
+
+    arms = with_control(list(config.arms))
+    libraries = {a.key: resolve_library(a) for a in arms}
+    if config.out_dir is not None:
+        prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
+    probed = probe_arms(arms, libraries)
+    host = host_fingerprint()
+    host["key"] = fingerprint_key(host)
+    keys = [a.key for a in arms]
+    rounds = balanced_rounds(config.rounds, len(keys)) if not config.fixed_order else config.rounds
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host, "config": _config_record(config, rounds),
+        "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
+        "cases": {}, "interrupted": False,
+    }
+    worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
+                     "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
+                     "max_block_iters": config.max_block_iters,
+                     "gate": doc["config"]["gate"]}
+    jsonl = None
+    out = Path(config.out_dir) if config.out_dir is not None else None
+    if out is not None:
+        jsonl = JsonlWriter(out / "results.jsonl")
+        jsonl.write({"type": "header", **{k: v for k, v in doc.items() if k != "cases"}})
+    rng = random.Random(config.seed)
+    specs = list(_iter_cases(config))
+    progress = _Progress(config.progress, total=len(specs) * rounds)
+    try:
+        for spec in specs:
+            orders = (fixed_order(keys, rounds) if config.fixed_order
+                      else counterbalanced_order(keys, rounds, rng))
+            try:
+                result = run_case(spec, arms, libraries, orders, worker_config,
+                                  lambda e, n=spec.name: progress.event(n, e, rounds))
+            except _Interrupted as stop:
+                doc["cases"][spec.name] = stop.partial
+                doc["interrupted"] = True
+                if jsonl is not None:
+                    jsonl.write({"type": "case", "name": spec.name, "result": stop.partial})
+                break
+            progress.skip(rounds - len(result["rounds"]))
+            doc["cases"][spec.name] = result
+            if jsonl is not None:
+                jsonl.write({"type": "case", "name": spec.name, "result": result})
+            if out is not None:
+                write_results(out / "results.json", doc)
+    finally:
+        progress.close()
+        if jsonl is not None:
+            jsonl.close()
+    if out is not None:
+        write_results(out / "results.json", doc)
+    return doc

@@ -1,0 +1,74 @@
+"""Arm specs: the grammar, keys, registration names, and library resolution errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.arms import ArmSpec, parse_arm, resolve_library, with_control
+from harness.errors import ArmError
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "target", "options", "key"),
+    [
+        ("ort", "ort", None, {}, "ort"),
+        ("ort:name=ort_b", "ort", None, {}, "ort_b"),
+        ("engine", "engine", None, {}, "engine"),
+        ("engine:partition=per_node", "engine", None, {"partition": "per_node"},
+         "engine:partition=per_node"),
+        ("engine@/tmp/lib.so:name=base", "engine", "/tmp/lib.so", {}, "base"),
+        ("plugin:nxrt_ep_cpu", "plugin", "nxrt_ep_cpu", {}, "plugin:nxrt_ep_cpu"),
+        ("plugin:/a/libx.so:k=v,name=x", "plugin", "/a/libx.so", {"k": "v"}, "x"),
+        ("plugin:C:/odd/path.so", "plugin", "C:/odd/path.so", {}, "plugin:C:/odd/path.so"),
+    ],
+)
+def test_grammar(spec, kind, target, options, key) -> None:
+    arm = parse_arm(spec)
+    assert (arm.kind, arm.target, arm.ep_options, arm.key) == (kind, target, options, key)
+
+
+def test_registration_name_is_an_identifier() -> None:
+    assert parse_arm("engine:partition=per_node").registration_name == "engine_partition_per_node"
+    assert parse_arm("ort").registration_name is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [("", "empty --arm"), ("gpu", "unknown arm"), ("engine:fast", "KEY=VALUE"),
+     ("ort:threads=2", "only name="), ("plugin:", "library path or a module"),
+     ("engine@", "needs a library path"), ("engine:name=a b", "must be letters")],
+)
+def test_bad_specs_say_what_to_write(spec: str, needle: str) -> None:
+    with pytest.raises(ArmError, match=needle):
+        parse_arm(spec)
+
+
+def test_control_is_added_first_and_keys_are_unique() -> None:
+    arms = with_control([parse_arm("engine")])
+    assert [a.key for a in arms] == ["ort", "engine"]
+    named = with_control([parse_arm("engine"), parse_arm("ort")])
+    assert [a.key for a in named] == ["engine", "ort"]
+    with pytest.raises(ArmError, match="used twice"):
+        with_control([parse_arm("engine"), parse_arm("engine")])
+    with pytest.raises(ArmError, match="reserved"):
+        with_control([parse_arm("engine:name=ort")])
+
+
+def test_missing_library_names_the_path(tmp_path) -> None:
+    with pytest.raises(ArmError, match="does not exist"):
+        resolve_library(parse_arm(f"plugin:{tmp_path}/nope.so"))
+    with pytest.raises(ArmError, match="neither a file nor an installed module"):
+        resolve_library(parse_arm("plugin:no_such_module_xyz"))
+    with pytest.raises(ArmError, match="no get_library_path"):
+        resolve_library(parse_arm("plugin:json"))
+
+
+def test_module_resolves_through_get_library_path() -> None:
+    pytest.importorskip("nxrt_ep_cpu")
+    path = resolve_library(parse_arm("plugin:nxrt_ep_cpu"))
+    assert path is not None and path.endswith(".so")
+
+
+def test_unknown_kind_is_refused_when_built() -> None:
+    with pytest.raises(ArmError):
+        ArmSpec(spec="x", kind="gpu")

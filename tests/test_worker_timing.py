@@ -1,0 +1,56 @@
+"""The timed loop against a fake clock: one sample per call, GC off inside a block."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from harness.worker import block_iterations, time_block
+
+
+class FakeClock:
+    """Advances by a scripted amount on every call to run()."""
+
+    def __init__(self, costs: list[int]) -> None:
+        self.now = 1_000
+        self.costs = iter(costs)
+
+    def __call__(self) -> int:
+        return self.now
+
+    def run(self) -> None:
+        self.now += next(self.costs)
+
+
+def test_one_sample_per_call_measures_only_the_call() -> None:
+    clock = FakeClock([5, 7, 11, 13])
+    assert time_block(clock.run, 4, clock) == [5, 7, 11, 13]
+
+
+def test_gc_is_off_inside_the_block_and_restored() -> None:
+    seen = []
+    gc.enable()
+    time_block(lambda: seen.append(gc.isenabled()), 3)
+    assert seen == [False, False, False]
+    assert gc.isenabled()
+
+
+def test_gc_state_restored_when_the_call_raises() -> None:
+    gc.enable()
+
+    def boom() -> None:
+        raise RuntimeError("EP failed")
+
+    with pytest.raises(RuntimeError):
+        time_block(boom, 2)
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize(
+    ("ns_per_run", "target_ms", "cap", "expected"),
+    [(1_000, 20.0, 1000, 1000), (1_000_000, 20.0, 1000, 20), (50_000_000, 20.0, 1000, 1),
+     (0, 20.0, 64, 64), (20_000, 20.0, 5000, 1000)],
+)
+def test_block_iterations(ns_per_run, target_ms, cap, expected) -> None:
+    assert block_iterations(ns_per_run, target_ms, cap) == expected
