@@ -231,6 +231,16 @@ def test_wait_truncates_the_last_pause_to_the_allowance() -> None:
     assert clock.sleeps == pytest.approx([0.05, 0.05, 0.05, 0.05, 0.05])
 
 
+def test_wait_look_ending_on_max_wait_is_the_last_despite_float_sums() -> None:
+    # Looks end at 0.1, 0.25, 0.45, 0.75; the clock sums the last to
+    # 0.7499999999999999, which must not buy a 1e-16 s pause and a fifth look.
+    stat = ScriptedStat([{0: BUSY, 1: IDLE}] * 5)
+    clock = FakeClock()
+    reading = gate_with(stat, clock, window_s=0.1, max_wait_s=0.75).check()
+    assert reading.attempts == 4 and stat.looks_taken == 4
+    assert clock.sleeps[1::2] == pytest.approx([0.05, 0.1, 0.2])
+
+
 def test_wait_backoff_is_capped() -> None:
     stat = ScriptedStat([{0: BUSY, 1: BUSY}] * 8)
     clock = FakeClock()
