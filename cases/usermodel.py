@@ -59,7 +59,8 @@ def _load_graph_only(path: Path) -> onnx.ModelProto:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0].strip() if text else type(exc).__name__
+    # One line, without a trailing period: the remedy follows after a colon.
+    return text.splitlines()[0].strip().rstrip(".") if text else type(exc).__name__
 
 
 def _check(path: Path) -> None:
