@@ -130,8 +130,8 @@ def cases() -> None:
               show_default=True)
 def cases_list(grids, case_names, fmt) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
+    from cases.catalog import describe_cases
     from cases.grids import grid_names
-    from cases.usermodel import describe_cases
 
     if not grids and not case_names:
         grids = tuple(grid_names())
@@ -151,7 +151,7 @@ def cases_list(grids, case_names, fmt) -> None:
               help="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids, case_names, out) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
-    from cases.usermodel import write_cases
+    from cases.catalog import write_cases
 
     if not grids and not case_names:
         raise EpbenchError("nothing to build: pass --grid NAME or --case NAME")

@@ -26,8 +26,8 @@ def _config(tmp_path, **kw) -> RunConfig:
 
 @pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT"])
 def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypatch, signame):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.crashing_worker")
-    monkeypatch.setenv("EPBENCH_TEST_CRASH", f"relu_d10_w8:2:{signame}")
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", f"crash:relu_d10_w8:2:{signame}")
     doc = run(_config(tmp_path))
     import signal
 
@@ -54,8 +54,8 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
 
     from harness.cli import cli
 
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.crashing_worker")
-    monkeypatch.setenv("EPBENCH_TEST_CRASH", "relu_d1_w8:1:SIGSEGV")
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "crash:relu_d1_w8:1:SIGSEGV")
     result = CliRunner().invoke(cli, [
         "run", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--arm", "ort:name=ort_b",
         "--rounds", "2", "--block-ms", "0.2", "--max-block-iters", "10", "--warmup-ms", "1",

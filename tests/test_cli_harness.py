@@ -1,0 +1,219 @@
+"""The harness commands: bad input gets one clear line and a documented exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
+
+FAST = ["--rounds", "2", "--block-ms", "0.2", "--max-block-iters", "10", "--warmup-ms", "1",
+        "--gate", "off", "--quiet"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_error_line(result, needle: str) -> None:
+    """Exactly one line of error output, naming the problem; no traceback."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    errors = [x for x in lines if x.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    assert needle in errors[0], errors[0]
+    assert "Traceback" not in result.output
+
+
+def _model_with_dim(path: Path, op: str = "Relu", elem=None) -> str:
+    import onnx
+    from onnx import TensorProto, helper
+
+    elem = TensorProto.FLOAT if elem is None else elem
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", elem, ["batch", 4])],
+        [helper.make_tensor_value_info("y", elem, ["batch", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--case", "relu_d100_w9x"], "relu_d100_w9x"),
+        (["run", "--grid", "defualt"], "default"),
+        (["run", "--case", "relu_d1_w8", "--arm", "plugin:/nope/libx.so"], "/nope/libx.so"),
+        (["run", "--case", "relu_d1_w8", "--arm", "plugin:not_a_module_xyz"], "not_a_module_xyz"),
+        (["run", "--case", "relu_d1_w8", "--arm", "warp"], "unknown arm"),
+        (["run", "--case", "relu_d1_w8", "--dim", "batch"], "NAME=VALUE"),
+        (["cases", "list", "--grid", "nope"], "nope"),
+    ],
+)
+def test_user_mistakes_exit_1_with_one_line(args, needle) -> None:
+    result = invoke(*args)
+    assert result.exit_code == EXIT_USER_ERROR, result.output
+    one_error_line(result, needle)
+
+
+def test_rounds_zero_is_a_usage_error() -> None:
+    result = invoke("run", "--case", "relu_d1_w8", "--rounds", "0")
+    assert result.exit_code == EXIT_USAGE
+    assert "--rounds" in result.output
+
+
+def test_missing_symbolic_dim_names_it(tmp_path) -> None:
+    path = _model_with_dim(tmp_path / "m.onnx")
+    result = invoke("run", "--model", path, "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "batch")
+
+
+def test_model_failing_the_checker(tmp_path) -> None:
+    path = _model_with_dim(tmp_path / "bad.onnx", op="NoSuchOp")
+    result = invoke("run", "--model", path, "--dim", "batch=1", *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "bad.onnx")
+
+
+def test_unsupported_input_type(tmp_path) -> None:
+    from onnx import TensorProto
+
+    path = _model_with_dim(tmp_path / "s.onnx", op="Identity", elem=TensorProto.STRING)
+    result = invoke("run", "--model", path, "--dim", "batch=1", *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "x")
+
+
+def test_library_that_is_not_loadable(tmp_path) -> None:
+    fake = tmp_path / "libfake.so"
+    fake.write_text("not an ELF file")
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", f"plugin:{fake}",
+                    "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, str(fake))
+
+
+def test_library_that_is_not_a_plugin_ep(tmp_path) -> None:
+    import ctypes.util
+
+    libz = ctypes.util.find_library("z")
+    if libz is None:
+        pytest.skip("no libz on this machine to stand in for a non-EP library")
+    path = next(Path(p) / libz for p in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+                                         "/lib64", "/usr/lib") if (Path(p) / libz).exists())
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", f"plugin:{path}",
+                    "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "not an ONNX Runtime plugin EP")
+
+
+def test_unwritable_output_directory(tmp_path) -> None:
+    blocker = tmp_path / "f"
+    blocker.write_text("")
+    result = invoke("run", "--case", "relu_d1_w8", "--out", str(blocker / "sub"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "choose another --out")
+
+
+def test_existing_results_are_not_overwritten(tmp_path) -> None:
+    (tmp_path / "results.json").write_text("{}")
+    result = invoke("run", "--case", "relu_d1_w8", "--out", str(tmp_path), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "--overwrite")
+    assert (tmp_path / "results.json").read_text() == "{}"
+
+
+def test_gate_exit_code_follows_the_reading(monkeypatch) -> None:
+    from harness import gate
+
+    busy = gate.GateReading(passed=False, idle={"cpu0": 0.2}, steal={"cpu0": 0.0},
+                            waited_s=0.0, attempts=1, threshold=0.93)
+    monkeypatch.setattr(gate, "current_gate_state", lambda threshold: busy)
+    result = invoke("gate")
+    assert result.exit_code == EXIT_GATE
+    quiet = gate.GateReading(passed=True, idle={"cpu0": 0.99}, steal={"cpu0": 0.0},
+                             waited_s=0.0, attempts=1, threshold=0.93)
+    monkeypatch.setattr(gate, "current_gate_state", lambda threshold: quiet)
+    assert invoke("gate").exit_code == 0
+
+
+def test_host_json_has_a_key() -> None:
+    result = invoke("host", "--format", "json")
+    assert result.exit_code == 0
+    assert len(json.loads(result.output)["key"]) >= 8
+
+
+def test_help_documents_every_exit_code() -> None:
+    result = invoke("--help")
+    for code, what in EXIT_CODES.items():
+        assert f"{code} {what}" in " ".join(result.output.split())
+
+
+def test_readme_exit_code_table_matches_the_code() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for code, what in EXIT_CODES.items():
+        assert f"| {code} | {what} |" in readme
+
+
+def test_cases_list_and_build(tmp_path) -> None:
+    listed = invoke("cases", "list", "--grid", "quick", "--format", "json")
+    assert listed.exit_code == 0
+    names = [row["name"] for row in json.loads(listed.output)]
+    from cases.grids import load_grid
+
+    assert names == [c.name for c in load_grid("quick")]
+    built = invoke("cases", "build", "--grid", "quick", "--out", str(tmp_path))
+    assert built.exit_code == 0, built.output
+    assert sorted(p.name for p in tmp_path.glob("*.onnx")) == sorted(f"{n}.onnx" for n in names)
+
+
+@pytest.mark.slow
+def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
+    """The issue's example run, shortened; a real subprocess with an empty stderr."""
+    pytest.importorskip("nxrt_ep_cpu")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", "--grid", "quick", "--arm", "ort",
+         "--arm", "plugin:nxrt_ep_cpu", "--out", str(out), *FAST[:-1], "--quiet"],
+        capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    from cases.grids import load_grid
+    from harness.results import load_results, validate_schema
+
+    doc = load_results(out / "results.json")
+    validate_schema(doc)
+    quick = load_grid("quick")
+    assert sorted(doc["cases"]) == sorted(c.name for c in quick)
+    for spec in quick:
+        case = doc["cases"][spec.name]
+        assert case["status"] == "ok", case["error"]
+        assert case["definition_sha256"] == spec.definition_sha256
+        for key in ("ort", "plugin:nxrt_ep_cpu"):
+            assert case["arms"][key]["verified"] is True
+            assert case["arms"][key]["nodes_executed"] == spec.build().n_nodes
+        assert len(case["rounds"]) == 2
+        for rnd in case["rounds"]:
+            assert sorted(rnd["order"]) == ["ort", "plugin:nxrt_ep_cpu"]
+    assert (out / "report.md").is_file()
+    assert len((out / "results.jsonl").read_text().splitlines()) == 1 + len(quick)
+    summary = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "summary", str(out / "results.json"),
+         "--format", "json"], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    data = json.loads(summary.stdout)
+    arm = data["cases"]["relu_d10_w8"]["arms"]["plugin:nxrt_ep_cpu"]
+    assert set(arm) >= {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed"}
+    assert data["cases"]["relu_d10_w8"]["verified"] is True

@@ -1,0 +1,76 @@
+"""Proof of what was measured: assignment to the EP under test, and outputs equal to ORT's."""
+
+from __future__ import annotations
+
+import pytest
+
+from cases.grids import case_by_name
+from harness.arms import parse_arm
+from harness.runner import RunConfig, run
+
+pytestmark = pytest.mark.slow
+nxrt = pytest.importorskip("nxrt_ep_cpu")
+
+
+def _shrink_model(path) -> str:
+    """Relu then Shrink: nxrt-ep-cpu takes the Relu but not the Shrink (checked)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu0"),
+         helper.make_node("Shrink", ["r"], ["y"], name="shrink0")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return str(path)
+
+
+def _config(specs, tmp_path, **kw) -> RunConfig:
+    return RunConfig(cases=tuple(specs), arms=(parse_arm("plugin:nxrt_ep_cpu"),), rounds=2,
+                     block_target_ms=0.2, max_block_iters=10, warmup_ms=1.0,
+                     gate_policy="off", out_dir=tmp_path, progress=False, **kw)
+
+
+def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
+    from cases.usermodel import model_case
+
+    spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
+    doc = run(_config([spec], tmp_path / "out"))
+    case = doc["cases"]["model:shrink"]
+    assert case["status"] == "failed"
+    assert "--allow-fallback" in case["error"]
+    assert case["rounds"] == []  # nothing unproven was timed
+
+
+def test_allow_fallback_records_the_split(tmp_path):
+    from cases.usermodel import model_case
+
+    spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
+    doc = run(_config([spec], tmp_path / "out", allow_fallback=True))
+    case = doc["cases"]["model:shrink"]
+    assert case["status"] == "ok", case["error"]
+    assert case["arms"]["plugin:nxrt_ep_cpu"]["nodes_by_ep"] == {
+        "cpu_ep": 1, "CPUExecutionProvider": 1}
+    assert case["arms"]["ort"]["nodes_by_ep"] == {"CPUExecutionProvider": 2}
+    assert len(case["rounds"]) == 2
+
+
+def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.25")
+    doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out"))
+    case = doc["cases"]["relu_d10_w8"]
+    assert case["status"] == "failed"
+    assert "largest error 0.25 > tolerance 0" in case["error"]
+    assert case["rounds"] == []
+
+
+def test_identity_chain_executes_every_node_on_every_arm(tmp_path):
+    doc = run(_config([case_by_name("identity_d10_w4096")], tmp_path / "out"))
+    arms = doc["cases"]["identity_d10_w4096"]["arms"]
+    assert {k: a["nodes_executed"] for k, a in arms.items()} == {
+        "ort": 10, "plugin:nxrt_ep_cpu": 10}
