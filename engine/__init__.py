@@ -1,0 +1,62 @@
+"""The bundled engine: a C plugin execution provider that ONNX Runtime loads as a library.
+
+`library_path()` is what an arm registers with `register_execution_provider_library`;
+`build_info()` says how that file was built; `engine.probe` reads its counters.
+Build it with `make engine` (or `python -m engine.build --inplace`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+LIBRARY_NAME = "libepbench_engine.so"
+
+# EP options the engine accepts (passed per session through add_provider_for_devices).
+# partition: "fused" (default) claims maximal connected groups of supported nodes as one
+# fused node each; "per_node" makes every supported node its own partition. The inject_*
+# knobs are for validating the harness and default to 0: a busy-wait per Run / per node
+# (nanoseconds), and extra harmless ORT API calls per Run (visible in the counters).
+EP_OPTIONS = (
+    "partition",
+    "inject_delay_ns_per_run",
+    "inject_delay_ns_per_node",
+    "inject_api_calls_per_run",
+)
+
+
+def library_path() -> str:
+    """Absolute path of the built engine library inside this package.
+
+    Raises ArmError (with the command that builds it) when the library is absent.
+    """
+    path = Path(__file__).resolve().parent / LIBRARY_NAME
+    if not path.is_file():
+        from harness.errors import ArmError
+
+        raise ArmError(f"the engine is not built ({path} is missing): run `make engine`")
+    return str(path)
+
+
+def build_info(library: str | None = None) -> dict:
+    """How a built engine library was made: version, compiler, flags, ORT API version.
+
+    Read from the library itself (it compiles its own description in), so it is true of
+    `library` (default: this package's build) even when that came from another commit.
+    """
+    import ctypes
+    import json
+
+    path = library or library_path()
+    handle = ctypes.CDLL(path)
+    function = handle.epbench_build_info
+    function.restype = ctypes.c_char_p
+    info = json.loads(function().decode("utf-8"))
+    info["library"] = str(Path(path).resolve())
+    return info
+
+
+def probe(ep_name: str | None = None) -> dict[str, int] | None:
+    """Counters of this package's engine build (see engine.probe.read_counters)."""
+    from engine.probe import read_counters
+
+    return read_counters(library_path(), ep_name)

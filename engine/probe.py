@@ -1,0 +1,69 @@
+"""Read the engine's deterministic counters through ctypes.
+
+`ctypes.CDLL` of the path ORT loaded returns the same dlopen handle, so these are the
+very counters the EP increments. Counters are kept in total and per EP name (one library
+registered under two names is one handle: the per-name view tells the arms apart).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+# The most counters any build exports; a snapshot reports the true count.
+_MAX_COUNTERS = 64
+
+
+def _load(library_path: str) -> ctypes.CDLL | None:
+    handle = ctypes.CDLL(library_path)
+    try:
+        handle.epbench_probe_snapshot  # noqa: B018 -- probe for the export
+    except AttributeError:
+        return None
+    handle.epbench_probe_snapshot.restype = ctypes.c_size_t
+    handle.epbench_probe_snapshot.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    handle.epbench_probe_snapshot_ep.restype = ctypes.c_size_t
+    handle.epbench_probe_snapshot_ep.argtypes = [
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    handle.epbench_probe_name.restype = ctypes.c_char_p
+    handle.epbench_probe_name.argtypes = [ctypes.c_size_t]
+    handle.epbench_probe_reset.restype = None
+    handle.epbench_probe_reset.argtypes = []
+    return handle
+
+
+def counter_names(library_path: str) -> list[str] | None:
+    """Names of the counters the library exports, in snapshot order (None: no probe)."""
+    handle = _load(library_path)
+    if handle is None:
+        return None
+    names = []
+    while (name := handle.epbench_probe_name(len(names))) is not None:
+        names.append(name.decode("ascii"))
+    return names
+
+
+def read_counters(library_path: str, ep_name: str | None = None) -> dict[str, int] | None:
+    """Counters of the library at library_path, in total or for one EP name.
+
+    Returns None when the library exports no epbench_probe_* functions (any other plugin
+    EP). For an EP name the library never created, every counter is 0.
+    """
+    handle = _load(library_path)
+    if handle is None:
+        return None
+    names = counter_names(library_path) or []
+    values = (ctypes.c_uint64 * _MAX_COUNTERS)()
+    if ep_name is None:
+        count = handle.epbench_probe_snapshot(values, _MAX_COUNTERS)
+    else:
+        count = handle.epbench_probe_snapshot_ep(ep_name.encode("utf-8"), values, _MAX_COUNTERS)
+        if count == 0:
+            return dict.fromkeys(names, 0)
+    return {name: int(values[i]) for i, name in enumerate(names[:count])}
+
+
+def reset_counters(library_path: str) -> None:
+    """Zero every counter (total and per EP) of the library; call it between Runs."""
+    handle = _load(library_path)
+    if handle is not None:
+        handle.epbench_probe_reset()

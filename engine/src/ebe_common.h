@@ -1,0 +1,65 @@
+/* ebe_common.h -- what every engine file needs: the ORT header, the counting call macro,
+ * status helpers, and the counted allocator.
+ *
+ * Rule: every call into OrtApiBase/OrtApi/OrtEpApi goes through EBE_CALL (or EBE_CALL0),
+ * which bumps `ort_api_calls` before the call. tests/test_engine_source.py scans the sources
+ * and fails on any `->Member(` call outside this header. Every heap allocation goes through
+ * ebe_malloc/ebe_calloc/ebe_realloc/ebe_free, which count `heap_allocs`/`heap_bytes`.
+ */
+#ifndef EBE_COMMON_H
+#define EBE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Only this header: it includes onnxruntime_ep_c_api.h itself (including both breaks). */
+#include "onnxruntime_c_api.h"
+
+#include "ebe_probe.h"
+
+#ifndef EBE_ORT_API_VERSION
+#define EBE_ORT_API_VERSION 29 /* requested at run time: ORT 1.29 and newer load us */
+#endif
+
+#define EBE_VERSION "0.1.0"
+#define EBE_VENDOR "epbench"
+#define EBE_MAX_RANK 8
+
+#define EBE_EXPORT __attribute__((visibility("default")))
+
+/* Call an ORT API member, counting it first (per EP and in total). */
+#define EBE_CALL(counters, api, member, ...) \
+  (ebe_probe_add((counters), EBE_C_ORT_API_CALLS, 1), (api)->member(__VA_ARGS__))
+#define EBE_CALL0(counters, api, member) \
+  (ebe_probe_add((counters), EBE_C_ORT_API_CALLS, 1), (api)->member())
+
+/* Return the status of an expression that yields OrtStatus*, if it is an error. */
+#define EBE_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    OrtStatus *ebe_status_ = (expr);       \
+    if (ebe_status_ != NULL) return ebe_status_; \
+  } while (0)
+
+/* Jump to a cleanup label with `status` set, if the expression failed. */
+#define EBE_GOTO_IF_ERROR(status, expr, label) \
+  do {                                         \
+    (status) = (expr);                         \
+    if ((status) != NULL) goto label;          \
+  } while (0)
+
+/* Make an OrtStatus with a printf-formatted message (one counted ORT call).
+ * Never fails from the caller's point of view: ORT returns a status or NULL on OOM. */
+OrtStatus *ebe_error(const OrtApi *api, ebe_counters *counters, OrtErrorCode code,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Release a status the engine decided to ignore (counted like any call). */
+void ebe_status_release(const OrtApi *api, ebe_counters *counters, OrtStatus *status);
+
+/* Counted heap. NULL counters counts in the total only. ebe_free(NULL) is a no-op. */
+void *ebe_malloc(ebe_counters *counters, size_t size);
+void *ebe_calloc(ebe_counters *counters, size_t count, size_t size);
+void ebe_free(ebe_counters *counters, void *ptr);
+/* Copy of a NUL-terminated string, or NULL when out of memory. Caller frees with ebe_free. */
+char *ebe_strdup(ebe_counters *counters, const char *text);
+
+#endif

@@ -1,0 +1,53 @@
+/* ebe_plan.h -- the execution plan of one fused partition: built once in Compile, run by
+ * every Compute. A plan is immutable after ebe_plan_build except for its scratch pool, whose
+ * entries are claimed with an atomic flag, so concurrent Runs on one session are safe. */
+#ifndef EBE_PLAN_H
+#define EBE_PLAN_H
+
+#include "ebe_common.h"
+
+typedef enum ebe_op {
+  EBE_OP_IDENTITY = 0,
+  EBE_OP_RELU,
+  EBE_OP_SIGMOID,
+  EBE_OP_ADD,
+  EBE_OP_MUL,
+  EBE_OP_MATMUL,
+  EBE_OP_COUNT
+} ebe_op;
+
+/* The op of an ONNX op type name (default domain), or -1 when the engine has no kernel. */
+int ebe_op_from_name(const char *op_type);
+/* Number of inputs the op takes (all ops have one output). */
+size_t ebe_op_arity(ebe_op op);
+
+typedef struct ebe_plan_config {
+  const OrtApi *api;
+  ebe_counters *counters;     /* per-EP block (may be NULL); totals are always counted */
+  uint64_t delay_ns_per_node; /* test knob: busy-wait after each node, 0 = off */
+} ebe_plan_config;
+
+typedef struct ebe_plan ebe_plan;
+
+/* Build the plan of `graph` (the nodes of one partition) whose fused node is `fused_node`.
+ * On success *out owns a new plan (free with ebe_plan_free); on failure *out is NULL and the
+ * returned status says why. Does not keep any pointer into graph or fused_node. */
+OrtStatus *ebe_plan_build(const ebe_plan_config *config, const OrtGraph *graph,
+                          const OrtNode *fused_node, ebe_plan **out);
+
+/* Run the plan on a kernel context. Returns NULL or an error status (bad input shape, an
+ * input that is not float32, out of memory); never aborts. In steady state (after the first
+ * Run with the largest shapes) it allocates nothing and makes exactly
+ * 3 * inputs + 2 * outputs ORT calls. */
+OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context);
+
+/* Number of ONNX nodes in the plan. */
+size_t ebe_plan_node_count(const ebe_plan *plan);
+
+/* Free a plan and everything it owns. NULL is a no-op. */
+void ebe_plan_free(ebe_plan *plan);
+
+/* Spin for ns nanoseconds on the monotonic clock (test knob; exact, not a sleep). */
+void ebe_busy_wait_ns(uint64_t ns);
+
+#endif

@@ -1,0 +1,696 @@
+/* plan.c -- build and run the execution plan of one fused partition.
+ *
+ * A plan is a list of steps (one per ONNX node, in ORT's topological order) over numbered
+ * values. Each value lives in one place: a fused-node input (ORT's buffer), a fused-node
+ * output (ORT's buffer, the caller's own when io-binding pre-bound it), or a slot of the
+ * per-Run scratch arena. Slots are assigned once at build time by liveness, so a chain of
+ * unary ops runs in place in one slot. Shapes are computed at run time from the input shapes
+ * (symbolic dims included), which is why slot sizes are only known then: the arena grows on
+ * the first Run that needs more and is reused afterwards (zero allocations in steady state).
+ */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "ebe_kernels.h"
+#include "ebe_plan.h"
+
+/* Scratch entries kept per plan: this many concurrent Runs never touch the heap. */
+#define EBE_POOL_SIZE 4
+
+typedef enum ebe_loc { EBE_LOC_NONE = 0, EBE_LOC_INPUT, EBE_LOC_OUTPUT, EBE_LOC_SLOT } ebe_loc;
+
+typedef struct ebe_value {
+  ebe_loc loc;
+  uint32_t index;    /* input index, output index, or slot index */
+  int32_t producer;  /* step index, -1 for fused inputs */
+  int32_t last_use;  /* last step reading it, -1 when none */
+} ebe_value;
+
+typedef struct ebe_step {
+  ebe_op op;
+  uint32_t n_in;
+  uint32_t in[2];
+  uint32_t out;
+  char *name; /* node name, for error messages */
+} ebe_step;
+
+typedef struct ebe_scratch {
+  _Atomic int busy;
+  int32_t *rank;      /* [n_values] */
+  int64_t *dims;      /* [n_values * EBE_MAX_RANK] */
+  float **data;       /* [n_values] */
+  size_t *slot_elems; /* [n_slots] */
+  float *arena;
+  size_t arena_cap; /* floats */
+} ebe_scratch;
+
+struct ebe_plan {
+  const OrtApi *api;
+  ebe_counters *counters;
+  uint64_t delay_ns_per_node;
+  size_t n_values, n_steps, n_inputs, n_outputs, n_slots;
+  ebe_value *values;
+  ebe_step *steps;
+  uint32_t *input_values;  /* [n_inputs] value of fused input k */
+  uint32_t *output_values; /* [n_outputs] value of fused output k */
+  uint8_t *output_is_dup;  /* [n_outputs] 1 when an earlier output has the same value */
+  ebe_scratch pool[EBE_POOL_SIZE];
+};
+
+static const char *const ebe_op_names[EBE_OP_COUNT] = {
+    [EBE_OP_IDENTITY] = "Identity", [EBE_OP_RELU] = "Relu", [EBE_OP_SIGMOID] = "Sigmoid",
+    [EBE_OP_ADD] = "Add",           [EBE_OP_MUL] = "Mul",   [EBE_OP_MATMUL] = "MatMul",
+};
+
+int ebe_op_from_name(const char *op_type) {
+  for (int op = 0; op < EBE_OP_COUNT; op++)
+    if (strcmp(op_type, ebe_op_names[op]) == 0) return op;
+  return -1;
+}
+
+size_t ebe_op_arity(ebe_op op) {
+  return op == EBE_OP_ADD || op == EBE_OP_MUL || op == EBE_OP_MATMUL ? 2 : 1;
+}
+
+size_t ebe_plan_node_count(const ebe_plan *plan) { return plan->n_steps; }
+
+void ebe_busy_wait_ns(uint64_t ns) {
+  if (ns == 0) return;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t start = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    if (t - start >= ns) return;
+  }
+}
+
+/* ---- shape rules (shared by the shape pass and the execution pass) ---------------------- */
+
+static int64_t ebe_numel(const int64_t *dims, int32_t rank) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+/* Is `small` (leading 1s stripped) equal to the trailing dims of `out`? */
+static int ebe_is_suffix(const int64_t *small, int32_t rs, const int64_t *out, int32_t ro) {
+  int32_t first = 0;
+  while (first < rs && small[first] == 1) first++;
+  const int32_t len = rs - first;
+  if (len > ro) return 0;
+  for (int32_t i = 0; i < len; i++)
+    if (small[first + i] != out[ro - len + i]) return 0;
+  return 1;
+}
+
+typedef enum ebe_bin_result { EBE_BIN_OK = 0, EBE_BIN_MISMATCH, EBE_BIN_UNSUPPORTED } ebe_bin_result;
+
+/* Broadcast shapes a and b into out (numpy rules) and choose the kernel operands:
+ * *swap says whether b is the big operand, *period is the small operand's repeat length. */
+static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64_t *b,
+                                       int32_t rb, int64_t *out, int32_t *ro, int *swap,
+                                       size_t *period) {
+  const int32_t r = ra > rb ? ra : rb;
+  for (int32_t i = 0; i < r; i++) {
+    const int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
+    const int64_t db = i < r - rb ? 1 : b[i - (r - rb)];
+    if (da == db || db == 1) out[i] = da;
+    else if (da == 1) out[i] = db;
+    else return EBE_BIN_MISMATCH;
+  }
+  *ro = r;
+  const int64_t na = ebe_numel(a, ra), nb = ebe_numel(b, rb), no = ebe_numel(out, r);
+  *swap = 0;
+  *period = (size_t)no;
+  if (no == 0) return EBE_BIN_OK;
+  if (na == no && nb == no) return EBE_BIN_OK;
+  if (na == no && (nb == 1 || ebe_is_suffix(b, rb, out, r))) {
+    *period = (size_t)nb;
+    return EBE_BIN_OK;
+  }
+  if (nb == no && (na == 1 || ebe_is_suffix(a, ra, out, r))) {
+    *swap = 1;
+    *period = (size_t)na;
+    return EBE_BIN_OK;
+  }
+  return EBE_BIN_UNSUPPORTED;
+}
+
+/* MatMul shapes: a [..., m, k] x b [..., k, n] -> out [batch..., m, n]. */
+static ebe_bin_result ebe_matmul_shape(const int64_t *a, int32_t ra, const int64_t *b,
+                                       int32_t rb, int64_t *out, int32_t *ro) {
+  if (ra < 2 || rb < 2) return EBE_BIN_UNSUPPORTED;
+  if (a[ra - 1] != b[rb - 2]) return EBE_BIN_MISMATCH;
+  const int32_t ba = ra - 2, bb = rb - 2, r = ba > bb ? ba : bb;
+  for (int32_t i = 0; i < r; i++) {
+    const int64_t da = i < r - ba ? 1 : a[i - (r - ba)];
+    const int64_t db = i < r - bb ? 1 : b[i - (r - bb)];
+    if (da == db || db == 1) out[i] = da;
+    else if (da == 1) out[i] = db;
+    else return EBE_BIN_MISMATCH;
+  }
+  out[r] = a[ra - 2];
+  out[r + 1] = b[rb - 1];
+  *ro = r + 2;
+  return EBE_BIN_OK;
+}
+
+static void ebe_format_shape(char *buf, size_t cap, const int64_t *dims, int32_t rank) {
+  size_t used = 0;
+  used += (size_t)snprintf(buf + used, cap - used, "[");
+  for (int32_t i = 0; i < rank && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, i ? ",%lld" : "%lld", (long long)dims[i]);
+  if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+/* ---- building ---------------------------------------------------------------------------- */
+
+typedef struct ebe_names {
+  const char **keys; /* borrowed from ORT, valid during Compile only */
+  uint32_t *ids;
+  size_t cap, count;
+} ebe_names;
+
+static uint64_t ebe_hash(const char *s) {
+  uint64_t h = 1469598103934665603u;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211u;
+  return h;
+}
+
+/* Id of a name, adding it when new; returns UINT32_MAX when the table is full (cannot happen:
+ * the table is sized for every name the plan can see). */
+static uint32_t ebe_names_intern(ebe_names *names, const char *key) {
+  size_t slot = (size_t)(ebe_hash(key) & (names->cap - 1));
+  for (size_t probe = 0; probe < names->cap; probe++) {
+    if (names->keys[slot] == NULL) {
+      names->keys[slot] = key;
+      names->ids[slot] = (uint32_t)names->count;
+      return (uint32_t)names->count++;
+    }
+    if (strcmp(names->keys[slot], key) == 0) return names->ids[slot];
+    slot = (slot + 1) & (names->cap - 1);
+  }
+  return UINT32_MAX;
+}
+
+static OrtStatus *ebe_value_name(const ebe_plan_config *cfg, const OrtValueInfo *info,
+                                 const char **name) {
+  if (info == NULL)
+    return ebe_error(cfg->api, cfg->counters, ORT_EP_FAIL, "engine: missing optional value");
+  return EBE_CALL(cfg->counters, cfg->api, GetValueInfoName, info, name);
+}
+
+static OrtStatus *ebe_scratch_init(ebe_plan *plan, ebe_scratch *scratch) {
+  ebe_counters *c = plan->counters;
+  scratch->rank = ebe_calloc(c, plan->n_values, sizeof *scratch->rank);
+  scratch->dims = ebe_calloc(c, plan->n_values * EBE_MAX_RANK, sizeof *scratch->dims);
+  scratch->data = ebe_calloc(c, plan->n_values, sizeof *scratch->data);
+  scratch->slot_elems = ebe_calloc(c, plan->n_slots, sizeof *scratch->slot_elems);
+  if (!scratch->rank || !scratch->dims || !scratch->data || !scratch->slot_elems)
+    return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
+  return NULL;
+}
+
+static void ebe_scratch_release(ebe_plan *plan, ebe_scratch *scratch) {
+  ebe_counters *c = plan->counters;
+  ebe_free(c, scratch->rank);
+  ebe_free(c, scratch->dims);
+  ebe_free(c, scratch->data);
+  ebe_free(c, scratch->slot_elems);
+  ebe_free(c, scratch->arena);
+  scratch->rank = NULL;
+  scratch->dims = NULL;
+  scratch->data = NULL;
+  scratch->slot_elems = NULL;
+  scratch->arena = NULL;
+  scratch->arena_cap = 0;
+}
+
+void ebe_plan_free(ebe_plan *plan) {
+  if (plan == NULL) return;
+  ebe_counters *c = plan->counters;
+  for (size_t i = 0; i < EBE_POOL_SIZE; i++) ebe_scratch_release(plan, &plan->pool[i]);
+  if (plan->steps != NULL)
+    for (size_t i = 0; i < plan->n_steps; i++) ebe_free(c, plan->steps[i].name);
+  ebe_free(c, plan->steps);
+  ebe_free(c, plan->values);
+  ebe_free(c, plan->input_values);
+  ebe_free(c, plan->output_values);
+  ebe_free(c, plan->output_is_dup);
+  ebe_free(c, plan);
+}
+
+/* Assign scratch slots by liveness: a value takes a free slot when produced and gives it back
+ * after its last reader. A unary op whose input dies at it writes in place. */
+static OrtStatus *ebe_plan_assign_slots(ebe_plan *plan) {
+  ebe_counters *c = plan->counters;
+  uint32_t *free_slots = ebe_calloc(c, plan->n_values + 1, sizeof *free_slots);
+  if (free_slots == NULL)
+    return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
+  size_t n_free = 0;
+  for (size_t s = 0; s < plan->n_steps; s++) {
+    ebe_step *step = &plan->steps[s];
+    ebe_value *out = &plan->values[step->out];
+    int reused = 0;
+    if (out->loc == EBE_LOC_NONE) {
+      ebe_value *in0 = &plan->values[step->in[0]];
+      if (step->n_in == 1 && in0->loc == EBE_LOC_SLOT && in0->last_use == (int32_t)s) {
+        out->loc = EBE_LOC_SLOT;
+        out->index = in0->index;
+        reused = 1;
+      } else {
+        out->loc = EBE_LOC_SLOT;
+        out->index = n_free > 0 ? free_slots[--n_free] : (uint32_t)plan->n_slots++;
+      }
+    }
+    for (uint32_t i = 0; i < step->n_in; i++) {
+      if (i == 1 && step->in[1] == step->in[0]) continue; /* Mul(x, x): give back once */
+      ebe_value *in = &plan->values[step->in[i]];
+      if (in->loc == EBE_LOC_SLOT && in->last_use == (int32_t)s && !reused)
+        free_slots[n_free++] = in->index;
+    }
+    if (out->loc == EBE_LOC_SLOT && out->last_use < 0 && !reused)
+      free_slots[n_free++] = out->index; /* produced but never read: dead after this step */
+  }
+  ebe_free(c, free_slots);
+  return NULL;
+}
+
+OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
+                          const OrtNode *fused_node, ebe_plan **out) {
+  *out = NULL;
+  const OrtApi *api = cfg->api;
+  ebe_counters *c = cfg->counters;
+  OrtStatus *status = NULL;
+  const OrtValueInfo **in_infos = NULL, **out_infos = NULL;
+  const OrtNode **nodes = NULL;
+  ebe_names names = {0};
+  size_t n_nodes = 0;
+
+  ebe_plan *plan = ebe_calloc(c, 1, sizeof *plan);
+  if (plan == NULL) return ebe_error(api, c, ORT_FAIL, "engine: out of memory building a plan");
+  plan->api = api;
+  plan->counters = c;
+  plan->delay_ns_per_node = cfg->delay_ns_per_node;
+
+  EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetNumInputs, fused_node, &plan->n_inputs),
+                    fail);
+  EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetNumOutputs, fused_node, &plan->n_outputs),
+                    fail);
+  EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNumNodes, graph, &n_nodes), fail);
+  plan->n_steps = n_nodes;
+
+  in_infos = ebe_calloc(c, plan->n_inputs, sizeof *in_infos);
+  out_infos = ebe_calloc(c, plan->n_outputs, sizeof *out_infos);
+  nodes = ebe_calloc(c, n_nodes, sizeof *nodes);
+  plan->steps = ebe_calloc(c, n_nodes, sizeof *plan->steps);
+  plan->input_values = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_values);
+  plan->output_values = ebe_calloc(c, plan->n_outputs, sizeof *plan->output_values);
+  plan->output_is_dup = ebe_calloc(c, plan->n_outputs, 1);
+  /* Every value is a fused input or some node's output (one per node): an upper bound. */
+  const size_t max_values = plan->n_inputs + n_nodes * 3 + plan->n_outputs + 1;
+  names.cap = 16;
+  while (names.cap < 2 * max_values) names.cap *= 2;
+  names.keys = ebe_calloc(c, names.cap, sizeof *names.keys);
+  names.ids = ebe_calloc(c, names.cap, sizeof *names.ids);
+  plan->values = ebe_calloc(c, max_values, sizeof *plan->values);
+  if (!in_infos || !out_infos || !nodes || !plan->steps || !plan->input_values ||
+      !plan->output_values || !plan->output_is_dup || !names.keys || !names.ids ||
+      !plan->values) {
+    status = ebe_error(api, c, ORT_FAIL, "engine: out of memory building a plan");
+    goto fail;
+  }
+  for (size_t v = 0; v < max_values; v++) {
+    plan->values[v].producer = -1;
+    plan->values[v].last_use = -1;
+  }
+
+  EBE_GOTO_IF_ERROR(status,
+                    EBE_CALL(c, api, Node_GetInputs, fused_node, in_infos, plan->n_inputs), fail);
+  for (size_t k = 0; k < plan->n_inputs; k++) {
+    const char *name = NULL;
+    EBE_GOTO_IF_ERROR(status, ebe_value_name(cfg, in_infos[k], &name), fail);
+    const uint32_t id = ebe_names_intern(&names, name);
+    plan->input_values[k] = id;
+    if (plan->values[id].loc == EBE_LOC_NONE) {
+      plan->values[id].loc = EBE_LOC_INPUT;
+      plan->values[id].index = (uint32_t)k;
+    }
+  }
+  EBE_GOTO_IF_ERROR(status,
+                    EBE_CALL(c, api, Node_GetOutputs, fused_node, out_infos, plan->n_outputs),
+                    fail);
+  for (size_t k = 0; k < plan->n_outputs; k++) {
+    const char *name = NULL;
+    EBE_GOTO_IF_ERROR(status, ebe_value_name(cfg, out_infos[k], &name), fail);
+    const uint32_t id = ebe_names_intern(&names, name);
+    plan->output_values[k] = id;
+    if (plan->values[id].loc == EBE_LOC_OUTPUT) {
+      plan->output_is_dup[k] = 1;
+    } else if (plan->values[id].loc == EBE_LOC_INPUT) {
+      status = ebe_error(api, c, ORT_EP_FAIL, "engine: fused output '%s' is also an input",
+                         name);
+      goto fail;
+    } else {
+      plan->values[id].loc = EBE_LOC_OUTPUT;
+      plan->values[id].index = (uint32_t)k;
+    }
+  }
+
+  EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNodes, graph, nodes, n_nodes), fail);
+  for (size_t s = 0; s < n_nodes; s++) {
+    ebe_step *step = &plan->steps[s];
+    const char *op_type = NULL, *node_name = NULL;
+    size_t n_in = 0, n_out = 0;
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetOperatorType, nodes[s], &op_type), fail);
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetName, nodes[s], &node_name), fail);
+    step->name = ebe_strdup(c, node_name != NULL ? node_name : "");
+    const int op = ebe_op_from_name(op_type);
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetNumInputs, nodes[s], &n_in), fail);
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetNumOutputs, nodes[s], &n_out), fail);
+    if (step->name == NULL || op < 0 || n_in != ebe_op_arity((ebe_op)op) || n_out != 1) {
+      status = ebe_error(api, c, ORT_EP_FAIL,
+                         "engine: cannot compile node '%s' (%s, %zu inputs, %zu outputs)",
+                         node_name ? node_name : "", op_type, n_in, n_out);
+      goto fail;
+    }
+    step->op = (ebe_op)op;
+    step->n_in = (uint32_t)n_in;
+    const OrtValueInfo *io[3] = {NULL, NULL, NULL};
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetInputs, nodes[s], io, n_in), fail);
+    EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetOutputs, nodes[s], io + n_in, 1), fail);
+    for (size_t i = 0; i <= n_in; i++) {
+      const char *name = NULL;
+      EBE_GOTO_IF_ERROR(status, ebe_value_name(cfg, io[i], &name), fail);
+      const uint32_t id = ebe_names_intern(&names, name);
+      if (id >= max_values) {
+        status = ebe_error(api, c, ORT_FAIL, "engine: value table overflow");
+        goto fail;
+      }
+      ebe_value *value = &plan->values[id];
+      if (i < n_in) {
+        step->in[i] = id;
+        if (value->loc != EBE_LOC_INPUT && value->producer < 0) {
+          status = ebe_error(api, c, ORT_EP_FAIL,
+                             "engine: node '%s' reads '%s', which nothing before it produces",
+                             step->name, name);
+          goto fail;
+        }
+        value->last_use = (int32_t)s;
+      } else {
+        step->out = id;
+        if (value->producer >= 0 || value->loc == EBE_LOC_INPUT) {
+          status = ebe_error(api, c, ORT_EP_FAIL, "engine: value '%s' is produced twice", name);
+          goto fail;
+        }
+        value->producer = (int32_t)s;
+      }
+    }
+  }
+  plan->n_values = names.count;
+  for (size_t k = 0; k < plan->n_outputs; k++) {
+    if (plan->values[plan->output_values[k]].producer < 0) {
+      status = ebe_error(api, c, ORT_EP_FAIL, "engine: fused output %zu is produced by no node",
+                         k);
+      goto fail;
+    }
+  }
+  EBE_GOTO_IF_ERROR(status, ebe_plan_assign_slots(plan), fail);
+  for (size_t i = 0; i < EBE_POOL_SIZE; i++)
+    EBE_GOTO_IF_ERROR(status, ebe_scratch_init(plan, &plan->pool[i]), fail);
+
+  ebe_free(c, in_infos);
+  ebe_free(c, out_infos);
+  ebe_free(c, nodes);
+  ebe_free(c, names.keys);
+  ebe_free(c, names.ids);
+  *out = plan;
+  return NULL;
+
+fail:
+  ebe_free(c, in_infos);
+  ebe_free(c, out_infos);
+  ebe_free(c, nodes);
+  ebe_free(c, names.keys);
+  ebe_free(c, names.ids);
+  ebe_plan_free(plan);
+  return status;
+}
+
+/* ---- running ----------------------------------------------------------------------------- */
+
+/* A free pooled scratch, or NULL when all are busy. */
+static ebe_scratch *ebe_scratch_acquire(ebe_plan *plan) {
+  for (size_t i = 0; i < EBE_POOL_SIZE; i++) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong_explicit(&plan->pool[i].busy, &expected, 1,
+                                                memory_order_acquire, memory_order_relaxed))
+      return &plan->pool[i];
+  }
+  return NULL;
+}
+
+/* Shape pass: fill rank/dims of every step output; error status on a bad input shape. */
+static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
+  for (size_t s = 0; s < plan->n_steps; s++) {
+    const ebe_step *step = &plan->steps[s];
+    const uint32_t a = step->in[0], b = step->in[1], o = step->out;
+    const int64_t *da = scratch->dims + (size_t)a * EBE_MAX_RANK;
+    int64_t *dout = scratch->dims + (size_t)o * EBE_MAX_RANK;
+    ebe_bin_result result = EBE_BIN_OK;
+    if (step->n_in == 1) {
+      memcpy(dout, da, sizeof(int64_t) * (size_t)scratch->rank[a]);
+      scratch->rank[o] = scratch->rank[a];
+      continue;
+    }
+    const int64_t *db = scratch->dims + (size_t)b * EBE_MAX_RANK;
+    int32_t ro = 0;
+    if (step->op == EBE_OP_MATMUL) {
+      result = ebe_matmul_shape(da, scratch->rank[a], db, scratch->rank[b], dout, &ro);
+    } else {
+      int swap = 0;
+      size_t period = 0;
+      result = ebe_binary_shape(da, scratch->rank[a], db, scratch->rank[b], dout, &ro, &swap,
+                                &period);
+    }
+    if (result != EBE_BIN_OK) {
+      char sa[160], sb[160];
+      ebe_format_shape(sa, sizeof sa, da, scratch->rank[a]);
+      ebe_format_shape(sb, sizeof sb, db, scratch->rank[b]);
+      return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                       "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
+                       step->name, sa, sb,
+                       result == EBE_BIN_MISMATCH ? "are incompatible"
+                                                  : "need a broadcast the engine does not do");
+    }
+    scratch->rank[o] = ro;
+  }
+  return NULL;
+}
+
+/* Size the arena for this Run's shapes and point every slot value into it. Allocates only
+ * when this Run needs more than any earlier one. */
+static OrtStatus *ebe_plan_place_slots(ebe_plan *plan, ebe_scratch *scratch) {
+  if (plan->n_slots == 0) return NULL;
+  memset(scratch->slot_elems, 0, plan->n_slots * sizeof *scratch->slot_elems);
+  for (size_t v = 0; v < plan->n_values; v++) {
+    const ebe_value *value = &plan->values[v];
+    if (value->loc != EBE_LOC_SLOT) continue;
+    const size_t n = (size_t)ebe_numel(scratch->dims + v * EBE_MAX_RANK, scratch->rank[v]);
+    if (n > scratch->slot_elems[value->index]) scratch->slot_elems[value->index] = n;
+  }
+  size_t total = 0;
+  for (size_t s = 0; s < plan->n_slots; s++) total += (scratch->slot_elems[s] + 15) & ~(size_t)15;
+  if (total > scratch->arena_cap) {
+    float *bigger = ebe_malloc(plan->counters, total * sizeof(float));
+    if (bigger == NULL)
+      return ebe_error(plan->api, plan->counters, ORT_FAIL,
+                       "engine: out of memory for %zu floats of scratch", total);
+    ebe_free(plan->counters, scratch->arena);
+    scratch->arena = bigger;
+    scratch->arena_cap = total;
+  }
+  /* Reuse slot_elems as slot offsets from here on. */
+  size_t offset = 0;
+  for (size_t s = 0; s < plan->n_slots; s++) {
+    const size_t size = (scratch->slot_elems[s] + 15) & ~(size_t)15;
+    scratch->slot_elems[s] = offset;
+    offset += size;
+  }
+  for (size_t v = 0; v < plan->n_values; v++) {
+    const ebe_value *value = &plan->values[v];
+    if (value->loc == EBE_LOC_SLOT)
+      scratch->data[v] = scratch->arena + scratch->slot_elems[value->index];
+  }
+  return NULL;
+}
+
+static void ebe_run_matmul(const ebe_scratch *scratch, const ebe_step *step) {
+  const uint32_t a = step->in[0], b = step->in[1], o = step->out;
+  const int64_t *da = scratch->dims + (size_t)a * EBE_MAX_RANK;
+  const int64_t *db = scratch->dims + (size_t)b * EBE_MAX_RANK;
+  const int64_t *dout = scratch->dims + (size_t)o * EBE_MAX_RANK;
+  const int32_t ra = scratch->rank[a], rb = scratch->rank[b], ro = scratch->rank[o];
+  const size_t m = (size_t)da[ra - 2], k = (size_t)da[ra - 1], n = (size_t)db[rb - 1];
+  const size_t batches = (size_t)ebe_numel(dout, ro - 2);
+  const size_t b_batches = (size_t)ebe_numel(db, rb - 2);
+  const float *pa = scratch->data[a], *pb = scratch->data[b];
+  float *pc = scratch->data[o];
+  if (b_batches == 1) {
+    /* B is one matrix: all of A's rows form one [batches*m, k] matrix. */
+    ebe_kernel_matmul(pa, pb, pc, batches * m, k, n);
+    return;
+  }
+  /* General batch broadcast: walk the output batch index, map it into A and B. */
+  const int32_t nb = ro - 2, ba = ra - 2, bb = rb - 2;
+  size_t stride_a[EBE_MAX_RANK], stride_b[EBE_MAX_RANK];
+  size_t sa = m * k, sb = k * n;
+  for (int32_t i = nb - 1; i >= 0; i--) {
+    const int64_t dim_a = i < nb - ba ? 1 : da[i - (nb - ba)];
+    const int64_t dim_b = i < nb - bb ? 1 : db[i - (nb - bb)];
+    stride_a[i] = dim_a == 1 ? 0 : sa;
+    stride_b[i] = dim_b == 1 ? 0 : sb;
+    sa *= (size_t)dim_a;
+    sb *= (size_t)dim_b;
+  }
+  int64_t index[EBE_MAX_RANK] = {0};
+  for (size_t batch = 0; batch < batches; batch++) {
+    size_t off_a = 0, off_b = 0;
+    for (int32_t i = 0; i < nb; i++) {
+      off_a += (size_t)index[i] * stride_a[i];
+      off_b += (size_t)index[i] * stride_b[i];
+    }
+    ebe_kernel_matmul(pa + off_a, pb + off_b, pc + batch * m * n, m, k, n);
+    for (int32_t i = nb - 1; i >= 0; i--) {
+      if (++index[i] < dout[i]) break;
+      index[i] = 0;
+    }
+  }
+}
+
+static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step) {
+  const uint32_t a = step->in[0], o = step->out;
+  const size_t n = (size_t)ebe_numel(scratch->dims + (size_t)o * EBE_MAX_RANK, scratch->rank[o]);
+  switch (step->op) {
+    case EBE_OP_IDENTITY:
+      ebe_kernel_identity(scratch->data[a], scratch->data[o], n);
+      return;
+    case EBE_OP_RELU:
+      ebe_kernel_relu(scratch->data[a], scratch->data[o], n);
+      return;
+    case EBE_OP_SIGMOID:
+      ebe_kernel_sigmoid(scratch->data[a], scratch->data[o], n);
+      return;
+    case EBE_OP_ADD:
+    case EBE_OP_MUL: {
+      const uint32_t b = step->in[1];
+      int64_t dims[EBE_MAX_RANK];
+      int32_t ro = 0;
+      int swap = 0;
+      size_t period = 0;
+      (void)ebe_binary_shape(scratch->dims + (size_t)a * EBE_MAX_RANK, scratch->rank[a],
+                             scratch->dims + (size_t)b * EBE_MAX_RANK, scratch->rank[b], dims,
+                             &ro, &swap, &period);
+      if (n == 0) return;
+      const float *big = swap ? scratch->data[b] : scratch->data[a];
+      const float *small = swap ? scratch->data[a] : scratch->data[b];
+      if (step->op == EBE_OP_ADD) ebe_kernel_add(big, small, scratch->data[o], n, period);
+      else ebe_kernel_mul(big, small, scratch->data[o], n, period);
+      return;
+    }
+    case EBE_OP_MATMUL:
+      ebe_run_matmul(scratch, step);
+      return;
+    case EBE_OP_COUNT:
+      return;
+  }
+}
+
+static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
+                                    OrtKernelContext *context) {
+  const OrtApi *api = plan->api;
+  ebe_counters *c = plan->counters;
+  for (size_t k = 0; k < plan->n_inputs; k++) {
+    const OrtValue *value = NULL;
+    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    const int64_t *shape = NULL;
+    size_t rank = 0;
+    const void *data = NULL;
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetInput, context, k, &value));
+    if (value == NULL)
+      return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu is missing", k);
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorElementTypeAndShapeDataReference, value,
+                                 &type, &shape, &rank));
+    if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+      return ebe_error(api, c, ORT_INVALID_ARGUMENT,
+                       "engine: input %zu has element type %d; the engine computes float32 only",
+                       k, (int)type);
+    if (rank > EBE_MAX_RANK)
+      return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu has rank %zu > %d", k,
+                       rank, EBE_MAX_RANK);
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorData, value, &data));
+    const uint32_t id = plan->input_values[k];
+    for (size_t i = 0; i < rank; i++) {
+      if (shape[i] < 0)
+        return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu has a negative dim",
+                         k);
+      scratch->dims[(size_t)id * EBE_MAX_RANK + i] = shape[i];
+    }
+    scratch->rank[id] = (int32_t)rank;
+    scratch->data[id] = (float *)(uintptr_t)data; /* inputs are only ever read */
+  }
+  EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
+  EBE_RETURN_IF_ERROR(ebe_plan_place_slots(plan, scratch));
+  for (size_t k = 0; k < plan->n_outputs; k++) {
+    if (plan->output_is_dup[k]) continue;
+    const uint32_t id = plan->output_values[k];
+    OrtValue *value = NULL;
+    void *data = NULL;
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetOutput, context, k,
+                                 scratch->dims + (size_t)id * EBE_MAX_RANK,
+                                 (size_t)scratch->rank[id], &value));
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorMutableData, value, &data));
+    scratch->data[id] = data;
+  }
+  for (size_t s = 0; s < plan->n_steps; s++) {
+    ebe_run_step(scratch, &plan->steps[s]);
+    ebe_busy_wait_ns(plan->delay_ns_per_node);
+  }
+  ebe_probe_add(c, EBE_C_NODES_EXECUTED, plan->n_steps);
+  for (size_t k = 0; k < plan->n_outputs; k++) {
+    if (!plan->output_is_dup[k]) continue;
+    const uint32_t id = plan->output_values[k];
+    OrtValue *value = NULL;
+    void *data = NULL;
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetOutput, context, k,
+                                 scratch->dims + (size_t)id * EBE_MAX_RANK,
+                                 (size_t)scratch->rank[id], &value));
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorMutableData, value, &data));
+    const size_t n =
+        (size_t)ebe_numel(scratch->dims + (size_t)id * EBE_MAX_RANK, scratch->rank[id]);
+    if (n != 0) memcpy(data, scratch->data[id], n * sizeof(float));
+  }
+  return NULL;
+}
+
+OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context) {
+  ebe_probe_add(plan->counters, EBE_C_COMPUTE_CALLS, 1);
+  ebe_scratch *scratch = ebe_scratch_acquire(plan);
+  OrtStatus *status = NULL;
+  if (scratch != NULL) {
+    status = ebe_plan_run_with(plan, scratch, context);
+    atomic_store_explicit(&scratch->busy, 0, memory_order_release);
+  } else {
+    /* More concurrent Runs than pooled scratch: a one-off scratch on the heap. */
+    ebe_probe_add(plan->counters, EBE_C_SCRATCH_OVERFLOWS, 1);
+    ebe_scratch temporary = {0};
+    status = ebe_scratch_init(plan, &temporary);
+    if (status == NULL) status = ebe_plan_run_with(plan, &temporary, context);
+    ebe_scratch_release(plan, &temporary);
+  }
+  if (status != NULL) ebe_probe_add(plan->counters, EBE_C_COMPUTE_ERRORS, 1);
+  return status;
+}
