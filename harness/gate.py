@@ -16,8 +16,13 @@ Definitions (decided here, once):
 - **steal fraction** = steal / elapsed ticks, reported beside the idle fraction.
 - A core passes when its idle fraction is >= the threshold (default 0.93); the
   gate passes when every judged core passes.
-- **Which cores are judged.** By default the cores this process may run on
-  (`os.sched_getaffinity`). Before a round the worker sits in the gate's own
+- **Which cores are judged.** The `cores` given, or by default every core
+  `/proc/stat` lists. Not the process's affinity: a worker that has pinned
+  itself would then judge its own core only. A runner that honours a cpuset
+  (a container whose other cores belong to other tenants) passes the affinity
+  it had *before* pinning, `cores=sorted(os.sched_getaffinity(0))`; `epbench
+  gate` (`current_gate_state`) runs unpinned and uses that affinity itself.
+  Before a round the worker sits in the gate's own
   `sleep`, so its pinned core should be idle too, and load there would preempt
   the benchmark directly; the runner should therefore judge it (call
   `check()` without `exclude_core`). `exclude_core` exists for a caller that
@@ -42,7 +47,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from harness.errors import GateError
@@ -205,8 +210,14 @@ class GateReading:
         }
 
 
-def _judged_names(cores: Iterable[int], exclude_core: int | None) -> list[str]:
-    return [core_name(c) for c in sorted(set(cores)) if c != exclude_core]
+def _judged_names(
+    usage: dict[str, CoreUsage], cores: list[int] | None, exclude_core: int | None
+) -> list[str]:
+    """The rows of `usage` to judge: `cores` (None: every core listed),
+    without `exclude_core`, in core order."""
+    listed = sorted(int(name[3:]) for name in usage if name != "cpu")
+    wanted = listed if cores is None else sorted(set(cores) & set(listed))
+    return [core_name(c) for c in wanted if c != exclude_core]
 
 
 def _busy_message(reading: GateReading) -> str:
@@ -258,18 +269,18 @@ class IdleGate:
         self.policy = policy
         self.window_s = window_s
         self.max_wait_s = max_wait_s
-        self.cores = list(cores) if cores is not None else _allowed_cores()
+        self.cores = list(cores) if cores is not None else None
         self.budget_s = budget_s
         self._clock = clock
         self._sleep = sleep
         self._read = read
         self._waited_total_s = 0.0  # back-off pauses so far, against budget_s
 
-    def _look(self, names: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    def _look(self, exclude_core: int | None) -> tuple[dict[str, float], dict[str, float]]:
         before = parse_proc_stat(self._read())
         self._sleep(self.window_s)
         usage = usage_between(before, parse_proc_stat(self._read()))
-        judged = [n for n in names if n in usage]
+        judged = _judged_names(usage, self.cores, exclude_core)
         return {n: usage[n].idle for n in judged}, {n: usage[n].steal for n in judged}
 
     def _passes(self, idle: dict[str, float]) -> bool:
@@ -279,7 +290,7 @@ class IdleGate:
     def measure(self, exclude_core: int | None = None) -> GateReading:
         """One look, whatever the policy; never raises for a busy machine."""
         start = self._clock()
-        idle, steal = self._look(_judged_names(self.cores, exclude_core))
+        idle, steal = self._look(exclude_core)
         return GateReading(
             passed=self._passes(idle), idle=idle, steal=steal,
             waited_s=self._clock() - start, attempts=1,
@@ -293,12 +304,11 @@ class IdleGate:
                 passed=True, idle={}, steal={}, waited_s=0.0, attempts=0,
                 threshold=self.threshold, excluded_core=exclude_core,
             )
-        names = _judged_names(self.cores, exclude_core)
         start = self._clock()
         attempts = 0
         pause = FIRST_BACKOFF_S
         while True:
-            idle, steal = self._look(names)
+            idle, steal = self._look(exclude_core)
             attempts += 1
             passed = self._passes(idle)
             reading = GateReading(
@@ -340,7 +350,7 @@ class InterferenceMeter:
         read: Callable[[], str] = read_proc_stat,
     ) -> None:
         self.exclude_core = exclude_core
-        self.cores = list(cores) if cores is not None else _allowed_cores()
+        self.cores = list(cores) if cores is not None else None
         self.threshold = threshold
         self._clock = clock
         self._read = read
@@ -357,7 +367,7 @@ class InterferenceMeter:
         usage = usage_between(self._before, parse_proc_stat(self._read()))
         elapsed_s = self._clock() - self._started_at
         self._before = None
-        others = [n for n in _judged_names(self.cores, self.exclude_core) if n in usage]
+        others = _judged_names(usage, self.cores, self.exclude_core)
         idle = {n: round(usage[n].idle, 4) for n in others}
         steal = {n: round(usage[n].steal, 4) for n in others}
         own = core_name(self.exclude_core) if self.exclude_core is not None else None
@@ -441,9 +451,11 @@ def current_gate_state(
     sleep: Callable[[float], None] = time.sleep,
     read: Callable[[], str] = read_proc_stat,
 ) -> GateReading:
-    """One look at every allowed core, for `epbench gate` (exit 0 if passed, 3 if not)."""
+    """One look, for `epbench gate` (exit 0 if passed, 3 if not), at `cores`
+    or by default every core this (unpinned) process may run on."""
     gate = IdleGate(
-        threshold=threshold, policy="strict", window_s=window_s, cores=cores,
+        threshold=threshold, policy="strict", window_s=window_s,
+        cores=cores if cores is not None else _allowed_cores(),
         clock=clock, sleep=sleep, read=read,
     )
     return gate.measure()

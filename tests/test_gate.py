@@ -475,3 +475,31 @@ def test_current_gate_state_looks_once_and_does_not_raise() -> None:
     assert not reading.passed and reading.attempts == 1
     assert reading.idle == {"cpu0": 1.0, "cpu1": 0.6}
     assert clock.sleeps == [0.25]  # the longer one-shot window
+
+
+def test_by_default_every_listed_core_is_judged_not_the_aggregate() -> None:
+    # A worker that pinned itself must still judge the other cores: the
+    # default is /proc/stat's list, not this process's affinity.
+    stat = ScriptedStat([{0: IDLE, 1: IDLE, 7: BUSY}])
+    clock = FakeClock()
+    gate = IdleGate(policy="wait", max_wait_s=0, clock=clock.clock, sleep=clock.sleep,
+                    read=stat.read)
+    reading = gate.check(exclude_core=0)
+    assert sorted(reading.idle) == ["cpu1", "cpu7"] and not reading.passed
+
+
+def test_interference_defaults_to_every_listed_core() -> None:
+    stat = ScriptedStat([{0: (20, 0, 0), 1: IDLE, 5: IDLE}])
+    meter = InterferenceMeter(exclude_core=0, read=stat.read)
+    meter.start()
+    assert sorted(meter.stop()["idle"]) == ["cpu1", "cpu5"]
+
+
+def test_current_gate_state_defaults_to_this_process_affinity() -> None:
+    import os
+
+    allowed = sorted(os.sched_getaffinity(0))
+    far_core = max(allowed) + 64  # listed by the fake /proc/stat, never in our affinity
+    stat = ScriptedStat([{**{c: IDLE for c in allowed}, far_core: BUSY}])
+    reading = current_gate_state(read=stat.read, sleep=FakeClock().sleep)
+    assert sorted(reading.idle) == sorted(f"cpu{c}" for c in allowed) and reading.passed
