@@ -90,6 +90,20 @@ def opt_level_for(op: str | None) -> str:
     return "disabled" if op == "Identity" else "all"
 
 
+def graph_optimization_level(opt_level: str) -> Any:
+    """The onnxruntime.GraphOptimizationLevel a case's `opt_level` stands for
+    (the same for every arm of the case)."""
+    import onnxruntime as ort
+
+    levels = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }
+    if opt_level not in levels:
+        raise ValueError(f"opt_level must be one of {OPT_LEVELS}, got {opt_level!r}")
+    return levels[opt_level]
+
+
 @dataclass(frozen=True, eq=False)
 class BuiltCase:
     """A case ready to run: serialized model, its inputs, and how many nodes it has."""

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from cases import grids
 from cases.grids import case_by_name, grid_description, grid_names, load_grid
-from cases.spec import MAX_DEPTH, CaseSpec, binary_case, chain_case, matmul_case
+from cases.spec import (
+    MAX_DEPTH,
+    CaseSpec,
+    binary_case,
+    chain_case,
+    graph_optimization_level,
+    matmul_case,
+)
 from harness.errors import CaseError
 
 ISSUE_DEFAULT = (
@@ -78,11 +85,7 @@ def _executed_nodes(spec: CaseSpec) -> int:
     """How many nodes ORT's CPU EP runs for the case under the case's opt level."""
     built = spec.build()
     options = ort.SessionOptions()
-    options.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        if spec.opt_level == "disabled"
-        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    )
+    options.graph_optimization_level = graph_optimization_level(spec.opt_level)
     options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     session = ort.InferenceSession(built.model_bytes, options, providers=["CPUExecutionProvider"])
     session.run(None, built.inputs)
