@@ -398,6 +398,7 @@ class GitHubClient:
             except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
                 reason = getattr(exc, "reason", exc)
                 problem = f"cannot reach {self.api_url} ({reason})"
+                remedy = "check --api-url and the network, then run the command again"
                 if not idempotent:
                     raise _AmbiguousWrite(problem) from None
                 wait = policy.first_delay_s * 2 ** (attempt - 1)
@@ -407,6 +408,7 @@ class GitHubClient:
                 rate_wait = self._rate_limit_wait(resp, attempt)
                 if rate_wait is not None:
                     problem = f"rate limited ({resp.status} {_github_message(resp)})"
+                    remedy = "run the command again later"
                     wait = rate_wait
                     if wait > policy.max_wait_s:
                         raise self._error(
@@ -416,6 +418,7 @@ class GitHubClient:
                         )
                 elif resp.status >= 500:
                     problem = f"GitHub answered {resp.status} {_github_message(resp)}".rstrip()
+                    remedy = "check https://www.githubstatus.com and run the command again"
                     if not idempotent:
                         raise _AmbiguousWrite(problem)
                     wait = policy.first_delay_s * 2 ** (attempt - 1)
@@ -423,8 +426,7 @@ class GitHubClient:
                     raise self._refusal(method, url, resp, what)
             if attempt == policy.attempts:
                 raise self._error(
-                    f"{where} failed {policy.attempts} times, last: {problem}: check "
-                    "https://www.githubstatus.com and run the command again"
+                    f"{where} failed {policy.attempts} times, last: {problem}: {remedy}"
                 )
             wait = min(wait, policy.max_wait_s)
             self._say(

@@ -157,6 +157,9 @@ class StubGitHub:
                 link = f"{self.base}{list_path}?per_page={per_page}&page="
                 headers["Link"] = f'<{link}{page + 1}>; rel="next", <{link}{last}>; rel="last"'
             return 200, headers, chunk
+        if rec.method in ("POST", "PATCH") and len(rec.body["body"]) > COMMENT_LIMIT:
+            too_long = f"Body is too long (maximum is {COMMENT_LIMIT} characters)"
+            return 422, {}, {"message": "Validation Failed", "errors": [{"message": too_long}]}
         if rec.method == "POST" and rec.path == list_path:
             return 201, {}, self.add_comment(rec.body["body"])
         prefix = f"/repos/{REPO}/issues/comments/"
@@ -371,6 +374,27 @@ def test_a_rate_limit_longer_than_the_cap_fails_at_once(stub: StubGitHub) -> Non
         upsert(stub, sleep=sleep, retry=RetryPolicy(max_wait_s=600))
     assert sleep.waits == []
     assert stub.methods() == ["GET"]
+
+
+def test_network_errors_are_retried_with_back_off_then_named() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound but not listening: connections are refused
+        sleep = FakeSleep()
+        with pytest.raises(
+            GitHubError,
+            match=r"failed 3 times, last: cannot reach http://127.*check --api-url and the network",
+        ):
+            upsert_sticky_comment(
+                REPO,
+                PR,
+                "x",
+                TOKEN,
+                f"http://127.0.0.1:{port}",
+                sleep=sleep,
+                retry=RetryPolicy(attempts=3),
+            )
+    assert sleep.waits == [1.0, 2.0]
 
 
 # -- errors that retrying cannot fix ------------------------------------------
