@@ -71,14 +71,16 @@ def select_cases(grids: tuple[str, ...], case_names: tuple[str, ...],
                    "stop with exit 3 (strict), or skip it.")
 @click.option("--gate-threshold", type=click.FloatRange(0, 1), default=0.93, show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
+@click.option("--gate-max-wait", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds `--gate wait` waits for quiet before running a round as unquiet.")
 @click.option("--allow-fallback", is_flag=True,
               help="Let a plugin arm share the graph with ORT's CPU EP; the split is recorded.")
 @out_option
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def run(grids, case_names, models, dim_values, arm_specs, rounds, block_ms, max_block_iters,
-        warmup_ms, threads, seed, gate_policy, gate_threshold, allow_fallback, out, overwrite,
-        quiet) -> None:
+        warmup_ms, threads, seed, gate_policy, gate_threshold, gate_max_wait, allow_fallback, out,
+        overwrite, quiet) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -102,7 +104,8 @@ def run(grids, case_names, models, dim_values, arm_specs, rounds, block_ms, max_
     config = RunConfig(
         cases=tuple(specs), arms=arms, rounds=rounds, block_target_ms=block_ms,
         max_block_iters=max_block_iters, warmup_ms=warmup_ms, seed=seed, threads=threads,
-        gate_policy=gate_policy, gate_threshold=gate_threshold, allow_fallback=allow_fallback,
+        gate_policy=gate_policy, gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
+        allow_fallback=allow_fallback,
         out_dir=Path(out), overwrite=overwrite, progress=not quiet, grids=tuple(grids),
     )
     doc = run_grid(config)
@@ -115,7 +118,8 @@ def run(grids, case_names, models, dim_values, arm_specs, rounds, block_ms, max_
     if bad:
         click.echo(f"{len(bad)} case(s) did not finish: {', '.join(bad)} (see {out}/report.md)",
                    err=True)
-        ctx.exit(EXIT_CASE_FAILED)
+        gated = any(doc["cases"][n].get("error_kind") == "gate" for n in bad)
+        ctx.exit(EXIT_GATE if gated else EXIT_CASE_FAILED)
 
 
 @click.group()

@@ -55,7 +55,12 @@ from harness.errors import GateError
 PROC_STAT = "/proc/stat"
 DEFAULT_THRESHOLD = 0.93
 DEFAULT_WINDOW_S = 0.05
-DEFAULT_MAX_WAIT_S = 2.0
+# `wait` gives a round at most this long to find the machine quiet: load that
+# outlasts a second is sustained, and waiting longer rarely finds a gap.
+DEFAULT_MAX_WAIT_S = 1.0
+# ...and a gate (one per case) pauses at most this long in all, so a machine
+# that stays busy costs a bounded time per case; its rounds are marked unquiet.
+DEFAULT_BUDGET_S = 10.0
 # Back-off between failed looks under `wait`: first pause, doubled up to the cap.
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 0.8
@@ -239,9 +244,9 @@ class IdleGate:
     Policies: `wait` looks, and on failure pauses with doubling back-off
     (FIRST_BACKOFF_S, capped at MAX_BACKOFF_S) and looks again until
     `max_wait_s` has passed; then it returns `passed=False` and the caller runs
-    the round anyway, marked unquiet. `budget_s` (optional) caps the waiting
-    summed over all checks of this gate, so a machine that stays busy costs a
-    bounded time per case; once spent, `wait` looks once per check.
+    the round anyway, marked unquiet. `budget_s` caps the pauses summed over
+    all checks of this gate (None: no cap), so a machine that stays busy costs
+    a bounded time per case; once spent, `wait` looks once per check.
     `strict` looks once and raises GateError if the look fails. `off` returns
     `passed=True` without looking.
     """
@@ -254,7 +259,7 @@ class IdleGate:
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         cores: list[int] | None = None,
         *,
-        budget_s: float | None = None,
+        budget_s: float | None = DEFAULT_BUDGET_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         read: Callable[[], str] = read_proc_stat,

@@ -215,7 +215,7 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
 
 def _empty_case(spec: CaseSpec) -> dict[str, Any]:
     return {"spec": spec.to_dict(), "definition_sha256": None, "status": "ok", "error": None,
-            "signal": None, "core": None, "arms": {}, "rounds": []}
+            "error_kind": None, "signal": None, "core": None, "arms": {}, "rounds": []}
 
 
 def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
@@ -236,6 +236,7 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         elif kind == "error":
             result["status"] = "failed"
             result["error"] = event["message"]
+            result["error_kind"] = event.get("kind", "internal")
         if on_event is not None:
             on_event(event)
 
@@ -246,17 +247,20 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         outcome = run_worker(request, collect)
     except KeyboardInterrupt:
         result["status"] = "interrupted"
+        result["error_kind"] = "interrupted"
         result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
         raise _Interrupted(result) from None
     done = any(e.get("event") == "done" for e in outcome.events)
     if outcome.returncode < 0:
         result["status"] = "crashed"
+        result["error_kind"] = "crash"
         result["signal"] = -outcome.returncode
         tail = outcome.stderr_tail.strip()[-300:]
         result["error"] = (f"worker killed by {_signal_name(-outcome.returncode)} after "
                            f"{len(result['rounds'])} round(s); {tail}")
     elif not done and result["status"] == "ok":
         result["status"] = "crashed"
+        result["error_kind"] = "crash"
         result["error"] = (f"worker exited with status {outcome.returncode} before finishing: "
                            f"{outcome.stderr_tail.strip()[-300:]}")
     return result
@@ -371,17 +375,19 @@ def run(config: RunConfig) -> dict[str, Any]:
                 result = run_case(spec, arms, libraries, orders, worker_config,
                                   lambda e, n=spec.name: progress.event(n, e, rounds))
             except _Interrupted as stop:
-                doc["cases"][spec.name] = stop.partial
+                result = stop.partial
                 doc["interrupted"] = True
-                if jsonl is not None:
-                    jsonl.write({"type": "case", "name": spec.name, "result": stop.partial})
-                break
             progress.skip(rounds - len(result["rounds"]))
             doc["cases"][spec.name] = result
             if jsonl is not None:
                 jsonl.write({"type": "case", "name": spec.name, "result": result})
+            if doc["interrupted"]:
+                break
             if out is not None:
                 write_results(out / "results.json", doc)
+    except KeyboardInterrupt:
+        # Ctrl-C between cases (or while writing): what is in `doc` was measured.
+        doc["interrupted"] = True
     finally:
         progress.close()
         if jsonl is not None:

@@ -255,12 +255,15 @@ def main(argv: list[str]) -> int:
     try:
         Worker(request, emit).run()
     except EpbenchError as exc:
-        emit({"event": "error", "message": exc.format_message()})
+        from harness.errors import GateError
+
+        kind = "gate" if isinstance(exc, GateError) else "case"
+        emit({"event": "error", "kind": kind, "message": exc.format_message()})
         return 0
     except Exception as exc:  # an unexpected failure inside one case, reported as such
         import traceback
 
-        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}",
+        emit({"event": "error", "kind": "internal", "message": f"{type(exc).__name__}: {exc}",
               "traceback": traceback.format_exc()})
         return 1
     return 0

@@ -4,7 +4,10 @@ EPBENCH_TEST_FAULT selects it:
   crash:CASE:ROUNDS:SIGNAL -- the worker for CASE dies by SIGNAL right after
                               reporting ROUNDS rounds, as a segfaulting EP kills it;
   wrong:ARM:DELTA          -- ARM's session returns outputs off by DELTA, as an
-                              EP that computes something else would.
+                              EP that computes something else would;
+  busy:FIXTURE             -- the idle gate reads /proc/stat snapshots from
+                              tests/fixtures/proc_stat/FIXTURE.{before,after}
+                              in turn, i.e. sees a machine exactly that busy.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 
-from harness import sessions, worker
+from harness import gate, sessions, worker
 
 
 def _crash_after(case: str, rounds: int, signame: str) -> None:
@@ -59,6 +63,19 @@ def _wrong_outputs(arm_key: str, delta: float) -> None:
     sessions.create_session = create_session
 
 
+def _busy(fixture: str) -> None:
+    base = Path(__file__).parent.parent / "fixtures" / "proc_stat"
+    snapshots = [(base / f"{fixture}.{part}").read_text() for part in ("before", "after")]
+    original = gate.IdleGate.__init__
+
+    def init(self, *args, **kwargs):
+        turn = iter(range(1 << 30))
+        kwargs["read"] = lambda: snapshots[next(turn) % 2]
+        original(self, *args, **kwargs)
+
+    gate.IdleGate.__init__ = init
+
+
 def main() -> int:
     kind, rest = os.environ["EPBENCH_TEST_FAULT"].split(":", 1)
     if kind == "crash":
@@ -67,6 +84,8 @@ def main() -> int:
     elif kind == "wrong":
         arm_key, delta = rest.rsplit(":", 1)  # an arm key may contain ':'
         _wrong_outputs(arm_key, float(delta))
+    elif kind == "busy":
+        _busy(rest)
     return worker.main(sys.argv)
 
 

@@ -1,0 +1,49 @@
+"""The idle gate inside a real run: strict stops the case (exit 3), wait marks rounds unquiet."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.errors import EXIT_GATE
+from harness.results import load_results
+
+pytestmark = pytest.mark.slow
+
+ARGS = ["run", "--case", "relu_d1_w8", "--arm", "ort:name=ort_b", "--rounds", "2",
+        "--block-ms", "0.2", "--max-block-iters", "5", "--warmup-ms", "1", "--quiet"]
+
+
+@pytest.fixture
+def busy_machine(monkeypatch):
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "busy:steal_vm")
+
+
+def test_strict_gate_stops_the_case_with_exit_3(tmp_path, busy_machine) -> None:
+    result = CliRunner().invoke(cli, [*ARGS, "--gate", "strict", "--out", str(tmp_path)])
+    assert result.exit_code == EXIT_GATE, result.output
+    case = load_results(tmp_path)["cases"]["relu_d1_w8"]
+    assert case["status"] == "failed"
+    assert case["error_kind"] == "gate"
+    assert case["rounds"] == []
+
+
+def test_wait_gate_runs_the_round_but_marks_it_unquiet(tmp_path, busy_machine) -> None:
+    result = CliRunner().invoke(cli, [*ARGS, "--gate", "wait", "--gate-max-wait", "0",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rounds = load_results(tmp_path)["cases"]["relu_d1_w8"]["rounds"]
+    assert [r["quiet"] for r in rounds] == [False, False]
+    assert all(r["gate"]["passed"] is False for r in rounds)
+    assert "0 of 2 rounds passed" not in result.output  # the terminal table, not the report
+    assert "0 of 2 rounds passed the idle gate" in (tmp_path / "report.md").read_text()
+
+
+def test_gate_off_records_no_reading(tmp_path, busy_machine) -> None:
+    result = CliRunner().invoke(cli, [*ARGS, "--gate", "off", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rounds = load_results(tmp_path)["cases"]["relu_d1_w8"]["rounds"]
+    assert [r["quiet"] for r in rounds] == [True, True]
+    assert all(r["gate"]["attempts"] == 0 for r in rounds)
