@@ -71,14 +71,13 @@ def session_options(
     """The SessionOptions for one arm: identical across arms except the EP."""
     import onnxruntime as ort
 
+    from cases.spec import graph_optimization_level
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = threads
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = {
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    }[opt_level]
+    so.graph_optimization_level = graph_optimization_level(opt_level)
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
