@@ -1,0 +1,199 @@
+"""Pinned deterministic counts per Run: the evidence that backs the wall clock.
+
+The engine asks ORT for each fused input with 3 calls (GetInput, the one-call type+shape
+query, GetTensorData) and for each output with 2 (GetOutput, GetTensorMutableData):
+    ort_api_calls per Compute = 3 * inputs + 2 * outputs
+and nothing else per Run unless `inject_api_calls_per_run` asks for it. After warm-up a
+Run allocates nothing. Each pin below fails against a mutant that adds one ORT call or one
+allocation per Run (see the final report of the engine issue for the mutants used).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import library_path
+from engine.probe import counter_names, read_counters, reset_counters
+from engine.testing import engine_session
+
+WARMUP_RUNS = 2
+MEASURED_RUNS = 5
+
+
+def calls_per_compute(inputs: int, outputs: int) -> int:
+    return 3 * inputs + 2 * outputs
+
+
+def _per_run(session, feeds: dict, ep_name: str, runs: int = MEASURED_RUNS) -> dict[str, float]:
+    for _ in range(WARMUP_RUNS):
+        session.run(None, feeds)
+    reset_counters(library_path())
+    for _ in range(runs):
+        session.run(None, feeds)
+    counters = read_counters(library_path(), ep_name)
+    assert counters is not None
+    return {name: value / runs for name, value in counters.items()}
+
+
+def _case(name: str):
+    from cases.grids import case_by_name
+
+    spec = case_by_name(name)
+    return spec, spec.build()
+
+
+# case, EP options, inputs and outputs of one fused node, Compute calls and nodes per Run
+PINNED = [
+    ("relu_d1_w8", {}, 1, 1, 1, 1),
+    ("relu_d100_w8", {}, 1, 1, 1, 100),
+    ("relu_d1000_w8", {}, 1, 1, 1, 1000),
+    ("relu_d10_w8_dyn", {}, 1, 1, 1, 10),
+    ("relu_d100_w4096", {}, 1, 1, 1, 100),
+    ("add_d10_w8", {}, 2, 1, 1, 10),
+    ("sigmoid_d10_w4096", {}, 1, 1, 1, 10),
+    ("matmul_128x128", {}, 2, 1, 1, 1),
+    ("matmul_128x128_dyn", {}, 2, 1, 1, 1),
+    # per_node: every node is its own fused node (a chain node reads its predecessor only;
+    # an add_d10 node reads its predecessor and y).
+    ("relu_d1_w8", {"partition": "per_node"}, 1, 1, 1, 1),
+    ("relu_d100_w8", {"partition": "per_node"}, 1, 1, 100, 100),
+    ("add_d10_w8", {"partition": "per_node"}, 2, 1, 10, 10),
+]
+
+
+@pytest.mark.parametrize(("case_name", "options", "inputs", "outputs", "computes", "nodes"),
+                         PINNED, ids=[f"{p[0]}-{p[1].get('partition', 'fused')}" for p in PINNED])
+def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes, nodes) -> None:
+    spec, built = _case(case_name)
+    ep = "ebe_count"
+    session = engine_session(built.model_bytes, library_path(), ep, options, spec.opt_level)
+    per_run = _per_run(session, built.inputs, ep)
+    assert per_run["ort_api_calls"] == computes * calls_per_compute(inputs, outputs)
+    assert per_run["heap_allocs"] == 0
+    assert per_run["heap_bytes"] == 0
+    assert per_run["heap_frees"] == 0
+    assert per_run["runs"] == 1
+    assert per_run["compute_calls"] == computes
+    assert per_run["nodes_executed"] == nodes
+    assert per_run["compute_errors"] == 0
+    assert per_run["scratch_overflows"] == 0
+
+
+def _graph(nodes, inputs, outputs) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "outputs"), [
+    # three inputs, one output: 3*3 + 2*1
+    ([("Add", ["x", "y"], "s"), ("Mul", ["s", "z"], "out")], ["x", "y", "z"], ["out"]),
+    # one input, two outputs (one of them also read inside the partition): 3*1 + 2*2
+    ([("Relu", ["x"], "r"), ("Sigmoid", ["r"], "out")], ["x"], ["r", "out"]),
+    # the same input twice in one node still counts once per fused input: 3*1 + 2*1
+    ([("Mul", ["x", "x"], "out")], ["x"], ["out"]),
+])
+def test_call_count_is_linear_in_fused_inputs_and_outputs(nodes, inputs, outputs) -> None:
+    from onnx import helper
+
+    model = _graph([helper.make_node(op, args, [out], name=out) for op, args, out in nodes],
+                   inputs, outputs)
+    feeds = {n: np.full((2, 8), 0.5, np.float32) for n in inputs}
+    session = engine_session(model, library_path(), "ebe_linear", opt_level="disabled")
+    per_run = _per_run(session, feeds, "ebe_linear")
+    assert per_run["ort_api_calls"] == calls_per_compute(len(inputs), len(outputs))
+    assert per_run["heap_allocs"] == 0
+    assert per_run["nodes_executed"] == len(nodes)
+
+
+def test_injected_api_calls_are_exact_and_only_in_that_arm() -> None:
+    spec, built = _case("relu_d1_w8")
+    plain = engine_session(built.model_bytes, library_path(), "ebe_plain")
+    noisy = engine_session(built.model_bytes, library_path(), "ebe_noisy",
+                           {"inject_api_calls_per_run": "7"})
+    assert _per_run(noisy, built.inputs, "ebe_noisy")["ort_api_calls"] == 5 + 7
+    assert _per_run(plain, built.inputs, "ebe_plain")["ort_api_calls"] == 5
+
+
+def test_delay_knobs_change_no_count() -> None:
+    spec, built = _case("relu_d10_w8")
+    session = engine_session(built.model_bytes, library_path(), "ebe_delay",
+                             {"inject_delay_ns_per_run": "1000",
+                              "inject_delay_ns_per_node": "100"})
+    per_run = _per_run(session, built.inputs, "ebe_delay")
+    assert per_run["ort_api_calls"] == 5
+    assert per_run["heap_allocs"] == 0
+    assert per_run["nodes_executed"] == 10
+
+
+def test_scratch_grows_once_for_a_bigger_batch_then_is_reused() -> None:
+    spec, built = _case("relu_d10_w8_dyn")
+    session = engine_session(built.model_bytes, library_path(), "ebe_grow")
+    small = {"x": np.ones((1, 8), np.float32)}
+    big = {"x": np.ones((4, 8), np.float32)}
+    session.run(None, small)
+    reset_counters(library_path())
+    session.run(None, big)  # needs a bigger arena: one allocation, the old one freed
+    grown = read_counters(library_path(), "ebe_grow")
+    assert (grown["heap_allocs"], grown["heap_frees"]) == (1, 1)
+    reset_counters(library_path())
+    for feeds in (big, small, big):
+        session.run(None, feeds)
+    assert read_counters(library_path(), "ebe_grow")["heap_allocs"] == 0
+
+
+def test_one_library_under_two_names_counts_each_arm_apart() -> None:
+    spec, built = _case("relu_d100_w8")
+    first = engine_session(built.model_bytes, library_path(), "ebe_arm_a")
+    second = engine_session(built.model_bytes, library_path(), "ebe_arm_b",
+                            {"partition": "per_node"})
+    for session in (first, second):
+        session.run(None, built.inputs)
+    reset_counters(library_path())
+    for _ in range(3):
+        first.run(None, built.inputs)
+    for _ in range(2):
+        second.run(None, built.inputs)
+    a = read_counters(library_path(), "ebe_arm_a")
+    b = read_counters(library_path(), "ebe_arm_b")
+    total = read_counters(library_path())
+    assert (a["runs"], a["compute_calls"], a["ort_api_calls"]) == (3, 3, 15)
+    assert (b["runs"], b["compute_calls"], b["ort_api_calls"]) == (2, 200, 1000)
+    assert total["runs"] == 5
+    assert total["ort_api_calls"] == 15 + 1000
+    assert first.get_providers()[0] == "ebe_arm_a"
+    assert second.get_providers()[0] == "ebe_arm_b"
+
+
+def test_probe_names_and_unknown_ep() -> None:
+    names = counter_names(library_path())
+    assert names is not None
+    assert {"ort_api_calls", "heap_allocs", "heap_bytes", "compute_calls",
+            "nodes_executed"} <= set(names)
+    assert set(read_counters(library_path(), "never_registered").values()) == {0}
+
+
+def test_probe_returns_none_for_a_library_without_it() -> None:
+    import ctypes.util
+
+    libm = ctypes.util.find_library("m")
+    if libm is None:
+        pytest.skip("no libm to stand in for a plugin without a probe")
+    assert read_counters(libm) is None
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"partiton": "fused"}, "unknown engine option 'partiton'"),
+    ({"partition": "all"}, "partition='all'"),
+    ({"inject_delay_ns_per_run": "-5"}, "non-negative integer"),
+    ({"inject_api_calls_per_run": "3x"}, "non-negative integer"),
+])
+def test_bad_options_fail_session_creation_with_the_option_named(options, message) -> None:
+    spec, built = _case("relu_d1_w8")
+    with pytest.raises(Exception, match=message):
+        engine_session(built.model_bytes, library_path(), "ebe_badopt", options)
