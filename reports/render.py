@@ -11,16 +11,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# Used only when reports/github.py (another module's job) is not importable.
-FALLBACK_STICKY_MARKER = "<!-- epbench:sticky-comment -->"
-
 
 def sticky_marker() -> str:
     """The hidden line that lets the GitHub client find and update its one comment."""
-    try:
-        from reports.github import STICKY_MARKER
-    except ImportError:
-        return FALLBACK_STICKY_MARKER
+    from reports.github import STICKY_MARKER
+
     return STICKY_MARKER
 
 

@@ -97,11 +97,11 @@ def _rng(seed: int, stream: int, *shape: int) -> np.random.Generator:
     return np.random.default_rng([seed, stream, *shape])
 
 
-def _quantiles(boot: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+def _quantiles(boot: np.ndarray, confidence: float, axis: int = -1) -> tuple[Any, Any]:
     import numpy as np
 
     alpha = 1.0 - confidence
-    lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=-1)
+    lo, hi = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0], axis=axis)
     return lo, hi
 
 
@@ -114,7 +114,7 @@ def median_positions(
     whose order statistics are the row's values at the sorted drawn positions, so
     the median's position does not depend on the data. Drawing positions of the
     sorted row instead of the original one is the same bootstrap in distribution.
-    This turns a (cases x resamples x rounds) median into a (cases x resamples) gather.
+    This turns a (cases x resamples x rounds) median into a (resamples x cases) gather.
     """
     drawn = _rng(seed, stream, n).integers(0, n, size=(resamples, n))
     drawn.sort(axis=1)
@@ -122,20 +122,26 @@ def median_positions(
 
 
 def _boot_medians(sorted_rows: np.ndarray, positions: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Bootstrap medians, shape (resamples, cases), of rows sorted ascending."""
+    import numpy as np
+
     lower, upper = positions
-    return 0.5 * (sorted_rows[:, lower] + sorted_rows[:, upper])  # (cases, resamples)
+    # Gather whole rows of the transposed array: contiguous copies, ~15x faster
+    # than gathering columns.
+    by_position = np.ascontiguousarray(sorted_rows.T)
+    return 0.5 * (by_position[lower] + by_position[upper])
 
 
 def _p_from_bootstrap(boot: np.ndarray) -> np.ndarray:
-    """Two-sided p-value for 'no change' (0) from the bootstrap distribution of the change.
+    """Two-sided p-value for 'no change' (0) per case from its bootstrap distribution (axis 0).
 
     The smallest alpha whose percentile interval excludes 0; consistent with the CI.
     """
     import numpy as np
 
-    resamples = boot.shape[1]
-    below = 1.0 + np.sum(boot <= 0.0, axis=1)
-    above = 1.0 + np.sum(boot >= 0.0, axis=1)
+    resamples = boot.shape[0]
+    below = 1.0 + np.sum(boot <= 0.0, axis=0)
+    above = 1.0 + np.sum(boot >= 0.0, axis=0)
     return np.minimum(1.0, 2.0 * np.minimum(below, above) / (resamples + 1.0))
 
 
@@ -148,7 +154,7 @@ def _paired_kernel(
     rows = np.sort(x, axis=1)
     point = np.median(rows, axis=1)
     boot = _boot_medians(rows, median_positions(x.shape[1], resamples, seed, _STREAM_BOOTSTRAP))
-    lo, hi = _quantiles(boot, confidence)
+    lo, hi = _quantiles(boot, confidence, axis=0)
     return point, lo, hi, _p_from_bootstrap(boot)
 
 
@@ -164,7 +170,7 @@ def _two_sample_kernel(
     boot = _boot_medians(
         rows_a, median_positions(a.shape[1], resamples, seed, _STREAM_BOOTSTRAP)
     ) - _boot_medians(rows_b, median_positions(b.shape[1], resamples, seed, _STREAM_SECOND))
-    lo, hi = _quantiles(boot, confidence)
+    lo, hi = _quantiles(boot, confidence, axis=0)
     return point, lo, hi, _p_from_bootstrap(boot)
 
 

@@ -177,7 +177,8 @@ def results_doc(
             "governor": "performance", "smt": False, "git_commit": "0" * 40, "key": host_key,
         },
         "config": {
-            "rounds": rounds, "block_target_ms": 20.0, "warmup_ms": 100.0, "seed": seed,
+            "rounds": rounds, "block_target_ms": 20.0, "max_block_iters": 1000,
+            "warmup_ms": 100.0, "seed": seed, "fixed_order": False,
             "threads": 1, "gate": {"policy": "wait", "threshold": 0.93},
             "allow_fallback": False, "grids": [], "case_names": list(cases),
         },
@@ -186,3 +187,23 @@ def results_doc(
         "cases": out_cases,
         "interrupted": False,
     }
+
+
+def paired_log_ratios(
+    rows: int, rounds: int, rng: Any, noise: NoiseModel = REALISTIC, effect: Any = 0.0
+) -> Any:
+    """Per-round log(PR / base) of `rows` independent cases under the noise model, vectorized.
+
+    The machine factor is shared by both arms of a round and cancels; what is left
+    is each arm's own noise and spikes. `effect` (scalar or per row) is the true change.
+    """
+    import numpy as np
+
+    def arm() -> Any:
+        own = rng.normal(0.0, noise.arm_sigma, (rows, rounds))
+        spikes = rng.random((rows, rounds)) < noise.spike_prob
+        spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, (rows, rounds)), 0.0)
+        return own + np.log1p(spike)
+
+    true = np.log1p(np.broadcast_to(np.asarray(effect, dtype=np.float64), (rows,)))
+    return arm() - arm() + true[:, None]

@@ -1,0 +1,277 @@
+"""A/A noise calibration: how much a case's change moves when nothing changed.
+
+`calibrate` runs the same arm twice under two registration names (for `ort`: the
+control against a second ORT session), interleaved exactly like a real run,
+`repeats` times, and writes a noise profile keyed by the host fingerprint key.
+Per case it keeps, for both comparison shapes `compare` uses,
+
+- same run: the A/A change (arm B / arm A, paired rounds) of each repeat;
+- separate runs: the A/A double ratio between every pair of repeats;
+
+and the noise = max(95th percentile of |change|, median CI half-width), scaled at
+judging time by sqrt(profile rounds / compared rounds). A last run with a fixed
+arm order (the position-bias self-test) shows what counterbalancing removes.
+
+Profile format history (bump PROFILE_VERSION and migrate on change):
+  1 -- first version.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import EpbenchError
+from reports import defaults, stats
+
+if TYPE_CHECKING:
+    from cases.spec import CaseSpec
+
+PROFILE_NAME = "epbench.noise-profile"
+PROFILE_VERSION = 1
+PROFILE_SCHEMA = f"{PROFILE_NAME}/{PROFILE_VERSION}"
+# Registration names of the two A/A arms when the calibrated arm is not `ort`.
+AA_NAMES = ("aa_a", "aa_b")
+MODES = ("same-run", "separate-runs")
+
+
+class ProfileError(EpbenchError):
+    """A noise profile that cannot be read or used."""
+
+
+def default_profile_dir() -> Path:
+    """The user cache folder for profiles: $XDG_CACHE_HOME/epbench/profiles or ~/.cache/..."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "epbench" / "profiles"
+
+
+def default_profile_path(host_key: str) -> Path:
+    return default_profile_dir() / f"{host_key}.json"
+
+
+def noise_of(changes: Sequence[stats.Change]) -> dict[str, Any]:
+    """Spread of A/A changes: p95 of |change|, median CI half-width, and the noise (their max)."""
+    import numpy as np
+
+    usable = [c for c in changes if math.isfinite(c.ratio)]
+    if not usable:
+        return {"changes": [], "p95_abs": None, "ci_half_width": None, "noise": None}
+    abs_change = np.abs(np.array([c.ratio - 1.0 for c in usable]))
+    half = np.array([(c.hi - c.lo) / 2.0 for c in usable])
+    p95 = float(np.percentile(abs_change, defaults.NOISE_PERCENTILE))
+    width = float(np.median(half))
+    return {
+        "changes": [c.ratio - 1.0 for c in usable],
+        "p95_abs": p95,
+        "ci_half_width": width,
+        "noise": max(p95, width),
+    }
+
+
+def aa_arms(arm_spec: str) -> tuple[Any, Any]:
+    """The two A/A arms for `arm_spec`: `ort` and a second ORT session, or the arm twice."""
+    from harness.arms import parse_arm
+
+    arm = parse_arm(arm_spec)
+    if arm.kind == "ort":
+        return parse_arm("ort"), replace(arm, name="ort_b")
+    return replace(arm, name=AA_NAMES[0]), replace(arm, name=AA_NAMES[1])
+
+
+def profile_from_runs(
+    runs: Sequence[Mapping[str, Any]],
+    fixed_order_run: Mapping[str, Any] | None,
+    arm_a: str,
+    arm_b: str,
+    *,
+    arm_spec: str,
+    confidence: float = defaults.CONFIDENCE,
+    resamples: int = defaults.RESAMPLES,
+    seed: int = defaults.SEED,
+) -> dict[str, Any]:
+    """Build the noise profile from the A/A results documents of the repeats."""
+    import numpy as np
+
+    if not runs:
+        raise ProfileError("calibration needs at least one A/A run; pass --repeats 1 or more")
+    opts = {"confidence": confidence, "resamples": resamples, "seed": seed}
+    first = runs[0]
+    control = first.get("control", "ort")
+    names = [n for n, c in first.get("cases", {}).items() if c.get("status") == "ok"]
+
+    def aa_log(doc: Mapping[str, Any], name: str, num: str, den: str) -> Any:
+        case = doc.get("cases", {}).get(name)
+        if case is None or case.get("status") != "ok":
+            return np.array([])
+        return stats.log_ratios(stats.round_medians(case, num), stats.round_medians(case, den))
+
+    cases: dict[str, Any] = {}
+    for name in names:
+        same = stats.paired_changes([aa_log(doc, name, arm_b, arm_a) for doc in runs], **opts)
+        # Separate runs: arm B against the in-run control, between every pair of repeats.
+        vs_control = [aa_log(doc, name, arm_b, control) for doc in runs]
+        pairs = list(itertools.combinations(range(len(runs)), 2))
+        separate = stats.double_ratio_changes(
+            [vs_control[j] for _, j in pairs], [vs_control[i] for i, _ in pairs], **opts
+        ) if pairs else []
+        entry: dict[str, Any] = {
+            "definition_sha256": first["cases"][name].get("definition_sha256"),
+            "same-run": noise_of(same),
+            "separate-runs": noise_of(separate) if separate else noise_of(same),
+        }
+        if fixed_order_run is not None:
+            (fixed,) = stats.paired_changes([aa_log(fixed_order_run, name, arm_b, arm_a)], **opts)
+            balanced = entry["same-run"]["changes"]
+            entry["position_bias"] = {
+                "fixed_order_change": fixed.ratio - 1.0 if math.isfinite(fixed.ratio) else None,
+                "counterbalanced_change": float(np.median(balanced)) if balanced else None,
+            }
+        cases[name] = entry
+    host = dict(first.get("host") or {})
+    return {
+        "schema": PROFILE_SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host,
+        "host_key": host.get("key"),
+        "arm": arm_spec,
+        "rounds": int((first.get("config") or {}).get("rounds") or 0),
+        "repeats": len(runs),
+        "confidence": confidence,
+        "cases": cases,
+        "position_bias": _position_bias_summary(cases),
+    }
+
+
+def _position_bias_summary(cases: Mapping[str, Any]) -> dict[str, Any] | None:
+    import numpy as np
+
+    fixed = [abs(c["position_bias"]["fixed_order_change"]) for c in cases.values()
+             if c.get("position_bias") and c["position_bias"]["fixed_order_change"] is not None]
+    balanced = [abs(c["position_bias"]["counterbalanced_change"]) for c in cases.values()
+                if c.get("position_bias")
+                and c["position_bias"]["counterbalanced_change"] is not None]
+    if not fixed:
+        return None
+    return {
+        "median_abs_fixed_order": float(np.median(fixed)),
+        "median_abs_counterbalanced": float(np.median(balanced)) if balanced else None,
+        "cases": len(fixed),
+    }
+
+
+def calibrate(
+    cases: Sequence[CaseSpec],
+    *,
+    arm: str = "ort",
+    repeats: int = defaults.CALIBRATION_REPEATS,
+    rounds: int = 30,
+    seed: int = defaults.SEED,
+    position_test: bool = True,
+    run: Callable[[Any], dict[str, Any]] | None = None,
+    runner_options: Mapping[str, Any] | None = None,
+    on_repeat: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run A/A `repeats` times (plus the fixed-order self-test) and return the profile.
+
+    `run` is harness.runner.run unless a test injects a fake.
+    """
+    from harness.runner import RunConfig
+
+    if repeats < 1:
+        raise ProfileError("--repeats must be at least 1 (5 or more gives a steadier profile)")
+    if run is None:
+        from harness.runner import run as real_run
+
+        run = real_run
+    arm_a, arm_b = aa_arms(arm)
+    options = dict(runner_options or {})
+    total = repeats + (1 if position_test else 0)
+    docs = []
+    for i in range(repeats):
+        if on_repeat is not None:
+            on_repeat(i, total)
+        config = RunConfig(
+            cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + i,
+            fixed_order=False, out_dir=None, **options,
+        )
+        docs.append(run(config))
+    fixed_doc = None
+    if position_test:
+        if on_repeat is not None:
+            on_repeat(repeats, total)
+        fixed_doc = run(RunConfig(
+            cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
+            fixed_order=True, out_dir=None, **options,
+        ))
+    return profile_from_runs(docs, fixed_doc, arm_a.key, arm_b.key, arm_spec=arm, seed=seed)
+
+
+def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
+    """Write the profile atomically (sorted keys), creating the folder."""
+    import json
+
+    from harness.results import atomic_write_text
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfileError(
+            f"cannot create {str(path.parent)!r}: {exc.strerror}; pass --profile FILE elsewhere"
+        ) from None
+    atomic_write_text(path, json.dumps(profile, sort_keys=True, indent=1, allow_nan=False))
+    return path
+
+
+def load_profile(path: str | Path) -> dict[str, Any]:
+    """Read a noise profile; refuse other files and newer versions with a remedy."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(
+            f"no noise profile at {str(path)!r}; run `epbench calibrate` or pass --profile FILE"
+        )
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(
+            f"{path} is not valid JSON ({exc}); re-run `epbench calibrate`"
+        ) from None
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(schema, str) or not schema.startswith(PROFILE_NAME + "/"):
+        raise ProfileError(f"{path} is not an epbench noise profile (schema {schema!r})")
+    try:
+        version = int(schema.split("/", 1)[1])
+    except ValueError:
+        raise ProfileError(f"{path}: unreadable profile version {schema!r}") from None
+    if version > PROFILE_VERSION:
+        raise ProfileError(
+            f"{path} uses {schema}, newer than this epbench understands ({PROFILE_SCHEMA}); "
+            "upgrade epbench or re-run `epbench calibrate`"
+        )
+    doc["path"] = str(path)
+    return doc
+
+
+def profile_noise(
+    profile: Mapping[str, Any], case: str, definition: str | None, rounds: int, mode: str
+) -> tuple[float | None, str]:
+    """The calibrated noise of `case` at `rounds` rounds, or None and why not."""
+    entry = (profile.get("cases") or {}).get(case)
+    if entry is None:
+        return None, "profile lacks this case"
+    if definition is not None and entry.get("definition_sha256") not in (None, definition):
+        return None, "profile measured another definition of this case"
+    noise = (entry.get(mode) or {}).get("noise")
+    if noise is None:
+        return None, "profile has no noise for this case"
+    profile_rounds = int(profile.get("rounds") or rounds)
+    # The spread of a median over rounds shrinks like 1 / sqrt(rounds).
+    return float(noise) * math.sqrt(profile_rounds / max(1, rounds)), "profile"

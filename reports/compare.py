@@ -1,0 +1,685 @@
+"""Base vs PR: a verdict per case, judged against a per-case threshold from A/A noise.
+
+Two shapes of input:
+- one run with both arms (`compare RUN.json --base ARM --pr ARM`): the change is
+  PR / base per round (the rounds are paired);
+- two runs (`compare BASE.json PR.json`): the change is the double ratio
+  (PR / its in-run control) / (base / its in-run control), so machine speed cancels.
+
+Per case the threshold is t = max(floor, k x noise), noise from the host's
+calibration profile (or a conservative default, said out loud). Verdicts:
+
+  🔴 alert        significant (BH across the grid), CI above t, change >= alert (2t)
+  ⚠️ regression   significant, CI above t
+  🟢 improvement  significant, CI below -t
+  ✅ no change    the whole CI lies within +-t
+  ❔ inconclusive anything else (the CI straddles a threshold); also any would-be
+                 alert from a case with rounds that failed the idle gate
+  ❌ failed       the PR side failed, crashed or did not verify
+  ➖ not comparable  the base side failed, or too few rounds on a side
+
+A deterministic counter that changed is reported whatever the noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.errors import EpbenchError
+from reports import defaults, stats
+from reports.summary import family_members, gate_summary
+
+SCHEMA = "epbench.comparison/1"
+
+# verdict -> (emoji, words). The order is the severity order, worst first.
+VERDICTS: dict[str, tuple[str, str]] = {
+    "failed": ("❌", "failed"),
+    "alert": ("🔴", "regressed (alert)"),
+    "regression": ("⚠️", "regressed"),
+    "inconclusive": ("❔", "inconclusive"),
+    "not_comparable": ("➖", "not comparable"),
+    "improvement": ("🟢", "improved"),
+    "no_change": ("✅", "within noise"),
+}
+SEVERITY = {name: rank for rank, name in enumerate(VERDICTS)}
+# `--fail-on` level -> the verdicts that make `compare` exit with EXIT_REGRESSION.
+FAIL_ON: dict[str, frozenset[str]] = {
+    "alert": frozenset({"failed", "alert"}),
+    "regression": frozenset({"failed", "alert", "regression"}),
+    "never": frozenset(),
+}
+HEADLINES = {
+    "alert": "🔴 Regression",
+    "regression": "⚠️ Change",
+    "inconclusive": "❔ Inconclusive",
+    "no_change": "✅ No regression",
+}
+
+
+class CompareError(EpbenchError):
+    """Two results that cannot be compared honestly; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    floor: float = defaults.FLOOR
+    k: float = defaults.K
+    alert: float | None = None  # absolute alert level; default ALERT_FACTOR x t per case
+    confidence: float = defaults.CONFIDENCE
+    fdr: float = defaults.FDR
+    resamples: int = defaults.RESAMPLES
+    seed: int = defaults.SEED
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.confidence < 1.0:
+            raise CompareError("--confidence must be between 0 and 1, e.g. 0.95")
+        if not 0.0 < self.fdr < 1.0:
+            raise CompareError("--fdr must be between 0 and 1, e.g. 0.05")
+        if self.floor < 0.0 or self.k <= 0.0:
+            raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
+        if self.alert is not None and self.alert <= 0.0:
+            raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
+        if self.resamples < 2000:
+            raise CompareError("--resamples must be at least 2000 for stable 95 % intervals")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    noise: float  # typical A/A |change| at this round count, as a fraction
+    source: str  # "profile" or why not
+    t: float
+    alert: float
+
+
+def threshold_for(noise: float | None, source: str, settings: Settings) -> Threshold:
+    """t = max(floor, k x noise); without a calibrated noise, the conservative default."""
+    if noise is None or not math.isfinite(noise):
+        noise = defaults.NOISE_WITHOUT_PROFILE
+    t = max(settings.floor, settings.k * noise)
+    alert = settings.alert if settings.alert is not None else defaults.ALERT_FACTOR * t
+    return Threshold(noise=noise, source=source, t=t, alert=max(alert, t))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str
+    reason: str
+    significant: bool
+    q: float
+
+
+def judge(
+    change: stats.Change, significant: bool, q: float, th: Threshold, unquiet: int, rounds: int
+) -> Judgement:
+    """The verdict of one case from its change, its BH decision and its threshold."""
+    if change.n < defaults.MIN_ROUNDS or not math.isfinite(change.ratio):
+        return Judgement(
+            "not_comparable",
+            f"only {change.n} usable rounds (need {defaults.MIN_ROUNDS}); rerun with --rounds 30",
+            False, q,
+        )
+    c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
+    band = f"±{t:.1%}"
+    if -t < lo and hi < t:
+        return Judgement("no_change", f"the whole interval lies within {band}", significant, q)
+    if significant and c > 0 and lo >= t:
+        if c >= th.alert:
+            if unquiet:
+                return Judgement(
+                    "inconclusive",
+                    f"{c:+.1%} would be an alert, but {unquiet} of {rounds} rounds failed "
+                    "the idle gate; rerun on a quiet machine",
+                    significant, q,
+                )
+            return Judgement(
+                "alert", f"slower by at least {lo:.1%} and {c:+.1%} >= alert {th.alert:.1%}",
+                significant, q,
+            )
+        return Judgement("regression", f"slower by at least {lo:.1%} (> {t:.1%})", significant, q)
+    if significant and c < 0 and hi <= -t:
+        return Judgement("improvement", f"faster by at least {-hi:.1%} (> {t:.1%})", significant, q)
+    if not significant and (lo >= t or hi <= -t):
+        why = f"beyond {band} but not significant at FDR {q:.3f} across the grid"
+    else:
+        why = f"the interval straddles {band}"
+    return Judgement("inconclusive", why + "; rerun with more --rounds", significant, q)
+
+
+def judge_grid(
+    changes: Sequence[stats.Change],
+    thresholds: Sequence[Threshold],
+    unquiet: Sequence[int],
+    rounds: Sequence[int],
+    fdr: float = defaults.FDR,
+) -> list[Judgement]:
+    """Benjamini-Hochberg across the grid decides 'significant', then judge each case."""
+    pvalues = [c.p if c.n >= defaults.MIN_ROUNDS else math.nan for c in changes]
+    rejected, q = stats.benjamini_hochberg(pvalues, fdr)
+    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, strict=True)
+    return [judge(c, sig, qv, th, u, n) for c, sig, qv, th, u, n in rows]
+
+
+# --------------------------------------------------------------------------- documents
+
+
+@dataclass
+class Side:
+    """One side of a comparison: a results document and the arm measured in it."""
+
+    label: str  # "base" or "pr"
+    doc: Mapping[str, Any]
+    arm: str
+    path: str | None = None
+
+    @property
+    def control(self) -> str:
+        return str(self.doc.get("control", "ort"))
+
+    @property
+    def host_key(self) -> str | None:
+        return (self.doc.get("host") or {}).get("key")
+
+
+@dataclass
+class CaseRow:
+    case: str
+    verdict: str
+    emoji: str
+    reason: str
+    base_ns: float | None
+    pr_ns: float | None
+    change: float | None
+    ci: list[float | None]
+    p: float | None
+    q: float | None
+    significant: bool
+    threshold: float
+    alert: float
+    noise: float
+    noise_source: str
+    rounds: int
+    unquiet: int
+    control_drift: float | None
+    drift_exceeds_threshold: bool = False
+    family: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _choose_arms(
+    base: Mapping[str, Any], pr: Mapping[str, Any], base_arm: str | None, pr_arm: str | None
+) -> tuple[str, str]:
+    def only_candidate(doc: Mapping[str, Any], label: str) -> str:
+        control = doc.get("control", "ort")
+        others = [a for a in doc.get("arms", {}) if a != control]
+        if len(others) != 1:
+            raise CompareError(
+                f"the {label} file has arms {sorted(doc.get('arms', {}))}: "
+                f"say which to compare with --{label} ARM (or --arm ARM for both)"
+            )
+        return others[0]
+
+    return base_arm or only_candidate(base, "base"), pr_arm or only_candidate(pr, "pr")
+
+
+def _require_arm(doc: Mapping[str, Any], arm: str, label: str) -> None:
+    if arm not in doc.get("arms", {}):
+        raise CompareError(
+            f"arm {arm!r} is not in the {label} results (it has {sorted(doc.get('arms', {}))}); "
+            f"pass --{label} with one of those keys"
+        )
+
+
+def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:
+    if base.doc.get("schema") != pr.doc.get("schema"):
+        raise CompareError(
+            f"different results schema versions: base {base.doc.get('schema')!r}, "
+            f"pr {pr.doc.get('schema')!r}; load both with the same epbench (it migrates "
+            "older files) or re-run the older side"
+        )
+    if base.host_key != pr.host_key:
+        message = (
+            f"base and PR were measured on different hosts ({base.host_key} vs {pr.host_key}); "
+            "their times are not comparable"
+        )
+        if not settings.force:
+            raise CompareError(message + ": re-run both on one machine, or pass --force")
+        warnings.append(message + " (compared anyway because of --force; treat with suspicion)")
+    for side in (base, pr):
+        if side.control not in side.doc.get("arms", {}):
+            raise CompareError(
+                f"the {side.label} results lack their control arm {side.control!r}; "
+                "re-run with `epbench run` (it always adds the ort control)"
+            )
+
+
+def _load_profile_noise(
+    profile: Mapping[str, Any] | None, host_key: str | None, settings: Settings, warnings: list[str]
+) -> Mapping[str, Any] | None:
+    if profile is None:
+        return None
+    if profile.get("host_key") != host_key:
+        message = (
+            f"the noise profile was calibrated on host {profile.get('host_key')}, "
+            f"these results come from {host_key}"
+        )
+        if not settings.force:
+            raise CompareError(message + ": run `epbench calibrate` on this host, or pass --force")
+        warnings.append(message + " (used anyway because of --force)")
+    return profile
+
+
+def _case_noise(
+    profile: Mapping[str, Any] | None, name: str, definition: str | None, rounds: int, mode: str
+) -> tuple[float | None, str]:
+    from reports.calibrate import profile_noise
+
+    if profile is None:
+        return None, "no profile"
+    return profile_noise(profile, name, definition, rounds, mode)
+
+
+def compare(
+    base: Side,
+    pr: Side,
+    *,
+    settings: Settings | None = None,
+    profile: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Compare two sides (the same document for a same-run comparison) case by case.
+
+    Returns the comparison document that render.py turns into markdown, text or JSON.
+    Raises CompareError when the two sides cannot be compared honestly.
+    """
+    import numpy as np
+
+    settings = settings or Settings()
+    warnings: list[str] = []
+    same_run = base.doc is pr.doc
+    mode = "same-run" if same_run else "separate-runs"
+    _require_arm(base.doc, base.arm, "base")
+    _require_arm(pr.doc, pr.arm, "pr")
+    if same_run and base.arm == pr.arm:
+        raise CompareError(f"--base and --pr are both {base.arm!r}; name two different arms")
+    _check_comparable(base, pr, settings, warnings)
+    profile = _load_profile_noise(profile, base.host_key, settings, warnings)
+    if profile is None:
+        warnings.append(
+            "no calibration profile for this host: every threshold is the conservative default "
+            f"max({settings.floor:.0%}, {settings.k:g} x {defaults.NOISE_WITHOUT_PROFILE:.0%}); "
+            "run `epbench calibrate` to judge against measured noise"
+        )
+
+    base_cases = base.doc.get("cases", {})
+    pr_cases = pr.doc.get("cases", {})
+    common = [c for c in base_cases if c in pr_cases]
+    only_base = sorted(c for c in base_cases if c not in pr_cases)
+    only_pr = sorted(c for c in pr_cases if c not in base_cases)
+    if not common:
+        raise CompareError(
+            "the two results share no case: run both sides on the same --grid or --case list"
+        )
+    changed = [
+        c for c in common
+        if base_cases[c].get("definition_sha256") != pr_cases[c].get("definition_sha256")
+    ]
+    if changed:
+        raise CompareError(
+            f"case definitions differ between base and PR for {', '.join(changed)} "
+            "(different model or inputs, so different work); re-run both sides with one "
+            "epbench version"
+        )
+
+    rows: list[CaseRow] = []
+    measurable: list[str] = []
+    log_pr: list[Any] = []
+    log_base: list[Any] = []
+    for name in common:
+        b_case, p_case = base_cases[name], pr_cases[name]
+        pre = _precheck(name, b_case, p_case, base, pr)
+        if pre is not None:
+            rows.append(pre)
+            continue
+        b_vals = stats.round_medians(b_case, base.arm)
+        p_vals = stats.round_medians(p_case, pr.arm)
+        if same_run:
+            log_pr.append(stats.log_ratios(p_vals, b_vals))
+        else:
+            log_pr.append(stats.log_ratios(p_vals, stats.round_medians(p_case, pr.control)))
+            log_base.append(stats.log_ratios(b_vals, stats.round_medians(b_case, base.control)))
+        measurable.append(name)
+    opts = {
+        "confidence": settings.confidence, "resamples": settings.resamples, "seed": settings.seed,
+    }
+    changes = (
+        stats.paired_changes(log_pr, **opts) if same_run
+        else stats.double_ratio_changes(log_pr, log_base, **opts)
+    )
+    thresholds, unquiet, n_rounds, drifts = [], [], [], []
+    for name, change in zip(measurable, changes, strict=True):
+        b_case, p_case = base_cases[name], pr_cases[name]
+        noise, source = _case_noise(
+            profile, name, b_case.get("definition_sha256"), max(change.n, 1), mode
+        )
+        thresholds.append(threshold_for(noise, source, settings))
+        u = int((~stats.quiet_mask(p_case)).sum())
+        r = len(p_case.get("rounds", []))
+        if not same_run:
+            u += int((~stats.quiet_mask(b_case)).sum())
+            r += len(b_case.get("rounds", []))
+        unquiet.append(u)
+        n_rounds.append(r)
+        drift = [stats.control_drift(stats.round_medians(p_case, pr.control))]
+        if not same_run:
+            drift.append(stats.control_drift(stats.round_medians(b_case, base.control)))
+        finite = [d for d in drift if math.isfinite(d)]
+        drifts.append(max(finite, key=abs) if finite else None)
+    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr)
+    for name, change, th, j, u, r, drift in zip(
+        measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
+    ):
+        b_vals = stats.round_medians(base_cases[name], base.arm)
+        p_vals = stats.round_medians(pr_cases[name], pr.arm)
+        rows.append(CaseRow(
+            case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
+            base_ns=_median(np, b_vals), pr_ns=_median(np, p_vals),
+            change=_fin(change.ratio - 1.0), ci=[_fin(change.lo - 1.0), _fin(change.hi - 1.0)],
+            p=_fin(change.p), q=_fin(j.q), significant=j.significant,
+            threshold=th.t, alert=th.alert, noise=th.noise, noise_source=th.source,
+            rounds=r, unquiet=u, control_drift=drift,
+            drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
+            family=_family(base_cases[name]),
+        ))
+    rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
+    counters = counter_changes(base, pr, common)
+    families = family_changes(base, pr, rows, settings)
+    overall = overall_verdict(rows)
+    for row in rows:
+        if row.drift_exceeds_threshold:
+            warnings.append(
+                f"{row.case}: the ORT control drifted {row.control_drift:+.1%} across the "
+                f"rounds, more than the case's threshold {row.threshold:.1%}; the machine "
+                "changed speed during the run, rerun on a quieter machine"
+            )
+    return {
+        "schema": SCHEMA,
+        "mode": mode,
+        "base": _side_info(base),
+        "pr": _side_info(pr),
+        "settings": asdict(settings),
+        "profile": _profile_info(profile),
+        "warnings": warnings,
+        "overall": overall,
+        "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
+        "cases": [asdict(r) for r in rows],
+        "only_base": only_base,
+        "only_pr": only_pr,
+        "counters": counters,
+        "families": families,
+        "gate": {"base": gate_summary(base.doc), "pr": gate_summary(pr.doc)} if not same_run
+        else {"run": gate_summary(pr.doc)},
+        "host": dict(pr.doc.get("host") or {}),
+        "threads": (pr.doc.get("config") or {}).get("threads"),
+        "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
+    }
+
+
+def _median(np: Any, values: Any) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if len(values) else None
+
+
+def _fin(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _family(case: Mapping[str, Any]) -> str | None:
+    from reports.summary import family_of
+
+    return family_of(case.get("spec", {}))
+
+
+def _precheck(
+    name: str, b_case: Mapping[str, Any], p_case: Mapping[str, Any], base: Side, pr: Side
+) -> CaseRow | None:
+    """A row for a case that cannot be measured (failed side, arm missing), else None."""
+    def problem(case: Mapping[str, Any], side: Side) -> str | None:
+        if case.get("status") != "ok":
+            return f"{side.label} {case.get('status')}: {case.get('error') or 'no detail'}"
+        info = case.get("arms", {}).get(side.arm)
+        if info is None:
+            return f"{side.label} did not run arm {side.arm!r} on this case"
+        if not info.get("verified"):
+            return f"{side.label} arm {side.arm!r} did not verify against ORT"
+        return None
+
+    pr_problem = problem(p_case, pr)
+    base_problem = problem(b_case, base)
+    if pr_problem is None and base_problem is None:
+        return None
+    verdict = "failed" if pr_problem is not None and base_problem is None else "not_comparable"
+    reason = "; ".join(p for p in (pr_problem, base_problem) if p)
+    return CaseRow(
+        case=name, verdict=verdict, emoji=VERDICTS[verdict][0], reason=reason,
+        base_ns=None, pr_ns=None, change=None, ci=[None, None], p=None, q=None,
+        significant=False, threshold=math.nan, alert=math.nan, noise=math.nan,
+        noise_source="-", rounds=len(p_case.get("rounds", [])), unquiet=0, control_drift=None,
+        family=_family(b_case),
+    )
+
+
+def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
+    """The headline: the worst verdict of the grid, in four words people know."""
+    verdicts = {r.verdict for r in rows}
+    if verdicts & {"alert", "failed"}:
+        key = "alert"
+    elif "regression" in verdicts:
+        key = "regression"
+    elif "inconclusive" in verdicts:
+        key = "inconclusive"
+    else:
+        key = "no_change"
+    return {"key": key, "headline": HEADLINES[key]}
+
+
+def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:
+    """EXIT_REGRESSION when a verdict matches `--fail-on`, else EXIT_OK."""
+    from harness.errors import EXIT_OK, EXIT_REGRESSION
+
+    if fail_on not in FAIL_ON:
+        raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
+    hit = any(row["verdict"] in FAIL_ON[fail_on] for row in comparison["cases"])
+    return EXIT_REGRESSION if hit else EXIT_OK
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str, Any]]:
+    """Every deterministic counter that differs between base and PR, exactly."""
+    rows = []
+    for name in cases:
+        b = ((base.doc["cases"][name].get("arms") or {}).get(base.arm) or {}).get(
+            "counters_per_run"
+        )
+        p = ((pr.doc["cases"][name].get("arms") or {}).get(pr.arm) or {}).get("counters_per_run")
+        if not b or not p:
+            continue
+        for counter in sorted(set(b) | set(p)):
+            if b.get(counter) != p.get(counter):
+                rows.append({"case": name, "counter": counter,
+                             "base": b.get(counter), "pr": p.get(counter)})
+    return rows
+
+
+# --------------------------------------------------------------------------- families
+
+
+def family_changes(
+    base: Side, pr: Side, rows: Sequence[CaseRow], settings: Settings
+) -> list[dict[str, Any]]:
+    """Per chain family: did the per-node cost (slope) or the per-Run cost (intercept) change?"""
+    judged = {r.case: r for r in rows if r.change is not None}
+    base_families = family_members(base.doc)
+    pr_families = family_members(pr.doc)
+    out = []
+    for family, members in base_families.items():
+        names = [n for _, n in members if n in judged and (
+            any(n == m for _, m in pr_families.get(family, [])))]
+        depths = [d for d, n in members if n in names]
+        if len(set(depths)) < 2:
+            continue
+        t = max(judged[n].threshold for n in names)
+        opts = {"confidence": settings.confidence, "resamples": settings.resamples}
+        if base.doc is pr.doc:
+            rounds = [{a: stats.round_medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
+                      for n in names]
+            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed, **opts)
+            b_fit, p_fit = fits[base.arm], fits[pr.arm]
+            slope = _ratio(p_fit.boot_slope, b_fit.boot_slope, p_fit.slope, b_fit.slope, settings)
+            icept = _ratio(p_fit.boot_intercept, b_fit.boot_intercept,
+                           p_fit.intercept, b_fit.intercept, settings)
+        else:
+            b_fits = stats.fit_family(
+                depths,
+                [{a: stats.round_medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
+                 for n in names],
+                [base.arm, base.control], seed=settings.seed, **opts,
+            )
+            p_fits = stats.fit_family(
+                depths,
+                [{a: stats.round_medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
+                 for n in names],
+                [pr.arm, pr.control], seed=settings.seed + 1, **opts,
+            )
+            b_fit, p_fit = b_fits[base.arm], p_fits[pr.arm]
+            bc, pc = b_fits[base.control], p_fits[pr.control]
+            slope = _ratio(
+                p_fit.boot_slope * bc.boot_slope, b_fit.boot_slope * pc.boot_slope,
+                p_fit.slope * bc.slope, b_fit.slope * pc.slope, settings,
+            )
+            icept = _ratio(
+                p_fit.boot_intercept * bc.boot_intercept, b_fit.boot_intercept * pc.boot_intercept,
+                p_fit.intercept * bc.intercept, b_fit.intercept * pc.intercept, settings,
+            )
+        out.append({
+            "family": family, "cases": names, "depths": depths, "threshold": t,
+            "base": b_fit.to_dict(), "pr": p_fit.to_dict(),
+            "per_node": slope, "per_run": icept,
+            "finding": _family_finding(slope, icept, t),
+        })
+    return out
+
+
+def _ratio(num: Any, den: Any, point_num: float, point_den: float,
+           settings: Settings) -> dict[str, float | None]:
+    if point_den <= 0 or point_num <= 0:
+        return {"change": None, "lo": None, "hi": None}
+    point, lo, hi = stats.ratio_with_ci(num, den, point_num / point_den, settings.confidence)
+    return {"change": _fin(point - 1.0), "lo": _fin(lo - 1.0), "hi": _fin(hi - 1.0)}
+
+
+def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float) -> str:
+    parts = []
+    for what, ch in (("per-node cost", slope), ("per-Run cost", icept)):
+        lo, hi = ch.get("lo"), ch.get("hi")
+        if lo is None or hi is None:
+            parts.append(f"{what}: too small to resolve")
+        elif lo >= t:
+            parts.append(f"{what} rose by {ch['change']:+.1%}")
+        elif hi <= -t:
+            parts.append(f"{what} fell by {ch['change']:+.1%}")
+        elif -t < lo and hi < t:
+            parts.append(f"{what} unchanged within ±{t:.1%}")
+        else:
+            parts.append(f"{what} inconclusive ({ch['change']:+.1%})")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- context
+
+
+def _side_info(side: Side) -> dict[str, Any]:
+    arm = (side.doc.get("arms") or {}).get(side.arm) or {}
+    cfg = side.doc.get("config") or {}
+    return {
+        "path": side.path, "arm": side.arm, "spec": arm.get("spec"),
+        "sha256": arm.get("sha256"), "ep_name": arm.get("ep_name"),
+        "control": side.control, "rounds": cfg.get("rounds"),
+        "arms": sorted(side.doc.get("arms", {})), "created": side.doc.get("created"),
+        "git_commit": (side.doc.get("host") or {}).get("git_commit"),
+        "host_key": side.host_key, "interrupted": bool(side.doc.get("interrupted")),
+    }
+
+
+def _profile_info(profile: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if profile is None:
+        return None
+    return {k: profile.get(k) for k in ("path", "host_key", "created", "arm", "rounds", "repeats")}
+
+
+def cannot_catch(
+    base: Side, pr: Side, rows: Sequence[CaseRow], calibrated: bool
+) -> list[str]:
+    """What this comparison could not have seen, stated for this run."""
+    notes = []
+    specs = [c.get("spec", {}) for c in pr.doc.get("cases", {}).values()]
+    ops = sorted({str(s.get("op")) for s in specs if s.get("op")})
+    widths = sorted({int(s["width"]) for s in specs if s.get("width")})
+    notes.append(
+        "Paths the grid does not cover: only "
+        + (", ".join(ops) if ops else "the listed cases")
+        + (f" at widths {', '.join(map(str, widths))}" if widths else "")
+        + " ran; other ops, shapes, dtypes and graph patterns were not measured."
+    )
+    judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
+    if judged:
+        notes.append(
+            f"Changes below each case's threshold ({min(judged):.1%} to {max(judged):.1%} here) "
+            "pass as ✅; such small regressions compound over many PRs, so compare against an "
+            "older base now and then."
+        )
+    if not calibrated:
+        notes.append(
+            "No A/A calibration profile: thresholds are a conservative default, so real "
+            "regressions smaller than that default can pass."
+        )
+    threads = (pr.doc.get("config") or {}).get("threads")
+    if threads == 1:
+        notes.append(
+            "Multi-threaded behaviour: the run used one intra-op thread, so contention and "
+            "scaling effects of more threads are not measured."
+        )
+    missing_counters = [r.case for r in rows if r.case in pr.doc.get("cases", {}) and not (
+        (pr.doc["cases"][r.case].get("arms", {}).get(pr.arm) or {}).get("counters_per_run"))]
+    if missing_counters:
+        notes.append(
+            f"Deterministic counters: the PR arm reported none for {len(missing_counters)} "
+            "case(s) (only libraries exporting epbench_probe_* do), so those verdicts rest on "
+            "wall-clock time alone."
+        )
+    notes.append(
+        "Cold start: session creation, first-run and cache-cold latency are outside the timer; "
+        "only warmed-up steady-state Run calls are measured."
+    )
+    if any(r.unquiet for r in rows):
+        notes.append(
+            "Some rounds ran while other cores were busy (idle gate failed); such cases cannot "
+            "be an alert, so a real regression there shows as ❔."
+        )
+    return notes
+
+
+def load_profile_for(host_key: str | None, path: str | None) -> dict[str, Any] | None:
+    """The calibration profile to judge with: --profile FILE, else the host's cached one."""
+    from reports.calibrate import default_profile_path, load_profile
+
+    if path is not None:
+        return load_profile(path)
+    if host_key is None:
+        return None
+    candidate = default_profile_path(host_key)
+    return load_profile(candidate) if candidate.is_file() else None

@@ -1,0 +1,357 @@
+"""reports.compare: verdicts, their error rates under a stated noise model, and refusals.
+
+Noise model (reports/synthetic.py, REALISTIC): per round and arm, log-normal block
+noise with sigma 1.5 %, a machine factor with sigma 3 % shared by the arms of a
+round, and a 5 % chance per block of an interference spike making it 5-30 %
+slower. Thresholds come from a simulated calibration (5 A/A repeats per case)
+under the same model, like `epbench calibrate` would measure them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from reports import calibrate, compare, defaults, stats, synthetic
+from reports.compare import CompareError, Settings, Side
+
+GRID = 20
+ROUNDS = 30
+TRIALS = 500
+
+
+def _calibrated_thresholds(rng, settings):
+    aa = synthetic.paired_log_ratios(GRID * defaults.CALIBRATION_REPEATS, ROUNDS, rng)
+    changes = stats.paired_changes(list(aa))
+    per_case = [changes[i :: GRID] for i in range(GRID)]
+    return [
+        compare.threshold_for(calibrate.noise_of(c)["noise"], "profile", settings)
+        for c in per_case
+    ]
+
+
+def _flags(effect_row=None, effect=0.0):
+    """Per trial, the verdicts of a 20-case grid (one kernel call for all 500 x 20 cases)."""
+    rng = np.random.default_rng(2024)
+    settings = Settings()
+    thresholds = _calibrated_thresholds(rng, settings)
+    effects = np.zeros(TRIALS * GRID)
+    if effect_row is not None:
+        effects[np.arange(TRIALS) * GRID + effect_row(np.arange(TRIALS))] = effect
+    rows = synthetic.paired_log_ratios(TRIALS * GRID, ROUNDS, rng, effect=effects)
+    changes = stats.paired_changes(list(rows))
+    verdicts = []
+    for trial in range(TRIALS):
+        part = changes[trial * GRID : (trial + 1) * GRID]
+        js = compare.judge_grid(part, thresholds, [0] * GRID, [ROUNDS] * GRID, settings.fdr)
+        verdicts.append([j.verdict for j in js])
+    return verdicts, thresholds
+
+
+def test_aa_family_wise_false_alarm_rate_is_at_most_5_percent():
+    verdicts, thresholds = _flags()
+    false_alarm = np.mean([any(v in ("alert", "regression") for v in trial) for trial in verdicts])
+    assert false_alarm <= 0.05
+    # Calibrated, not floored: the thresholds reflect this noise (a few %).
+    assert all(0.01 <= th.t <= 0.04 for th in thresholds)
+    # And A/A mostly reads as no change rather than as a wall of ❔.
+    assert np.mean([v == "no_change" for trial in verdicts for v in trial]) >= 0.8
+
+
+def test_a_true_5_percent_slowdown_is_flagged_in_95_percent_of_trials():
+    verdicts, _ = _flags(effect_row=lambda t: t % GRID, effect=0.05)
+    flagged = [trial[t % GRID] in ("alert", "regression") for t, trial in enumerate(verdicts)]
+    assert np.mean(flagged) >= 0.95
+    # The other 19 cases of each trial stay quiet.
+    others = [v for t, trial in enumerate(verdicts) for i, v in enumerate(trial) if i != t % GRID]
+    assert np.mean([v in ("alert", "regression") for v in others]) <= 0.01
+
+
+def _change(ratio, lo, hi, p=0.001, n=30):
+    return stats.Change(ratio, lo, hi, p, n)
+
+
+TH = compare.Threshold(noise=0.01, source="profile", t=0.02, alert=0.04)
+
+
+@pytest.mark.parametrize(
+    ("change", "significant", "unquiet", "verdict"),
+    [
+        (_change(1.10, 1.07, 1.13), True, 0, "alert"),
+        (_change(1.10, 1.07, 1.13), True, 3, "inconclusive"),  # unquiet: never 🔴
+        (_change(1.03, 1.025, 1.035), True, 3, "regression"),
+        (_change(1.03, 1.01, 1.05), True, 0, "inconclusive"),  # straddles t
+        (_change(1.10, 1.07, 1.13), False, 0, "inconclusive"),  # BH said no
+        (_change(0.95, 0.93, 0.97), True, 0, "improvement"),
+        (_change(0.97, 0.95, 0.99), True, 0, "inconclusive"),  # straddles -t
+        (_change(1.005, 0.99, 1.015), True, 0, "no_change"),  # significant but tiny
+        (_change(1.0, 1.0, 1.0, p=1.0), False, 0, "no_change"),
+        (_change(1.5, 1.4, 1.6, n=3), True, 0, "not_comparable"),  # too few rounds
+    ],
+)
+def test_verdict_rules(change, significant, unquiet, verdict):
+    assert compare.judge(change, significant, 0.01, TH, unquiet, 30).verdict == verdict
+
+
+def test_unquiet_alert_reason_names_the_gate():
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 4, 30)
+    assert "4 of 30 rounds failed the idle gate" in j.reason
+
+
+def test_threshold_is_floor_or_k_times_noise_and_default_without_profile():
+    s = Settings()
+    assert compare.threshold_for(0.001, "profile", s).t == defaults.FLOOR
+    assert compare.threshold_for(0.02, "profile", s).t == pytest.approx(defaults.K * 0.02)
+    assert compare.threshold_for(0.02, "profile", s).alert == pytest.approx(
+        defaults.ALERT_FACTOR * defaults.K * 0.02
+    )
+    no_profile = compare.threshold_for(None, "no profile", s)
+    expected = max(defaults.FLOOR, defaults.K * defaults.NOISE_WITHOUT_PROFILE)
+    assert no_profile.t == pytest.approx(expected)
+    assert compare.threshold_for(0.02, "profile", Settings(alert=0.10)).alert == 0.10
+
+
+# --------------------------------------------------------------------------- documents
+
+CASES = {
+    "relu_d1_w8": {"ort": 1000.0, "base": 900.0, "pr": 900.0},
+    "relu_d10_w8": {"ort": 3000.0, "base": 1500.0, "pr": 1500.0},
+    "relu_d100_w8": {"ort": 21000.0, "base": 7000.0, "pr": 7000.0},
+    "matmul_128x128": {"ort": 50000.0, "base": 40000.0, "pr": 40000.0},
+}
+
+
+def _doc(cases=CASES, **kw):
+    return synthetic.results_doc(cases, **kw)
+
+
+def _slower(cases, which, factor):
+    out = {n: dict(arms) for n, arms in cases.items()}
+    for name in which:
+        out[name]["pr"] *= factor
+    return out
+
+
+def _calibrated_profile(cases=CASES, repeats=5):
+    """A profile measured like `epbench calibrate` would, on synthetic A/A runs."""
+    runs = [
+        _doc({n: {"ort": a["ort"], "ort_b": a["ort"]} for n, a in cases.items()}, seed=100 + i)
+        for i in range(repeats)
+    ]
+    return calibrate.profile_from_runs(runs, None, "ort", "ort_b", arm_spec="ort")
+
+
+def test_same_run_flags_the_slowed_case_and_only_it():
+    doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.06), seed=3)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    by_case = {r["case"]: r for r in result["cases"]}
+    # No profile: t = max(1 %, 2 x 2 %) = 4 %, so +6 % is a regression, not an alert.
+    assert by_case["relu_d100_w8"]["verdict"] == "regression"
+    assert by_case["relu_d100_w8"]["threshold"] == pytest.approx(0.04)
+    assert result["mode"] == "same-run"
+    assert any("no calibration profile" in w for w in result["warnings"])
+    # With the calibrated profile of this noise the same data is an alert.
+    profile = _calibrated_profile()
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    by_case = {r["case"]: r for r in result["cases"]}
+    assert by_case["relu_d100_w8"]["verdict"] == "alert"
+    assert result["cases"][0]["case"] == "relu_d100_w8"  # worst first
+    assert {by_case[c]["verdict"] for c in CASES if c != "relu_d100_w8"} == {"no_change"}
+    assert result["overall"]["headline"] == "🔴 Regression"
+    assert compare.exit_code_for(result, "alert") == 5
+    assert compare.exit_code_for(result, "never") == 0
+
+
+def _profile_for(doc, noise, rounds=30):
+    return {
+        "schema": calibrate.PROFILE_SCHEMA, "host_key": doc["host"]["key"], "rounds": rounds,
+        "cases": {
+            name: {"definition_sha256": case["definition_sha256"],
+                   "same-run": {"noise": noise}, "separate-runs": {"noise": noise}}
+            for name, case in doc["cases"].items()
+        },
+    }
+
+
+def test_separate_runs_use_the_double_ratio_and_ignore_machine_speed():
+    base = _doc(seed=1)
+    # The PR run's machine is 30 % slower for every arm, and the PR arm itself 8 % slower
+    # on one case: only that case may be flagged.
+    slow = {n: {a: v * 1.3 for a, v in arms.items()} for n, arms in CASES.items()}
+    pr = _doc(_slower(slow, ["relu_d10_w8"], 1.08), seed=2)
+    result = compare.compare(
+        Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
+    )
+    by_case = {r["case"]: r for r in result["cases"]}
+    assert result["mode"] == "separate-runs"
+    assert by_case["relu_d10_w8"]["verdict"] in ("alert", "regression")
+    assert by_case["relu_d10_w8"]["change"] == pytest.approx(0.08, abs=0.02)
+    others = {by_case[c]["verdict"] for c in CASES if c != "relu_d10_w8"}
+    assert others <= {"no_change", "inconclusive"} and "no_change" in others
+
+
+def test_aa_of_two_runs_of_the_same_code_shows_no_red_or_warning():
+    base, pr = _doc(seed=10), _doc(seed=11)
+    for profile in (None, _calibrated_profile()):
+        result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"), profile=profile)
+        assert not {r["verdict"] for r in result["cases"]} & {"alert", "regression", "failed"}
+
+
+def test_counters_changes_are_reported_exactly_whatever_the_noise():
+    counters = {"relu_d1_w8": {"base": {"ort_api_calls": 7, "allocs": 2},
+                               "pr": {"ort_api_calls": 4, "allocs": 2}}}
+    doc = _doc(counters=counters)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert result["counters"] == [
+        {"case": "relu_d1_w8", "counter": "ort_api_calls", "base": 7, "pr": 4}
+    ]
+
+
+def test_family_decomposition_tells_per_node_from_per_run():
+    # Base: 500 ns per Run + 60 ns per node. PR: per-node cost +20 %, per-Run unchanged.
+    depths = (1, 10, 100, 1000)
+    cases = {
+        f"relu_d{d}_w8": {"ort": 800 + 200.0 * d, "base": 500 + 60.0 * d, "pr": 500 + 72.0 * d}
+        for d in depths
+    }
+    doc = _doc(cases, noise=synthetic.NoiseModel(0.01, 0.005, 0.0), seed=5)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+                             profile=_profile_for(doc, 0.003))
+    (fam,) = result["families"]
+    assert fam["family"] == "relu_w8" and fam["depths"] == list(depths)
+    assert fam["per_node"]["change"] == pytest.approx(0.20, abs=0.01)
+    assert fam["per_node"]["lo"] < 0.20 < fam["per_node"]["hi"]
+    assert fam["per_run"]["lo"] < 0.0 < fam["per_run"]["hi"]
+    assert fam["finding"].startswith("per-node cost rose by +")
+    assert "per-Run cost rose" not in fam["finding"]
+    assert fam["base"]["slope_ns"] == pytest.approx(60.0, rel=0.02)
+
+
+def test_failed_pr_case_is_failed_and_base_failure_is_not_comparable():
+    base = _doc(seed=1)
+    pr = _doc(status={"relu_d1_w8": "crashed"}, seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    by_case = {r["case"]: r for r in result["cases"]}
+    assert by_case["relu_d1_w8"]["verdict"] == "failed"
+    assert "pr crashed" in by_case["relu_d1_w8"]["reason"]
+    assert compare.exit_code_for(result, "alert") == 5
+    result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
+    by_case = {r["case"]: r for r in result["cases"]}
+    assert by_case["relu_d1_w8"]["verdict"] == "not_comparable"
+
+
+def test_one_sided_cases_are_listed_not_dropped():
+    base = _doc(seed=1)
+    pr = _doc({n: a for n, a in CASES.items() if n != "matmul_128x128"} |
+              {"relu_d1_w4096": {"ort": 5000.0, "base": 4000.0, "pr": 4000.0}}, seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert result["only_base"] == ["matmul_128x128"]
+    assert result["only_pr"] == ["relu_d1_w4096"]
+    assert len(result["cases"]) == 3
+
+
+def test_compare_of_a_50_case_grid_is_one_resampling_call(monkeypatch):
+    calls = []
+    real = stats._paired_kernel
+    monkeypatch.setattr(stats, "_paired_kernel", lambda x, *a: calls.append(x.shape) or real(x, *a))
+    cases = {f"relu_d{d}_w{w}": {"ort": 1000.0 + d, "base": 900.0 + d, "pr": 900.0 + d}
+             for d in range(1, 11) for w in (8, 16, 32, 64, 128)}
+    doc = _doc(cases, samples=3)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert len(result["cases"]) == 50
+    assert calls == [(50, 30)]
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_refuses_different_hosts_unless_forced():
+    base, pr = _doc(seed=1), _doc(seed=2, host_key="otherhost")
+    with pytest.raises(CompareError, match="different hosts.*pass --force"):
+        compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+                             settings=Settings(force=True))
+    assert any("different hosts" in w and "--force" in w for w in result["warnings"])
+
+
+def test_refuses_different_schema_versions():
+    base, pr = _doc(seed=1), _doc(seed=2)
+    pr["schema"] = "epbench.results/2"
+    with pytest.raises(CompareError, match="different results schema versions"):
+        compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+
+
+def test_refuses_different_case_definitions():
+    base = _doc(seed=1)
+    pr = _doc(seed=2, definition={"relu_d10_w8": "changed"})
+    with pytest.raises(CompareError, match="case definitions differ .* relu_d10_w8"):
+        compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+
+
+def test_refuses_no_common_case():
+    base = _doc(seed=1)
+    pr = _doc({"relu_d1_w4096": {"ort": 5000.0, "pr": 4000.0}}, seed=2)
+    with pytest.raises(CompareError, match="share no case"):
+        compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+
+
+def test_refuses_unknown_or_identical_arms_and_missing_control():
+    doc = _doc()
+    with pytest.raises(CompareError, match="arm 'nope' is not in the pr results"):
+        compare.compare(Side("base", doc, "base"), Side("pr", doc, "nope"))
+    with pytest.raises(CompareError, match="both 'base'"):
+        compare.compare(Side("base", doc, "base"), Side("pr", doc, "base"))
+    other = _doc(seed=4)
+    other["control"] = "missing"
+    with pytest.raises(CompareError, match="lack their control arm"):
+        compare.compare(Side("base", doc, "pr"), Side("pr", other, "pr"))
+
+
+def test_refuses_a_profile_from_another_host_unless_forced():
+    doc = _doc()
+    profile = _profile_for(doc, 0.01) | {"host_key": "elsewhere"}
+    with pytest.raises(CompareError, match="calibrated on host elsewhere"):
+        compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+
+
+def test_settings_refuse_nonsense():
+    for bad in ({"confidence": 1.5}, {"fdr": 0.0}, {"floor": -1.0}, {"alert": 0.0},
+                {"resamples": 100}):
+        with pytest.raises(CompareError):
+            Settings(**bad)
+
+
+def test_choose_arms_needs_a_name_when_ambiguous():
+    doc = _doc()
+    with pytest.raises(CompareError, match="say which to compare with --base"):
+        compare._choose_arms(doc, doc, None, None)
+    single = _doc({"relu_d1_w8": {"ort": 1000.0, "plugin:x": 900.0}})
+    assert compare._choose_arms(single, single, None, None) == ("plugin:x", "plugin:x")
+
+
+def test_profile_noise_scales_with_rounds_and_checks_definitions():
+    doc = _doc()
+    profile = _profile_for(doc, 0.01, rounds=30)
+    noise, source = calibrate.profile_noise(
+        profile, "relu_d1_w8", "def-relu_d1_w8", 120, "same-run"
+    )
+    assert source == "profile" and noise == pytest.approx(0.005)
+    assert calibrate.profile_noise(profile, "nope", None, 30, "same-run") == (
+        None, "profile lacks this case"
+    )
+    noise, source = calibrate.profile_noise(profile, "relu_d1_w8", "other", 30, "same-run")
+    assert noise is None and "another definition" in source
+    assert math.isfinite(compare.threshold_for(noise, source, Settings()).t)
+
+
+def test_judge_grid_controls_the_fdr_across_the_grid():
+    # One case with p = 0.01 alone would be significant at 0.05, but among 20 tests
+    # BH needs p <= 0.05 / 20 for the smallest: it is ❔, not ⚠️.
+    changes = [_change(1.05, 1.03, 1.07, p=0.01)] + [_change(1.0, 0.99, 1.01, p=0.9)] * 19
+    js = compare.judge_grid(changes, [TH] * 20, [0] * 20, [30] * 20, fdr=0.05)
+    assert js[0].verdict == "inconclusive" and not js[0].significant
+    assert "not significant" in js[0].reason
+    js = compare.judge_grid(changes[:1], [TH], [0], [30], fdr=0.05)
+    assert js[0].verdict == "alert"
