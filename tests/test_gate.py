@@ -503,3 +503,17 @@ def test_current_gate_state_defaults_to_this_process_affinity() -> None:
     stat = ScriptedStat([{**{c: IDLE for c in allowed}, far_core: BUSY}])
     reading = current_gate_state(read=stat.read, sleep=FakeClock().sleep)
     assert sorted(reading.idle) == sorted(f"cpu{c}" for c in allowed) and reading.passed
+
+
+def test_default_wait_limits() -> None:
+    # Per round: looks end at 0.05, 0.15, 0.30, 0.55, 1.00 (pauses 0.05, 0.1,
+    # 0.2, 0.4 = 0.75 s), then the 1 s allowance is spent.
+    stat, clock = ScriptedStat([{0: BUSY, 1: IDLE}] * 70), FakeClock()
+    gate = gate_with(stat, clock)
+    assert gate.check().attempts == 5
+    assert clock.now == pytest.approx(1.0)
+    # The 10 s budget of pauses covers 13 such rounds (9.75 s); the 14th gets
+    # the last 0.25 s (pauses 0.05, 0.1, 0.1), and from then on one look each.
+    attempts = [gate.check().attempts for _ in range(14)]
+    assert attempts == [5] * 12 + [4, 1]
+    assert stat.looks_taken == 70
