@@ -115,8 +115,14 @@ class CpuTimes:
     def elapsed(self) -> int:
         # guest time is already inside user/nice: not added twice.
         return (
-            self.user + self.nice + self.system + self.idle + self.iowait
-            + self.irq + self.softirq + self.steal
+            self.user
+            + self.nice
+            + self.system
+            + self.idle
+            + self.iowait
+            + self.irq
+            + self.softirq
+            + self.steal
         )
 
     @property
@@ -171,9 +177,7 @@ def _usage(before: CpuTimes, after: CpuTimes) -> CoreUsage:
     return CoreUsage(idle=delta.idle_all / ticks, steal=delta.steal / ticks, ticks=ticks)
 
 
-def usage_between(
-    before: dict[str, CpuTimes], after: dict[str, CpuTimes]
-) -> dict[str, CoreUsage]:
+def usage_between(before: dict[str, CpuTimes], after: dict[str, CpuTimes]) -> dict[str, CoreUsage]:
     """Per-row usage between two snapshots; rows missing from either (a core
     taken offline) are left out."""
     return {name: _usage(before[name], after[name]) for name in before if name in after}
@@ -297,17 +301,26 @@ class IdleGate:
         start = self._clock()
         idle, steal = self._look(exclude_core)
         return GateReading(
-            passed=self._passes(idle), idle=idle, steal=steal,
-            waited_s=self._clock() - start, attempts=1,
-            threshold=self.threshold, excluded_core=exclude_core,
+            passed=self._passes(idle),
+            idle=idle,
+            steal=steal,
+            waited_s=self._clock() - start,
+            attempts=1,
+            threshold=self.threshold,
+            excluded_core=exclude_core,
         )
 
     def check(self, exclude_core: int | None = None) -> GateReading:
         """Apply the policy before a round (see the class docstring)."""
         if self.policy == "off":
             return GateReading(
-                passed=True, idle={}, steal={}, waited_s=0.0, attempts=0,
-                threshold=self.threshold, excluded_core=exclude_core,
+                passed=True,
+                idle={},
+                steal={},
+                waited_s=0.0,
+                attempts=0,
+                threshold=self.threshold,
+                excluded_core=exclude_core,
             )
         start = self._clock()
         attempts = 0
@@ -317,9 +330,13 @@ class IdleGate:
             attempts += 1
             passed = self._passes(idle)
             reading = GateReading(
-                passed=passed, idle=idle, steal=steal,
-                waited_s=self._clock() - start, attempts=attempts,
-                threshold=self.threshold, excluded_core=exclude_core,
+                passed=passed,
+                idle=idle,
+                steal=steal,
+                waited_s=self._clock() - start,
+                attempts=attempts,
+                threshold=self.threshold,
+                excluded_core=exclude_core,
             )
             if passed:
                 return reading
@@ -438,7 +455,8 @@ def format_gate_reading(reading: GateReading) -> str:
     cores = _format_cores(reading) if reading.idle else "no core to judge"
     excluded = (
         f", {core_name(reading.excluded_core)} excluded"
-        if reading.excluded_core is not None else ""
+        if reading.excluded_core is not None
+        else ""
     )
     tries = "1 look" if reading.attempts == 1 else f"{reading.attempts} looks"
     return (
@@ -459,8 +477,12 @@ def current_gate_state(
     """One look, for `epbench gate` (exit 0 if passed, 3 if not), at `cores`
     or by default every core this (unpinned) process may run on."""
     gate = IdleGate(
-        threshold=threshold, policy="strict", window_s=window_s,
+        threshold=threshold,
+        policy="strict",
+        window_s=window_s,
         cores=cores if cores is not None else _allowed_cores(),
-        clock=clock, sleep=sleep, read=read,
+        clock=clock,
+        sleep=sleep,
+        read=read,
     )
     return gate.measure()

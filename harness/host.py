@@ -31,12 +31,18 @@ GIT_TIMEOUT_S = 2.0
 PYPERF_TIMEOUT_S = 1.5
 # onnxruntime ships under several distribution names; the first installed wins.
 _ORT_DISTRIBUTIONS = (
-    "onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-openvino",
+    "onnxruntime-directml",
     "ort-nightly",
 )
 # Headings of `pyperf system show` and the keys they become in the summary.
 _PYPERF_SECTIONS = {
-    "System state": "state", "Advices": "advices", "Warnings": "warnings", "Errors": "errors",
+    "System state": "state",
+    "Advices": "advices",
+    "Warnings": "warnings",
+    "Errors": "errors",
 }
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -127,8 +133,11 @@ def read_git_state(repo_dir: Path, run: Runner = subprocess.run) -> dict[str, ob
     def git(*args: str) -> str | None:
         try:
             done = run(
-                ["git", "-C", str(repo_dir), *args], capture_output=True, text=True,
-                timeout=GIT_TIMEOUT_S, check=False,
+                ["git", "-C", str(repo_dir), *args],
+                capture_output=True,
+                text=True,
+                timeout=GIT_TIMEOUT_S,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -165,8 +174,11 @@ def read_pyperf_system(
     `system show`), bounded by `timeout_s`; on failure, {"error": why}."""
     try:
         done = run(
-            [sys.executable, "-m", "pyperf", "system", "show"], capture_output=True,
-            text=True, timeout=timeout_s, check=False,
+            [sys.executable, "-m", "pyperf", "system", "show"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"`pyperf system show` took longer than {timeout_s} s"}

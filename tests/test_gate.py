@@ -144,14 +144,24 @@ def test_this_machines_proc_stat_parses() -> None:
         ("idle_2core", {"cpu": (0.98, 0.0), "cpu0": (0.97, 0.0), "cpu1": (0.99, 0.0)}),
         (
             "busy_4core",
-            {"cpu": (0.735, 0.0), "cpu0": (0.96, 0.0), "cpu1": (0.98, 0.0),
-             "cpu2": (0.05, 0.0), "cpu3": (0.95, 0.0)},
+            {
+                "cpu": (0.735, 0.0),
+                "cpu0": (0.96, 0.0),
+                "cpu1": (0.98, 0.0),
+                "cpu2": (0.05, 0.0),
+                "cpu3": (0.95, 0.0),
+            },
         ),
         (
             # cpu0 ran a guest for 10 of its 30 user ticks: counted once, not twice.
             "steal_vm",
-            {"cpu": (0.81, 0.0975), "cpu0": (0.45, 0.20), "cpu1": (0.90, 0.08),
-             "cpu2": (0.97, 0.03), "cpu3": (0.92, 0.08)},
+            {
+                "cpu": (0.81, 0.0975),
+                "cpu0": (0.45, 0.20),
+                "cpu1": (0.90, 0.08),
+                "cpu2": (0.97, 0.03),
+                "cpu3": (0.92, 0.08),
+            },
         ),
         ("old_kernel_2_4", {"cpu": (0.945, 0.0), "cpu0": (0.90, 0.0), "cpu1": (0.99, 0.0)}),
     ],
@@ -333,8 +343,13 @@ def test_nothing_left_to_judge_passes() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"policy": "sometimes"}, {"threshold": 0.0}, {"threshold": 1.5}, {"window_s": 0.0},
-     {"max_wait_s": -1.0}],
+    [
+        {"policy": "sometimes"},
+        {"threshold": 0.0},
+        {"threshold": 1.5},
+        {"window_s": 0.0},
+        {"max_wait_s": -1.0},
+    ],
 )
 def test_bad_gate_settings_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
@@ -343,13 +358,22 @@ def test_bad_gate_settings_are_refused(kwargs: dict) -> None:
 
 def test_reading_to_dict_is_rounded_and_sorted() -> None:
     reading = GateReading(
-        passed=False, idle={"cpu1": 0.6, "cpu0": 0.987654}, steal={"cpu1": 0.0, "cpu0": 0.012345},
-        waited_s=0.55000001, attempts=4, threshold=0.93, excluded_core=None,
+        passed=False,
+        idle={"cpu1": 0.6, "cpu0": 0.987654},
+        steal={"cpu1": 0.0, "cpu0": 0.012345},
+        waited_s=0.55000001,
+        attempts=4,
+        threshold=0.93,
+        excluded_core=None,
     )
     as_dict = reading.to_dict()
     assert as_dict == {
-        "attempts": 4, "excluded_core": None, "idle": {"cpu0": 0.9877, "cpu1": 0.6},
-        "passed": False, "steal": {"cpu0": 0.0123, "cpu1": 0.0}, "threshold": 0.93,
+        "attempts": 4,
+        "excluded_core": None,
+        "idle": {"cpu0": 0.9877, "cpu1": 0.6},
+        "passed": False,
+        "steal": {"cpu0": 0.0123, "cpu1": 0.0},
+        "threshold": 0.93,
         "waited_s": 0.55,
     }
     assert list(as_dict["idle"]) == ["cpu0", "cpu1"]
@@ -369,8 +393,14 @@ def test_interference_records_other_cores_and_own_steal() -> None:
     clock.now += 0.2
     result = meter.stop()
     assert result == {
-        "elapsed_s": 0.2, "idle": {"cpu1": 0.95}, "max_steal": 0.0, "min_idle": 0.95,
-        "own_core": 0, "own_steal": 0.1, "quiet": True, "steal": {"cpu1": 0.0},
+        "elapsed_s": 0.2,
+        "idle": {"cpu1": 0.95},
+        "max_steal": 0.0,
+        "min_idle": 0.95,
+        "own_core": 0,
+        "own_steal": 0.1,
+        "quiet": True,
+        "steal": {"cpu1": 0.0},
         "threshold": 0.93,
     }
 
@@ -430,8 +460,12 @@ def test_quietest_core_of_one_does_not_look() -> None:
 
 def test_format_passing_reading() -> None:
     reading = GateReading(
-        passed=True, idle={"cpu0": 0.99, "cpu1": 0.975}, steal={"cpu0": 0.0, "cpu1": 0.005},
-        waited_s=0.05, attempts=1, threshold=0.93,
+        passed=True,
+        idle={"cpu0": 0.99, "cpu1": 0.975},
+        steal={"cpu0": 0.0, "cpu1": 0.005},
+        waited_s=0.05,
+        attempts=1,
+        threshold=0.93,
     )
     assert format_gate_reading(reading) == (
         "gate ok: cpu0 idle 99.0% steal 0.0%, cpu1 idle 97.5% steal 0.5% "
@@ -441,8 +475,13 @@ def test_format_passing_reading() -> None:
 
 def test_format_busy_reading_with_excluded_core() -> None:
     reading = GateReading(
-        passed=False, idle={"cpu1": 0.6}, steal={"cpu1": 0.0},
-        waited_s=2.1, attempts=5, threshold=0.93, excluded_core=0,
+        passed=False,
+        idle={"cpu1": 0.6},
+        steal={"cpu1": 0.0},
+        waited_s=2.1,
+        attempts=5,
+        threshold=0.93,
+        excluded_core=0,
     )
     assert format_gate_reading(reading) == (
         "gate BUSY: cpu1 idle 60.0% steal 0.0%, cpu0 excluded (threshold 93%, 5 looks in 2.10 s)"
@@ -482,8 +521,9 @@ def test_by_default_every_listed_core_is_judged_not_the_aggregate() -> None:
     # default is /proc/stat's list, not this process's affinity.
     stat = ScriptedStat([{0: IDLE, 1: IDLE, 7: BUSY}])
     clock = FakeClock()
-    gate = IdleGate(policy="wait", max_wait_s=0, clock=clock.clock, sleep=clock.sleep,
-                    read=stat.read)
+    gate = IdleGate(
+        policy="wait", max_wait_s=0, clock=clock.clock, sleep=clock.sleep, read=stat.read
+    )
     reading = gate.check(exclude_core=0)
     assert sorted(reading.idle) == ["cpu1", "cpu7"] and not reading.passed
 

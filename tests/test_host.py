@@ -50,9 +50,15 @@ def test_key_is_short_hex_and_stable() -> None:
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("git_commit", "b" * 40), ("git_dirty", True), ("allowed_cores", [1]),
-        ("governor", "powersave"), ("numpy", "2.2.0"), ("pyperf", "2.9.0"),
-        ("python", "CPython 3.12.1"), ("pyperf_system", None), ("smt", None),
+        ("git_commit", "b" * 40),
+        ("git_dirty", True),
+        ("allowed_cores", [1]),
+        ("governor", "powersave"),
+        ("numpy", "2.2.0"),
+        ("pyperf", "2.9.0"),
+        ("python", "CPython 3.12.1"),
+        ("pyperf_system", None),
+        ("smt", None),
         ("key", "whatever was stored"),
     ],
 )
@@ -63,7 +69,9 @@ def test_key_ignores_everything_but_machine_identity(field: str, value: object) 
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("onnxruntime", "1.23.0"), ("kernel", "6.8.0-1018-azure"), ("logical_cores", 4),
+        ("onnxruntime", "1.23.0"),
+        ("kernel", "6.8.0-1018-azure"),
+        ("logical_cores", 4),
         ("cpu_model", "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz"),
     ],
 )
@@ -147,7 +155,8 @@ def test_smt_control_and_active(tmp_path: Path) -> None:
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -241,8 +250,18 @@ def test_pyperf_system_uses_its_output_despite_nonzero_exit() -> None:
 
 def test_host_fingerprint_on_this_machine(tmp_path: Path) -> None:
     fp = host_fingerprint(repo_dir=tmp_path, pyperf_system=False)
-    for field in (*IDENTITY_FIELDS, "allowed_cores", "python", "numpy", "pyperf", "governor",
-                  "smt", "git_commit", "git_dirty", "pyperf_system"):
+    for field in (
+        *IDENTITY_FIELDS,
+        "allowed_cores",
+        "python",
+        "numpy",
+        "pyperf",
+        "governor",
+        "smt",
+        "git_commit",
+        "git_dirty",
+        "pyperf_system",
+    ):
         assert field in fp, field
     assert fp["logical_cores"] >= 1 and fp["allowed_cores"]
     assert set(fp["allowed_cores"]) <= set(range(fp["logical_cores"]))
@@ -268,6 +287,8 @@ def test_host_fingerprint_reads_the_given_proc_and_sys(tmp_path: Path) -> None:
     assert fp["cpu_model"] == "AMD EPYC 7763 64-Core Processor"
     assert fp["governor"] == "schedutil"
     assert fp["smt"] == {"control": "off", "active": None}
-    assert fp["pyperf_system"]["state"] == ["CPU: use 2 logical CPUs: 0-1",
-                                            "ASLR: Full randomization"]
+    assert fp["pyperf_system"]["state"] == [
+        "CPU: use 2 logical CPUs: 0-1",
+        "ASLR: Full randomization",
+    ]
     assert fp["git_commit"] is None
