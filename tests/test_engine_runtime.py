@@ -1,0 +1,163 @@
+"""The engine at run time: concurrent Runs on one session, and bad or odd input.
+
+Bad input (a symbolic dim that conflicts, NaN and infinities, an empty tensor with a zero
+dim) must give ORT's error or ORT's result, never a crash, and an engine error must say
+what was wrong.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from engine import library_path
+from engine.probe import read_counters, reset_counters
+from engine.testing import cpu_session, engine_session
+
+EP_NAME = "ebe_runtime"
+RUNS_PER_THREAD = 200  # enough overlap on 2 cores that a shared scratch shows up
+
+
+def _model(nodes: list[tuple[str, list[str], str]], inputs: dict[str, list],
+           outputs: list[str]) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op, args, [out], name=out) for op, args, out in nodes], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model.SerializeToString()
+
+
+# Relu -> Add(y) -> MatMul(w) -> Sigmoid over a symbolic batch: several slots, a binary op,
+# a GEMM whose m follows the batch.
+MIXED = _model([("Relu", ["x"], "r"), ("Add", ["r", "y"], "s"), ("MatMul", ["s", "w"], "m"),
+                ("Sigmoid", ["m"], "out")],
+               {"x": ["batch", 64], "y": ["batch", 64], "w": [64, 32]}, ["out"])
+
+
+def _reference(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    m = (np.maximum(x, 0) + y).astype(np.float64) @ w.astype(np.float64)
+    return 1.0 / (1.0 + np.exp(-m))
+
+
+@pytest.mark.parametrize("threads", [4, 9])  # 9 > the scratch pool: the heap fallback runs too
+def test_concurrent_runs_on_one_session_are_correct(threads: int) -> None:
+    session = engine_session(MIXED, library_path(), EP_NAME)
+    rng = np.random.default_rng(threads)
+    w = rng.standard_normal((64, 32)).astype(np.float32) / 8
+    failures: list[str] = []
+    start = threading.Barrier(threads)
+
+    def worker(index: int) -> None:
+        local = np.random.default_rng(index)
+        start.wait()
+        for i in range(RUNS_PER_THREAD):
+            batch = 1 + 7 * ((index + i) % 5)  # shapes change under each other's feet
+            x = local.standard_normal((batch, 64)).astype(np.float32)
+            y = local.standard_normal((batch, 64)).astype(np.float32)
+            got = session.run(None, {"x": x, "y": y, "w": w})[0]
+            if got.shape != (batch, 32) or not np.allclose(got, _reference(x, y, w), atol=1e-5):
+                failures.append(f"thread {index} run {i}")
+
+    reset_counters(library_path())
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert failures == []
+    counters = read_counters(library_path(), EP_NAME)
+    assert counters["compute_calls"] == threads * RUNS_PER_THREAD
+    assert counters["compute_errors"] == 0
+
+
+def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
+    model = _model([("Add", ["x", "y"], "out")], {"x": ["batch", 8], "y": ["batch", 8]}, ["out"])
+    feeds = {"x": np.ones((2, 8), np.float32), "y": np.ones((3, 8), np.float32)}
+    with pytest.raises(Exception):  # noqa: B017 -- ORT's own error type, whatever it is
+        cpu_session(model).run(None, feeds)
+    session = engine_session(model, library_path(), EP_NAME)
+    with pytest.raises(Exception, match=r"Add node 'out'.*\[2,8\] and \[3,8\] are incompatible"):
+        session.run(None, feeds)
+    # The session is still usable afterwards.
+    ok = session.run(None, {"x": np.ones((3, 8), np.float32), "y": np.ones((3, 8), np.float32)})
+    np.testing.assert_array_equal(ok[0], np.full((3, 8), 2.0, np.float32))
+
+
+def test_matmul_inner_dim_conflict_is_an_error() -> None:
+    model = _model([("MatMul", ["a", "b"], "out")], {"a": ["m", "k"], "b": ["k", "n"]}, ["out"])
+    feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)}
+    session = engine_session(model, library_path(), EP_NAME)
+    with pytest.raises(Exception, match=r"MatMul node 'out'.*\[2,3\] and \[4,5\]"):
+        session.run(None, feeds)
+
+
+def test_wrong_rank_is_rejected_by_ort_before_the_engine() -> None:
+    model = _model([("Relu", ["x"], "out")], {"x": ["batch", 8]}, ["out"])
+    session = engine_session(model, library_path(), EP_NAME)
+    with pytest.raises(Exception, match="(?i)rank|dimension"):
+        session.run(None, {"x": np.ones((2, 8, 1), np.float32)})
+
+
+SPECIAL = np.array([[np.nan, -np.inf, np.inf, -0.0, 0.0, -1e30, 1e30, 88.8]], np.float32)
+
+
+@pytest.mark.parametrize("op", ["Identity", "Relu", "Sigmoid", "Add", "Mul", "MatMul"])
+def test_nan_and_infinities_give_orts_result(op: str) -> None:
+    if op == "MatMul":
+        model = _model([(op, ["x", "w"], "out")], {"x": [1, 8], "w": [8, 8]}, ["out"])
+        feeds = {"x": SPECIAL, "w": np.eye(8, dtype=np.float32)}
+    elif op in ("Add", "Mul"):
+        model = _model([(op, ["x", "x"], "out")], {"x": [1, 8]}, ["out"])
+        feeds = {"x": SPECIAL}
+    else:
+        model = _model([(op, ["x"], "out")], {"x": [1, 8]}, ["out"])
+        feeds = {"x": SPECIAL}
+    with np.errstate(all="ignore"):
+        want = cpu_session(model, "disabled").run(None, feeds)[0]
+        got = engine_session(model, library_path(), EP_NAME, opt_level="disabled").run(
+            None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("partition", ["fused", "per_node"])
+def test_empty_tensor_with_a_zero_dim_gives_an_empty_result(partition: str) -> None:
+    session = engine_session(MIXED, library_path(), EP_NAME, {"partition": partition})
+    feeds = {"x": np.ones((0, 64), np.float32), "y": np.ones((0, 64), np.float32),
+             "w": np.ones((64, 32), np.float32)}
+    got = session.run(None, feeds)[0]
+    assert got.shape == (0, 32)
+    # And a zero inner dimension: MatMul sums nothing, so the result is all zeros.
+    model = _model([("MatMul", ["a", "b"], "out")], {"a": [2, "k"], "b": ["k", 3]}, ["out"])
+    zero_k = engine_session(model, library_path(), EP_NAME).run(
+        None, {"a": np.ones((2, 0), np.float32), "b": np.ones((0, 3), np.float32)})[0]
+    np.testing.assert_array_equal(zero_k, np.zeros((2, 3), np.float32))
+
+
+def test_dtypes_the_engine_does_not_compute_are_not_claimed() -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["out"], name="r")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2])],
+        [helper.make_tensor_value_info("out", TensorProto.DOUBLE, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    from engine.testing import nodes_by_ep
+
+    session = engine_session(model.SerializeToString(), library_path(), EP_NAME,
+                             allow_fallback=True)
+    assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([-1.0, 2.0])})[0], [0.0, 2.0])
+
+
+def test_column_broadcast_is_not_claimed() -> None:
+    """[2,1] + [1,3] needs a broadcast the kernels do not do: ORT's CPU EP keeps it."""
+    from engine.testing import nodes_by_ep
+
+    model = _model([("Add", ["x", "y"], "out")], {"x": [2, 1], "y": [1, 3]}, ["out"])
+    session = engine_session(model, library_path(), EP_NAME, allow_fallback=True)
+    assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
