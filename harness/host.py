@@ -27,8 +27,10 @@ from pathlib import Path
 # The fields that identify a machine for comparison; one place, used by the key.
 IDENTITY_FIELDS = ("cpu_model", "logical_cores", "kernel", "onnxruntime")
 KEY_LENGTH = 16
-GIT_TIMEOUT_S = 2.0
-PYPERF_TIMEOUT_S = 1.5
+# Bounds that keep `epbench host` under 2 s even when git or pyperf hang
+# (normally they take ~10 ms and ~0.2 s).
+GIT_TIMEOUT_S = 0.5
+PYPERF_TIMEOUT_S = 1.0
 # onnxruntime ships under several distribution names; the first installed wins.
 _ORT_DISTRIBUTIONS = (
     "onnxruntime",

@@ -177,7 +177,7 @@ def test_git_state_of_a_work_tree(tmp_path: Path) -> None:
 
 def test_git_missing_or_hanging_gives_none(tmp_path: Path) -> None:
     def hanging(*args, **kwargs):
-        raise subprocess.TimeoutExpired(cmd="git", timeout=2.0)
+        raise subprocess.TimeoutExpired(cmd="git", timeout=0.5)
 
     def missing(*args, **kwargs):
         raise FileNotFoundError("git")
