@@ -22,15 +22,16 @@ Definitions (decided here, once):
   (a container whose other cores belong to other tenants) passes the affinity
   it had *before* pinning, `cores=sorted(os.sched_getaffinity(0))`; `epbench
   gate` (`current_gate_state`) runs unpinned and uses that affinity itself.
-  Before a round the worker sits in the gate's own
+- **The worker's own core.** Before a round the worker sits in the gate's own
   `sleep`, so its pinned core should be idle too, and load there would preempt
-  the benchmark directly; the runner should therefore judge it (call
-  `check()` without `exclude_core`). `exclude_core` exists for a caller that
-  is itself busy on a core while it asks (e.g. a parent process checking while
-  the worker warms up): that core's reading would only show our own work.
-  During a round the worker's core is busy with the benchmark, so
-  `InterferenceMeter` always leaves it out of the idle judgement and records
-  only its steal (time the hypervisor took from the benchmark).
+  the benchmark directly: the runner should judge it (call `check()` without
+  `exclude_core`). `exclude_core` is for a caller that is itself busy on a
+  core while it asks (e.g. a parent checking while the worker warms up): that
+  core would only show our own work. During a round the worker's core is busy
+  with the benchmark, so `InterferenceMeter(exclude_core=pinned)` leaves it
+  out of the idle judgement and records only its steal (time the hypervisor
+  took from the benchmark). A round is quiet when the gate passed before it
+  *and* the meter found the other cores quiet during it.
 - **Tick granularity.** `/proc/stat` counts in USER_HZ ticks (10 ms on Linux),
   so a 50 ms window sees about 5 ticks per core: at a 0.93 threshold one busy
   tick fails the core. That is deliberate (a short window keeps rounds cheap;
