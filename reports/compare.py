@@ -136,12 +136,20 @@ def judge(
                     significant, q,
                 )
             return Judgement(
-                "alert", f"slower by at least {lo:.1%} and {c:+.1%} >= alert {th.alert:.1%}",
+                "alert",
+                f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level {th.alert:.1%}",
                 significant, q,
             )
-        return Judgement("regression", f"slower by at least {lo:.1%} (> {t:.1%})", significant, q)
+        return Judgement(
+            "regression", f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {t:.1%}",
+            significant, q,
+        )
     if significant and c < 0 and hi <= -t:
-        return Judgement("improvement", f"faster by at least {-hi:.1%} (> {t:.1%})", significant, q)
+        return Judgement(
+            "improvement",
+            f"faster by {-c:.1%} (at least {-hi:.1%}), beyond the threshold {t:.1%}",
+            significant, q,
+        )
     if not significant and (lo >= t or hi <= -t):
         why = f"beyond {band} but not significant at FDR {q:.3f} across the grid"
     else:
@@ -589,9 +597,9 @@ def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float
         if lo is None or hi is None:
             parts.append(f"{what}: too small to resolve")
         elif lo >= t:
-            parts.append(f"{what} rose by {ch['change']:+.1%}")
+            parts.append(f"{what} rose by {ch['change']:.1%}")
         elif hi <= -t:
-            parts.append(f"{what} fell by {ch['change']:+.1%}")
+            parts.append(f"{what} fell by {-ch['change']:.1%}")
         elif -t < lo and hi < t:
             parts.append(f"{what} unchanged within ±{t:.1%}")
         else:

@@ -38,10 +38,20 @@ def _sig3(value: float) -> str:
 
 
 def format_pct(change: float | None, digits: int = 1) -> str:
-    """A fractional change as a signed percentage: +5.2 %, -0.3 %."""
+    """A fractional change as a signed percentage: +5.2%, -0.3%."""
     if change is None or not math.isfinite(change):
         return "-"
-    return f"{change * 100:+.{digits}f} %"
+    value = change * 100
+    if round(value, digits) == 0:
+        value = 0.0  # no "-0.0%"
+    return f"{value:+.{digits}f}%"
+
+
+def format_share(value: float | None, digits: int = 1) -> str:
+    """A fraction that has no direction (a threshold, a steal share): 2.3%."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value * 100:.{digits}f}%"
 
 
 def format_ratio_ci(ratio: float | None, ci: list[float | None] | None) -> tuple[str, str]:
@@ -66,3 +76,140 @@ def _clean(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
+
+
+# Above this many ✅ rows the PR comment folds them into a <details> block, so a
+# 50-case grid still reads as "what changed" first.
+COLLAPSE_NO_CHANGE_OVER = 8
+
+TEMPLATES = ("comment.md.j2", "terminal.txt.j2", "calibration.txt.j2")
+
+
+def environment() -> Any:
+    """The jinja2 environment over reports/templates, with the number formats as filters."""
+    from pathlib import Path
+
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).with_name("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # markdown and plain text, not HTML
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell
+    )
+    return env
+
+
+def format_ci(ci: list[float | None] | None) -> str:
+    """An interval of fractional changes: [+1.2 %, +3.4 %]."""
+    if not ci or ci[0] is None or ci[1] is None:
+        return "-"
+    return f"[{format_pct(ci[0])}, {format_pct(ci[1])}]"
+
+
+def md_cell(value: Any) -> str:
+    """Text safe inside a markdown table cell (a '|' would end the cell)."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+    """(rows shown in the main table, ✅ rows folded away) for the PR comment."""
+    quiet = [r for r in rows if r["verdict"] == "no_change"]
+    if len(quiet) <= COLLAPSE_NO_CHANGE_OVER:
+        return list(rows), []
+    return [r for r in rows if r["verdict"] != "no_change"], quiet
+
+
+def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    from reports.compare import VERDICTS
+
+    rows = list(comparison["cases"])
+    shown, folded = _split_rows(rows)
+    counts = comparison["counts"]
+    tally = ", ".join(
+        f"{counts[v]} {VERDICTS[v][0]}" for v in VERDICTS if counts.get(v)
+    )
+    return {
+        "c": comparison,
+        "rows": rows,
+        "shown": shown,
+        "folded": folded,
+        "tally": tally,
+        "verdicts": VERDICTS,
+        "marker": sticky_marker(),
+        "sentence": overall_sentence(comparison),
+        "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
+        "gates": comparison["gate"],
+        "drifts": [r for r in rows if r.get("control_drift") is not None],
+    }
+
+
+def overall_sentence(comparison: Mapping[str, Any]) -> str:
+    """One plain sentence that says what happened."""
+    counts = comparison["counts"]
+    n = len(comparison["cases"])
+    bad = counts.get("alert", 0) + counts.get("regression", 0)
+    parts = []
+    if counts.get("failed"):
+        parts.append(f"{counts['failed']} of {n} cases failed on the PR side")
+    if bad:
+        parts.append(f"{bad} of {n} cases got slower beyond their threshold")
+    if counts.get("improvement"):
+        parts.append(f"{counts['improvement']} got faster")
+    if counts.get("inconclusive"):
+        parts.append(f"{counts['inconclusive']} could not be decided (rerun with more rounds)")
+    if not parts:
+        return f"No case of {n} changed beyond its threshold."
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def render_markdown(comparison: Mapping[str, Any]) -> str:
+    """The PR comment: GitHub-flavoured markdown with the hidden sticky-comment marker."""
+    return environment().get_template("comment.md.j2").render(**_context(comparison))
+
+
+def render_terminal(comparison: Mapping[str, Any]) -> str:
+    """The same comparison as fixed-width text for a terminal."""
+    ctx = _context(comparison)
+    # The verdict goes last: emoji widths differ between terminals and would skew columns.
+    header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold", "")
+    table = [header] + [
+        (r["case"], format_ns(r["base_ns"]), format_ns(r["pr_ns"]), format_pct(r["change"]),
+         format_ci(r["ci"]), format_share(r["threshold"]),
+         f"{r['emoji']} {ctx['verdicts'][r['verdict']][1]}")
+        for r in ctx["rows"]
+    ]
+    ctx["table"] = _columns(table)
+    return environment().get_template("terminal.txt.j2").render(**ctx)
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def render_calibration(profile: Mapping[str, Any]) -> str:
+    """A noise profile for the terminal: per case the noise it will judge with."""
+    rows = [("case", "noise same run", "noise two runs", "p95 |A/A|", "fixed-order bias")]
+    for name, entry in sorted(profile.get("cases", {}).items()):
+        bias = (entry.get("position_bias") or {}).get("fixed_order_change")
+        rows.append((
+            name,
+            _pct_or_dash(entry["same-run"].get("noise")),
+            _pct_or_dash(entry["separate-runs"].get("noise")),
+            _pct_or_dash(entry["same-run"].get("p95_abs")),
+            format_pct(bias, 2) if bias is not None else "-",
+        ))
+    return environment().get_template("calibration.txt.j2").render(
+        p=profile, table=_columns(rows)
+    )
+
+
+def _pct_or_dash(value: float | None) -> str:
+    return format_share(value, 2)

@@ -190,9 +190,12 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
     lines: list[str] = []
     rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
              "nodes", "status")]
+    control = summary.get("control", "ort")
     for name, case in summary["cases"].items():
         status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
-        for arm, a in case["arms"].items():
+        # The control first: every other arm's ratio is relative to it.
+        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        for arm, a in arms:
             nodes = a.get("nodes_by_ep") or {}
             split = (
                 " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
@@ -210,13 +213,16 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
     if drifts:
         _, worst_case, worst = max(drifts)
         lines.append("")
-        lines.append(f"control drift: worst {worst:+.1%} ({worst_case}) from first to last round")
+        lines.append(
+            f"control drift: worst {worst:+.1%} ({worst_case}), "
+            "last third of the rounds vs the first third"
+        )
     if summary.get("families"):
         lines.append("")
         frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
         for family, f in summary["families"].items():
             label = f"{family} (d={','.join(map(str, f['depths']))})"
-            for arm, fit in f["arms"].items():
+            for arm, fit in sorted(f["arms"].items(), key=lambda item: item[0] != control):
                 frows.append((
                     label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
                     format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),

@@ -174,10 +174,14 @@ def test_fit_family_needs_two_depths():
 
 
 def test_control_drift_measures_first_to_last_change():
-    values = 1000.0 * np.exp(np.linspace(0.0, math.log(1.04), 25))
-    assert stats.control_drift(values) == pytest.approx(0.04, rel=1e-9)
+    # The control runs 1000 ns for the first 10 rounds and 1040 ns for the last 10.
+    values = np.array([1000.0] * 10 + [1020.0] * 10 + [1040.0] * 10)
+    assert stats.control_drift(values) == pytest.approx(0.04, rel=1e-12)
+    # One interference spike at the very end is not drift.
+    spiked = np.array([1000.0] * 29 + [1300.0])
+    assert stats.control_drift(spiked) == 0.0
     assert stats.control_drift(np.full(10, 7.0)) == pytest.approx(0.0, abs=1e-12)
-    assert math.isnan(stats.control_drift(np.array([5.0])))
+    assert math.isnan(stats.control_drift(np.array([5.0, 5.0])))
 
 
 def test_summary_has_the_documented_shape():

@@ -1,0 +1,154 @@
+"""Rendered reports against golden files: a change of wording is a visible diff.
+
+Regenerate after an intended change: EPBENCH_UPDATE_GOLDEN=1 pytest tests/test_reports_render.py
+(the fixtures themselves come from tests/fixtures/results/make_fixtures.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from reports import calibrate, compare, render, summary
+from reports.compare import Side
+
+ROOT = Path(__file__).resolve().parent
+FIXTURES = ROOT / "fixtures" / "results"
+GOLDEN = ROOT / "golden"
+
+
+def _load(name):
+    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+def _profile():
+    profile = calibrate.load_profile(FIXTURES / "profile.json")
+    profile["path"] = "profile.json"  # the golden files must not depend on the checkout path
+    return profile
+
+
+def _separate():
+    return compare.compare(
+        Side("base", _load("base.json"), "plugin:ep"), Side("pr", _load("pr.json"), "plugin:ep"),
+        profile=_profile(),
+    )
+
+
+def _same_run():
+    doc = _load("same_run.json")
+    return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=_profile())
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("EPBENCH_UPDATE_GOLDEN"):
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"missing golden file {path}; run with EPBENCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("compare_separate.md", lambda: render.render_markdown(_separate())),
+        ("compare_same_run.md", lambda: render.render_markdown(_same_run())),
+        ("compare_same_run.txt", lambda: render.render_terminal(_same_run())),
+        ("calibration.txt", lambda: render.render_calibration(_profile())),
+        ("summary_same_run.txt",
+         lambda: summary.render_summary_table(summary.summarize(_load("same_run.json")))),
+    ],
+)
+def test_golden(name, make):
+    _check_golden(name, make())
+
+
+def test_json_format_is_stable_and_strict():
+    text = render.to_json(_separate())
+    doc = json.loads(text)
+    assert doc["schema"] == compare.SCHEMA
+    assert "NaN" not in text  # NaN thresholds of failed rows become null
+    failed = next(r for r in doc["cases"] if r["verdict"] == "failed")
+    assert failed["threshold"] is None
+
+
+def test_comment_starts_with_the_sticky_marker_of_the_github_client():
+    from reports.github import STICKY_MARKER
+
+    text = render.render_markdown(_separate())
+    assert text.splitlines()[0] == STICKY_MARKER
+
+
+def _tables(text):
+    """Each markdown table as a list of its rows (lists of cells)."""
+    tables, current = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            current.append([c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]])
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables
+
+
+@pytest.mark.parametrize("make", [_separate, _same_run])
+def test_markdown_is_well_formed_for_github(make):
+    text = render.render_markdown(make())
+    for table in _tables(text):
+        assert len({len(row) for row in table}) == 1, table  # every row as wide as the header
+        assert all(re.fullmatch(r":?-+:?", cell) for cell in table[1])  # alignment row
+    lines = text.splitlines()
+    assert text.count("<details>") == text.count("</details>")
+    for i, line in enumerate(lines):
+        if line.startswith("<details>"):
+            assert lines[i + 1] == "", "GFM renders markdown in <details> after a blank line"
+        if line.startswith("|") and i > 0 and not lines[i - 1].startswith("|"):
+            assert lines[i - 1] == "", "a table needs a blank line before it"
+
+
+def test_headline_and_table_order():
+    text = render.render_markdown(_separate())
+    assert "## 🔴 Regression" in text
+    header = "| Status | Case | Base | PR | Change | 95 % CI | Threshold |"
+    assert header in text
+    first_rows = [row[1] for row in _tables(text)[0][2:]]
+    assert first_rows == ["`add_d10_w8`", "`relu_d100_w8`", "`relu_d10_w8`", "`relu_d1_w8`"]
+    assert "`ort_api_calls/Run` | 7 | 4" in text
+    assert "Only in base (not compared): `matmul_128x128`." in text
+
+
+def test_many_no_change_rows_fold_into_details():
+    comparison = _same_run()
+    quiet = [r for r in comparison["cases"] if r["verdict"] == "no_change"]
+    assert len(quiet) > render.COLLAPSE_NO_CHANGE_OVER
+    text = render.render_markdown(comparison)
+    assert f"<details><summary>{len(quiet)} cases within noise ✅</summary>" in text
+    main_table = _tables(text)[0]
+    assert all("✅" not in row[0] for row in main_table[2:])
+    # A short grid keeps its ✅ rows in the main table.
+    text = render.render_markdown(_separate())
+    assert "cases within noise" not in text
+
+
+def test_no_profile_is_said_out_loud():
+    doc = _load("same_run.json")
+    comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    text = render.render_markdown(comparison)
+    assert "no noise profile was found" in text
+    assert "No A/A calibration profile" in text
+
+
+def test_number_formats():
+    assert render.format_ns(812.4) == "812 ns"
+    assert render.format_ns(12_345.0) == "12.3 µs"
+    assert render.format_ns(4_561_000.0) == "4.56 ms"
+    assert render.format_ns(None) == "-"
+    assert render.format_pct(0.0523) == "+5.2%"
+    assert render.format_pct(-0.0004) == "+0.0%"
+    assert render.format_share(0.023) == "2.3%"
+    assert render.md_cell("a|b") == "a\\|b"
