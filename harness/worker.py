@@ -215,7 +215,9 @@ class Worker:
                 samples[key] = time_block(state.run, state.iterations)
             interference = meter.stop()
             self.emit({"event": "round", "round": {
-                "index": index, "order": list(order), "quiet": bool(reading.passed),
+                # Quiet means quiet before the round (gate) and during it (interference).
+                "index": index, "order": list(order),
+                "quiet": bool(reading.passed and interference.get("quiet", True)),
                 "gate": reading.to_dict(), "interference": interference,
                 "samples_ns": samples,
             }})
