@@ -9,15 +9,24 @@ without a cycle (the fused groups are convex) and give ORT's answer.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import library_path
+import engine
 from engine.testing import CPU_EP, cpu_session, engine_session, nodes_by_ep, partitions_by_ep
 
 EP_NAME = "ebe_diff"
+
+
+
+def _library() -> str:
+    # tests/test_engine_memory.py reruns this module against a sanitizer build.
+    return os.environ.get("EBE_TEST_LIBRARY") or engine.library_path()
+
 # Differential tolerance for generated graphs (values stay O(1..1e3) through Mul chains).
 RTOL, ATOL = 1e-4, 1e-5
 SMOKE_CASES = ["relu_d1_w8", "relu_d100_w8", "relu_d10_w4096_dyn", "identity_d10_w4096",
@@ -27,7 +36,7 @@ SMOKE_CASES = ["relu_d1_w8", "relu_d100_w8", "relu_d10_w4096_dyn", "identity_d10
 
 def _run_both(model: bytes, feeds: dict, *, options: dict | None = None,
               opt_level: str = "all", allow_fallback: bool = False):
-    engine = engine_session(model, library_path(), EP_NAME, options, opt_level,
+    engine = engine_session(model, _library(), EP_NAME, options, opt_level,
                             allow_fallback=allow_fallback)
     cpu = cpu_session(model, opt_level)
     return engine, engine.run(None, feeds), cpu.run(None, feeds)

@@ -7,16 +7,24 @@ what was wrong.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
 import pytest
 
-from engine import library_path
+import engine
 from engine.probe import read_counters, reset_counters
 from engine.testing import cpu_session, engine_session
 
 EP_NAME = "ebe_runtime"
+
+
+
+def _library() -> str:
+    # tests/test_engine_memory.py reruns this module against a sanitizer build.
+    return os.environ.get("EBE_TEST_LIBRARY") or engine.library_path()
+
 RUNS_PER_THREAD = 200  # enough overlap on 2 cores that a shared scratch shows up
 
 
@@ -46,7 +54,7 @@ def _reference(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("threads", [4, 9])  # 9 > the scratch pool: the heap fallback runs too
 def test_concurrent_runs_on_one_session_are_correct(threads: int) -> None:
-    session = engine_session(MIXED, library_path(), EP_NAME)
+    session = engine_session(MIXED, _library(), EP_NAME)
     rng = np.random.default_rng(threads)
     w = rng.standard_normal((64, 32)).astype(np.float32) / 8
     failures: list[str] = []
@@ -63,14 +71,14 @@ def test_concurrent_runs_on_one_session_are_correct(threads: int) -> None:
             if got.shape != (batch, 32) or not np.allclose(got, _reference(x, y, w), atol=1e-5):
                 failures.append(f"thread {index} run {i}")
 
-    reset_counters(library_path())
+    reset_counters(_library())
     pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for thread in pool:
         thread.start()
     for thread in pool:
         thread.join()
     assert failures == []
-    counters = read_counters(library_path(), EP_NAME)
+    counters = read_counters(_library(), EP_NAME)
     assert counters["compute_calls"] == threads * RUNS_PER_THREAD
     assert counters["compute_errors"] == 0
 
@@ -80,7 +88,7 @@ def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
     feeds = {"x": np.ones((2, 8), np.float32), "y": np.ones((3, 8), np.float32)}
     with pytest.raises(Exception):  # noqa: B017 -- ORT's own error type, whatever it is
         cpu_session(model).run(None, feeds)
-    session = engine_session(model, library_path(), EP_NAME)
+    session = engine_session(model, _library(), EP_NAME)
     with pytest.raises(Exception, match=r"Add node 'out'.*\[2,8\] and \[3,8\] are incompatible"):
         session.run(None, feeds)
     # The session is still usable afterwards.
@@ -91,14 +99,14 @@ def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
 def test_matmul_inner_dim_conflict_is_an_error() -> None:
     model = _model([("MatMul", ["a", "b"], "out")], {"a": ["m", "k"], "b": ["k", "n"]}, ["out"])
     feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)}
-    session = engine_session(model, library_path(), EP_NAME)
+    session = engine_session(model, _library(), EP_NAME)
     with pytest.raises(Exception, match=r"MatMul node 'out'.*\[2,3\] and \[4,5\]"):
         session.run(None, feeds)
 
 
 def test_wrong_rank_is_rejected_by_ort_before_the_engine() -> None:
     model = _model([("Relu", ["x"], "out")], {"x": ["batch", 8]}, ["out"])
-    session = engine_session(model, library_path(), EP_NAME)
+    session = engine_session(model, _library(), EP_NAME)
     with pytest.raises(Exception, match="(?i)rank|dimension"):
         session.run(None, {"x": np.ones((2, 8, 1), np.float32)})
 
@@ -119,21 +127,21 @@ def test_nan_and_infinities_give_orts_result(op: str) -> None:
         feeds = {"x": SPECIAL}
     with np.errstate(all="ignore"):
         want = cpu_session(model, "disabled").run(None, feeds)[0]
-        got = engine_session(model, library_path(), EP_NAME, opt_level="disabled").run(
+        got = engine_session(model, _library(), EP_NAME, opt_level="disabled").run(
             None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("partition", ["fused", "per_node"])
 def test_empty_tensor_with_a_zero_dim_gives_an_empty_result(partition: str) -> None:
-    session = engine_session(MIXED, library_path(), EP_NAME, {"partition": partition})
+    session = engine_session(MIXED, _library(), EP_NAME, {"partition": partition})
     feeds = {"x": np.ones((0, 64), np.float32), "y": np.ones((0, 64), np.float32),
              "w": np.ones((64, 32), np.float32)}
     got = session.run(None, feeds)[0]
     assert got.shape == (0, 32)
     # And a zero inner dimension: MatMul sums nothing, so the result is all zeros.
     model = _model([("MatMul", ["a", "b"], "out")], {"a": [2, "k"], "b": ["k", 3]}, ["out"])
-    zero_k = engine_session(model, library_path(), EP_NAME).run(
+    zero_k = engine_session(model, _library(), EP_NAME).run(
         None, {"a": np.ones((2, 0), np.float32), "b": np.ones((0, 3), np.float32)})[0]
     np.testing.assert_array_equal(zero_k, np.zeros((2, 3), np.float32))
 
@@ -148,7 +156,7 @@ def test_dtypes_the_engine_does_not_compute_are_not_claimed() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     from engine.testing import nodes_by_ep
 
-    session = engine_session(model.SerializeToString(), library_path(), EP_NAME,
+    session = engine_session(model.SerializeToString(), _library(), EP_NAME,
                              allow_fallback=True)
     assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
     np.testing.assert_array_equal(session.run(None, {"x": np.array([-1.0, 2.0])})[0], [0.0, 2.0])
@@ -159,5 +167,5 @@ def test_column_broadcast_is_not_claimed() -> None:
     from engine.testing import nodes_by_ep
 
     model = _model([("Add", ["x", "y"], "out")], {"x": [2, 1], "y": [1, 3]}, ["out"])
-    session = engine_session(model, library_path(), EP_NAME, allow_fallback=True)
+    session = engine_session(model, _library(), EP_NAME, allow_fallback=True)
     assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
