@@ -217,7 +217,7 @@ class CaseRow:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _choose_arms(
+def choose_arms(
     base: Mapping[str, Any], pr: Mapping[str, Any], base_arm: str | None, pr_arm: str | None
 ) -> tuple[str, str]:
     def only_candidate(doc: Mapping[str, Any], label: str) -> str:

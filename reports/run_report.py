@@ -1,42 +1,45 @@
-"""The report of one run (report.md beside results.json), rendered with jinja2.
+"""The report of one run (no comparison): what `epbench run` writes next to its results.
 
-Reads only the results document; the numbers come from reports.summary.
+Numbers come from reports.summary (the same as `epbench summary`); the markdown
+comes from templates/run_report.md.j2.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-TEMPLATE = "run_report.md.j2"
+REPORT_NAME = "report.md"
 
 
-def render_run_report(doc: dict[str, Any]) -> str:
-    """Markdown: what was measured, per case per arm, the decomposition, the gate, the host."""
-    import jinja2
-
-    from reports.render import format_ns, format_ratio_ci
+def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
+    """The run as markdown: per case p50 and ratio to ort, families, gate, host, arms."""
+    from reports.render import environment
     from reports.summary import summarize
 
-    summary = summarize(doc)
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-        trim_blocks=True, lstrip_blocks=True, autoescape=False,
-    )
-    env.filters["ns"] = format_ns
-    env.globals["ratio_ci"] = format_ratio_ci
-    failed = {n: c for n, c in doc["cases"].items() if c["status"] != "ok"}
-    return env.get_template(TEMPLATE).render(
-        doc=doc, summary=summary, failed=failed,
-        arms=list(doc["arms"]), control=doc.get("control", "ort"),
+    summary = summary if summary is not None else summarize(doc)
+    control = summary.get("control", "ort")
+    cases = []
+    for name, case in summary["cases"].items():
+        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        cases.append({"name": name, **case, "arm_rows": arms})
+    drifts = [(abs(c["control_drift"]), n, c["control_drift"])
+              for n, c in summary["cases"].items() if c.get("control_drift") is not None]
+    cfg = doc.get("config") or {}
+    return environment().get_template("run_report.md.j2").render(
+        doc=doc, s=summary, cases=cases, control=control, cfg=cfg,
+        worst_drift=max(drifts) if drifts else None,
+        failures=[c for c in cases if c["status"] != "ok" or not c["verified"]],
     )
 
 
-def write_run_report(doc: dict[str, Any], out_dir: Path) -> str:
-    """Write OUT/report.md and return the terminal summary table."""
+def write_run_report(doc: Mapping[str, Any], out_dir: str | Path) -> str:
+    """Write OUT/report.md and return the summary table for the terminal."""
     from harness.results import atomic_write_text
     from reports.summary import render_summary_table, summarize
 
-    atomic_write_text(Path(out_dir) / "report.md", render_run_report(doc))
-    return render_summary_table(summarize(doc))
+    summary = summarize(doc)
+    path = Path(out_dir) / REPORT_NAME
+    atomic_write_text(path, render_run_report(doc, summary))
+    return render_summary_table(summary) + f"\nreport: {path}"

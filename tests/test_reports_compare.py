@@ -328,9 +328,9 @@ def test_settings_refuse_nonsense():
 def test_choose_arms_needs_a_name_when_ambiguous():
     doc = _doc()
     with pytest.raises(CompareError, match="say which to compare with --base"):
-        compare._choose_arms(doc, doc, None, None)
+        compare.choose_arms(doc, doc, None, None)
     single = _doc({"relu_d1_w8": {"ort": 1000.0, "plugin:x": 900.0}})
-    assert compare._choose_arms(single, single, None, None) == ("plugin:x", "plugin:x")
+    assert compare.choose_arms(single, single, None, None) == ("plugin:x", "plugin:x")
 
 
 def test_profile_noise_scales_with_rounds_and_checks_definitions():

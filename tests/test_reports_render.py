@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import calibrate, compare, render, summary
+from reports import calibrate, compare, render, run_report, summary
 from reports.compare import Side
 
 ROOT = Path(__file__).resolve().parent
@@ -60,6 +60,7 @@ def _check_golden(name: str, text: str) -> None:
         ("calibration.txt", lambda: render.render_calibration(_profile())),
         ("summary_same_run.txt",
          lambda: summary.render_summary_table(summary.summarize(_load("same_run.json")))),
+        ("run_report_pr.md", lambda: run_report.render_run_report(_load("pr.json"))),
     ],
 )
 def test_golden(name, make):
@@ -96,9 +97,17 @@ def _tables(text):
     return tables
 
 
-@pytest.mark.parametrize("make", [_separate, _same_run])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: render.render_markdown(_separate()),
+        lambda: render.render_markdown(_same_run()),
+        lambda: run_report.render_run_report(_load("pr.json")),
+        lambda: run_report.render_run_report(_load("same_run.json")),
+    ],
+)
 def test_markdown_is_well_formed_for_github(make):
-    text = render.render_markdown(make())
+    text = make()
     for table in _tables(text):
         assert len({len(row) for row in table}) == 1, table  # every row as wide as the header
         assert all(re.fullmatch(r":?-+:?", cell) for cell in table[1])  # alignment row
@@ -152,3 +161,10 @@ def test_number_formats():
     assert render.format_pct(-0.0004) == "+0.0%"
     assert render.format_share(0.023) == "2.3%"
     assert render.md_cell("a|b") == "a\\|b"
+
+
+def test_write_run_report_writes_report_md_and_returns_the_table(tmp_path):
+    text = run_report.write_run_report(_load("pr.json"), tmp_path)
+    written = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert written == run_report.render_run_report(_load("pr.json"))
+    assert "crashed (unverified)" in text and text.endswith(f"report: {tmp_path / 'report.md'}")

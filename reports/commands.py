@@ -1,0 +1,185 @@
+"""Thin click commands for reports: `compare`, `calibrate`, `export`.
+
+Each parses its options, calls one library function with keyword arguments and
+maps the result to an exit code; errors are EpbenchError subclasses raised by the
+library and shown by click as one line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from harness.options import case_option, grid_option, rounds_option
+from reports import defaults
+
+FORMATS = ("text", "markdown", "json")
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from harness.results import atomic_write_text
+
+    try:
+        atomic_write_text(Path(output), text)
+    except OSError as exc:
+        from harness.errors import EpbenchError
+
+        raise EpbenchError(
+            f"cannot write {output}: {exc.strerror}; choose another --output"
+        ) from None
+    click.echo(f"wrote {output}", err=True)
+
+
+@click.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--base", "base_arm", metavar="ARM", help="Arm key of the base side.")
+@click.option("--pr", "pr_arm", metavar="ARM", help="Arm key of the PR side.")
+@click.option("--arm", "arm", metavar="ARM",
+              help="Two files: the arm key to compare in both (same as --base ARM --pr ARM).")
+@click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
+              help="Noise profile to judge with [default: this host's, from `epbench calibrate`].")
+@click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR, show_default=True,
+              help="Smallest threshold, as a fraction (0.01 = 1 %).")
+@click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
+              show_default=True, help="Threshold t = max(floor, k x calibrated A/A noise).")
+@click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Change that makes an alert (🔴), as a fraction [default: 2t per case].")
+@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=defaults.CONFIDENCE, show_default=True, help="Confidence of the intervals.")
+@click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=defaults.FDR, show_default=True,
+              help="Benjamini-Hochberg false-discovery rate across the grid.")
+@click.option("--resamples", type=click.IntRange(min=2000), default=defaults.RESAMPLES,
+              show_default=True, help="Bootstrap resamples over rounds.")
+@click.option("--seed", type=int, default=defaults.SEED, show_default=True,
+              help="Seed of the resampling.")
+@click.option("--force", is_flag=True,
+              help="Compare results (or a profile) from different hosts anyway, with a warning.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
+              default=defaults.FAIL_ON, show_default=True,
+              help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), or never.")
+def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
+            resamples, seed, force, fmt, output, fail_on) -> None:
+    """Compare base and PR: a verdict per case against calibrated noise.
+
+    \b
+    Two runs:  epbench compare BASE.json PR.json [--arm ARM]
+    One run:   epbench compare RUN.json --base ARM --pr ARM
+
+    \b
+    Verdicts: 🔴 alert (>= 2t)  ⚠️ regression (> t)  🟢 improvement
+              ✅ within noise  ❔ inconclusive  ❌ PR side failed  ➖ not comparable
+    Exit codes: 0 nothing matched --fail-on, 5 a verdict matched it, 1 bad input.
+    """
+    from harness.errors import EpbenchError
+    from harness.results import load_results
+    from reports import compare as cmp
+    from reports import render
+
+    if len(results) > 2:
+        raise EpbenchError("compare takes one results file (with --base/--pr) or two (BASE PR)")
+    if arm and (base_arm or pr_arm):
+        raise EpbenchError("give either --arm or --base/--pr, not both")
+    settings = cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
+                            resamples=resamples, seed=seed, force=force)
+    if len(results) == 1:
+        if not (base_arm and pr_arm):
+            raise EpbenchError(
+                "one results file needs both arms: epbench compare RUN.json --base ARM --pr ARM"
+            )
+        doc = load_results(results[0])
+        base = cmp.Side("base", doc, base_arm, results[0])
+        pr = cmp.Side("pr", doc, pr_arm, results[0])
+    else:
+        base_doc, pr_doc = load_results(results[0]), load_results(results[1])
+        chosen = cmp.choose_arms(base_doc, pr_doc, base_arm or arm, pr_arm or arm)
+        base = cmp.Side("base", base_doc, chosen[0], results[0])
+        pr = cmp.Side("pr", pr_doc, chosen[1], results[1])
+    profile = cmp.load_profile_for(base.host_key, profile_path)
+    comparison = cmp.compare(base, pr, settings=settings, profile=profile)
+    renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
+                 "json": render.to_json}
+    _emit(renderers[fmt](comparison), output)
+    click.get_current_context().exit(cmp.exit_code_for(comparison, fail_on))
+
+
+@click.command()
+@grid_option
+@case_option
+@click.option("--arm", "arm_spec", default="ort", show_default=True, metavar="SPEC",
+              help="The arm to calibrate: run A/A against itself (ort: against a second ORT "
+                   "session).")
+@click.option("--repeats", type=click.IntRange(min=1), default=defaults.CALIBRATION_REPEATS,
+              show_default=True, help="A/A runs; the noise is the spread across them.")
+@rounds_option(30)
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
+              metavar="FILE", help="Where to write the profile [default: the user cache folder, "
+                                   "~/.cache/epbench/profiles/HOSTKEY.json].")
+@click.option("--position-test/--no-position-test", default=True, show_default=True,
+              help="Also run once in a fixed arm order, to show what counterbalancing removes.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
+              default="wait", show_default=True, help="Idle-gate policy of the A/A runs.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, position_test, seed,
+              gate_policy, quiet) -> None:
+    """Measure A/A noise on this host and write a noise profile for `compare`.
+
+    \b
+    Example:  epbench calibrate --grid default --repeats 5
+    """
+    from harness.commands import select_cases
+    from reports import calibrate as cal
+    from reports import render
+
+    if not grids and not case_names:
+        grids = ("default",)  # calibrate what `make run` measures
+    specs = select_cases(grids, case_names)
+
+    def announce(i: int, total: int) -> None:
+        if not quiet:
+            click.echo(f"A/A run {i + 1}/{total}", err=True)
+
+    profile = cal.calibrate(
+        specs, arm=arm_spec, repeats=repeats, rounds=rounds, seed=seed,
+        position_test=position_test, on_repeat=announce,
+        runner_options={"gate_policy": gate_policy, "progress": not quiet},
+    )
+    path = Path(profile_path) if profile_path else cal.default_profile_path(profile["host_key"])
+    profile["path"] = str(cal.write_profile(path, profile))
+    click.echo(render.render_calibration(profile), nl=False)
+
+
+@click.command()
+@click.argument("results", type=click.Path())
+@click.option("--pyperf", "pyperf_out", type=click.Path(dir_okay=False), metavar="OUT.json",
+              help="Write one pyperf suite per arm: OUT.<arm>.json.")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), metavar="OUT.csv",
+              help="Write a tidy table: one row per case x arm x round.")
+@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+def export(results, pyperf_out, csv_out, overwrite) -> None:
+    """Export a results file for other tools (pyperf, CSV).
+
+    \b
+    Example:  epbench export results.json --pyperf out.json
+              python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
+    """
+    from harness.errors import EpbenchError
+    from harness.results import load_results
+    from reports import export as exp
+
+    if not pyperf_out and not csv_out:
+        raise EpbenchError("nothing to export: pass --pyperf OUT.json and/or --csv OUT.csv")
+    doc = load_results(results)
+    if pyperf_out:
+        for arm, path in exp.to_pyperf(doc, pyperf_out, overwrite=overwrite).items():
+            click.echo(f"{arm}: {path}")
+    if csv_out:
+        click.echo(f"csv: {exp.to_csv(doc, csv_out, overwrite=overwrite)}")

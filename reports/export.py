@@ -1,0 +1,115 @@
+"""Export a results file to the formats other tools read.
+
+- pyperf: one BenchmarkSuite per arm (one benchmark per case, one pyperf run per
+  round whose single value is that round's median time per Run, in seconds), so
+  `python -m pyperf compare_to OUT.ort.json OUT.<arm>.json` works. Rounds, not
+  raw iterations, because the round is the unit of replication.
+- CSV: a tidy table, one row per case x arm x round (pandas).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.errors import EpbenchError
+from reports import stats
+
+
+class ExportError(EpbenchError):
+    """An export that cannot be written."""
+
+
+def arm_slug(arm: str) -> str:
+    """A file-name-safe form of an arm key: plugin:/x/libep.so -> plugin_x_libep.so."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", arm).strip("_") or "arm"
+
+
+def pyperf_paths(out: str | Path, arms: list[str]) -> dict[str, Path]:
+    """OUT.json -> {arm: OUT.<slug>.json}; refuses two arms mapping to one file."""
+    out = Path(out)
+    stem = out.name[: -len(".json")] if out.name.endswith(".json") else out.name
+    paths = {arm: out.with_name(f"{stem}.{arm_slug(arm)}.json") for arm in arms}
+    if len(set(paths.values())) != len(paths):
+        raise ExportError(
+            "two arm keys give the same file name; give the arms distinct name= aliases"
+        )
+    return paths
+
+
+def to_pyperf(
+    doc: Mapping[str, Any], out: str | Path, *, overwrite: bool = False
+) -> dict[str, Path]:
+    """Write one pyperf suite per arm; return {arm: path}. Cases without rounds are skipped."""
+    import pyperf
+
+    arms = list(doc.get("arms", {}))
+    paths = pyperf_paths(out, arms)
+    existing = [p for p in paths.values() if p.exists()]
+    if existing and not overwrite:
+        raise ExportError(f"{existing[0]} already exists; pass --overwrite or choose another name")
+    host = doc.get("host") or {}
+    for arm, path in paths.items():
+        benchmarks = []
+        for name, case in doc.get("cases", {}).items():
+            medians = stats.round_medians(case, arm)
+            runs = [
+                pyperf.Run(
+                    [float(v) / 1e9],
+                    metadata={
+                        "name": name, "unit": "second", "loops": 1,
+                        "epbench_arm": arm, "epbench_round": i,
+                        "cpu_model_name": str(host.get("cpu_model") or "unknown"),
+                        "hostname": str(host.get("key") or "unknown"),
+                    },
+                    collect_metadata=False,
+                )
+                for i, v in enumerate(medians) if v == v and v > 0  # skip NaN rounds
+            ]
+            if runs:
+                benchmarks.append(pyperf.Benchmark(runs))
+        if not benchmarks:
+            raise ExportError(f"arm {arm!r} has no measured rounds; nothing to export")
+        try:
+            pyperf.BenchmarkSuite(benchmarks).dump(str(path), replace=True)
+        except OSError as exc:
+            raise ExportError(f"cannot write {path}: {exc.strerror}; choose another path") from None
+    return paths
+
+
+def tidy_frame(doc: Mapping[str, Any]) -> Any:
+    """One row per case x arm x round: median, sample count, position in the order, quiet."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for name, case in doc.get("cases", {}).items():
+        for rnd in case.get("rounds", []):
+            order = rnd.get("order", [])
+            for arm, samples in (rnd.get("samples_ns") or {}).items():
+                values = np.asarray(samples, dtype=np.float64)
+                rows.append({
+                    "case": name, "arm": arm, "round": rnd.get("index"),
+                    "position": order.index(arm) if arm in order else None,
+                    "quiet": bool(rnd.get("quiet", True)),
+                    "median_ns": float(np.median(values)) if len(values) else None,
+                    "min_ns": float(values.min()) if len(values) else None,
+                    "samples": int(len(values)),
+                    "status": case.get("status"),
+                })
+    columns = ["case", "arm", "round", "position", "quiet", "median_ns", "min_ns", "samples",
+               "status"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def to_csv(doc: Mapping[str, Any], out: str | Path, *, overwrite: bool = False) -> Path:
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} already exists; pass --overwrite or choose another name")
+    try:
+        tidy_frame(doc).to_csv(out, index=False)
+    except OSError as exc:
+        raise ExportError(f"cannot write {out}: {exc.strerror}; choose another path") from None
+    return out
