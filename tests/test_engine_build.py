@@ -1,0 +1,166 @@
+"""The engine's build: header fetch and cache, the compiled library's exports, and the
+Python handle (`library_path`, `build_info`).
+
+The header fetch is exercised with a fake `npm` on PATH (no network): it must check the
+npm integrity, extract only the framework's Headers/*.h, and reuse its cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import engine
+from engine import build as engine_build
+
+EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
+           "epbench_probe_snapshot_ep", "epbench_probe_reset", "epbench_probe_name",
+           "epbench_build_info"}
+
+
+@pytest.fixture(scope="module")
+def built_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`python -m engine.build --out DIR`, as a two-commit comparison runs it."""
+    out = tmp_path_factory.mktemp("engine-out")
+    proc = subprocess.run([sys.executable, "-m", "engine.build", "--out", str(out)],
+                          cwd=Path(engine.__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    last_line = proc.stdout.strip().splitlines()[-1]
+    assert Path(last_line) == out / engine.LIBRARY_NAME
+    return Path(last_line)
+
+
+def test_out_build_exports_only_the_entry_points_and_probe(built_out: Path) -> None:
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built_out)],
+                             capture_output=True, text=True, check=True).stdout
+    exported = {line.split()[-1] for line in symbols.splitlines()
+                if len(line.split()) == 3 and line.split()[1] in "TtDdBbRr"}
+    assert exported == EXPORTS
+
+
+def test_library_does_not_link_libpython(built_out: Path) -> None:
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    dynamic = subprocess.run(["readelf", "-d", str(built_out)], capture_output=True, text=True,
+                             check=True).stdout
+    needed = re.findall(r"\(NEEDED\).*\[(.+?)\]", dynamic)
+    assert needed, dynamic
+    assert not [lib for lib in needed if "python" in lib]
+
+
+def test_build_info_describes_the_file(built_out: Path) -> None:
+    info = engine.build_info(str(built_out))
+    assert info["ort_api_version"] == 29
+    assert info["sanitize"] is False
+    assert "-O3" in info["flags"] and "-std=c11" in info["flags"]
+    assert info["compiler"]
+    assert info["library"] == str(built_out.resolve())
+    header = (engine_build.SOURCE_DIR / "ebe_common.h").read_text()
+    c_version = re.search(r'#define EBE_VERSION "(.+?)"', header).group(1)
+    assert info["version"] == engine_build.ENGINE_VERSION == c_version
+
+
+def test_library_path_names_the_make_target_when_absent(monkeypatch) -> None:
+    from harness.errors import ArmError
+
+    monkeypatch.setattr(engine, "LIBRARY_NAME", "libnot_built_here.so")
+    with pytest.raises(ArmError, match="run `make engine`"):
+        engine.library_path()
+
+
+# ---- header fetch -------------------------------------------------------------------------
+
+HEADER_DIR = engine_build.HEADERS_PREFIX
+
+
+def _fake_package(tmp_path: Path) -> bytes:
+    """A .tgz shaped like the npm package: headers, a nested header, and other files."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in {
+            HEADER_DIR + "onnxruntime_c_api.h": "/* fake main header */\n",
+            HEADER_DIR + "onnxruntime_ep_c_api.h": "/* fake ep header */\n",
+            HEADER_DIR + "nested/ignored.h": "/* must not be extracted */\n",
+            HEADER_DIR + "README.txt": "not a header\n",
+            "package/Plugins/Android/other.h": "/* other platform */\n",
+            "package/package.json": "{}\n",
+        }.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def fake_npm(tmp_path: Path, monkeypatch) -> dict:
+    """Put a fake `npm` on PATH that drops the fake package and counts its calls."""
+    package = tmp_path / "package.tgz"
+    package.write_bytes(_fake_package(tmp_path))
+    calls = tmp_path / "npm-calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "npm"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
+                      f"cp {package} ./com.github.asus4.onnxruntime-0.4.9.tgz\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(package.read_bytes()).digest()).decode()
+    return {"calls": calls, "integrity": integrity}
+
+
+def test_fetch_refuses_a_package_with_the_wrong_integrity(fake_npm) -> None:
+    with pytest.raises(engine_build.EngineBuildError, match="integrity.*refusing"):
+        engine_build.ort_include_dir()
+    assert not (engine_build.cache_root() / "com.github.asus4.onnxruntime-0.4.9").exists()
+
+
+def test_fetch_extracts_only_the_headers_and_reuses_the_cache(fake_npm, monkeypatch) -> None:
+    monkeypatch.setattr(engine_build, "NPM_INTEGRITY", fake_npm["integrity"])
+    include = engine_build.ort_include_dir()
+    assert sorted(p.name for p in include.iterdir()) == [
+        "SOURCE.json", "onnxruntime_c_api.h", "onnxruntime_ep_c_api.h"]
+    assert fake_npm["calls"].read_text().split() == ["pack",
+                                                     "com.github.asus4.onnxruntime@0.4.9",
+                                                     "--silent"]
+    assert engine_build.ort_include_dir() == include
+    assert len(fake_npm["calls"].read_text().splitlines()) == 1  # the cache answered
+
+
+def test_no_npm_and_no_include_dir_gives_both_ways_out(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
+    with pytest.raises(engine_build.EngineBuildError) as caught:
+        engine_build.ort_include_dir()
+    message = str(caught.value)
+    assert "install npm" in message and "ORT_INCLUDE_DIR" in message
+
+
+def test_include_dir_override(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ORT_INCLUDE_DIR", str(tmp_path))
+    with pytest.raises(engine_build.EngineBuildError, match="has no onnxruntime_c_api.h"):
+        engine_build.ort_include_dir()
+    (tmp_path / "onnxruntime_c_api.h").write_text("/* */\n")
+    assert engine_build.ort_include_dir() == tmp_path
+
+
+def test_cli_reports_a_build_error_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("ORT_INCLUDE_DIR", str(tmp_path))
+    assert engine_build.main(["--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ORT_INCLUDE_DIR=") and "Traceback" not in err
