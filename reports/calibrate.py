@@ -22,7 +22,6 @@ import itertools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,13 +74,17 @@ def noise_of(changes: Sequence[stats.Change]) -> dict[str, Any]:
 
 
 def aa_arms(arm_spec: str) -> tuple[Any, Any]:
-    """The two A/A arms for `arm_spec`: `ort` and a second ORT session, or the arm twice."""
+    """The two A/A arms for `arm_spec`: `ort` and a second ORT session, or the arm twice.
+
+    The name goes into the spec string itself, because the worker re-parses specs.
+    """
     from harness.arms import parse_arm
 
     arm = parse_arm(arm_spec)
     if arm.kind == "ort":
-        return parse_arm("ort"), replace(arm, name="ort_b")
-    return replace(arm, name=AA_NAMES[0]), replace(arm, name=AA_NAMES[1])
+        return parse_arm("ort"), parse_arm("ort:name=ort_b")
+    separator = "," if (arm.options or arm.name) else ":"
+    return tuple(parse_arm(f"{arm.spec}{separator}name={name}") for name in AA_NAMES)
 
 
 def profile_from_runs(
@@ -104,6 +107,12 @@ def profile_from_runs(
     first = runs[0]
     control = first.get("control", "ort")
     names = [n for n, c in first.get("cases", {}).items() if c.get("status") == "ok"]
+    if not names:
+        errors = sorted({f"{n}: {c.get('error')}" for n, c in first.get("cases", {}).items()})
+        raise ProfileError(
+            "no case ran in the A/A runs, so there is no noise to measure ("
+            + ("; ".join(errors[:3]) or "no cases") + "); fix the cases or the arm and rerun"
+        )
 
     def aa_log(doc: Mapping[str, Any], name: str, num: str, den: str) -> Any:
         case = doc.get("cases", {}).get(name)

@@ -113,9 +113,20 @@ class Judgement:
 
 
 def judge(
-    change: stats.Change, significant: bool, q: float, th: Threshold, unquiet: int, rounds: int
+    change: stats.Change,
+    significant: bool,
+    q: float,
+    th: Threshold,
+    unquiet: int,
+    rounds: int,
+    quiet_only: stats.Change | None = None,
+    quiet_significant: bool = False,
 ) -> Judgement:
-    """The verdict of one case from its change, its BH decision and its threshold."""
+    """The verdict of one case from its change, its BH decision and its threshold.
+
+    A case with rounds that failed the idle gate is an alert only if its quiet
+    rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one.
+    """
     if change.n < defaults.MIN_ROUNDS or not math.isfinite(change.ratio):
         return Judgement(
             "not_comparable",
@@ -128,6 +139,16 @@ def judge(
         return Judgement("no_change", f"the whole interval lies within {band}", significant, q)
     if significant and c > 0 and lo >= t:
         if c >= th.alert:
+            if unquiet and _quiet_alert(quiet_only, quiet_significant, th):
+                assert quiet_only is not None
+                q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+                return Judgement(
+                    "alert",
+                    f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
+                    f"rounds alone ({unquiet} unquiet set aside), beyond the alert level "
+                    f"{th.alert:.1%}",
+                    significant, q,
+                )
             if unquiet:
                 return Judgement(
                     "inconclusive",
@@ -157,18 +178,34 @@ def judge(
     return Judgement("inconclusive", why + "; rerun with more --rounds", significant, q)
 
 
+def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
+    if quiet_only is None or quiet_only.n < defaults.MIN_ROUNDS or not significant:
+        return False
+    return quiet_only.lo - 1.0 >= th.t and quiet_only.ratio - 1.0 >= th.alert
+
+
 def judge_grid(
     changes: Sequence[stats.Change],
     thresholds: Sequence[Threshold],
     unquiet: Sequence[int],
     rounds: Sequence[int],
     fdr: float = defaults.FDR,
+    quiet_only: Sequence[stats.Change | None] | None = None,
 ) -> list[Judgement]:
-    """Benjamini-Hochberg across the grid decides 'significant', then judge each case."""
+    """Benjamini-Hochberg across the grid decides 'significant', then judge each case.
+
+    `quiet_only[i]` is case i's change over its quiet rounds (None when all were quiet);
+    it is significant when its p-value is within the grid's BH cut-off.
+    """
     pvalues = [c.p if c.n >= defaults.MIN_ROUNDS else math.nan for c in changes]
     rejected, q = stats.benjamini_hochberg(pvalues, fdr)
-    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, strict=True)
-    return [judge(c, sig, qv, th, u, n) for c, sig, qv, th, u, n in rows]
+    cutoff = max((p for p, r in zip(pvalues, rejected, strict=True) if r), default=-1.0)
+    quiet_only = list(quiet_only) if quiet_only is not None else [None] * len(changes)
+    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, strict=True)
+    return [
+        judge(c, sig, qv, th, u, n, qc, qc is not None and qc.p <= cutoff)
+        for c, sig, qv, th, u, n, qc in rows
+    ]
 
 
 # --------------------------------------------------------------------------- documents
@@ -345,6 +382,9 @@ def compare(
     measurable: list[str] = []
     log_pr: list[Any] = []
     log_base: list[Any] = []
+    quiet_pr: list[Any] = []  # the same over quiet rounds only, for cases with unquiet ones
+    quiet_base: list[Any] = []
+    quiet_index: list[int] = []
     for name in common:
         b_case, p_case = base_cases[name], pr_cases[name]
         pre = _precheck(name, b_case, p_case, base, pr)
@@ -353,11 +393,21 @@ def compare(
             continue
         b_vals = stats.round_medians(b_case, base.arm)
         p_vals = stats.round_medians(p_case, pr.arm)
+        p_quiet, b_quiet = stats.quiet_mask(p_case), stats.quiet_mask(b_case)
         if same_run:
             log_pr.append(stats.log_ratios(p_vals, b_vals))
+            if not p_quiet.all():
+                quiet_pr.append(stats.log_ratios(p_vals[p_quiet], b_vals[p_quiet]))
+                quiet_index.append(len(measurable))
         else:
-            log_pr.append(stats.log_ratios(p_vals, stats.round_medians(p_case, pr.control)))
-            log_base.append(stats.log_ratios(b_vals, stats.round_medians(b_case, base.control)))
+            p_ctrl = stats.round_medians(p_case, pr.control)
+            b_ctrl = stats.round_medians(b_case, base.control)
+            log_pr.append(stats.log_ratios(p_vals, p_ctrl))
+            log_base.append(stats.log_ratios(b_vals, b_ctrl))
+            if not (p_quiet.all() and b_quiet.all()):
+                quiet_pr.append(stats.log_ratios(p_vals[p_quiet], p_ctrl[p_quiet]))
+                quiet_base.append(stats.log_ratios(b_vals[b_quiet], b_ctrl[b_quiet]))
+                quiet_index.append(len(measurable))
         measurable.append(name)
     opts = {
         "confidence": settings.confidence, "resamples": settings.resamples, "seed": settings.seed,
@@ -366,6 +416,14 @@ def compare(
         stats.paired_changes(log_pr, **opts) if same_run
         else stats.double_ratio_changes(log_pr, log_base, **opts)
     )
+    quiet_changes: list[stats.Change | None] = [None] * len(measurable)
+    if quiet_index:
+        computed = (
+            stats.paired_changes(quiet_pr, **opts) if same_run
+            else stats.double_ratio_changes(quiet_pr, quiet_base, **opts)
+        )
+        for i, change in zip(quiet_index, computed, strict=True):
+            quiet_changes[i] = change
     thresholds, unquiet, n_rounds, drifts = [], [], [], []
     for name, change in zip(measurable, changes, strict=True):
         b_case, p_case = base_cases[name], pr_cases[name]
@@ -385,7 +443,7 @@ def compare(
             drift.append(stats.control_drift(stats.round_medians(b_case, base.control)))
         finite = [d for d in drift if math.isfinite(d)]
         drifts.append(max(finite, key=abs) if finite else None)
-    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr)
+    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes)
     for name, change, th, j, u, r, drift in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
     ):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from harness.arms import parse_arm
 from harness.cli import cli
 from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from reports import calibrate, synthetic
@@ -179,6 +180,8 @@ def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
     assert [c.fixed_order for c in fake.configs] == [False] * 4 + [True]
     assert [c.seed for c in fake.configs] == [0, 1, 2, 3, 4]
     assert [a.key for a in fake.configs[0].arms] == ["ort", "ort_b"]
+    # The worker re-parses arm specs: the A/A names must survive that.
+    assert [parse_arm(a.spec).key for a in fake.configs[0].arms] == ["ort", "ort_b"]
     assert all(c.rounds == 12 and c.out_dir is None for c in fake.configs)
     assert profile["schema"] == calibrate.PROFILE_SCHEMA
     assert profile["host_key"] == "host0001" and profile["repeats"] == 4
@@ -201,8 +204,27 @@ def test_calibrate_a_plugin_arm_uses_two_names_of_it():
     calibrate.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
                         rounds=6, position_test=False, run=fake)
     arms = fake.configs[0].arms
-    assert [a.key for a in arms] == ["aa_a", "aa_b"]
+    assert [parse_arm(a.spec).key for a in arms] == ["aa_a", "aa_b"]
     assert {a.target for a in arms} == {"/x/libep.so"}
+    assert calibrate.aa_arms("engine:partition=per_node")[1].spec == (
+        "engine:partition=per_node,name=aa_b"
+    )
+    assert dict(calibrate.aa_arms("engine:partition=per_node")[1].options) == {
+        "partition": "per_node"
+    }
+
+
+def test_calibrate_refuses_runs_where_no_case_ran():
+    from cases.grids import case_by_name
+
+    def failing(config):
+        doc = FakeRunner()(config)
+        for case in doc["cases"].values():
+            case.update(status="failed", error="KeyError: 'ort_b'", rounds=[])
+        return doc
+
+    with pytest.raises(calibrate.ProfileError, match="no case ran.*KeyError"):
+        calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)
 
 
 def test_calibrate_refuses_zero_repeats():

@@ -357,3 +357,26 @@ def test_judge_grid_controls_the_fdr_across_the_grid():
     assert "not significant" in js[0].reason
     js = compare.judge_grid(changes[:1], [TH], [0], [30], fdr=0.05)
     assert js[0].verdict == "alert"
+
+
+def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
+    quiet = _change(1.10, 1.07, 1.13)
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, True)
+    assert j.verdict == "alert" and "on the 30 quiet rounds alone (3 unquiet set aside)" in j.reason
+    for weak in (_change(1.10, 1.07, 1.13, n=4), _change(1.03, 1.025, 1.035)):
+        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, weak, True)
+        assert j.verdict == "inconclusive"
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, False)
+    assert j.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize(("unquiet", "verdict"), [(range(0, 30, 10), "alert"),
+                                                  (range(4, 30), "inconclusive")])
+def test_compare_judges_alerts_on_quiet_rounds_only(unquiet, verdict):
+    doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.10), seed=3,
+               unquiet_rounds={"relu_d100_w8": list(unquiet)})
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+                             profile=_calibrated_profile())
+    row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
+    assert row["verdict"] == verdict
+    assert row["unquiet"] == len(unquiet)
