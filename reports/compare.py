@@ -358,6 +358,12 @@ def compare(
             "run `epbench calibrate` to judge against measured noise"
         )
 
+    for side in (base, pr) if not same_run else (pr,):
+        if side.doc.get("interrupted"):
+            warnings.append(
+                f"the {side.label} run was interrupted: cases it did not reach are missing "
+                "or incomplete; rerun it to compare the whole grid"
+            )
     base_cases = base.doc.get("cases", {})
     pr_cases = pr.doc.get("cases", {})
     common = [c for c in base_cases if c in pr_cases]
@@ -549,6 +555,11 @@ def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
     else:
         key = "no_change"
     return {"key": key, "headline": HEADLINES[key]}
+
+
+def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
+    """Cases worth re-running (❔): more rounds can settle them, a budget permitting."""
+    return [row["case"] for row in comparison["cases"] if row["verdict"] == "inconclusive"]
 
 
 def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:

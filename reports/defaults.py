@@ -33,3 +33,18 @@ FAIL_ON = "alert"
 # Calibration: A/A repeats and the percentile of |A/A change| taken as the noise.
 CALIBRATION_REPEATS = 5
 NOISE_PERCENTILE = 95.0
+
+
+def documented() -> dict[str, str]:
+    """The defaults as the README states them, `--option` -> value, for a docs check."""
+    return {
+        "--confidence": f"{CONFIDENCE:g}",
+        "--resamples": str(RESAMPLES),
+        "--floor": f"{FLOOR:g}",
+        "--k": f"{K:g}",
+        "--fdr": f"{FDR:g}",
+        "--fail-on": FAIL_ON,
+        "--repeats": str(CALIBRATION_REPEATS),
+        "alert": f"{ALERT_FACTOR:g}t",
+        "no-profile noise": f"{NOISE_WITHOUT_PROFILE:g}",
+    }

@@ -10,6 +10,7 @@ under the same model, like `epbench calibrate` would measure them.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -380,3 +381,29 @@ def test_compare_judges_alerts_on_quiet_rounds_only(unquiet, verdict):
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["verdict"] == verdict
     assert row["unquiet"] == len(unquiet)
+
+
+def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
+    doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.06), seed=3)
+    doc["interrupted"] = True
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert any("the pr run was interrupted" in w for w in result["warnings"])
+    assert compare.ambiguous_cases(result) == [
+        r["case"] for r in result["cases"] if r["verdict"] == "inconclusive"
+    ]
+
+
+def test_documented_defaults_match_the_constants():
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
+    for option in ("--confidence", "--resamples", "--floor", "--k", "--fdr", "--fail-on"):
+        shown = re.search(re.escape(option) + r"[^\n]*?\[default: ([^\];]+)", text, re.S)
+        assert shown is not None, option
+        value, expected = shown.group(1).strip(), defaults.documented()[option]
+        if option == "--fail-on":
+            assert value == expected
+        else:
+            assert float(value) == float(expected), option
