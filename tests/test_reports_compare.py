@@ -400,7 +400,8 @@ def test_documented_defaults_match_the_constants():
 
     text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
     for option in ("--confidence", "--resamples", "--floor", "--k", "--fdr", "--fail-on"):
-        shown = re.search(re.escape(option) + r"[^\n]*?\[default: ([^\];]+)", text, re.S)
+        pattern = r"^\s+" + re.escape(option) + r" .*?\[default: ([^\];]+)"
+        shown = re.search(pattern, text, re.S | re.M)
         assert shown is not None, option
         value, expected = shown.group(1).strip(), defaults.documented()[option]
         if option == "--fail-on":
