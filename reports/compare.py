@@ -211,6 +211,19 @@ def judge_grid(
 # --------------------------------------------------------------------------- documents
 
 
+class RoundMedians:
+    """Per-round medians for one comparison, each (case, arm) computed once."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[int, str], Any] = {}
+
+    def __call__(self, case: Mapping[str, Any], arm: str) -> Any:
+        key = (id(case), arm)  # the documents outlive the comparison that holds this
+        if key not in self._memo:
+            self._memo[key] = stats.round_medians(case, arm)
+        return self._memo[key]
+
+
 @dataclass
 class Side:
     """One side of a comparison: a results document and the arm measured in it."""
@@ -343,6 +356,7 @@ def compare(
 
     settings = settings or Settings()
     warnings: list[str] = []
+    medians = RoundMedians()
     same_run = base.doc is pr.doc
     mode = "same-run" if same_run else "separate-runs"
     _require_arm(base.doc, base.arm, "base")
@@ -397,8 +411,8 @@ def compare(
         if pre is not None:
             rows.append(pre)
             continue
-        b_vals = stats.round_medians(b_case, base.arm)
-        p_vals = stats.round_medians(p_case, pr.arm)
+        b_vals = medians(b_case, base.arm)
+        p_vals = medians(p_case, pr.arm)
         p_quiet, b_quiet = stats.quiet_mask(p_case), stats.quiet_mask(b_case)
         if same_run:
             log_pr.append(stats.log_ratios(p_vals, b_vals))
@@ -406,8 +420,8 @@ def compare(
                 quiet_pr.append(stats.log_ratios(p_vals[p_quiet], b_vals[p_quiet]))
                 quiet_index.append(len(measurable))
         else:
-            p_ctrl = stats.round_medians(p_case, pr.control)
-            b_ctrl = stats.round_medians(b_case, base.control)
+            p_ctrl = medians(p_case, pr.control)
+            b_ctrl = medians(b_case, base.control)
             log_pr.append(stats.log_ratios(p_vals, p_ctrl))
             log_base.append(stats.log_ratios(b_vals, b_ctrl))
             if not (p_quiet.all() and b_quiet.all()):
@@ -444,17 +458,17 @@ def compare(
             r += len(b_case.get("rounds", []))
         unquiet.append(u)
         n_rounds.append(r)
-        drift = [stats.control_drift(stats.round_medians(p_case, pr.control))]
+        drift = [stats.control_drift(medians(p_case, pr.control))]
         if not same_run:
-            drift.append(stats.control_drift(stats.round_medians(b_case, base.control)))
+            drift.append(stats.control_drift(medians(b_case, base.control)))
         finite = [d for d in drift if math.isfinite(d)]
         drifts.append(max(finite, key=abs) if finite else None)
     judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes)
     for name, change, th, j, u, r, drift in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
     ):
-        b_vals = stats.round_medians(base_cases[name], base.arm)
-        p_vals = stats.round_medians(pr_cases[name], pr.arm)
+        b_vals = medians(base_cases[name], base.arm)
+        p_vals = medians(pr_cases[name], pr.arm)
         rows.append(CaseRow(
             case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
             base_ns=_median(np, b_vals), pr_ns=_median(np, p_vals),
@@ -467,7 +481,7 @@ def compare(
         ))
     rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
     counters = counter_changes(base, pr, common)
-    families = family_changes(base, pr, rows, settings)
+    families = family_changes(base, pr, rows, settings, medians)
     overall = overall_verdict(rows)
     for row in rows:
         if row.drift_exceeds_threshold:
@@ -596,9 +610,14 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
 
 
 def family_changes(
-    base: Side, pr: Side, rows: Sequence[CaseRow], settings: Settings
+    base: Side,
+    pr: Side,
+    rows: Sequence[CaseRow],
+    settings: Settings,
+    medians: RoundMedians | None = None,
 ) -> list[dict[str, Any]]:
     """Per chain family: did the per-node cost (slope) or the per-Run cost (intercept) change?"""
+    medians = medians or RoundMedians()
     judged = {r.case: r for r in rows if r.change is not None}
     base_families = family_members(base.doc)
     pr_families = family_members(pr.doc)
@@ -612,7 +631,7 @@ def family_changes(
         t = max(judged[n].threshold for n in names)
         opts = {"confidence": settings.confidence, "resamples": settings.resamples}
         if base.doc is pr.doc:
-            rounds = [{a: stats.round_medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
+            rounds = [{a: medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
                       for n in names]
             fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed, **opts)
             b_fit, p_fit = fits[base.arm], fits[pr.arm]
@@ -622,13 +641,13 @@ def family_changes(
         else:
             b_fits = stats.fit_family(
                 depths,
-                [{a: stats.round_medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
+                [{a: medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
                  for n in names],
                 [base.arm, base.control], seed=settings.seed, **opts,
             )
             p_fits = stats.fit_family(
                 depths,
-                [{a: stats.round_medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
+                [{a: medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
                  for n in names],
                 [pr.arm, pr.control], seed=settings.seed + 1, **opts,
             )
