@@ -6,7 +6,8 @@ control against a second ORT session), interleaved exactly like a real run,
 Per case it keeps, for both comparison shapes `compare` uses,
 
 - same run: the A/A change (arm B / arm A, paired rounds) of each repeat;
-- separate runs: the A/A double ratio between every pair of repeats;
+- separate runs: the A/A double ratio between every pair of repeats (with a
+  single repeat, sqrt(2) x the same-run noise, marked "estimated");
 
 and the noise = max(95th percentile of |change|, median CI half-width), scaled at
 judging time by sqrt(profile rounds / compared rounds). A last run with a fixed
@@ -73,6 +74,16 @@ def noise_of(changes: Sequence[stats.Change]) -> dict[str, Any]:
     }
 
 
+def _guess_separate(same_run: dict[str, Any]) -> dict[str, Any]:
+    """With one repeat there is no pair of runs: assume two independent runs' worth of
+    noise, sqrt(2) x the same-run noise, and say it is a guess."""
+    noise = same_run["noise"]
+    return {
+        "changes": [], "p95_abs": None, "ci_half_width": None,
+        "noise": None if noise is None else noise * math.sqrt(2.0), "estimated": True,
+    }
+
+
 def aa_arms(arm_spec: str) -> tuple[Any, Any]:
     """The two A/A arms for `arm_spec`: `ort` and a second ORT session, or the arm twice.
 
@@ -132,7 +143,7 @@ def profile_from_runs(
         entry: dict[str, Any] = {
             "definition_sha256": first["cases"][name].get("definition_sha256"),
             "same-run": noise_of(same),
-            "separate-runs": noise_of(separate) if separate else noise_of(same),
+            "separate-runs": noise_of(separate) if separate else _guess_separate(noise_of(same)),
         }
         if fixed_order_run is not None:
             (fixed,) = stats.paired_changes([aa_log(fixed_order_run, name, arm_b, arm_a)], **opts)

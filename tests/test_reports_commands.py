@@ -262,3 +262,13 @@ def test_load_profile_refusals(tmp_path):
     bad.write_text(json.dumps({"schema": "epbench.noise-profile/9"}))
     with pytest.raises(calibrate.ProfileError, match="newer than this epbench"):
         calibrate.load_profile(bad)
+
+
+def test_one_repeat_estimates_the_two_run_noise():
+    from cases.grids import case_by_name
+
+    profile = calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
+                                  position_test=False, run=FakeRunner())
+    entry = profile["cases"]["relu_d1_w8"]
+    assert entry["separate-runs"]["estimated"] is True
+    assert entry["separate-runs"]["noise"] == pytest.approx(entry["same-run"]["noise"] * 2**0.5)
