@@ -58,6 +58,16 @@ class ArmSpec:
     def ep_options(self) -> dict[str, str]:
         return dict(self.options)
 
+    def to_dict(self) -> dict[str, object]:
+        """Every field, for the worker request (the spec string alone may lack a name)."""
+        return {"spec": self.spec, "kind": self.kind, "target": self.target,
+                "options": [list(kv) for kv in self.options], "name": self.name}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ArmSpec:
+        return cls(spec=data["spec"], kind=data["kind"], target=data["target"],
+                   options=tuple((k, v) for k, v in data["options"]), name=data["name"])
+
 
 def _parse_options(text: str, spec: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
     options: list[tuple[str, str]] = []

@@ -178,7 +178,7 @@ def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[st
     is reported here, before any case runs.
     """
     request = {"mode": "probe", "config": {},
-               "arms": [{"spec": a.spec, "library": libraries[a.key]} for a in arms]}
+               "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
     outcome = run_worker(request)
     found = {e["key"]: e for e in outcome.events if e.get("event") == "arm"}
     for event in outcome.events:
@@ -242,7 +242,7 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
 
     request = {"mode": "case", "case": spec.to_dict(), "orders": orders,
                "config": worker_config,
-               "arms": [{"spec": a.spec, "library": libraries[a.key]} for a in arms]}
+               "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
     try:
         outcome = run_worker(request, collect)
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import CONTROL_KEY, ArmSpec, parse_arm
+from harness.arms import CONTROL_KEY, ArmSpec
 from harness.errors import EpbenchError
 from harness.results import dumps
 
@@ -102,7 +102,7 @@ class Worker:
 
         arms = []
         for item in self.request["arms"]:
-            arm = parse_arm(item["spec"])
+            arm = ArmSpec.from_dict(item["arm"])
             state = ArmRun(arm=arm, library=item["library"])
             if arm.kind != "ort":
                 reg = register_arm(arm, item["library"])

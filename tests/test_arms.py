@@ -72,3 +72,11 @@ def test_module_resolves_through_get_library_path() -> None:
 def test_unknown_kind_is_refused_when_built() -> None:
     with pytest.raises(ArmError):
         ArmSpec(spec="x", kind="gpu")
+
+
+@pytest.mark.parametrize("spec", ["ort", "engine:partition=per_node,name=pn", "plugin:/x.so:a=1"])
+def test_round_trip_through_the_worker_request(spec) -> None:
+    import dataclasses
+
+    arm = dataclasses.replace(parse_arm(spec), name="renamed")
+    assert ArmSpec.from_dict(arm.to_dict()) == arm
