@@ -1,8 +1,8 @@
 /* ebe_common.h -- what every engine file needs: the ORT header, the counting call macro,
  * status helpers, and the counted allocator.
  *
- * Rule: every call into OrtApiBase/OrtApi/OrtEpApi goes through EBE_CALL (or EBE_CALL0),
- * which bumps `ort_api_calls` before the call. tests/test_engine_source.py scans the sources
+ * Rule: every call into OrtApiBase/OrtApi/OrtEpApi goes through EBE_CALL (or EBE_CALL0, or
+ * EBE_CALL_T in the Compute hot path), which counts it in `ort_api_calls`. tests/test_engine_source.py scans the sources
  * and fails on any `->Member(` call outside this header. Every heap allocation goes through
  * ebe_malloc/ebe_calloc/ebe_realloc/ebe_free, which count `heap_allocs`/`heap_bytes`.
  */
@@ -27,11 +27,14 @@
 
 #define EBE_EXPORT __attribute__((visibility("default")))
 
-/* Call an ORT API member, counting it first (per EP and in total). */
+/* Call an ORT API member, counting it first (in the EP's counters). */
 #define EBE_CALL(counters, api, member, ...) \
   (ebe_probe_add((counters), EBE_C_ORT_API_CALLS, 1), (api)->member(__VA_ARGS__))
 #define EBE_CALL0(counters, api, member) \
   (ebe_probe_add((counters), EBE_C_ORT_API_CALLS, 1), (api)->member())
+/* Hot-path form: count into a local tally (a uint64_t lvalue) that the caller adds to
+ * `ort_api_calls` once per Compute, on every path out (one atomic instead of one per call). */
+#define EBE_CALL_T(tally, api, member, ...) (++(tally), (api)->member(__VA_ARGS__))
 
 /* Return the status of an expression that yields OrtStatus*, if it is an error. */
 #define EBE_RETURN_IF_ERROR(expr)          \

@@ -28,13 +28,14 @@ typedef struct ebe_counters {
   _Atomic uint64_t value[EBE_C_COUNT];
 } ebe_counters;
 
-extern ebe_counters ebe_probe_total;
+/* Counts made with no EP name to charge (counters == NULL). The total is not stored: a
+ * snapshot sums this block and every per-EP block, so each count costs one atomic add. */
+extern ebe_counters ebe_probe_unattributed;
 
-/* Add n to one counter of `counters` (may be NULL: total only) and to the total. */
+/* Add n to one counter of `counters` (NULL: the unattributed block). */
 static inline void ebe_probe_add(ebe_counters *counters, ebe_counter_id id, uint64_t n) {
-  atomic_fetch_add_explicit(&ebe_probe_total.value[id], n, memory_order_relaxed);
-  if (counters != NULL)
-    atomic_fetch_add_explicit(&counters->value[id], n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&(counters != NULL ? counters : &ebe_probe_unattributed)->value[id],
+                            n, memory_order_relaxed);
 }
 
 /* The counter block of an EP name, created on first use. Lives until the library unloads

@@ -55,6 +55,7 @@ struct ebe_plan {
   uint32_t *input_values;  /* [n_inputs] value of fused input k */
   uint32_t *output_values; /* [n_outputs] value of fused output k */
   uint8_t *output_is_dup;  /* [n_outputs] 1 when an earlier output has the same value */
+  int single;              /* one node, one output: ebe_plan_run_single, no scratch */
   ebe_scratch pool[EBE_POOL_SIZE];
 };
 
@@ -419,6 +420,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
     }
   }
   EBE_GOTO_IF_ERROR(status, ebe_plan_assign_slots(plan), fail);
+  plan->single = plan->n_steps == 1 && plan->n_outputs == 1 && plan->n_inputs <= 2;
   for (size_t i = 0; i < EBE_POOL_SIZE; i++)
     EBE_GOTO_IF_ERROR(status, ebe_scratch_init(plan, &plan->pool[i]), fail);
 
@@ -462,7 +464,7 @@ static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
     int64_t *dout = scratch->dims + (size_t)o * EBE_MAX_RANK;
     ebe_bin_result result = EBE_BIN_OK;
     if (step->n_in == 1) {
-      memcpy(dout, da, sizeof(int64_t) * (size_t)scratch->rank[a]);
+      if (scratch->rank[a] > 0) memcpy(dout, da, sizeof(int64_t) * (size_t)scratch->rank[a]);
       scratch->rank[o] = scratch->rank[a];
       continue;
     }
@@ -528,17 +530,21 @@ static OrtStatus *ebe_plan_place_slots(ebe_plan *plan, ebe_scratch *scratch) {
   return NULL;
 }
 
-static void ebe_run_matmul(const ebe_scratch *scratch, const ebe_step *step) {
-  const uint32_t a = step->in[0], b = step->in[1], o = step->out;
-  const int64_t *da = scratch->dims + (size_t)a * EBE_MAX_RANK;
-  const int64_t *db = scratch->dims + (size_t)b * EBE_MAX_RANK;
-  const int64_t *dout = scratch->dims + (size_t)o * EBE_MAX_RANK;
-  const int32_t ra = scratch->rank[a], rb = scratch->rank[b], ro = scratch->rank[o];
+/* A tensor as a kernel sees it. */
+typedef struct ebe_operand {
+  const int64_t *dims;
+  int32_t rank;
+  float *data;
+} ebe_operand;
+
+static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const ebe_operand *out) {
+  const int64_t *da = a->dims, *db = b->dims, *dout = out->dims;
+  const int32_t ra = a->rank, rb = b->rank, ro = out->rank;
   const size_t m = (size_t)da[ra - 2], k = (size_t)da[ra - 1], n = (size_t)db[rb - 1];
   const size_t batches = (size_t)ebe_numel(dout, ro - 2);
   const size_t b_batches = (size_t)ebe_numel(db, rb - 2);
-  const float *pa = scratch->data[a], *pb = scratch->data[b];
-  float *pc = scratch->data[o];
+  const float *pa = a->data, *pb = b->data;
+  float *pc = out->data;
   if (b_batches == 1) {
     /* B is one matrix: all of A's rows form one [batches*m, k] matrix. */
     ebe_kernel_matmul(pa, pb, pc, batches * m, k, n);
@@ -571,104 +577,181 @@ static void ebe_run_matmul(const ebe_scratch *scratch, const ebe_step *step) {
   }
 }
 
-static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step) {
-  const uint32_t a = step->in[0], o = step->out;
-  const size_t n = (size_t)ebe_numel(scratch->dims + (size_t)o * EBE_MAX_RANK, scratch->rank[o]);
-  switch (step->op) {
+/* Execute one op on shapes already checked by the shape rules (b unused by unary ops). */
+static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
+                     const ebe_operand *out) {
+  const size_t n = (size_t)ebe_numel(out->dims, out->rank);
+  switch (op) {
     case EBE_OP_IDENTITY:
-      ebe_kernel_identity(scratch->data[a], scratch->data[o], n);
+      ebe_kernel_identity(a->data, out->data, n);
       return;
     case EBE_OP_RELU:
-      ebe_kernel_relu(scratch->data[a], scratch->data[o], n);
+      ebe_kernel_relu(a->data, out->data, n);
       return;
     case EBE_OP_SIGMOID:
-      ebe_kernel_sigmoid(scratch->data[a], scratch->data[o], n);
+      ebe_kernel_sigmoid(a->data, out->data, n);
       return;
     case EBE_OP_ADD:
     case EBE_OP_MUL: {
-      const uint32_t b = step->in[1];
       int64_t dims[EBE_MAX_RANK];
       int32_t ro = 0;
       int swap = 0;
       size_t period = 0;
-      (void)ebe_binary_shape(scratch->dims + (size_t)a * EBE_MAX_RANK, scratch->rank[a],
-                             scratch->dims + (size_t)b * EBE_MAX_RANK, scratch->rank[b], dims,
-                             &ro, &swap, &period);
+      (void)ebe_binary_shape(a->dims, a->rank, b->dims, b->rank, dims, &ro, &swap, &period);
       if (n == 0) return;
-      const float *big = swap ? scratch->data[b] : scratch->data[a];
-      const float *small = swap ? scratch->data[a] : scratch->data[b];
-      if (step->op == EBE_OP_ADD) ebe_kernel_add(big, small, scratch->data[o], n, period);
-      else ebe_kernel_mul(big, small, scratch->data[o], n, period);
+      const float *big = swap ? b->data : a->data;
+      const float *small = swap ? a->data : b->data;
+      if (op == EBE_OP_ADD) ebe_kernel_add(big, small, out->data, n, period);
+      else ebe_kernel_mul(big, small, out->data, n, period);
       return;
     }
     case EBE_OP_MATMUL:
-      ebe_run_matmul(scratch, step);
+      ebe_exec_matmul(a, b, out);
       return;
     case EBE_OP_COUNT:
       return;
   }
 }
 
-static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
-                                    OrtKernelContext *context) {
+static ebe_operand ebe_scratch_operand(const ebe_scratch *scratch, uint32_t value) {
+  ebe_operand operand = {scratch->dims + (size_t)value * EBE_MAX_RANK, scratch->rank[value],
+                         scratch->data[value]};
+  return operand;
+}
+
+static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step) {
+  const ebe_operand a = ebe_scratch_operand(scratch, step->in[0]);
+  const ebe_operand b = ebe_scratch_operand(scratch, step->in[step->n_in - 1]);
+  const ebe_operand out = ebe_scratch_operand(scratch, step->out);
+  ebe_exec(step->op, &a, &b, &out);
+}
+
+/* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute). */
+static OrtStatus *ebe_fetch_input(const ebe_plan *plan, OrtKernelContext *context, size_t k,
+                                  ebe_operand *operand, uint64_t *calls) {
   const OrtApi *api = plan->api;
-  ebe_counters *c = plan->counters;
-  for (size_t k = 0; k < plan->n_inputs; k++) {
-    const OrtValue *value = NULL;
-    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-    const int64_t *shape = NULL;
-    size_t rank = 0;
-    const void *data = NULL;
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetInput, context, k, &value));
-    if (value == NULL)
-      return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu is missing", k);
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorElementTypeAndShapeDataReference, value,
+  const OrtValue *value = NULL;
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  const int64_t *shape = NULL;
+  size_t rank = 0;
+  const void *data = NULL;
+  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, KernelContext_GetInput, context, k, &value));
+  if (value == NULL)
+    return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT, "engine: input %zu is missing",
+                     k);
+  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorElementTypeAndShapeDataReference, value,
                                  &type, &shape, &rank));
-    if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
-      return ebe_error(api, c, ORT_INVALID_ARGUMENT,
-                       "engine: input %zu has element type %d; the engine computes float32 only",
-                       k, (int)type);
-    if (rank > EBE_MAX_RANK)
-      return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu has rank %zu > %d", k,
-                       rank, EBE_MAX_RANK);
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorData, value, &data));
+  if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+    return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
+                     "engine: input %zu has element type %d; the engine computes float32 only",
+                     k, (int)type);
+  if (rank > EBE_MAX_RANK)
+    return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
+                     "engine: input %zu has rank %zu > %d", k, rank, EBE_MAX_RANK);
+  for (size_t i = 0; i < rank; i++)
+    if (shape[i] < 0)
+      return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
+                       "engine: input %zu has a negative dim", k);
+  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorData, value, &data));
+  operand->dims = shape;
+  operand->rank = (int32_t)rank;
+  operand->data = (float *)(uintptr_t)data; /* inputs are only ever read */
+  return NULL;
+}
+
+/* Output k with the given shape: ORT's buffer (the caller's when io-binding bound it). */
+static OrtStatus *ebe_fetch_output(const ebe_plan *plan, OrtKernelContext *context, size_t k,
+                                   const int64_t *dims, int32_t rank, float **data,
+                                   uint64_t *calls) {
+  OrtValue *value = NULL;
+  void *raw = NULL;
+  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, plan->api, KernelContext_GetOutput, context, k, dims,
+                                 (size_t)rank, &value));
+  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, plan->api, GetTensorMutableData, value, &raw));
+  *data = raw;
+  return NULL;
+}
+
+static OrtStatus *ebe_shape_error(const ebe_plan *plan, const ebe_step *step,
+                                  const ebe_operand *a, const ebe_operand *b,
+                                  ebe_bin_result result) {
+  char sa[160], sb[160];
+  ebe_format_shape(sa, sizeof sa, a->dims, a->rank);
+  ebe_format_shape(sb, sizeof sb, b->dims, b->rank);
+  return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                   "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
+                   step->name, sa, sb,
+                   result == EBE_BIN_MISMATCH ? "are incompatible"
+                                              : "need a broadcast the engine does not do");
+}
+
+/* One node, one output: no scratch, no value table (the per_node partitions and single-node
+ * models). Same ORT calls as the general path. */
+static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
+                                      uint64_t *calls) {
+  const ebe_step *step = &plan->steps[0];
+  ebe_operand in[2] = {{NULL, 0, NULL}, {NULL, 0, NULL}};
+  for (size_t k = 0; k < plan->n_inputs; k++)
+    EBE_RETURN_IF_ERROR(ebe_fetch_input(plan, context, k, &in[k], calls));
+  const ebe_operand *a = &in[plan->values[step->in[0]].index];
+  const ebe_operand *b = &in[plan->values[step->in[step->n_in - 1]].index];
+  int64_t dims[EBE_MAX_RANK];
+  ebe_operand out = {dims, 0, NULL};
+  ebe_bin_result result = EBE_BIN_OK;
+  if (step->n_in == 1) {
+    out.dims = a->dims; /* ORT's shape array stays valid for the whole Compute */
+    out.rank = a->rank;
+  } else if (step->op == EBE_OP_MATMUL) {
+    result = ebe_matmul_shape(a->dims, a->rank, b->dims, b->rank, dims, &out.rank);
+  } else {
+    int swap = 0;
+    size_t period = 0;
+    result = ebe_binary_shape(a->dims, a->rank, b->dims, b->rank, dims, &out.rank, &swap,
+                              &period);
+  }
+  if (result != EBE_BIN_OK) return ebe_shape_error(plan, step, a, b, result);
+  EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
+  ebe_exec(step->op, a, b, &out);
+  ebe_busy_wait_ns(plan->delay_ns_per_node);
+  ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
+  return NULL;
+}
+
+/* Run the plan with one scratch. Every ORT call it makes is added to *calls, on every
+ * path out (the caller charges them to ort_api_calls once). */
+static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
+                                    OrtKernelContext *context, uint64_t *calls) {
+  for (size_t k = 0; k < plan->n_inputs; k++) {
+    ebe_operand input = {NULL, 0, NULL};
+    EBE_RETURN_IF_ERROR(ebe_fetch_input(plan, context, k, &input, calls));
     const uint32_t id = plan->input_values[k];
-    for (size_t i = 0; i < rank; i++) {
-      if (shape[i] < 0)
-        return ebe_error(api, c, ORT_INVALID_ARGUMENT, "engine: input %zu has a negative dim",
-                         k);
-      scratch->dims[(size_t)id * EBE_MAX_RANK + i] = shape[i];
-    }
-    scratch->rank[id] = (int32_t)rank;
-    scratch->data[id] = (float *)(uintptr_t)data; /* inputs are only ever read */
+    if (input.rank > 0) /* a scalar's shape pointer is NULL */
+      memcpy(scratch->dims + (size_t)id * EBE_MAX_RANK, input.dims,
+             sizeof(int64_t) * (size_t)input.rank);
+    scratch->rank[id] = input.rank;
+    scratch->data[id] = input.data;
   }
   EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
   EBE_RETURN_IF_ERROR(ebe_plan_place_slots(plan, scratch));
   for (size_t k = 0; k < plan->n_outputs; k++) {
     if (plan->output_is_dup[k]) continue;
     const uint32_t id = plan->output_values[k];
-    OrtValue *value = NULL;
-    void *data = NULL;
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetOutput, context, k,
-                                 scratch->dims + (size_t)id * EBE_MAX_RANK,
-                                 (size_t)scratch->rank[id], &value));
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorMutableData, value, &data));
-    scratch->data[id] = data;
+    EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, k,
+                                         scratch->dims + (size_t)id * EBE_MAX_RANK,
+                                         scratch->rank[id], &scratch->data[id], calls));
   }
   for (size_t s = 0; s < plan->n_steps; s++) {
     ebe_run_step(scratch, &plan->steps[s]);
     ebe_busy_wait_ns(plan->delay_ns_per_node);
   }
-  ebe_probe_add(c, EBE_C_NODES_EXECUTED, plan->n_steps);
+  ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
   for (size_t k = 0; k < plan->n_outputs; k++) {
-    if (!plan->output_is_dup[k]) continue;
+    if (!plan->output_is_dup[k]) continue; /* the same value exposed twice: copy it */
     const uint32_t id = plan->output_values[k];
-    OrtValue *value = NULL;
-    void *data = NULL;
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, KernelContext_GetOutput, context, k,
-                                 scratch->dims + (size_t)id * EBE_MAX_RANK,
-                                 (size_t)scratch->rank[id], &value));
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorMutableData, value, &data));
+    float *data = NULL;
+    EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, k,
+                                         scratch->dims + (size_t)id * EBE_MAX_RANK,
+                                         scratch->rank[id], &data, calls));
     const size_t n =
         (size_t)ebe_numel(scratch->dims + (size_t)id * EBE_MAX_RANK, scratch->rank[id]);
     if (n != 0) memcpy(data, scratch->data[id], n * sizeof(float));
@@ -678,19 +761,25 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
 
 OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context) {
   ebe_probe_add(plan->counters, EBE_C_COMPUTE_CALLS, 1);
-  ebe_scratch *scratch = ebe_scratch_acquire(plan);
+  uint64_t calls = 0;
   OrtStatus *status = NULL;
-  if (scratch != NULL) {
-    status = ebe_plan_run_with(plan, scratch, context);
-    atomic_store_explicit(&scratch->busy, 0, memory_order_release);
+  if (plan->single) {
+    status = ebe_plan_run_single(plan, context, &calls);
   } else {
-    /* More concurrent Runs than pooled scratch: a one-off scratch on the heap. */
-    ebe_probe_add(plan->counters, EBE_C_SCRATCH_OVERFLOWS, 1);
-    ebe_scratch temporary = {0};
-    status = ebe_scratch_init(plan, &temporary);
-    if (status == NULL) status = ebe_plan_run_with(plan, &temporary, context);
-    ebe_scratch_release(plan, &temporary);
+    ebe_scratch *scratch = ebe_scratch_acquire(plan);
+    if (scratch != NULL) {
+      status = ebe_plan_run_with(plan, scratch, context, &calls);
+      atomic_store_explicit(&scratch->busy, 0, memory_order_release);
+    } else {
+      /* More concurrent Runs than pooled scratch: a one-off scratch on the heap. */
+      ebe_probe_add(plan->counters, EBE_C_SCRATCH_OVERFLOWS, 1);
+      ebe_scratch temporary = {0};
+      status = ebe_scratch_init(plan, &temporary);
+      if (status == NULL) status = ebe_plan_run_with(plan, &temporary, context, &calls);
+      ebe_scratch_release(plan, &temporary);
+    }
   }
+  ebe_probe_add(plan->counters, EBE_C_ORT_API_CALLS, calls);
   if (status != NULL) ebe_probe_add(plan->counters, EBE_C_COMPUTE_ERRORS, 1);
   return status;
 }

@@ -13,7 +13,7 @@ typedef struct ebe_probe_entry {
   ebe_counters counters;
 } ebe_probe_entry;
 
-ebe_counters ebe_probe_total;
+ebe_counters ebe_probe_unattributed;
 static ebe_probe_entry ebe_probe_entries[EBE_PROBE_MAX_EPS];
 static pthread_mutex_t ebe_probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -67,9 +67,18 @@ static size_t ebe_probe_copy(const ebe_counters *counters, uint64_t *out, size_t
   return EBE_C_COUNT;
 }
 
-/* Copy up to len total counters into out; returns how many counters exist. */
+/* Copy up to len total counters (every EP plus unattributed) into out; returns how many
+ * counters exist. */
 EBE_EXPORT size_t epbench_probe_snapshot(uint64_t *out, size_t len) {
-  return ebe_probe_copy(&ebe_probe_total, out, out == NULL ? 0 : len);
+  if (out == NULL) return EBE_C_COUNT;
+  ebe_probe_copy(&ebe_probe_unattributed, out, len);
+  for (size_t e = 0; e < EBE_PROBE_MAX_EPS; e++) {
+    if (!atomic_load_explicit(&ebe_probe_entries[e].used, memory_order_acquire)) break;
+    for (size_t i = 0; i < len && i < EBE_C_COUNT; i++)
+      out[i] += atomic_load_explicit(&ebe_probe_entries[e].counters.value[i],
+                                     memory_order_relaxed);
+  }
+  return EBE_C_COUNT;
 }
 
 /* Same for one EP name; returns 0 when no EP of that name was ever created. */
@@ -83,7 +92,7 @@ EBE_EXPORT size_t epbench_probe_snapshot_ep(const char *ep_name, uint64_t *out, 
 /* Zero every counter (total and per EP). Not atomic as a whole: call it when idle. */
 EBE_EXPORT void epbench_probe_reset(void) {
   for (size_t i = 0; i < EBE_C_COUNT; i++)
-    atomic_store_explicit(&ebe_probe_total.value[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&ebe_probe_unattributed.value[i], 0, memory_order_relaxed);
   for (size_t e = 0; e < EBE_PROBE_MAX_EPS; e++) {
     if (!atomic_load_explicit(&ebe_probe_entries[e].used, memory_order_acquire)) break;
     for (size_t i = 0; i < EBE_C_COUNT; i++)
