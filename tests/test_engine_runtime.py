@@ -169,3 +169,15 @@ def test_column_broadcast_is_not_claimed() -> None:
     model = _model([("Add", ["x", "y"], "out")], {"x": [2, 1], "y": [1, 3]}, ["out"])
     session = engine_session(model, _library(), EP_NAME, allow_fallback=True)
     assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
+
+
+@pytest.mark.parametrize("partition", ["fused", "per_node"])
+def test_sigmoid_is_accurate_over_the_whole_float_range(partition: str) -> None:
+    """The vectorized exp: every input from -120 to 120 (both tails, the -87 cutoff)."""
+    x = np.linspace(-120, 120, 64 * 1024, dtype=np.float32).reshape(-1, 1024)
+    model = _model([("Sigmoid", ["x"], "out")], {"x": ["batch", 1024]}, ["out"])
+    got = engine_session(model, _library(), EP_NAME, {"partition": partition}).run(
+        None, {"x": x})[0]
+    want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    assert float(np.max(np.abs(got - want))) < 2e-7
+    assert float(np.max(np.abs(got - want) / want, where=want > 1e-30, initial=0.0)) < 1e-6

@@ -1,5 +1,6 @@
 /* kernels_elementwise.c -- Identity, Relu, Sigmoid, Add, Mul. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ebe_kernels.h"
@@ -13,16 +14,36 @@ EBE_CLONES void ebe_kernel_relu(const float *in, float *out, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = in[i] < 0.0f ? 0.0f : in[i];
 }
 
-void ebe_kernel_sigmoid(const float *in, float *out, size_t n) {
-  /* Split by sign so exp never overflows into inf/inf; NaN propagates. */
+/* exp(y) for y <= 0, branch-free so the loop vectorizes: y = n*ln2 + r with |r| <= ln2/2,
+ * exp(r) by the Cephes expf polynomial (about 1 ulp), 2^n built in the exponent bits.
+ * Below -87 (where 2^n would leave the normal range) it returns 0; NaN stays NaN. Integer
+ * work is unsigned so a NaN's bit pattern cannot overflow anything. */
+static inline float ebe_exp_nonpositive(float y) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+  const float clamped = y < -87.0f ? -87.0f : y;
+  const float t = clamped * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  union { float f; uint32_t u; } tbits = {t};
+  const float r = clamped - n * 0.693359375f - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union { uint32_t u; float f; } scale = {((tbits.u - 0x4B400000u) + 127u) << 23};
+  const float e = p * scale.f;
+  return y < -87.0f ? 0.0f : e;
+}
+
+EBE_CLONES void ebe_kernel_sigmoid(const float *in, float *out, size_t n) {
+  /* sigmoid(|x|) = 1 / (1 + exp(-|x|)) never overflows; sigmoid(-|x|) = exp(-|x|) * that. */
   for (size_t i = 0; i < n; i++) {
-    float x = in[i];
-    if (x >= 0.0f) {
-      out[i] = 1.0f / (1.0f + expf(-x));
-    } else {
-      float e = expf(x);
-      out[i] = e / (1.0f + e);
-    }
+    const float x = in[i];
+    const float e = ebe_exp_nonpositive(-fabsf(x));
+    const float s = 1.0f / (1.0f + e);
+    out[i] = x >= 0.0f ? s : e * s;
   }
 }
 

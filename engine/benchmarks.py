@@ -1,0 +1,210 @@
+"""Render BENCHMARKS.md from an epbench results file: the engine's targets and the grid.
+
+    epbench run --grid default --arm ort --arm engine \\
+        --arm engine:partition=per_node,name=engine_per_node --arm plugin:nxrt_ep_cpu \\
+        --out bench-out
+    python -m engine.benchmarks bench-out/results.json -o BENCHMARKS.md
+
+Every number comes from the results file (ratios to the in-run `ort` control, per round,
+then the median over rounds), so anyone can regenerate the page. A target that is missed
+stays in the table, marked, with the reason we know of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONTROL = "ort"
+
+
+@dataclass(frozen=True)
+class Target:
+    case: str
+    mode: str  # "fused" (default partitioning) or "per_node"
+    bound: float  # the engine/ORT time ratio must be <= bound
+
+
+# From the engine issue: a minimal fused C EP lands near 0.13x ORT on relu_d100_w8 and
+# near 1.05x with one partition per node on a 2-core VM.
+TARGETS: tuple[Target, ...] = (
+    Target("relu_d1_w8", "fused", 1.00),
+    Target("relu_d1_w8", "per_node", 1.00),
+    Target("relu_d100_w8", "fused", 0.20),
+    Target("relu_d100_w8", "per_node", 1.00),
+    Target("relu_d1000_w8", "fused", 0.10),
+    Target("relu_d1000_w8", "per_node", 1.00),
+    Target("relu_d100_w4096", "fused", 0.70),
+    Target("relu_d100_w4096", "per_node", 1.00),
+    Target("matmul_512x512", "fused", 1.00),
+    Target("matmul_128x128_dyn", "fused", 1.00),
+)
+
+# Why a target can be missed, as far as we measured it (shown only next to a miss).
+DISPATCH_NOTE = (
+    "every partition is one trip through ORT's plugin ABI: ORT's compiled-node dispatch "
+    "plus the 5 C-API calls one Compute needs (input, its type+shape, its data, output, "
+    "its data) cost more than ORT's in-process kernel dispatch; the engine's own code is "
+    "about 275 instructions per Compute (callgrind), so this gap is on ORT's side of the "
+    "boundary"
+)
+MISS_REASONS: dict[str, str] = {"per_node": DISPATCH_NOTE, "fused:relu_d1_w8": DISPATCH_NOTE}
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
+    """Per round: median ns per Run of `arm` over the control's."""
+    ratios = []
+    for rnd in case.get("rounds", []):
+        samples = rnd.get("samples_ns", {})
+        if samples.get(arm) and samples.get(CONTROL):
+            ratios.append(_median(samples[arm]) / _median(samples[CONTROL]))
+    return ratios
+
+
+def engine_arm_keys(doc: dict[str, Any]) -> dict[str, str]:
+    """The engine arms of a run by mode ("fused", "per_node"), ignoring test-knob arms."""
+    keys: dict[str, str] = {}
+    for key, arm in sorted(doc.get("arms", {}).items()):
+        options = arm.get("options") or {}
+        if arm.get("kind") != "engine" or any(k.startswith("inject_") for k in options):
+            continue
+        mode = "per_node" if options.get("partition") == "per_node" else "fused"
+        keys.setdefault(mode, key)
+    return keys
+
+
+def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target with its measured ratio (None when the run lacks the case or arm)."""
+    arms = engine_arm_keys(doc)
+    rows = []
+    for target in TARGETS:
+        case = doc.get("cases", {}).get(target.case)
+        arm = arms.get(target.mode)
+        ratios = round_ratios(case, arm) if case and arm and case.get("status") == "ok" else []
+        measured = _median(ratios) if ratios else None
+        status = "not run" if measured is None else ("met" if measured <= target.bound
+                                                      else "missed")
+        reason = None
+        if status == "missed":
+            reason = MISS_REASONS.get(f"{target.mode}:{target.case}",
+                                      MISS_REASONS.get(target.mode))
+        rows.append({"case": target.case, "mode": target.mode, "bound": target.bound,
+                     "measured": measured, "rounds": len(ratios), "status": status,
+                     "reason": reason})
+    return rows
+
+
+def _fmt_ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}×"
+
+
+def _fmt_ns(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value / 1000:.2f} µs" if value >= 1000 else f"{value:.0f} ns"
+
+
+def render(doc: dict[str, Any], source: str = "results.json") -> str:
+    arms = doc.get("arms", {})
+    engine_keys = engine_arm_keys(doc)
+    others = [k for k, a in sorted(arms.items()) if a.get("kind") == "plugin"]
+    columns = [(f"engine ({mode})", key) for mode, key in sorted(engine_keys.items())]
+    columns += [(arms[k].get("spec", k), k) for k in others]
+    host = doc.get("host", {})
+    config = doc.get("config", {})
+    gate = config.get("gate", {}).get("policy", "?")
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python -m engine.benchmarks` from an `epbench run` results file; do not "
+        "edit by hand. Regenerate with:",
+        "",
+        "```",
+        "epbench run --grid default --arm ort --arm engine \\",
+        "    --arm engine:partition=per_node,name=engine_per_node --arm plugin:nxrt_ep_cpu \\",
+        "    --out bench-out",
+        "python -m engine.benchmarks bench-out/results.json -o BENCHMARKS.md",
+        "```",
+        "",
+        f"Source: `{source}`, created {doc.get('created', '?')}; host: "
+        f"{host.get('cpu_model', '?')}, {host.get('logical_cores', '?')} logical cores, "
+        f"onnxruntime {host.get('onnxruntime', '?')}; {config.get('rounds', '?')} rounds, "
+        f"{config.get('threads', '?')} thread(s), gate `{gate}`.",
+        "",
+        "Ratios are time per Run against ORT's CPU EP measured in the same interleaved rounds "
+        "(median over rounds of the per-round ratio of medians): below 1 is faster than ORT.",
+        "",
+        "## Engine targets",
+        "",
+        "| case | partition | target | measured | status |",
+        "|---|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    for row in evaluate(doc):
+        status = {"met": "✅ met", "missed": "❌ missed", "not run": "— not run"}[row["status"]]
+        if row["reason"]:
+            if row["reason"] not in notes:
+                notes.append(row["reason"])
+            status += f" [{notes.index(row['reason']) + 1}]"
+        lines.append(f"| `{row['case']}` | {row['mode']} | ≤ {row['bound']:.2f}× | "
+                     f"{_fmt_ratio(row['measured'])} | {status} |")
+    lines.append("")
+    lines += [f"[{i}] {note}." for i, note in enumerate(notes, 1)]
+    if notes:
+        lines.append("")
+    lines += ["## Grid", "",
+              "| case | ORT p50 | " + " | ".join(name for name, _ in columns) +
+              " | engine ORT calls / allocs per Run |",
+              "|---|---|" + "---|" * len(columns) + "---|"]
+    for name, case in sorted(doc.get("cases", {}).items()):
+        if case.get("status") != "ok":
+            lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
+            continue
+        control = [_median(r["samples_ns"][CONTROL]) for r in case.get("rounds", [])
+                   if r.get("samples_ns", {}).get(CONTROL)]
+        cells = [_fmt_ratio(_median(ratios) if (ratios := round_ratios(case, key)) else None)
+                 for _, key in columns]
+        counts = []
+        for key in engine_keys.values():
+            per_run = (case.get("arms", {}).get(key) or {}).get("counters_per_run") or {}
+            if per_run:
+                counts.append(f"{per_run.get('ort_api_calls', 0):g} / "
+                              f"{per_run.get('heap_allocs', 0):g}")
+        lines.append(f"| `{name}` | {_fmt_ns(_median(control) if control else None)} | "
+                     + " | ".join(cells) + f" | {', '.join(counts) or '—'} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m engine.benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", type=Path, help="an epbench results.json")
+    parser.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    args = parser.parse_args(argv)
+    try:
+        doc = json.loads(args.results.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {args.results}: {exc}; pass an epbench results.json",
+              file=sys.stderr)
+        return 1
+    text = render(doc, source=args.results.name)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""BENCHMARKS.md rendering: targets judged from per-round ratios to the in-run control."""
+
+from __future__ import annotations
+
+import json
+
+from engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
+
+
+def _round(samples: dict[str, list[int]]) -> dict:
+    return {"samples_ns": samples}
+
+
+def _doc() -> dict:
+    arms = {
+        "ort": {"kind": "ort", "spec": "ort", "options": {}},
+        "engine": {"kind": "engine", "spec": "engine", "options": {}},
+        "pn": {"kind": "engine", "spec": "engine:partition=per_node,name=pn",
+               "options": {"partition": "per_node"}},
+        "slow": {"kind": "engine", "spec": "engine:inject_delay_ns_per_run=5",
+                 "options": {"inject_delay_ns_per_run": "5"}},
+        "plugin:nxrt_ep_cpu": {"kind": "plugin", "spec": "plugin:nxrt_ep_cpu", "options": {}},
+    }
+    # relu_d100_w8: engine at 0.1x in one round, 0.3x in another, 0.15x in the third
+    # (median 0.15: met); per_node at 1.2x every round (missed).
+    rounds = [
+        _round({"ort": [100, 100, 100], "engine": [10, 10, 10], "pn": [120, 120, 120],
+                "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [90, 90, 90]}),
+        _round({"ort": [200, 200, 200], "engine": [60, 60, 60], "pn": [240, 240, 240],
+                "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [180, 180, 180]}),
+        _round({"ort": [100, 100, 100], "engine": [15, 15, 15], "pn": [120, 120, 120],
+                "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [90, 90, 90]}),
+    ]
+    case = {"status": "ok", "rounds": rounds,
+            "arms": {"engine": {"counters_per_run": {"ort_api_calls": 5.0, "heap_allocs": 0.0}},
+                     "pn": {"counters_per_run": {"ort_api_calls": 500.0, "heap_allocs": 0.0}}}}
+    return {"arms": arms, "cases": {"relu_d100_w8": case},
+            "config": {"rounds": 3, "threads": 1, "gate": {"policy": "wait"}},
+            "host": {"cpu_model": "Test CPU", "logical_cores": 2, "onnxruntime": "1.32.0"},
+            "created": "2026-01-01T00:00:00+00:00"}
+
+
+def test_round_ratios_are_medians_over_the_control() -> None:
+    case = _doc()["cases"]["relu_d100_w8"]
+    assert round_ratios(case, "engine") == [0.1, 0.3, 0.15]
+
+
+def test_targets_are_judged_by_the_median_round_and_knob_arms_are_ignored() -> None:
+    rows = {(r["case"], r["mode"]): r for r in evaluate(_doc())}
+    assert len(rows) == len(TARGETS)
+    fused = rows[("relu_d100_w8", "fused")]
+    assert (fused["measured"], fused["status"], fused["reason"]) == (0.15, "met", None)
+    per_node = rows[("relu_d100_w8", "per_node")]
+    assert per_node["status"] == "missed" and per_node["measured"] == 1.2
+    assert "plugin ABI" in per_node["reason"]
+    assert rows[("relu_d1_w8", "fused")]["status"] == "not run"
+
+
+def test_render_keeps_missed_targets_visible_with_their_reason() -> None:
+    text = render(_doc())
+    assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× | ✅ met |" in text
+    assert "| `relu_d100_w8` | per_node | ≤ 1.00× | 1.200× | ❌ missed [1] |" in text
+    assert "[1] every partition is one trip through ORT's plugin ABI" in text
+    assert "| `relu_d100_w8` | 100 ns | 0.150× | 1.200× | 0.900× | 5 / 0, 500 / 0 |" in text
+    assert "python -m engine.benchmarks bench-out/results.json -o BENCHMARKS.md" in text
+
+
+def test_cli_writes_the_file_and_reports_a_bad_input(tmp_path, capsys) -> None:
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(_doc()))
+    out = tmp_path / "BENCHMARKS.md"
+    assert main([str(results), "-o", str(out)]) == 0
+    assert out.read_text().startswith("# Benchmarks")
+    assert main([str(tmp_path / "missing.json")]) == 1
+    assert "pass an epbench results.json" in capsys.readouterr().err
