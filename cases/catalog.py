@@ -73,3 +73,35 @@ def write_cases(specs: list[CaseSpec], out_dir: str | Path) -> list[Path]:
             f"cannot write cases to {out}: {exc.strerror or exc}: choose a writable --out"
         ) from None
     return written
+
+
+def select_cases(grids: tuple[str, ...] | list[str], case_names: tuple[str, ...] | list[str],
+                 models: tuple[str, ...] | list[str] = (),
+                 dims: dict[str, int] | None = None) -> list[CaseSpec]:
+    """The cases named by --grid, --case and --model, in the order given, without repeats.
+
+    A name that stands for two different definitions (two models with the same
+    file name) is refused rather than silently measured once; a --dim that no
+    model uses is refused as a likely typo.
+    """
+    from cases.grids import case_by_name, load_grid
+    from cases.usermodel import model_case
+
+    dims = dims or {}
+    specs: list[CaseSpec] = []
+    for grid in grids:
+        specs.extend(load_grid(grid))
+    specs.extend(case_by_name(name) for name in case_names)
+    model_specs = [model_case(path, dims) for path in models]
+    specs.extend(model_specs)
+    unused = sorted(set(dims) - {name for spec in model_specs for name, _ in spec.dims})
+    if unused:
+        raise CaseError(f"--dim {unused[0]} is not a symbolic dim of any --model input; "
+                        "check its spelling against the model's inputs")
+    unique: dict[str, CaseSpec] = {}
+    for spec in specs:
+        seen = unique.setdefault(spec.name, spec)
+        if seen != spec:
+            raise CaseError(f"two cases are both named {spec.name!r} ({seen.path} and "
+                            f"{spec.path}): rename one of the model files")
+    return list(unique.values())

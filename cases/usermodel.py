@@ -17,10 +17,11 @@ Graph inputs that have an initializer of the same name keep their stored value
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cases.spec import MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
+from cases.spec import MAX_TENSOR_ELEMENTS, MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
 from harness.errors import CaseError
 
 if TYPE_CHECKING:
@@ -133,6 +134,11 @@ def _feed_specs(
                     f"input {value.name!r} dim {axis} has neither a size nor a name: "
                     "export the model with named (symbolic) or fixed input dims"
                 )
+        if math.prod(shape) > MAX_TENSOR_ELEMENTS:
+            raise CaseError(
+                f"input {value.name!r} would have shape {shape}, over "
+                f"{MAX_TENSOR_ELEMENTS} elements: pass smaller --dim values"
+            )
         feeds.append((value.name, SUPPORTED_TYPES[elem], tuple(shape)))
     return feeds, used
 

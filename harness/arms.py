@@ -137,6 +137,21 @@ def with_control(arms: list[ArmSpec]) -> list[ArmSpec]:
             f"arm key {dupes[0]!r} is used twice: give one of them name=ALIAS "
             f"(e.g. --arm '{dupes[0]}:name=other')"
         )
+    registered: dict[str, str] = {}
+    for arm in arms:
+        name = arm.registration_name
+        if name is not None and registered.setdefault(name, arm.spec) != arm.spec:
+            raise ArmError(
+                f"arms {registered[name]!r} and {arm.spec!r} would both register as "
+                f"{name!r}: give one of them another name=ALIAS"
+            )
+        if arm.kind == "engine":
+            from engine import EP_OPTIONS
+
+            unknown = sorted(k for k, _ in arm.options if k not in EP_OPTIONS)
+            if unknown:
+                raise ArmError(f"arm {arm.spec!r}: the engine has no option {unknown[0]!r}; "
+                               f"it takes {', '.join(EP_OPTIONS)} (and name=ALIAS)")
     if CONTROL_KEY in keys:
         control = next(a for a in arms if a.key == CONTROL_KEY)
         if control.kind != "ort":
@@ -167,7 +182,13 @@ def resolve_library(arm: ArmSpec) -> str | None:
             f"arm {arm.spec!r}: {target!r} is neither a file nor an installed module; "
             "give a path to the .so or `pip install` the package"
         )
-    module = importlib.import_module(target)
+    try:
+        module = importlib.import_module(target)
+    except Exception as exc:  # a broken package is the user's to fix, not a traceback
+        raise ArmError(
+            f"arm {arm.spec!r}: importing {target!r} failed ({type(exc).__name__}: {exc}); "
+            "check the module name or pass the library path"
+        ) from None
     get_path = getattr(module, "get_library_path", None)
     if not callable(get_path):
         raise ArmError(

@@ -43,7 +43,8 @@ class LazyGroup(click.Group):
 
 
 def _exit_code_epilog() -> str:
-    return "Exit codes: " + "; ".join(f"{code} {what}" for code, what in EXIT_CODES.items())
+    rows = "\n".join(f"  {code:<4} {what}" for code, what in EXIT_CODES.items())
+    return f"\b\nExit codes:\n{rows}"  # \b: click keeps these lines as they are
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, epilog=_exit_code_epilog())

@@ -8,43 +8,27 @@ from pathlib import Path
 
 import click
 
-from harness.errors import (
-    EXIT_CASE_FAILED,
-    EXIT_GATE,
-    EXIT_INTERRUPTED,
-    EpbenchError,
-)
+from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
+from harness.gate import POLICIES
 from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
+from harness.runner import defaults as run_defaults
 
-DEFAULT_ROUNDS = 30
 
-
-def _dims(values: tuple[str, ...]) -> dict[str, int]:
-    dims = {}
+def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
+    """--dim NAME=VALUE items as a dict; each name once, each value a positive integer."""
+    dims: dict[str, int] = {}
     for item in values:
         name, sep, value = item.partition("=")
-        if not sep or not name or not value.lstrip("-").isdigit() or int(value) < 1:
+        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise EpbenchError(f"--dim {item!r}: write NAME=VALUE with a positive integer, "
                                "e.g. --dim batch=1")
+        if name in dims:
+            raise EpbenchError(f"--dim {name} is given twice; give each dim once")
         dims[name] = int(value)
     return dims
 
 
-def select_cases(grids: tuple[str, ...], case_names: tuple[str, ...],
-                 models: tuple[str, ...] = (), dims: dict[str, int] | None = None) -> list:
-    """The cases named by --grid, --case and --model, in the order given, without repeats."""
-    from cases.grids import case_by_name, load_grid
-    from cases.usermodel import model_case
-
-    specs = []
-    for grid in grids:
-        specs.extend(load_grid(grid))
-    specs.extend(case_by_name(name) for name in case_names)
-    specs.extend(model_case(path, dims or {}) for path in models)
-    unique = {}
-    for spec in specs:
-        unique.setdefault(spec.name, spec)
-    return list(unique.values())
+_RUN = run_defaults()
 
 
 @click.command()
@@ -55,32 +39,45 @@ def select_cases(grids: tuple[str, ...], case_names: tuple[str, ...],
 @click.option("--dim", "dim_values", multiple=True, metavar="NAME=VALUE",
               help="Value for a symbolic dimension of a --model input. Repeatable.")
 @arm_option
-@rounds_option(DEFAULT_ROUNDS)
-@click.option("--block-ms", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
-              help="Target duration of one arm's block of iterations in a round.")
-@click.option("--max-block-iters", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Cap on iterations per block (bounds the size of the raw samples).")
-@click.option("--warmup-ms", type=click.FloatRange(min=0), default=100.0, show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="intra_op and inter_op threads, equal for every arm.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@rounds_option(_RUN["rounds"])
+@click.option("--block-ms", type=click.FloatRange(min=0.1), default=_RUN["block_target_ms"],
+              show_default=True, help="Target duration of one arm's block in a round.")
+@click.option("--max-block-iters", type=click.IntRange(min=1), default=_RUN["max_block_iters"],
+              show_default=True,
+              help="Cap on iterations per block (bounds the raw samples kept; fast cases "
+                   "get blocks shorter than --block-ms, recorded as block_ms).")
+@click.option("--warmup-ms", type=click.FloatRange(min=0), default=_RUN["warmup_ms"],
+              show_default=True, help="Untimed warm-up per arm before its block is sized.")
+@click.option("--threads", type=click.IntRange(min=1), default=_RUN["threads"],
+              show_default=True,
+              help="intra_op and inter_op threads, equal for every arm (1 pins the worker "
+                   "to the quietest core).")
+@click.option("--seed", type=int, default=_RUN["seed"], show_default=True,
               help="Seed of the round orders (recorded in the results).")
-@click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
-              default="wait", show_default=True,
-              help="Idle gate: wait for quiet cores (then mark the round unquiet), "
-                   "stop with exit 3 (strict), or skip it.")
-@click.option("--gate-threshold", type=click.FloatRange(0, 1), default=0.93, show_default=True,
+@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
+              default=_RUN["gate_policy"], show_default=True,
+              help="Idle gate before each round: wait for quiet cores (then run the round "
+                   "marked unquiet), stop the case with exit 3 (strict), or skip it (off).")
+@click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
+              default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
-@click.option("--gate-max-wait", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--gate-max-wait", type=click.FloatRange(min=0), default=_RUN["gate_max_wait_s"],
+              show_default=True,
               help="Seconds `--gate wait` waits for quiet before running a round as unquiet.")
+@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
+              default=_RUN["silence_timeout_s"], show_default=True,
+              help="Seconds a worker may report nothing before it is taken for hung and "
+                   "killed (its case is reported crashed).")
 @click.option("--allow-fallback", is_flag=True,
               help="Let a plugin arm share the graph with ORT's CPU EP; the split is recorded.")
 @out_option
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def run(grids, case_names, models, dim_values, arm_specs, rounds, block_ms, max_block_iters,
-        warmup_ms, threads, seed, gate_policy, gate_threshold, gate_max_wait, allow_fallback, out,
-        overwrite, quiet) -> None:
+def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
+        dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, block_ms: float,
+        max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
+        gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
+        out: str, overwrite: bool, quiet: bool) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -89,37 +86,37 @@ def run(grids, case_names, models, dim_values, arm_specs, rounds, block_ms, max_
       epbench run --case relu_d100_w8 --arm engine --arm engine:partition=per_node
       epbench run --model model.onnx --dim batch=1 --arm plugin:/path/libmyep.so
 
-    Writes OUT/results.jsonl (a line per case as it ends), OUT/results.json and
-    OUT/report.md, then prints the summary table.
+    Without --grid, --case or --model the quick grid runs. Writes OUT/results.jsonl
+    (a line per case as it ends), OUT/results.json and OUT/report.md, then prints
+    the summary table. Rounds are rounded up to whole counterbalanced designs.
     """
+    from cases.catalog import select_cases
     from harness.arms import parse_arm
-    from harness.runner import RunConfig
+    from harness.runner import RunConfig, exit_code_for
     from harness.runner import run as run_grid
     from reports.run_report import write_run_report
 
     if not grids and not case_names and not models:
         grids = ("quick",)
-    specs = select_cases(grids, case_names, models, _dims(dim_values))
-    arms = tuple(parse_arm(s) for s in arm_specs)
+    specs = select_cases(grids, case_names, models, parse_dims(dim_values))
     config = RunConfig(
-        cases=tuple(specs), arms=arms, rounds=rounds, block_target_ms=block_ms,
-        max_block_iters=max_block_iters, warmup_ms=warmup_ms, seed=seed, threads=threads,
-        gate_policy=gate_policy, gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
-        allow_fallback=allow_fallback,
-        out_dir=Path(out), overwrite=overwrite, progress=not quiet, grids=tuple(grids),
+        cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
+        block_target_ms=block_ms, max_block_iters=max_block_iters, warmup_ms=warmup_ms,
+        seed=seed, threads=threads, gate_policy=gate_policy, gate_threshold=gate_threshold,
+        gate_max_wait_s=gate_max_wait, silence_timeout_s=case_timeout,
+        allow_fallback=allow_fallback, out_dir=Path(out), overwrite=overwrite,
+        progress=not quiet, grids=tuple(grids),
     )
-    doc = run_grid(config)
+    try:
+        doc = run_grid(config)
+    except KeyboardInterrupt:
+        click.echo("interrupted before any case ran; nothing was written", err=True)
+        click.get_current_context().exit(EXIT_INTERRUPTED)
     click.echo(write_run_report(doc, Path(out)))
-    ctx = click.get_current_context()
-    if doc["interrupted"]:
-        click.echo(f"interrupted: results so far are in {out}/", err=True)
-        ctx.exit(EXIT_INTERRUPTED)
-    bad = [n for n, c in doc["cases"].items() if c["status"] != "ok"]
-    if bad:
-        click.echo(f"{len(bad)} case(s) did not finish: {', '.join(bad)} (see {out}/report.md)",
-                   err=True)
-        gated = any(doc["cases"][n].get("error_kind") == "gate" for n in bad)
-        ctx.exit(EXIT_GATE if gated else EXIT_CASE_FAILED)
+    code, message = exit_code_for(doc)
+    if message:
+        click.echo(f"{message} (see {out}/report.md)", err=True)
+    click.get_current_context().exit(code)
 
 
 @click.group()
@@ -132,9 +129,9 @@ def cases() -> None:
 @case_option
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-def cases_list(grids, case_names, fmt) -> None:
+def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
-    from cases.catalog import describe_cases
+    from cases.catalog import describe_cases, select_cases
     from cases.grids import grid_names
 
     if not grids and not case_names:
@@ -153,9 +150,9 @@ def cases_list(grids, case_names, fmt) -> None:
 @case_option
 @click.option("--out", type=click.Path(file_okay=False), required=True,
               help="Directory for NAME.onnx and NAME.inputs.npz.")
-def cases_build(grids, case_names, out) -> None:
+def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
-    from cases.catalog import write_cases
+    from cases.catalog import select_cases, write_cases
 
     if not grids and not case_names:
         raise EpbenchError("nothing to build: pass --grid NAME or --case NAME")
@@ -168,10 +165,12 @@ def cases_build(grids, case_names, out) -> None:
 
 
 @click.command()
-@click.option("--threshold", type=click.FloatRange(0, 1), default=0.93, show_default=True)
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
+              default=_RUN["gate_threshold"], show_default=True,
+              help="Minimum idle fraction of every core for the gate to pass.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-def gate(threshold, fmt) -> None:
+def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
     from harness.gate import current_gate_state, format_gate_reading
 
@@ -190,7 +189,7 @@ def gate(threshold, fmt) -> None:
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
-def host(fmt) -> None:
+def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
     from harness.host import fingerprint_key, host_fingerprint
 
@@ -210,11 +209,11 @@ def host(fmt) -> None:
 @click.argument("results", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
               default="table", show_default=True)
-def summary(results, fmt) -> None:
+def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
     from harness.results import load_results
     from reports.run_report import render_run_report
-    from reports.stats import render_summary_table, summarize
+    from reports.summary import render_summary_table, summarize
 
     doc = load_results(results)
     data = summarize(doc)

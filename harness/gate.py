@@ -62,6 +62,9 @@ DEFAULT_MAX_WAIT_S = 1.0
 # ...and a gate (one per case) pauses at most this long in all, so a machine
 # that stays busy costs a bounded time per case; its rounds are marked unquiet.
 DEFAULT_BUDGET_S = 10.0
+# Fewest ticks per core (10 ms each on most kernels) for a round's interference
+# reading to count: below it a single tick decides between 0 % and 100 % idle.
+MIN_JUDGED_TICKS = 5
 # Back-off between failed looks under `wait`: first pause, doubled up to the cap.
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 0.8
@@ -391,19 +394,26 @@ class InterferenceMeter:
         elapsed_s = self._clock() - self._started_at
         self._before = None
         others = _judged_names(usage, self.cores, self.exclude_core)
+        ticks = min((usage[n].ticks for n in others), default=0)
+        own = core_name(self.exclude_core) if self.exclude_core is not None else None
+        if ticks < MIN_JUDGED_TICKS:
+            # /proc/stat counts whole ticks: a round this short reads 0 % or 100 %
+            # idle by chance, so it is not judged (quiet is None, not False).
+            others = []
         idle = {n: round(usage[n].idle, 4) for n in others}
         steal = {n: round(usage[n].steal, 4) for n in others}
-        own = core_name(self.exclude_core) if self.exclude_core is not None else None
         return {
             "elapsed_s": round(elapsed_s, 4),
             "idle": idle,
             "max_steal": max(steal.values()) if steal else None,
             "min_idle": min(idle.values()) if idle else None,
             "own_core": self.exclude_core,
-            "own_steal": round(usage[own].steal, 4) if own in usage else None,
-            "quiet": all(v >= self.threshold for v in idle.values()),
+            "own_steal": (round(usage[own].steal, 4)
+                          if own in usage and usage[own].ticks >= MIN_JUDGED_TICKS else None),
+            "quiet": all(v >= self.threshold for v in idle.values()) if others else None,
             "steal": steal,
             "threshold": self.threshold,
+            "ticks": ticks,
         }
 
 

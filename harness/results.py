@@ -5,10 +5,11 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        nodes per EP per arm, counters, and every round's order, gate readings
        and raw per-iteration samples in ns.
 
-Two files are written during a run: ``results.jsonl`` gets one line per case as
-the case ends (so a killed harness loses nothing measured), and
-``results.json`` is the whole document, replaced atomically at the end (and
-after every case, so it is always complete up to the last case).
+Two files are written during a run: ``results.jsonl`` gets a header line, one
+line per case as the case ends (so a killed harness loses nothing measured) and
+an ``end`` line; ``results.json`` is the whole document, replaced atomically
+after every case and at the end. Both say ``"interrupted": true`` until the run
+has finished: a stream without its ``end`` line was cut short.
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ SCHEMA_NAME = "epbench.results"
 SCHEMA_VERSION = 1
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
+# What a run writes into its --out directory (never silently replaced).
+OUTPUT_FILES = ("results.json", "results.jsonl", "report.md")
 
 
 class ResultsError(EpbenchError):
     """A results file that cannot be read or written."""
 
 
-def dumps(doc: Any) -> str:
+def dumps(doc: Any, indent: int | None = None) -> str:
     """The one serializer, for the worker pipe, the JSON-lines file and results.json."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    separators = (",", ":") if indent is None else (",", ": ")
+    return json.dumps(doc, sort_keys=True, separators=separators, indent=indent,
+                      allow_nan=False)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -55,7 +60,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_results(path: Path, doc: dict[str, Any]) -> None:
-    atomic_write_text(Path(path), json.dumps(doc, sort_keys=True, indent=1, allow_nan=False))
+    atomic_write_text(Path(path), dumps(doc, indent=1))
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
@@ -71,7 +76,7 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         raise ResultsError(
             f"output directory {str(out_dir)!r} is not writable; choose another --out"
         )
-    existing = [n for n in ("results.json", "results.jsonl") if (out_dir / n).exists()]
+    existing = [n for n in OUTPUT_FILES if (out_dir / n).exists()]
     if existing and not overwrite:
         raise ResultsError(
             f"{out_dir / existing[0]} already exists; choose another --out or pass --overwrite"
@@ -113,6 +118,8 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
                 doc.setdefault("interrupted", True)
             elif record.get("type") == "case" and doc is not None:
                 doc["cases"][record["name"]] = record["result"]
+            elif record.get("type") == "end" and doc is not None:
+                doc["interrupted"] = bool(record["interrupted"])
             elif doc is None:
                 raise ResultsError(f"{path}:{lineno}: no header line before the cases")
     if doc is None:

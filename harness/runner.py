@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,29 +22,52 @@ from typing import Any
 
 from cases.spec import CaseSpec
 from harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
-from harness.errors import ArmError, EpbenchError
+from harness.errors import (
+    EXIT_CASE_FAILED,
+    EXIT_GATE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ArmError,
+    EpbenchError,
+)
+from harness.gate import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_MAX_WAIT_S,
+    DEFAULT_THRESHOLD,
+    DEFAULT_WINDOW_S,
+    POLICIES,
+)
 from harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from harness.sessions import CPU_EP
+from harness.worker import COUNTER_RUNS, REWARM_CALLS
 
-GATE_POLICIES = ("wait", "strict", "off")
 # The module each worker process runs; tests point it at a worker that crashes.
 WORKER_MODULE = "harness.worker"
+# How much of a dead worker's stderr is kept for the error message.
+STDERR_TAIL_BYTES = 4000
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything a run needs; recorded whole in the results file."""
+    """Everything a run needs; recorded whole in the results file.
+
+    These defaults are the CLI's defaults too (harness.commands reads them).
+    """
 
     cases: tuple[CaseSpec, ...]
     arms: tuple[ArmSpec, ...]
     rounds: int = 30
     block_target_ms: float = 20.0
-    max_block_iters: int = 1000
+    # Bounds the raw samples kept per block: fast cases get shorter blocks.
+    max_block_iters: int = 2000
     warmup_ms: float = 100.0
     seed: int = 0
     threads: int = 1
     gate_policy: str = "wait"
-    gate_threshold: float = 0.93
-    gate_max_wait_s: float = 10.0
+    gate_threshold: float = DEFAULT_THRESHOLD
+    gate_max_wait_s: float = DEFAULT_MAX_WAIT_S
+    # A worker silent this long is taken for hung and killed (its case: crashed).
+    silence_timeout_s: float = 300.0
     allow_fallback: bool = False
     fixed_order: bool = False
     out_dir: Path | None = None
@@ -57,12 +80,21 @@ class RunConfig:
             raise EpbenchError("--rounds must be at least 1; rounds are the unit of replication")
         if not self.cases:
             raise EpbenchError("no cases to run: pass --grid NAME, --case NAME or --model PATH")
-        if self.gate_policy not in GATE_POLICIES:
-            raise EpbenchError(f"--gate must be one of {', '.join(GATE_POLICIES)}")
-        if not 0.0 <= self.gate_threshold <= 1.0:
-            raise EpbenchError("--gate-threshold is a fraction of idle time, between 0 and 1")
-        if self.threads < 1 or self.block_target_ms <= 0 or self.max_block_iters < 1:
-            raise EpbenchError("--threads, the block target and the block cap must be positive")
+        if self.gate_policy not in POLICIES:
+            raise EpbenchError(f"--gate must be one of {', '.join(POLICIES)}")
+        if not 0.0 < self.gate_threshold <= 1.0:
+            raise EpbenchError("--gate-threshold is a fraction of idle time, in (0, 1]")
+        if (self.threads < 1 or self.block_target_ms <= 0 or self.max_block_iters < 1
+                or self.silence_timeout_s <= 0):
+            raise EpbenchError("--threads, --block-ms, --max-block-iters and --case-timeout "
+                               "must be positive")
+
+
+def defaults() -> dict[str, Any]:
+    """RunConfig's defaults by field name (the CLI shows and uses these)."""
+    from dataclasses import MISSING, fields
+
+    return {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 
 
 def williams_rows(n: int) -> list[list[int]]:
@@ -82,8 +114,10 @@ def williams_rows(n: int) -> list[list[int]]:
 
 
 def balanced_rounds(rounds: int, n_arms: int) -> int:
-    """Rounds rounded up to a whole number of Latin squares (position balance)."""
-    return -(-rounds // n_arms) * n_arms
+    """Rounds rounded up to whole Williams designs: n rows for an even number of
+    arms, 2n for an odd one (position and first-order carry-over balance)."""
+    block = n_arms if n_arms % 2 == 0 else 2 * n_arms
+    return -(-rounds // block) * block
 
 
 def counterbalanced_order(keys: list[str], rounds: int, rng: random.Random) -> list[list[str]]:
@@ -130,10 +164,22 @@ class WorkerOutcome:
     events: list[dict[str, Any]]
     returncode: int
     stderr_tail: str
+    timed_out: bool = False
 
 
-def run_worker(request: dict[str, Any], on_event=None) -> WorkerOutcome:
-    """Run one worker process to the end; a KeyboardInterrupt kills it and propagates."""
+OnEvent = Callable[[dict[str, Any]], None]
+
+
+def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
+               silence_timeout_s: float | None = None) -> WorkerOutcome:
+    """Run one worker process to the end.
+
+    A worker that reports nothing for ``silence_timeout_s`` (a hung EP) is killed
+    and reported as such; a KeyboardInterrupt kills it and propagates.
+    """
+    import json
+    import selectors
+
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile(mode="w+b") as err:
         proc = subprocess.Popen(
@@ -143,8 +189,7 @@ def run_worker(request: dict[str, Any], on_event=None) -> WorkerOutcome:
         )
         os.close(write_fd)
         events: list[dict[str, Any]] = []
-        import json
-
+        timed_out = False
         try:
             assert proc.stdin is not None
             try:
@@ -152,8 +197,17 @@ def run_worker(request: dict[str, Any], on_event=None) -> WorkerOutcome:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass  # the worker died at start; its exit status says why
-            with os.fdopen(read_fd, "r", encoding="utf-8") as pipe:
-                for line in pipe:
+            with os.fdopen(read_fd, "r", encoding="utf-8") as pipe, \
+                    selectors.DefaultSelector() as selector:
+                selector.register(pipe, selectors.EVENT_READ)
+                while True:
+                    if not selector.select(silence_timeout_s):
+                        timed_out = True
+                        proc.kill()
+                        break
+                    line = pipe.readline()
+                    if not line:
+                        break
                     try:
                         event = json.loads(line)
                     except json.JSONDecodeError:
@@ -166,9 +220,10 @@ def run_worker(request: dict[str, Any], on_event=None) -> WorkerOutcome:
             proc.kill()
             proc.wait()
             raise
-        err.seek(0)
-        tail = err.read()[-4000:].decode("utf-8", "replace")
-    return WorkerOutcome(events, returncode, tail)
+        size = err.seek(0, os.SEEK_END)
+        err.seek(max(0, size - STDERR_TAIL_BYTES))
+        tail = err.read().decode("utf-8", "replace")
+    return WorkerOutcome(events, returncode, tail, timed_out)
 
 
 def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[str, dict]:
@@ -205,7 +260,7 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
         records[arm.key] = {
             "key": arm.key, "kind": arm.kind, "spec": arm.spec, "library": lib,
             "sha256": file_sha256(lib) if lib else None,
-            "ep_name": info.get("ep_name", "CPUExecutionProvider" if arm.kind == "ort" else None),
+            "ep_name": info.get("ep_name", CPU_EP if arm.kind == "ort" else None),
             "ep_version": info.get("ep_version"),
             "registration_name": info.get("registration_name"),
             "options": dict(arm.options),
@@ -220,7 +275,7 @@ def _empty_case(spec: CaseSpec) -> dict[str, Any]:
 
 def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
              orders: list[list[str]], worker_config: dict[str, Any],
-             on_event=None) -> dict[str, Any]:
+             on_event: OnEvent | None = None) -> dict[str, Any]:
     """Run one case in a worker and return its results record, crash or not."""
     result = _empty_case(spec)
     result["definition_sha256"] = spec.definition_sha256
@@ -244,25 +299,31 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
                "config": worker_config,
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
     try:
-        outcome = run_worker(request, collect)
+        outcome = run_worker(request, collect, worker_config["silence_timeout_s"])
     except KeyboardInterrupt:
         result["status"] = "interrupted"
         result["error_kind"] = "interrupted"
         result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
         raise _Interrupted(result) from None
     done = any(e.get("event") == "done" for e in outcome.events)
-    if outcome.returncode < 0:
+    tail = outcome.stderr_tail.strip()[-300:]
+    measured = f"after {len(result['rounds'])} round(s)"
+    if outcome.timed_out:
+        result["status"] = "crashed"
+        result["error_kind"] = "crash"
+        result["error"] = (f"worker stopped: nothing reported for "
+                           f"{worker_config['silence_timeout_s']:g} s {measured} (a hung EP?); "
+                           "raise --case-timeout if a step is legitimately that slow")
+    elif outcome.returncode < 0:
         result["status"] = "crashed"
         result["error_kind"] = "crash"
         result["signal"] = -outcome.returncode
-        tail = outcome.stderr_tail.strip()[-300:]
-        result["error"] = (f"worker killed by {_signal_name(-outcome.returncode)} after "
-                           f"{len(result['rounds'])} round(s); {tail}")
+        result["error"] = f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}"
     elif not done and result["status"] == "ok":
         result["status"] = "crashed"
         result["error_kind"] = "crash"
-        result["error"] = (f"worker exited with status {outcome.returncode} before finishing: "
-                           f"{outcome.stderr_tail.strip()[-300:]}")
+        result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
+                           f"before finishing: {tail}")
     return result
 
 
@@ -278,7 +339,10 @@ def _config_record(config: RunConfig, rounds: int) -> dict[str, Any]:
         "block_target_ms": config.block_target_ms, "max_block_iters": config.max_block_iters,
         "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
         "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
-                 "max_wait_s": config.gate_max_wait_s},
+                 "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
+                 "budget_s": DEFAULT_BUDGET_S},
+        "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
+        "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
         "grids": list(config.grids), "case_names": [c.name for c in config.cases],
     }
@@ -333,17 +397,19 @@ def _iter_cases(config: RunConfig) -> Iterator[CaseSpec]:
 def run(config: RunConfig) -> dict[str, Any]:
     """Run every case of ``config``; return the results document.
 
-    With ``out_dir``, results.jsonl gets a line per case as it ends and
-    results.json is rewritten atomically after each case. Ctrl-C stops at once,
-    keeps what was measured, and returns a document marked ``interrupted``.
+    With ``out_dir``, results.jsonl gets a line per case as it ends (and an
+    ``end`` line when the run finishes), and results.json is rewritten
+    atomically after each case, marked ``interrupted`` until the run is whole.
+    Ctrl-C stops at once, keeps what was measured, and returns a document
+    marked ``interrupted``. Arms are checked before anything is written.
     """
     from harness.host import fingerprint_key, host_fingerprint
 
     arms = with_control(list(config.arms))
     libraries = {a.key: resolve_library(a) for a in arms}
+    probed = probe_arms(arms, libraries)
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
-    probed = probe_arms(arms, libraries)
     host = host_fingerprint()
     host["key"] = fingerprint_key(host)
     keys = [a.key for a in arms]
@@ -353,20 +419,23 @@ def run(config: RunConfig) -> dict[str, Any]:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": host, "config": _config_record(config, rounds),
         "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
-        "cases": {}, "interrupted": False,
+        "cases": {}, "interrupted": True,  # until the last case is in
     }
     worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
                      "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
                      "max_block_iters": config.max_block_iters,
+                     "silence_timeout_s": config.silence_timeout_s,
                      "gate": doc["config"]["gate"]}
     jsonl = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
         jsonl = JsonlWriter(out / "results.jsonl")
-        jsonl.write({"type": "header", **{k: v for k, v in doc.items() if k != "cases"}})
+        jsonl.write({"type": "header",
+                     **{k: v for k, v in doc.items() if k not in ("cases", "interrupted")}})
     rng = random.Random(config.seed)
     specs = list(_iter_cases(config))
     progress = _Progress(config.progress, total=len(specs) * rounds)
+    stopped = False
     try:
         for spec in specs:
             orders = (fixed_order(keys, rounds) if config.fixed_order
@@ -375,23 +444,36 @@ def run(config: RunConfig) -> dict[str, Any]:
                 result = run_case(spec, arms, libraries, orders, worker_config,
                                   lambda e, n=spec.name: progress.event(n, e, rounds))
             except _Interrupted as stop:
-                result = stop.partial
-                doc["interrupted"] = True
+                result, stopped = stop.partial, True
             progress.skip(rounds - len(result["rounds"]))
             doc["cases"][spec.name] = result
             if jsonl is not None:
                 jsonl.write({"type": "case", "name": spec.name, "result": result})
-            if doc["interrupted"]:
+            if stopped:
                 break
             if out is not None:
                 write_results(out / "results.json", doc)
     except KeyboardInterrupt:
         # Ctrl-C between cases (or while writing): what is in `doc` was measured.
-        doc["interrupted"] = True
+        stopped = True
     finally:
         progress.close()
-        if jsonl is not None:
-            jsonl.close()
+    doc["interrupted"] = stopped
+    if jsonl is not None:
+        jsonl.write({"type": "end", "interrupted": stopped})
+        jsonl.close()
     if out is not None:
         write_results(out / "results.json", doc)
     return doc
+
+
+def exit_code_for(doc: dict[str, Any]) -> tuple[int, str | None]:
+    """The exit code a finished run maps to, and the line that explains it."""
+    if doc["interrupted"]:
+        return EXIT_INTERRUPTED, "interrupted: everything measured so far is on disk"
+    bad = [n for n, c in doc["cases"].items() if c["status"] != "ok"]
+    if not bad:
+        return EXIT_OK, None
+    gated = any(doc["cases"][n].get("error_kind") == "gate" for n in bad)
+    return (EXIT_GATE if gated else EXIT_CASE_FAILED,
+            f"{len(bad)} case(s) did not finish: {', '.join(bad)}")

@@ -3,10 +3,12 @@
 The parent (harness.runner) starts ``python -m harness.worker EVENTS_FD``,
 writes one JSON request to stdin, and reads JSON-lines events from the pipe
 EVENTS_FD (not stdout: an EP that prints cannot corrupt the protocol). If an EP
-crashes, this process dies and the parent keeps every round already reported.
+crashes, this process dies and the parent keeps every round already reported;
+if the parent dies, the kernel kills this process (PR_SET_PDEATHSIG).
 
-Events, in order: ``pinned``, ``arm`` (one per plugin arm), ``verified``, ``round``
-(one per round, with its samples), then ``done``; or ``error`` at any point.
+Events, in order: ``pinned``, ``arm`` (one per plugin arm), ``verified``,
+``calibrated``, then per round ``gate`` and ``round`` (with its samples), then
+``done``; or ``error`` at any point (after the per-arm facts known so far).
 """
 
 from __future__ import annotations
@@ -21,11 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.arms import CONTROL_KEY, ArmSpec
-from harness.errors import EpbenchError
+from harness.errors import CaseError, EpbenchError
 from harness.results import dumps
+from harness.sessions import CPU_EP, BoundRun, Registration
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
 COUNTER_RUNS = 16
+# Untimed calls per arm right before a round: the gate's sleep leaves caches and
+# branch predictors cold, and whichever arm ran first would pay for it.
+REWARM_CALLS = 2
+
+Emit = Callable[[dict[str, Any]], None]
 
 
 def time_block(run: Callable[[], object], iterations: int,
@@ -58,127 +66,118 @@ class ArmRun:
 
     arm: ArmSpec
     library: str | None
+    registration: Registration | None = None
     session: Any = None
-    binding: Any = None
-    run: Callable[[], object] | None = None
+    bound: BoundRun | None = None
     ep_name: str | None = None
     iterations: int = 0
 
 
-def _timed_call(session: Any, binding: Any) -> Callable[[], object]:
-    """The timed call: ORT's ``run_with_iobinding`` with everything bound once.
+def pin_to_quietest(threads: int, emit: Emit) -> tuple[list[int], int | None]:
+    """Pin this process to the quietest allowed core (single-threaded runs).
 
-    The C-level entry is used directly when present: the Python wrapper only adds
-    WebGPU graph-capture checks, which are identical per arm and would raise the
-    harness's floor, compressing every ratio toward 1.
+    Returns every allowed core (the gate judges all of them) and the pinned core,
+    or None when ``threads`` > 1: ORT's pool threads inherit this affinity, so a
+    multi-threaded run keeps every allowed core.
     """
-    native_session = getattr(session, "_sess", None)
-    native_binding = getattr(binding, "_iobinding", None)
-    if native_session is not None and native_binding is not None:
-        native_run = native_session.run_with_iobinding
-        return lambda: native_run(native_binding, None)
-    return lambda: session.run_with_iobinding(binding)
+    from harness.gate import quietest_core
+
+    allowed = sorted(os.sched_getaffinity(0))
+    core = None
+    if threads == 1:
+        core = quietest_core(set(allowed)) if len(allowed) > 1 else allowed[0]
+        os.sched_setaffinity(0, {core})
+    emit({"event": "pinned", "core": core, "cores": allowed})
+    return allowed, core
 
 
 class Worker:
-    def __init__(self, request: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, request: dict[str, Any], emit: Emit) -> None:
         self.request = request
         self.emit = emit
         self.config = request["config"]
-
-    def pin(self) -> int | None:
-        from harness.gate import quietest_core
-
-        allowed = set(os.sched_getaffinity(0))
-        # The gate judges every core we were allowed, not just the one we pin to.
-        self.cores = sorted(allowed)
-        core = quietest_core(allowed) if len(allowed) > 1 else next(iter(allowed))
-        os.sched_setaffinity(0, {core})
-        self.emit({"event": "pinned", "core": core})
-        return core
+        self.cores: list[int] = []
 
     def setup_arms(self) -> list[ArmRun]:
         from harness.sessions import register_arm
 
         arms = []
         for item in self.request["arms"]:
-            arm = ArmSpec.from_dict(item["arm"])
-            state = ArmRun(arm=arm, library=item["library"])
-            if arm.kind != "ort":
-                reg = register_arm(arm, item["library"])
-                state.ep_name = reg.ep_name
-                state.registration = reg  # type: ignore[attr-defined]
-                self.emit({"event": "arm", "key": arm.key, "ep_name": reg.ep_name,
-                           "ep_version": reg.ep_version,
-                           "registration_name": reg.registration_name})
+            state = ArmRun(arm=ArmSpec.from_dict(item["arm"]), library=item["library"])
+            if state.arm.kind == "ort":
+                state.ep_name = CPU_EP
             else:
-                state.ep_name = "CPUExecutionProvider"
-                state.registration = None  # type: ignore[attr-defined]
+                state.registration = register_arm(state.arm, item["library"])
+                state.ep_name = state.registration.ep_name
+                self.emit({"event": "arm", "key": state.arm.key, "ep_name": state.ep_name,
+                           "ep_version": state.registration.ep_version,
+                           "registration_name": state.registration.registration_name})
             arms.append(state)
         return arms
 
     def build_sessions(self, arms: list[ArmRun], built: Any, spec: Any) -> dict[str, Any]:
-        """Create every session, check assignment, verify outputs against the control."""
-        from harness.errors import CaseError
+        """Create every session, check assignment, and verify the very call that is timed.
+
+        Each arm's outputs from ``run`` and from the bound, timed call are both
+        compared with the control's; the per-arm facts are reported even when a
+        check fails, so a failed case still says what it found.
+        """
         from harness.sessions import bind, create_session, max_abs_error, nodes_by_ep
 
         info: dict[str, Any] = {}
-        expected = None
+        expected: list[Any] = []
         control_first = sorted(arms, key=lambda a: a.arm.key != CONTROL_KEY)
-        for state in control_first:
-            state.session = create_session(
-                state.arm, built.model_bytes, spec.opt_level, self.config["threads"],
-                state.registration, self.config["allow_fallback"],  # type: ignore[attr-defined]
-            )
-            outputs = state.session.run(None, built.inputs)
-            if state.arm.key == CONTROL_KEY:
-                expected = outputs
-                error = 0.0
-            else:
-                error = max_abs_error(expected, outputs)
-            by_ep = nodes_by_ep(state.session)
-            verified = error <= spec.tolerance
-            info[state.arm.key] = {
-                "nodes_executed": sum(by_ep.values()),
-                "nodes_by_ep": by_ep,
-                "verified": verified,
-                "max_abs_error": error if error != float("inf") else None,
-                "block_iters": 0,
-                "counters_per_run": None,
-            }
-            if not verified:
-                shown = "a shape or NaN mismatch" if error == float("inf") else f"{error:.3g}"
-                raise CaseError(
-                    f"arm {state.arm.key!r}: outputs differ from ORT's CPU EP: largest "
-                    f"error {shown} > tolerance {spec.tolerance:g}; the EP computes "
-                    "something else, so it is not timed",
-                    ) from None
-            state.binding = bind(state.session, built.inputs, outputs)
-            state.run = _timed_call(state.session, state.binding)
-        self.emit({"event": "verified", "arms": info})
+        try:
+            for state in control_first:
+                state.session = create_session(
+                    state.arm, built.model_bytes, spec.opt_level, self.config["threads"],
+                    state.registration, self.config["allow_fallback"],
+                )
+                by_ep = nodes_by_ep(state.session)
+                record = info[state.arm.key] = {
+                    "nodes_executed": sum(by_ep.values()), "nodes_by_ep": by_ep,
+                    "verified": False, "max_abs_error": None, "block_iters": 0,
+                    "block_ms": None, "counters_per_run": None,
+                }
+                outputs = state.session.run(None, built.inputs)
+                state.bound = bind(state.session, built.inputs, outputs)
+                state.bound.run()
+                if state.arm.key == CONTROL_KEY:
+                    expected = outputs
+                error = max(max_abs_error(expected, outputs),
+                            max_abs_error(expected, state.bound.outputs()))
+                record["max_abs_error"] = error if error != float("inf") else None
+                record["verified"] = error <= spec.tolerance
+                if not record["verified"]:
+                    shown = "a shape or NaN mismatch" if error == float("inf") else f"{error:.3g}"
+                    raise CaseError(
+                        f"arm {state.arm.key!r}: outputs differ from ORT's CPU EP: largest "
+                        f"error {shown} > tolerance {spec.tolerance:g}; the EP computes "
+                        "something else, so it is not timed"
+                    )
+        finally:
+            self.emit({"event": "verified", "arms": info})
         return info
 
     def calibrate(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
         """Warm up every arm, then size its block to last about the target time."""
         warmup_ns = self.config["warmup_ms"] * 1e6
         for state in arms:
-            assert state.run is not None
+            assert state.bound is not None
             spent, runs = 0, 0
             while spent < warmup_ns or runs < 3:
-                samples = time_block(state.run, 8)
+                samples = time_block(state.bound.run, 8)
                 spent += sum(samples)
                 runs += len(samples)
-            ns_per_run = sorted(time_block(state.run, 16))[8]
+            ns_per_run = sorted(time_block(state.bound.run, 31))[15]
             state.iterations = block_iterations(
                 ns_per_run, self.config["block_target_ms"], self.config["max_block_iters"])
             info[state.arm.key]["block_iters"] = state.iterations
+            info[state.arm.key]["block_ms"] = round(state.iterations * ns_per_run / 1e6, 3)
 
     def count(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
         """Deterministic counters per Run, for libraries that export epbench's probe."""
-        try:
-            from engine.probe import read_counters
-        except ImportError:  # TEMP until engine.probe lands
-            return
+        from engine.probe import read_counters
 
         for state in arms:
             if state.library is None:
@@ -186,9 +185,9 @@ class Worker:
             before = read_counters(state.library, state.ep_name)
             if before is None:
                 continue
-            assert state.run is not None
+            assert state.bound is not None
             for _ in range(COUNTER_RUNS):
-                state.run()
+                state.bound.run()
             after = read_counters(state.library, state.ep_name) or {}
             info[state.arm.key]["counters_per_run"] = {
                 k: (after[k] - before.get(k, 0)) / COUNTER_RUNS for k in sorted(after)
@@ -205,19 +204,23 @@ class Worker:
             reading = gate.check(exclude_core=None)
             self.emit({"event": "gate", "index": index, "gate": reading.to_dict(),
                        "text": format_gate_reading(reading)})
+            for key in order:
+                for _ in range(REWARM_CALLS):
+                    by_key[key].bound.run()  # type: ignore[union-attr]
             meter = InterferenceMeter(exclude_core=core, cores=self.cores,
                                       threshold=gate_cfg["threshold"])
             meter.start()
             samples = {}
             for key in order:
                 state = by_key[key]
-                assert state.run is not None
-                samples[key] = time_block(state.run, state.iterations)
+                assert state.bound is not None
+                samples[key] = time_block(state.bound.run, state.iterations)
             interference = meter.stop()
             self.emit({"event": "round", "round": {
-                # Quiet means quiet before the round (gate) and during it (interference).
                 "index": index, "order": list(order),
-                "quiet": bool(reading.passed and interference.get("quiet", True)),
+                # Quiet: the gate passed (or was turned off by the user) before the
+                # round, and no load was seen during it.
+                "quiet": bool(reading.passed and interference["quiet"] is not False),
                 "gate": reading.to_dict(), "interference": interference,
                 "samples_ns": samples,
             }})
@@ -230,7 +233,7 @@ class Worker:
             self.setup_arms()
             self.emit({"event": "done"})
             return
-        core = self.pin()
+        self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
         spec = CaseSpec.from_dict(self.request["case"])
         built = spec.build()
         arms = self.setup_arms()
@@ -242,9 +245,23 @@ class Worker:
         self.emit({"event": "done"})
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this worker if the harness dies (no orphaned benchmark)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's timeout still applies
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
-    # Ctrl-C goes to the whole process group; the parent decides what to keep.
+    # Ctrl-C goes to the harness; it decides what to keep and stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
     events = os.fdopen(int(argv[1]), "w", encoding="utf-8", buffering=1)
 
     def emit(event: dict[str, Any]) -> None:

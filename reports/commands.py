@@ -135,7 +135,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     \b
     Example:  epbench calibrate --grid default --repeats 5
     """
-    from harness.commands import select_cases
+    from cases.catalog import select_cases
     from reports import calibrate as cal
     from reports import render
 

@@ -155,8 +155,9 @@ def test_host_json_has_a_key() -> None:
 
 def test_help_documents_every_exit_code() -> None:
     result = invoke("--help")
+    lines = [" ".join(line.split()) for line in result.output.splitlines()]
     for code, what in EXIT_CODES.items():
-        assert f"{code} {what}" in " ".join(result.output.split())
+        assert f"{code} {what}" in lines
 
 
 def test_readme_exit_code_table_matches_the_code() -> None:
@@ -207,7 +208,14 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
         for rnd in case["rounds"]:
             assert sorted(rnd["order"]) == ["ort", "plugin:nxrt_ep_cpu"]
     assert (out / "report.md").is_file()
-    assert len((out / "results.jsonl").read_text().splitlines()) == 1 + len(quick)
+    stream = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [x["type"] for x in stream] == ["header"] + ["case"] * len(quick) + ["end"]
+    assert doc["interrupted"] is False and stream[-1]["interrupted"] is False
+    from harness.arms import file_sha256
+
+    plugin = doc["arms"]["plugin:nxrt_ep_cpu"]
+    assert plugin["sha256"] == file_sha256(plugin["library"])
+    assert plugin["ep_name"] == "cpu_ep"
     summary = subprocess.run(
         [sys.executable, "-m", "harness.cli", "summary", str(out / "results.json"),
          "--format", "json"], capture_output=True, text=True, timeout=120,

@@ -402,7 +402,19 @@ def test_interference_records_other_cores_and_own_steal() -> None:
         "quiet": True,
         "steal": {"cpu1": 0.0},
         "threshold": 0.93,
+        "ticks": 20,
     }
+
+
+def test_interference_does_not_judge_a_round_of_too_few_ticks() -> None:
+    # 4 ticks, one of them busy: 75 % idle is an accident of tick granularity.
+    stat = ScriptedStat([{0: (4, 0, 0), 1: (1, 3, 0)}])
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], threshold=0.93, read=stat.read)
+    meter.start()
+    result = meter.stop()
+    assert result["quiet"] is None
+    assert result["ticks"] == 4
+    assert result["idle"] == {} and result["own_steal"] is None
 
 
 def test_interference_flags_a_busy_other_core() -> None:

@@ -42,8 +42,9 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
 
     # The JSON-lines file holds every case as it ended, crash included.
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [x["type"] for x in lines] == ["header", "case", "case", "case"]
-    assert [x["name"] for x in lines[1:]] == list(CASES)
+    assert [x["type"] for x in lines] == ["header", "case", "case", "case", "end"]
+    assert [x["name"] for x in lines[1:4]] == list(CASES)
+    assert lines[-1]["interrupted"] is False  # a crash is not an interruption
     assert lines[2]["result"]["status"] == "crashed"
     # And the final document is the same as the stream rebuilt.
     assert load_results(tmp_path / "results.jsonl")["cases"] == load_results(tmp_path)["cases"]

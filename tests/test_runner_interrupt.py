@@ -46,4 +46,5 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
     assert second["status"] == "interrupted"
     assert 0 < len(second["rounds"]) < 2000
     lines = stream.read_text().splitlines()
-    assert [json.loads(x)["type"] for x in lines] == ["header", "case", "case"]
+    assert [json.loads(x)["type"] for x in lines] == ["header", "case", "case", "end"]
+    assert json.loads(lines[-1])["interrupted"] is True

@@ -43,10 +43,12 @@ def test_orders_are_shuffled_and_seeded() -> None:
     assert len({tuple(o) for o in first}) == 6  # all 3! orders appear over 30 rounds
 
 
-def test_rounds_round_up_to_whole_squares() -> None:
-    assert balanced_rounds(30, 3) == 30
-    assert balanced_rounds(31, 3) == 33
+def test_rounds_round_up_to_whole_williams_designs() -> None:
+    assert balanced_rounds(30, 3) == 30  # odd: 2n rows
+    assert balanced_rounds(31, 3) == 36
+    assert balanced_rounds(5, 4) == 8  # even: n rows
     assert balanced_rounds(1, 2) == 2
+    assert balanced_rounds(1, 1) == 2  # one arm (A alone) still rounds to its design
 
 
 def test_fixed_order_repeats_the_given_order() -> None:

@@ -42,8 +42,12 @@ def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
     doc = run(_config([spec], tmp_path / "out"))
     case = doc["cases"]["model:shrink"]
     assert case["status"] == "failed"
+    assert "1 node(s) did not run on cpu_ep: shrink0 (Shrink) on CPUExecutionProvider" in (
+        case["error"])
     assert "--allow-fallback" in case["error"]
     assert case["rounds"] == []  # nothing unproven was timed
+    # The control's facts were found before the failure and are kept.
+    assert case["arms"]["ort"]["nodes_by_ep"] == {"CPUExecutionProvider": 2}
 
 
 def test_allow_fallback_records_the_split(tmp_path):
@@ -65,8 +69,24 @@ def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeyp
     doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out"))
     case = doc["cases"]["relu_d10_w8"]
     assert case["status"] == "failed"
+    assert "arm 'plugin:nxrt_ep_cpu': outputs differ" in case["error"]
     assert "largest error 0.25 > tolerance 0" in case["error"]
     assert case["rounds"] == []
+    assert case["arms"]["plugin:nxrt_ep_cpu"]["max_abs_error"] == 0.25
+    assert case["arms"]["plugin:nxrt_ep_cpu"]["verified"] is False
+
+
+def test_outputs_are_judged_against_the_control_whatever_the_arm_order(tmp_path, monkeypatch):
+    # The plugin arm is named first; the reference must still be ORT's outputs.
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.5")
+    config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
+                       arms=(parse_arm("plugin:nxrt_ep_cpu"), parse_arm("ort")), rounds=2,
+                       block_target_ms=0.2, max_block_iters=10, warmup_ms=1.0,
+                       gate_policy="off", out_dir=tmp_path / "out", progress=False)
+    case = run(config)["cases"]["relu_d1_w8"]
+    assert "arm 'plugin:nxrt_ep_cpu': outputs differ" in case["error"]
+    assert case["arms"]["ort"]["verified"] is True
 
 
 def test_identity_chain_executes_every_node_on_every_arm(tmp_path):
