@@ -225,3 +225,47 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     arm = data["cases"]["relu_d10_w8"]["arms"]["plugin:nxrt_ep_cpu"]
     assert set(arm) >= {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed"}
     assert data["cases"]["relu_d10_w8"]["verified"] is True
+
+
+@pytest.mark.parametrize(
+    ("dims", "needle"),
+    [(["batch=0"], "positive integer"), (["batch=²"], "positive integer"),
+     (["batch=-1"], "positive integer"), (["batch=1", "batch=2"], "given twice"),
+     (["batch=1", "bacth=2"], "bacth is not a symbolic dim"),
+     (["batch=100000000000"], "smaller --dim")],
+)
+def test_dim_mistakes(tmp_path, dims, needle) -> None:
+    path = _model_with_dim(tmp_path / "m.onnx")
+    args = [x for d in dims for x in ("--dim", d)]
+    result = invoke("run", "--model", path, *args, "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR, result.output
+    one_error_line(result, needle)
+
+
+def test_two_models_with_one_name_are_refused(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _model_with_dim(tmp_path / "a" / "m.onnx")
+    second = _model_with_dim(tmp_path / "b" / "m.onnx", op="Sigmoid")
+    result = invoke("run", "--model", first, "--model", second, "--dim", "batch=1", *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "both named 'model:m'")
+
+
+@pytest.mark.parametrize(
+    ("arms", "needle"),
+    [(["engine:foo=bar"], "no option 'foo'"),
+     (["engine:name=a.b", "engine:name=a_b"], "would both register as 'a_b'"),
+     (["plugin:json.nope"], "importing 'json.nope' failed")],
+)
+def test_arm_mistakes_found_before_any_case(tmp_path, arms, needle) -> None:
+    args = [x for a in arms for x in ("--arm", a)]
+    result = invoke("run", "--case", "relu_d1_w8", *args, "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR, result.output
+    one_error_line(result, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_gate_threshold_zero_is_a_usage_error() -> None:
+    assert invoke("run", "--gate-threshold", "0").exit_code == EXIT_USAGE
+    assert invoke("gate", "--threshold", "0").exit_code == EXIT_USAGE

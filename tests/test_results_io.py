@@ -89,3 +89,22 @@ def test_unwritable_out_dir(tmp_path) -> None:
     blocker.write_text("")
     with pytest.raises(ResultsError, match="choose another --out"):
         prepare_out_dir(blocker / "sub")
+
+
+def test_each_jsonl_record_is_on_disk_before_the_writer_closes(tmp_path) -> None:
+    path = tmp_path / "results.jsonl"
+    writer = JsonlWriter(path)
+    writer.write(_header())
+    writer.write({"type": "case", "name": "a", "result": {}})
+    assert len(path.read_text().splitlines()) == 2  # read through another handle
+    writer.close()
+
+
+def test_end_line_decides_whether_the_stream_was_finished(tmp_path) -> None:
+    path = tmp_path / "results.jsonl"
+    lines = [_header(), {"type": "case", "name": "a", "result": {}}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert load_results(path)["interrupted"] is True  # no end line: cut short
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"type": "end", "interrupted": False}) + "\n")
+    assert load_results(path)["interrupted"] is False

@@ -65,3 +65,54 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
     assert result.exit_code == 4, result.output
     assert "relu_d1_w8" in result.output
     assert (tmp_path / "out" / "report.md").read_text().count("SIGSEGV") == 1
+
+
+def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "exit:relu_d10_w8:1:7")
+    doc = run(_config(tmp_path))
+    case = doc["cases"]["relu_d10_w8"]
+    assert (case["status"], case["signal"], len(case["rounds"])) == ("crashed", None, 1)
+    assert "status 7 after 1 round(s)" in case["error"]
+
+
+def test_a_hung_worker_is_killed_after_the_silence_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "hang:relu_d10_w8:3")
+    doc = run(_config(tmp_path, silence_timeout_s=1.0))
+    case = doc["cases"]["relu_d10_w8"]
+    assert case["status"] == "crashed" and len(case["rounds"]) == 3
+    assert "nothing reported for 1 s after 3 round(s)" in case["error"]
+    assert doc["cases"]["add_d10_w8"]["status"] == "ok"
+
+
+CRASHER_C = """
+/* A library that claims to be a plugin EP and crashes as ORT loads it. */
+#include <signal.h>
+void *CreateEpFactories(void *a, void *b, void *c, void *d, unsigned long e, void *f) {
+    (void)a; (void)b; (void)c; (void)d; (void)e; (void)f;
+    raise(SIGSEGV);
+    return 0;
+}
+void *ReleaseEpFactory(void *f) { (void)f; return 0; }
+"""
+
+
+def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_path):
+    import shutil
+    import subprocess
+
+    from harness.errors import ArmError
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to build the crashing library")
+    source = tmp_path / "crasher.c"
+    source.write_text(CRASHER_C)
+    library = tmp_path / "libcrasher.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
+                       arms=(parse_arm(f"plugin:{library}"),), rounds=2, gate_policy="off",
+                       out_dir=tmp_path / "out", progress=False)
+    with pytest.raises(ArmError, match=r"crashed the process while loading \(SIGSEGV\)"):
+        run(config)
+    assert not (tmp_path / "out").exists()  # nothing written for a run that never started

@@ -48,3 +48,58 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
     lines = stream.read_text().splitlines()
     assert [json.loads(x)["type"] for x in lines] == ["header", "case", "case", "end"]
     assert json.loads(lines[-1])["interrupted"] is True
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for a non-reaping init does not count)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(x) for x in path.read_text().split()] if path.exists() else []
+
+
+# The harness's CLI with a worker that stalls for the second case: a stuck EP
+# writes nothing, so only the kernel's parent-death signal can stop it.
+STALLING_HARNESS = (
+    "import sys, harness.runner as r; r.WORKER_MODULE = 'tests.support.faulty_worker'; "
+    "from harness.cli import main; sys.argv[0] = 'epbench'; main()"
+)
+
+
+def test_a_killed_harness_leaves_no_worker_and_no_complete_looking_results(tmp_path) -> None:
+    import os
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STALLING_HARNESS, "run", "--case", "relu_d1_w8",
+         "--case", "relu_d10_w8", "--arm", "ort:name=ort_b", "--rounds", "4",
+         "--block-ms", "1", "--max-block-iters", "10", "--warmup-ms", "1", "--gate", "off",
+         "--quiet", "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "EPBENCH_TEST_FAULT": "stall:relu_d10_w8"},
+    )
+    deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
+    workers: list[int] = []
+    while time.monotonic() < deadline:
+        workers = _children(proc.pid)
+        if (out / "results.json").exists() and workers:
+            break  # case 1 is on disk and case 2's worker has started
+        time.sleep(0.05)
+    assert workers, "the second case's worker never started"
+    proc.kill()  # SIGKILL: the harness gets no chance to clean up
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.05)
+    assert not any(_alive(w) for w in workers), "a worker outlived the harness"
+    from harness.results import load_results
+
+    for source in (out, out / "results.jsonl"):
+        doc = load_results(source)
+        assert doc["interrupted"] is True  # never passes for a finished run
+        assert doc["cases"]["relu_d1_w8"]["status"] == "ok"

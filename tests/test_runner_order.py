@@ -53,3 +53,13 @@ def test_rounds_round_up_to_whole_williams_designs() -> None:
 
 def test_fixed_order_repeats_the_given_order() -> None:
     assert fixed_order(["a", "b"], 3) == [["a", "b"]] * 3
+
+
+def test_arms_are_relabelled_and_rows_shuffled_per_design() -> None:
+    keys = ["a", "b", "c", "d"]
+    firsts = {tuple(counterbalanced_order(keys, 4, random.Random(s))[0]) for s in range(40)}
+    # Relabelling alone gives every arm the first slot; row shuffles vary the rest.
+    assert {f[0] for f in firsts} == set(keys)
+    square = [counterbalanced_order(keys, 4, random.Random(s)) for s in range(40)]
+    # 40 seeds: relabelling alone or row shuffles alone give at most 4! = 24 squares.
+    assert len({tuple(map(tuple, sq)) for sq in square}) > 30

@@ -54,3 +54,29 @@ def test_gc_state_restored_when_the_call_raises() -> None:
 )
 def test_block_iterations(ns_per_run, target_ms, cap, expected) -> None:
     assert block_iterations(ns_per_run, target_ms, cap) == expected
+
+
+def test_gc_left_off_when_it_was_off() -> None:
+    gc.disable()
+    try:
+        time_block(lambda: None, 2)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_pinned_to_the_quietest_core_only_when_single_threaded(monkeypatch) -> None:
+    import harness.gate
+    from harness import worker
+
+    pinned = []
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(worker.os, "sched_setaffinity", lambda pid, cores: pinned.append(cores))
+    monkeypatch.setattr(harness.gate, "quietest_core", lambda allowed: 2)
+    events = []
+    assert worker.pin_to_quietest(1, events.append) == ([0, 1, 2], 2)
+    assert pinned == [{2}]
+    assert events == [{"event": "pinned", "core": 2, "cores": [0, 1, 2]}]
+    # ORT's pool threads inherit the affinity: several threads keep every core.
+    assert worker.pin_to_quietest(2, events.append) == ([0, 1, 2], None)
+    assert pinned == [{2}]

@@ -3,6 +3,9 @@
 EPBENCH_TEST_FAULT selects it:
   crash:CASE:ROUNDS:SIGNAL -- the worker for CASE dies by SIGNAL right after
                               reporting ROUNDS rounds, as a segfaulting EP kills it;
+  exit:CASE:ROUNDS:CODE    -- ... exits with status CODE instead (no signal);
+  hang:CASE:ROUNDS         -- ... hangs, as an EP stuck in a loop would;
+  stall:CASE               -- the worker for CASE hangs before reporting anything;
   wrong:ARM:DELTA          -- ARM's session returns outputs off by DELTA, as an
                               EP that computes something else would;
   busy:FIXTURE             -- the idle gate reads /proc/stat snapshots from
@@ -15,15 +18,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from harness import gate, sessions, worker
 
 
-def _crash_after(case: str, rounds: int, signame: str) -> None:
+def _after_rounds(case: str, rounds: int, action) -> None:
+    """Make the worker for ``case`` call ``action()`` right after reporting ``rounds`` rounds."""
     original = worker.Worker.rounds
 
-    def rounds_then_crash(self, arms, core):
+    def rounds_then_act(self, arms, core):
         if self.request.get("case", {}).get("name") != case:
             return original(self, arms, core)
         emit = self.emit
@@ -35,12 +40,12 @@ def _crash_after(case: str, rounds: int, signame: str) -> None:
             if event.get("event") == "round":
                 seen += 1
                 if seen == rounds:
-                    os.kill(os.getpid(), getattr(signal, signame))
+                    action()
 
         self.emit = counting_emit
         return original(self, arms, core)
 
-    worker.Worker.rounds = rounds_then_crash
+    worker.Worker.rounds = rounds_then_act
 
 
 def _wrong_outputs(arm_key: str, delta: float) -> None:
@@ -76,11 +81,31 @@ def _busy(fixture: str) -> None:
     gate.IdleGate.__init__ = init
 
 
+def _stall(case: str) -> None:
+    original = worker.Worker.run
+
+    def run(self):
+        if self.request.get("case", {}).get("name") == case:
+            time.sleep(3600)  # before reporting anything: the pipe never breaks
+        return original(self)
+
+    worker.Worker.run = run
+
+
 def main() -> int:
     kind, rest = os.environ["EPBENCH_TEST_FAULT"].split(":", 1)
     if kind == "crash":
         case, rounds, signame = rest.rsplit(":", 2)
-        _crash_after(case, int(rounds), signame)
+        _after_rounds(case, int(rounds),
+                      lambda: os.kill(os.getpid(), getattr(signal, signame)))
+    elif kind == "exit":
+        case, rounds, code = rest.rsplit(":", 2)
+        _after_rounds(case, int(rounds), lambda: os._exit(int(code)))
+    elif kind == "hang":
+        case, rounds = rest.rsplit(":", 1)
+        _after_rounds(case, int(rounds), lambda: time.sleep(3600))
+    elif kind == "stall":
+        _stall(rest)
     elif kind == "wrong":
         arm_key, delta = rest.rsplit(":", 1)  # an arm key may contain ':'
         _wrong_outputs(arm_key, float(delta))
