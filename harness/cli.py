@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "reports.commands:calibrate",
     "export": "reports.commands:export",
     "comment": "reports.github_command:comment",
+    "compare-commits": "harness.commands:compare_commits",
 }
 
 

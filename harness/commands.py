@@ -12,6 +12,7 @@ from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from harness.gate import POLICIES
 from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
 from harness.runner import defaults as run_defaults
+from reports.commands import verdict_options
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -224,3 +225,78 @@ def summary(results: str, fmt: str) -> None:
         click.echo(render_run_report(doc))
     else:
         click.echo(render_summary_table(data))
+
+
+@click.command("compare-commits")
+@click.argument("base_rev", metavar="BASE")
+@click.argument("head_rev", metavar="HEAD")
+@click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="The git repository holding both commits.")
+@click.option("--build", "build_command", metavar="COMMAND", default=None,
+              help="Shell command run in each commit's worktree; its last line on stdout is "
+                   "the built library's path [default: the bundled engine's "
+                   "`python -m engine.build --out DIR`].")
+@grid_option
+@case_option
+@rounds_option(_RUN["rounds"])
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=120.0,
+              show_default=True,
+              help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
+@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
+              default=_RUN["gate_policy"], show_default=True, help="Idle-gate policy.")
+@out_option
+@click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@verdict_options
+def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
+                    grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
+                    budget_s: float, gate_policy: str, out: str, overwrite: bool, quiet: bool,
+                    profile_path: str | None, floor: float, k: float, alert: float | None,
+                    confidence: float, fdr: float, resamples: int, seed: int,
+                    fail_on: str) -> None:
+    """Compare two commits of an EP in one interleaved run, with ORT as the control.
+
+    \b
+    Examples:
+      epbench compare-commits HEAD~1 HEAD
+      epbench compare-commits main my-branch --grid default --budget 300
+      epbench compare-commits v1 v2 --repo ../my-ep \\
+          --build 'cargo build --release >&2 && echo target/release/libmy_ep.so'
+
+    Each commit is checked out in a temporary git worktree (your working tree
+    and index are never touched) and built; libraries are cached by commit sha.
+    Both run as arms `base` and `head` of one process. Writes OUT/results.json,
+    OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
+    """
+    from cases.catalog import select_cases
+    from harness.compare_commits import compare_commits as run_comparison
+    from harness.runner import RunConfig
+    from reports import render
+    from reports.commands import settings_from
+
+    if not grids and not case_names:
+        grids = ("quick",)
+    config = RunConfig(cases=tuple(select_cases(grids, case_names)), arms=(), rounds=rounds,
+                       gate_policy=gate_policy, out_dir=Path(out), overwrite=overwrite,
+                       progress=not quiet, grids=tuple(grids))
+    settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
+                             resamples=resamples, seed=seed)
+    try:
+        result = run_comparison(
+            repo=repo, base_rev=base_rev, head_rev=head_rev, build=build_command,
+            config=config, settings=settings, profile_path=profile_path, budget_s=budget_s,
+            on_status=lambda line: click.echo(line, err=True),
+        )
+    except KeyboardInterrupt:
+        click.echo("interrupted; worktrees were removed", err=True)
+        click.get_current_context().exit(EXIT_INTERRUPTED)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(render.render_terminal(result.comparison), nl=False)
+    click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
+    from reports.compare import exit_code_for
+
+    code = exit_code_for(result.comparison, fail_on)
+    if result.doc["interrupted"]:
+        code = EXIT_INTERRUPTED
+    click.get_current_context().exit(code)

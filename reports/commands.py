@@ -7,7 +7,9 @@ library and shown by click as one line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -15,6 +17,53 @@ from harness.options import case_option, grid_option, rounds_option
 from reports import defaults
 
 FORMATS = ("text", "markdown", "json")
+
+
+def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """How verdicts are judged: shared by `compare` and `compare-commits`.
+
+    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
+    `settings_from` turns them into reports.compare.Settings.
+    """
+    options = [
+        click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
+                     help="Noise profile to judge with [default: this host's, from "
+                          "`epbench calibrate`]."),
+        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
+                     show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
+        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
+                     show_default=True,
+                     help="Threshold t = max(floor, k x calibrated A/A noise)."),
+        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Change that makes an alert (🔴), as a fraction [default: 2t per "
+                          "case]."),
+        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.CONFIDENCE, show_default=True,
+                     help="Confidence of the intervals."),
+        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.FDR, show_default=True,
+                     help="Benjamini-Hochberg false-discovery rate across the grid."),
+        click.option("--resamples", type=click.IntRange(min=2000), default=defaults.RESAMPLES,
+                     show_default=True, help="Bootstrap resamples over rounds."),
+        click.option("--seed", type=int, default=defaults.SEED, show_default=True,
+                     help="Seed of the resampling."),
+        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
+                     default=defaults.FAIL_ON, show_default=True,
+                     help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
+                          "or never."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
+                  resamples: int, seed: int, force: bool = False) -> Any:
+    """reports.compare.Settings from the verdict options."""
+    from reports import compare as cmp
+
+    return cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
+                        resamples=resamples, seed=seed, force=force)
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -40,31 +89,12 @@ def _emit(text: str, output: str | None) -> None:
 @click.option("--pr", "pr_arm", metavar="ARM", help="Arm key of the PR side.")
 @click.option("--arm", "arm", metavar="ARM",
               help="Two files: the arm key to compare in both (same as --base ARM --pr ARM).")
-@click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
-              help="Noise profile to judge with [default: this host's, from `epbench calibrate`].")
-@click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR, show_default=True,
-              help="Smallest threshold, as a fraction (0.01 = 1 %).")
-@click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
-              show_default=True, help="Threshold t = max(floor, k x calibrated A/A noise).")
-@click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Change that makes an alert (🔴), as a fraction [default: 2t per case].")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              default=defaults.CONFIDENCE, show_default=True, help="Confidence of the intervals.")
-@click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              default=defaults.FDR, show_default=True,
-              help="Benjamini-Hochberg false-discovery rate across the grid.")
-@click.option("--resamples", type=click.IntRange(min=2000), default=defaults.RESAMPLES,
-              show_default=True, help="Bootstrap resamples over rounds.")
-@click.option("--seed", type=int, default=defaults.SEED, show_default=True,
-              help="Seed of the resampling.")
+@verdict_options
 @click.option("--force", is_flag=True,
               help="Compare results (or a profile) from different hosts anyway, with a warning.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
-@click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
-              default=defaults.FAIL_ON, show_default=True,
-              help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), or never.")
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
             resamples, seed, force, fmt, output, fail_on) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
@@ -87,8 +117,8 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
         raise EpbenchError("compare takes one results file (with --base/--pr) or two (BASE PR)")
     if arm and (base_arm or pr_arm):
         raise EpbenchError("give either --arm or --base/--pr, not both")
-    settings = cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
-                            resamples=resamples, seed=seed, force=force)
+    settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
+                             resamples=resamples, seed=seed, force=force)
     if len(results) == 1:
         if not (base_arm and pr_arm):
             raise EpbenchError(

@@ -1,0 +1,137 @@
+"""Compare two commits of a plugin EP in one interleaved run.
+
+Both commits' libraries are built (harness.commits) and run as two arms of one
+process, `base` and `head`, beside ORT's CPU EP as the in-run control, so the
+machine's drift hits both sides alike. Cases that come out inconclusive are run
+again, their new rounds added to the old, while the re-run budget lasts.
+
+Writes into the output directory: results.json (the merged run: all `compare`
+needs), results.jsonl (the first pass, streamed), report.md (the comparison)
+and comment.md (the same markdown, the body `epbench comment` posts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.arms import parse_arm
+from harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
+from harness.commits import uncommitted_changes as has_uncommitted_changes
+from harness.results import atomic_write_text, write_results
+from harness.runner import RunConfig, run
+
+BASE_ARM = "base"
+HEAD_ARM = "head"
+# Rounds a re-run adds to each inconclusive case, as a multiple of the first pass.
+RERUN_ROUNDS_FACTOR = 1
+
+
+@dataclass(frozen=True)
+class CommitsResult:
+    """What a two-commit comparison produced, for the command to print and exit on."""
+
+    base: BuiltSide
+    head: BuiltSide
+    doc: dict[str, Any]
+    comparison: dict[str, Any]
+    reruns: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+
+def side_arm(side: BuiltSide, default_build: bool) -> str:
+    """The arm spec of one side: the engine built from that commit, or any plugin EP."""
+    kind = "engine@" if default_build else "plugin:"
+    return f"{kind}{side.library}:name={side.label}"
+
+
+def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
+    """Append the rounds of re-run cases (``extra``) to ``doc``; return rounds added per case.
+
+    Rounds are the unit of replication, each with its own in-run control, so
+    rounds from a later worker are as valid as the first pass's. A re-run that
+    did not finish adds nothing and leaves its error on record.
+    """
+    added = {}
+    for name, case in extra["cases"].items():
+        target = doc["cases"][name]
+        if case["status"] != "ok":
+            target.setdefault("rerun_errors", []).append(case["error"])
+            continue
+        start = len(target["rounds"])
+        for offset, rnd in enumerate(case["rounds"]):
+            target["rounds"].append({**rnd, "index": start + offset})
+        target["reruns"] = target.get("reruns", 0) + 1
+        added[name] = len(case["rounds"])
+    return added
+
+
+def compare_commits(
+    *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
+    config: RunConfig, settings: Any, profile_path: str | None, budget_s: float,
+    on_status: Callable[[str], None] = lambda _: None,
+) -> CommitsResult:
+    """Build both commits, run them interleaved, compare, re-run ❔ cases within budget.
+
+    ``config`` holds the cases, rounds, gate and output directory; its arms are
+    replaced by the two sides (the ORT control is added by the runner).
+    """
+    from reports import compare as cmp
+    from reports import render
+
+    root = repo_root(repo)
+    notes = []
+    if has_uncommitted_changes(root):
+        notes.append(f"{root} has uncommitted changes: they are not measured "
+                     "(compare-commits builds the commits themselves)")
+    shas = {label: resolve_revision(root, rev)
+            for label, rev in ((BASE_ARM, base_rev), (HEAD_ARM, head_rev))}
+    sides = {}
+    for label, rev in ((BASE_ARM, base_rev), (HEAD_ARM, head_rev)):
+        on_status(f"building {label} ({rev}, {shas[label][:10]})")
+        sides[label] = build_commit(root, label, rev, shas[label], build)
+    arms = tuple(parse_arm(side_arm(sides[label], build is None)) for label in sides)
+    doc = run(replace(config, arms=arms))
+    profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), profile_path)
+
+    def judge() -> dict[str, Any]:
+        comparison = cmp.compare(
+            cmp.Side("base", doc, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
+            cmp.Side("pr", doc, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
+            settings=settings, profile=profile,
+        )
+        comparison["reruns"] = {
+            name: {"reruns": case.get("reruns", 0), "rounds": len(case["rounds"])}
+            for name, case in doc["cases"].items() if case.get("reruns")
+        }
+        return comparison
+
+    comparison = judge()
+    reruns: dict[str, int] = {}
+    started = time.monotonic()
+    attempt = 0
+    while not doc["interrupted"]:
+        pending = cmp.ambiguous_cases(comparison)
+        if not pending or time.monotonic() - started >= budget_s:
+            break
+        attempt += 1
+        on_status(f"re-running {len(pending)} inconclusive case(s): {', '.join(pending)}")
+        extra = run(replace(
+            config, arms=arms, out_dir=None, cases=tuple(
+                c for c in config.cases if c.name in pending),
+            rounds=config.rounds * RERUN_ROUNDS_FACTOR, seed=config.seed + attempt,
+        ))
+        for name, count in merge_rounds(doc, extra).items():
+            reruns[name] = reruns.get(name, 0) + count
+        doc["interrupted"] = bool(extra["interrupted"])
+        comparison = judge()
+    if config.out_dir is not None:
+        out = Path(config.out_dir)
+        write_results(out / "results.json", doc)
+        atomic_write_text(out / "report.md", render.render_markdown(comparison))
+        atomic_write_text(out / "comment.md", render.render_markdown(comparison))
+    return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
+

@@ -1,0 +1,153 @@
+"""`epbench compare-commits` end to end: two commits of the engine in a temporary repo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.compare_commits import merge_rounds
+from harness.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+
+ROOT = Path(__file__).parent.parent
+# The slowdown the second commit adds to every Run, and the extra ORT calls.
+SLOWER_RUN = ("ebe_busy_wait_ns(ep->options.inject_delay_ns_per_run);",
+              "ebe_busy_wait_ns(ep->options.inject_delay_ns_per_run + 20000);")
+MORE_CALLS = ("i < ep->options.inject_api_calls_per_run;",
+              "i < ep->options.inject_api_calls_per_run + 3;")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def engine_repo(tmp_path, monkeypatch) -> Path:
+    """A repository whose HEAD~1 is this engine and HEAD the same engine made slower."""
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "engine", repo / "engine",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build"))
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.invalid")
+    git(repo, "config", "user.name", "t")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "engine as it is")
+    ep_c = repo / "engine" / "src" / "ep.c"
+    source = ep_c.read_text()
+    for old, new in (SLOWER_RUN, MORE_CALLS):
+        assert source.count(old) == 1, f"the engine changed: update this test's edit {old!r}"
+        source = source.replace(old, new)
+    ep_c.write_text(source)
+    git(repo, "commit", "-qam", "slower: 20 us more and 3 more ORT calls per Run")
+    return repo
+
+
+ARGS = ["--case", "relu_d10_w8", "--rounds", "6", "--budget", "0", "--gate", "off", "--quiet"]
+
+
+@pytest.mark.slow
+def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
+    out = tmp_path / "out"
+    status_before = git(engine_repo, "status", "--porcelain")
+    result = CliRunner().invoke(cli, ["compare-commits", "HEAD~1", "HEAD", "--repo",
+                                      str(engine_repo), *ARGS, "--out", str(out)])
+    assert result.exit_code == EXIT_REGRESSION, result.output
+    comparison_md = (out / "comment.md").read_text()
+    assert comparison_md.startswith("<!-- epbench:sticky-comment -->")
+    doc = json.loads((out / "results.json").read_text())
+    assert sorted(doc["arms"]) == ["base", "head", "ort"]
+    head = doc["cases"]["relu_d10_w8"]["arms"]["head"]["counters_per_run"]
+    base = doc["cases"]["relu_d10_w8"]["arms"]["base"]["counters_per_run"]
+    assert head["ort_api_calls"] - base["ort_api_calls"] == 3
+    assert "ort_api_calls/Run" in comparison_md
+    row = next(line for line in comparison_md.splitlines() if "`relu_d10_w8`" in line)
+    assert row.startswith(("| 🔴 |", "| ⚠️ |"))
+    # Nothing of the user's repository was touched, and no worktree is left.
+    assert git(engine_repo, "status", "--porcelain") == status_before
+    assert len(git(engine_repo, "worktree", "list").splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_build_that_fails_names_the_side(engine_repo, tmp_path) -> None:
+    result = CliRunner().invoke(cli, [
+        "compare-commits", "HEAD~1", "HEAD", "--repo", str(engine_repo), *ARGS,
+        "--build", "echo 'error: ep.c:1: boom' >&2; exit 2", "--out", str(tmp_path / "o")])
+    assert result.exit_code == EXIT_USER_ERROR
+    assert "Error: base (" in result.output and "boom" in result.output
+    assert len(git(engine_repo, "worktree", "list").splitlines()) == 1
+
+
+def test_an_unknown_revision_is_one_clear_line(engine_repo, tmp_path) -> None:
+    result = CliRunner().invoke(cli, ["compare-commits", "nope", "HEAD", "--repo",
+                                      str(engine_repo), *ARGS, "--out", str(tmp_path / "o")])
+    assert result.exit_code == EXIT_USER_ERROR
+    assert "unknown revision 'nope'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_reruns_append_rounds_with_fresh_indices() -> None:
+    doc = {"cases": {"a": {"rounds": [{"index": 0}, {"index": 1}]}, "b": {"rounds": []}}}
+    extra = {"cases": {"a": {"status": "ok", "rounds": [{"index": 0}, {"index": 1}]},
+                       "b": {"status": "crashed", "error": "boom", "rounds": [{"index": 0}]}}}
+    assert merge_rounds(doc, extra) == {"a": 2}
+    assert [r["index"] for r in doc["cases"]["a"]["rounds"]] == [0, 1, 2, 3]
+    assert doc["cases"]["a"]["reruns"] == 1
+    assert doc["cases"]["b"]["rounds"] == [] and doc["cases"]["b"]["rerun_errors"] == ["boom"]
+
+
+def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -> None:
+    """The re-run loop against a fake runner: ❔ cases get more rounds, others do not."""
+    from cases.grids import case_by_name
+    from harness import compare_commits as cc
+    from harness.commits import BuiltSide
+    from harness.runner import RunConfig
+    from reports.compare import Settings
+    from reports.synthetic import NoiseModel, results_doc
+
+    calls = []
+    noisy = NoiseModel(arm_sigma=0.08, machine_sigma=0.0, spike_prob=0.0)
+    quiet = NoiseModel(arm_sigma=0.001, machine_sigma=0.0, spike_prob=0.0)
+
+    def fake_run(config):
+        calls.append([c.name for c in config.cases])
+        model = noisy if len(calls) == 1 else quiet
+        truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
+        return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
+                           seed=len(calls), noise=model)
+
+    def fake_build(repo, label, revision, sha, build=None):
+        return BuiltSide(label, revision, sha, f"/lib/{label}.so", cached=True)
+
+    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "build_commit", fake_build)
+    monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 8)
+    monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
+    monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
+    names = ("relu_d1_w8", "relu_d10_w8")
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6,
+                       progress=False)
+    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                config=config, settings=Settings(), profile_path=None,
+                                budget_s=3600)
+    first_pass = calls[0]
+    assert first_pass == list(names)
+    rerun = calls[1]
+    assert rerun and set(rerun) <= set(names)  # only the inconclusive ones, once settled
+    assert len(calls) == 2
+    assert result.reruns == dict.fromkeys(rerun, 6)
+    for name in rerun:
+        assert len(result.doc["cases"][name]["rounds"]) == 12
+        assert result.comparison["reruns"][name] == {"reruns": 1, "rounds": 12}
+    assert not any(r["verdict"] == "inconclusive" for r in result.comparison["cases"])
+
+    calls.clear()
+    cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
+                       settings=Settings(), profile_path=None, budget_s=0)
+    assert calls == [list(names)]  # no budget: no re-run
