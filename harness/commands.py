@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from harness.compare_commits import DEFAULT_BUDGET_S
 from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from harness.gate import POLICIES
 from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
@@ -239,7 +240,7 @@ def summary(results: str, fmt: str) -> None:
 @grid_option
 @case_option
 @rounds_option(_RUN["rounds"])
-@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=120.0,
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
               show_default=True,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
 @click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),

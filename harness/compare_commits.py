@@ -26,6 +26,8 @@ from harness.runner import RunConfig, run
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
+# Seconds spent re-running inconclusive cases unless --budget says otherwise.
+DEFAULT_BUDGET_S = 120.0
 # Rounds a re-run adds to each inconclusive case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
 

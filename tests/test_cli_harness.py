@@ -269,3 +269,19 @@ def test_arm_mistakes_found_before_any_case(tmp_path, arms, needle) -> None:
 def test_gate_threshold_zero_is_a_usage_error() -> None:
     assert invoke("run", "--gate-threshold", "0").exit_code == EXIT_USAGE
     assert invoke("gate", "--threshold", "0").exit_code == EXIT_USAGE
+
+
+def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
+    from reports import defaults
+
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    documented = defaults.documented()
+    for option in ("--confidence", "--floor", "--k", "--fdr", "--repeats"):
+        assert f"`{option}` {documented[option]}" in readme, option
+    assert f"{defaults.RESAMPLES} resamples" in readme
+    assert f"(default `{defaults.FAIL_ON}`)" in readme
+    assert f"noise is taken as {documented['no-profile noise']}" in readme
+    assert f"at least {documented['alert']}" in readme
+    from harness.compare_commits import DEFAULT_BUDGET_S
+
+    assert f"`--budget` seconds last (default {DEFAULT_BUDGET_S:g})" in readme
