@@ -140,19 +140,29 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
     inputs = [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [lead, width0])]
     feeds = {"x0": rng.uniform(-2, 2, (rows, width0)).astype(np.float32)}
     values: list[tuple[str, int]] = [("x0", width0)]  # (name, width) of [lead, width] values
+    values_width = {"x0": width0}
+    first_input: dict[str, str] = {}  # value -> first input of the node that produced it
     consumed: set[str] = set()
     nodes = []
     n_supported = 0
     for i in range(draw(st.integers(1, 12))):
         op = draw(st.sampled_from(ops))
         out = f"v{i}"
-        a_name, a_width = draw(st.sampled_from(values))
+        # Mostly recent values: deep chains with short skip connections, the shape that
+        # makes a cycle when a fused group wrongly spans an unsupported node.
+        a_name, a_width = draw(st.sampled_from(values[-3:] if draw(st.booleans()) else values))
         args = [a_name]
         out_width = a_width
         if op in ("Add", "Mul"):
-            kind = draw(st.sampled_from(["same", "row", "scalar", "rank0"]))
-            same = [v for v in values if v[1] == a_width]
-            if kind == "same":
+            kind = draw(st.sampled_from(["same", "skip", "row", "scalar", "rank0"]))
+            same = [v for v in values if v[1] == a_width][-3:]
+            last, last_width = values[-1]
+            if kind == "skip" and values_width.get(first_input.get(last, "")) == last_width:
+                # Join the last value with its producer's input: y = op(f(v), v), the
+                # pattern that cycles if f is unsupported and both ends get fused.
+                a_name, out_width = last, last_width
+                args = [last, first_input[last]]
+            elif kind in ("same", "skip"):
                 args.append(draw(st.sampled_from(same))[0])
             else:
                 extra = f"i{i}"
@@ -162,6 +172,20 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
                 args.append(extra)
             if draw(st.booleans()):
                 args.reverse()
+        elif op == "Detour":
+            # a -> Tanh -> u, and op(a or Relu(a), u): two supported ends joined both
+            # directly and through an unsupported node; fusing both ends makes a cycle.
+            detour = f"u{i}"
+            nodes.append(helper.make_node("Tanh", [a_name], [detour], name=f"n{i}_Tanh"))
+            consumed.add(a_name)
+            near = a_name
+            if draw(st.booleans()):
+                near = f"s{i}"
+                nodes.append(helper.make_node("Relu", [a_name], [near], name=f"n{i}_Relu"))
+                n_supported += 1
+                consumed.add(a_name)
+            op = draw(st.sampled_from(["Add", "Mul"]))
+            args = [near, detour] if draw(st.booleans()) else [detour, near]
         elif op == "MatMul":
             out_width = draw(st.sampled_from([1, 5, 8]))
             extra = f"w{i}"
@@ -173,6 +197,8 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
         nodes.append(helper.make_node(op, args, [out], name=f"n{i}_{op}"))
         n_supported += op in SUPPORTED
         values.append((out, out_width))
+        values_width[out] = out_width
+        first_input[out] = args[0]
     produced = [name for name, _ in values[1:]]
     outputs = [name for name in produced if name not in consumed]
     # Sometimes also expose an intermediate that other nodes read.
@@ -213,7 +239,7 @@ def test_random_dag_matches_ort_with_the_optimizer_on(case) -> None:
 
 
 @_DAG_SETTINGS
-@given(case=dags(ops=(*SUPPORTED, "Tanh", "Tanh")))
+@given(case=dags(ops=(*SUPPORTED, "Tanh", "Detour", "Detour")))
 def test_random_dag_with_unsupported_ops_partitions_without_cycles(case) -> None:
     model, feeds, n_nodes, n_supported = case
     session, got, want = _run_both(model, feeds, opt_level="disabled", allow_fallback=True)
