@@ -49,7 +49,3 @@ OrtStatus *ebe_error(const OrtApi *api, ebe_counters *counters, OrtErrorCode cod
   va_end(args);
   return EBE_CALL(counters, api, CreateStatus, code, message);
 }
-
-void ebe_status_release(const OrtApi *api, ebe_counters *counters, OrtStatus *status) {
-  if (status != NULL) EBE_CALL(counters, api, ReleaseStatus, status);
-}

@@ -55,9 +55,6 @@
 OrtStatus *ebe_error(const OrtApi *api, ebe_counters *counters, OrtErrorCode code,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Release a status the engine decided to ignore (counted like any call). */
-void ebe_status_release(const OrtApi *api, ebe_counters *counters, OrtStatus *status);
-
 /* Counted heap. NULL counters counts in the total only. ebe_free(NULL) is a no-op. */
 void *ebe_malloc(ebe_counters *counters, size_t size);
 void *ebe_calloc(ebe_counters *counters, size_t count, size_t size);
