@@ -55,8 +55,7 @@ def build_info(library: str | None = None) -> dict:
     return info
 
 
-def probe(ep_name: str | None = None) -> dict[str, int] | None:
-    """Counters of this package's engine build (see engine.probe.read_counters)."""
-    from engine.probe import read_counters
+# `engine.probe()` (counters of this build) and `engine.probe.read_counters(path, ep)`.
+from engine import probe  # noqa: E402
 
-    return read_counters(library_path(), ep_name)
+__all__ = ["EP_OPTIONS", "LIBRARY_NAME", "build_info", "library_path", "probe"]

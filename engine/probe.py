@@ -8,6 +8,8 @@ registered under two names is one handle: the per-name view tells the arms apart
 from __future__ import annotations
 
 import ctypes
+import sys
+import types
 
 # The most counters any build exports; a snapshot reports the true count.
 _MAX_COUNTERS = 64
@@ -67,3 +69,16 @@ def reset_counters(library_path: str) -> None:
     handle = _load(library_path)
     if handle is not None:
         handle.epbench_probe_reset()
+
+
+class _CallableModule(types.ModuleType):
+    """Lets `engine.probe()` read the bundled build's counters while `engine.probe` stays
+    the module the harness imports read_counters from."""
+
+    def __call__(self, ep_name: str | None = None) -> dict[str, int] | None:
+        from engine import library_path
+
+        return read_counters(library_path(), ep_name)
+
+
+sys.modules[__name__].__class__ = _CallableModule

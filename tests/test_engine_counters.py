@@ -197,3 +197,16 @@ def test_bad_options_fail_session_creation_with_the_option_named(options, messag
     spec, built = _case("relu_d1_w8")
     with pytest.raises(Exception, match=message):
         engine_session(built.model_bytes, library_path(), "ebe_badopt", options)
+
+
+def test_engine_probe_is_the_same_view_as_read_counters() -> None:
+    import engine
+
+    spec, built = _case("relu_d1_w8")
+    session = engine_session(built.model_bytes, library_path(), "ebe_probe_view")
+    session.run(None, built.inputs)
+    reset_counters(library_path())
+    session.run(None, built.inputs)
+    assert engine.probe("ebe_probe_view") == read_counters(library_path(), "ebe_probe_view")
+    assert engine.probe("ebe_probe_view")["ort_api_calls"] == 5
+    assert engine.probe() == read_counters(library_path())
