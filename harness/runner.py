@@ -270,7 +270,8 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
 
 def _empty_case(spec: CaseSpec) -> dict[str, Any]:
     return {"spec": spec.to_dict(), "definition_sha256": None, "status": "ok", "error": None,
-            "error_kind": None, "signal": None, "core": None, "arms": {}, "rounds": []}
+            "error_kind": None, "signal": None, "core": None, "floor": None, "arms": {},
+            "rounds": []}
 
 
 def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
@@ -284,6 +285,8 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         kind = event.get("event")
         if kind == "pinned":
             result["core"] = event["core"]
+        elif kind == "floor":
+            result["floor"] = event["floor"]
         elif kind in ("verified", "calibrated"):
             result["arms"] = event["arms"]
         elif kind == "round":
@@ -420,6 +423,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         "host": host, "config": _config_record(config, rounds),
         "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
         "cases": {}, "interrupted": True,  # until the last case is in
+        "floor": None,  # the harness's own cost, from the first case that measured it
     }
     worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
                      "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
@@ -447,6 +451,8 @@ def run(config: RunConfig) -> dict[str, Any]:
                 result, stopped = stop.partial, True
             progress.skip(rounds - len(result["rounds"]))
             doc["cases"][spec.name] = result
+            if doc["floor"] is None:
+                doc["floor"] = result.get("floor")
             if jsonl is not None:
                 jsonl.write({"type": "case", "name": spec.name, "result": result})
             if stopped:

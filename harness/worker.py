@@ -234,6 +234,10 @@ class Worker:
             self.emit({"event": "done"})
             return
         self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
+        from harness.floor import measure_floor
+
+        # The harness's own cost per timed call, on this core, recorded with the case.
+        self.emit({"event": "floor", "floor": measure_floor(threads=self.config["threads"])})
         spec = CaseSpec.from_dict(self.request["case"])
         built = spec.build()
         arms = self.setup_arms()
