@@ -248,3 +248,25 @@ def test_random_dag_with_unsupported_ops_partitions_without_cycles(case) -> None
     assert assigned[CPU_EP] == n_nodes - n_supported
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+def test_constant_initializers_arrive_as_fused_inputs() -> None:
+    """Weights stored in the model (MatMul weight, Add bias) are ordinary fused inputs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "W")
+    bias = numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), "B")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+         helper.make_node("Add", ["m", "B"], ["a"], name="add"),
+         helper.make_node("Relu", ["a"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        initializer=[weight, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    feeds = {"x": rng.standard_normal((3, 16)).astype(np.float32)}
+    # Optimizer off: ORT would otherwise fold MatMul+Add into a Gemm, which is not claimed.
+    session, got, want = _run_both(model.SerializeToString(), feeds, opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: 3}
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=1e-5)
