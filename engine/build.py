@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -196,8 +197,11 @@ def build(out_dir: Path, sanitize: bool = False) -> Path:
         "sanitize": sanitize,
         "machine": platform.machine(),
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".build-") as tmp:
+    # Work in out_dir/_build (git-ignored, removed by `make clean`): same filesystem as the
+    # target, so the final rename is atomic.
+    work_root = out_dir / "_build"
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_root) as tmp:
         # The build description is compiled in, so build_info() is true of this very file.
         info_c = Path(tmp) / "build_info.c"
         info_c.write_text(
@@ -220,6 +224,8 @@ def build(out_dir: Path, sanitize: bool = False) -> Path:
             )
         target = out_dir / LIBRARY_NAME
         os.replace(partial, target)
+    with contextlib.suppress(OSError):  # another build may be using it
+        work_root.rmdir()
     return target
 
 
