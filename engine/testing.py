@@ -18,11 +18,14 @@ def register(name: str, library: str) -> list[Any]:
     A name already registered (by an earlier test) is reused: ORT refuses a second
     registration of the same name.
     """
+    import os
+
     import onnxruntime as ort
 
     devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
     if not devices:
-        ort.register_execution_provider_library(name, library)
+        # ORT resolves a relative path against its own folder, not the working directory.
+        ort.register_execution_provider_library(name, os.path.abspath(library))
         devices = [d for d in ort.get_ep_devices() if d.ep_name == name]
     if not devices:
         raise RuntimeError(f"{library} registered as {name!r} but reported no device")

@@ -1,6 +1,9 @@
 /* ebe_kernels.h -- float32 compute kernels. They cannot fail: shapes are checked by the plan.
- * Vectorized by the compiler; on x86-64 each kernel is also cloned for x86-64-v3 (AVX2+FMA)
- * and picked at load time (ifunc), so the library still runs on CPUs without AVX2. */
+ * Vectorized by the compiler; on x86-64 each kernel is also cloned for wider vector ISAs and
+ * the best clone the CPU supports is picked at load time (ifunc), so the library still runs
+ * on any x86-64. Elementwise kernels get an AVX-512 (x86-64-v4) clone; the GEMV/GEMM kernel
+ * stops at AVX2+FMA (x86-64-v3), which measured faster for it (memory-bound, and 512-bit
+ * rows of B split over cache lines). */
 #ifndef EBE_KERNELS_H
 #define EBE_KERNELS_H
 
@@ -8,9 +11,11 @@
 #include <stdint.h>
 
 #if defined(__x86_64__) && !defined(EBE_NO_CLONES)
-#define EBE_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define EBE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define EBE_CLONES_AVX2 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define EBE_CLONES
+#define EBE_CLONES_AVX2
 #endif
 
 /* Unary elementwise over n floats; out may equal in (in-place), no other overlap. */

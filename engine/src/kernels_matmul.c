@@ -12,7 +12,7 @@
 
 enum { EBE_MM_KB = 256, EBE_MM_NB = 512 };
 
-EBE_CLONES static void ebe_mm_block(const float *restrict a, const float *restrict b,
+EBE_CLONES_AVX2 static void ebe_mm_block(const float *restrict a, const float *restrict b,
                                     float *restrict c, size_t k_len, size_t n_len,
                                     size_t ldb) {
   size_t p = 0;
