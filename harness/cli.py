@@ -25,6 +25,8 @@ COMMANDS: dict[str, str] = {
     "export": "reports.commands:export",
     "comment": "reports.github_command:comment",
     "compare-commits": "harness.commands:compare_commits",
+    "validate": "harness.validate_commands:validate",
+    "floor": "harness.validate_commands:floor",
 }
 
 

@@ -70,6 +70,8 @@ class RunConfig:
     silence_timeout_s: float = 300.0
     allow_fallback: bool = False
     fixed_order: bool = False
+    # Instruction counts per Run in an extra pass per case: None, "perf" or "valgrind".
+    instructions: str | None = None
     out_dir: Path | None = None
     overwrite: bool = False
     progress: bool = True
@@ -171,11 +173,13 @@ OnEvent = Callable[[dict[str, Any]], None]
 
 
 def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
-               silence_timeout_s: float | None = None) -> WorkerOutcome:
+               silence_timeout_s: float | None = None,
+               prefix: tuple[str, ...] | list[str] = ()) -> WorkerOutcome:
     """Run one worker process to the end.
 
     A worker that reports nothing for ``silence_timeout_s`` (a hung EP) is killed
-    and reported as such; a KeyboardInterrupt kills it and propagates.
+    and reported as such; a KeyboardInterrupt kills it and propagates. ``prefix``
+    runs the worker under another program (valgrind, for instruction counts).
     """
     import json
     import selectors
@@ -183,7 +187,7 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile(mode="w+b") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, str(write_fd)],
+            [*prefix, sys.executable, "-m", WORKER_MODULE, str(write_fd)],
             stdin=subprocess.PIPE, stdout=err, stderr=err, pass_fds=(write_fd,),
             env=_worker_env(), start_new_session=True,
         )
@@ -327,6 +331,10 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         result["error_kind"] = "crash"
         result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
                            f"before finishing: {tail}")
+    if worker_config.get("instructions") and result["status"] == "ok":
+        from harness.instructions import count_case
+
+        count_case(request, worker_config, result)
     return result
 
 
@@ -347,6 +355,7 @@ def _config_record(config: RunConfig, rounds: int) -> dict[str, Any]:
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
+        "instructions": config.instructions,
         "grids": list(config.grids), "case_names": [c.name for c in config.cases],
     }
 
@@ -408,6 +417,10 @@ def run(config: RunConfig) -> dict[str, Any]:
     """
     from harness.host import fingerprint_key, host_fingerprint
 
+    if config.instructions is not None:
+        from harness.instructions import check_method
+
+        check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))
     libraries = {a.key: resolve_library(a) for a in arms}
     probed = probe_arms(arms, libraries)
@@ -429,6 +442,7 @@ def run(config: RunConfig) -> dict[str, Any]:
                      "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
                      "max_block_iters": config.max_block_iters,
                      "silence_timeout_s": config.silence_timeout_s,
+                     "instructions": config.instructions,
                      "gate": doc["config"]["gate"]}
     jsonl = None
     out = Path(config.out_dir) if config.out_dir is not None else None

@@ -233,6 +233,13 @@ class Worker:
             self.setup_arms()
             self.emit({"event": "done"})
             return
+        if self.request.get("mode") == "instructions":
+            # An extra, untimed pass that counts instructions per Run (harness.instructions).
+            from harness.instructions import count_in_worker
+
+            count_in_worker(self)
+            self.emit({"event": "done"})
+            return
         self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
         from harness.floor import measure_floor
 

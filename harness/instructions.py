@@ -1,0 +1,334 @@
+"""Instruction counts per Run: a deterministic cost beside wall time.
+
+Two ways, both used only in a dedicated pass of the case (a worker in mode
+``instructions``), never inside the timed rounds:
+
+- ``perf``: the hardware counter of retired user-space instructions through
+  perf_event_open(2), enabled only around the counted calls. Often absent in a
+  VM (no virtual PMU): `availability()` says so, with the reason.
+- ``valgrind``: the worker runs under ``valgrind --tool=callgrind`` with
+  instrumentation and collection off; a tiny helper library (compiled once from
+  Debian's ``valgrind/callgrind.h`` client requests, cached) switches them on
+  only around each arm's counted calls and dumps the count per arm. Slow
+  (tens of times), exact, and identical from run to run on the same binary.
+
+Counts land in each arm's ``counters_per_run`` as ``instructions``, so the
+comparator reports any change exactly, like the engine's probe counters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from harness.errors import EpbenchError
+
+METHODS = ("perf", "valgrind")
+# Counted calls per arm (after WARM_CALLS uncounted ones): the count is their mean.
+COUNT_RUNS = 16
+WARM_CALLS = 3
+COUNTER_NAME = "instructions"
+
+_HELPER_SOURCE = r"""
+#include <valgrind/callgrind.h>
+void epbench_cg_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
+void epbench_cg_zero(void) { CALLGRIND_ZERO_STATS; }
+void epbench_cg_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
+void epbench_cg_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+"""
+CALLGRIND_HEADER = Path("/usr/include/valgrind/callgrind.h")
+
+# perf_event_open(2) on x86-64 / aarch64, and the ioctls of linux/perf_event.h.
+_SYS_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+_PERF_TYPE_HARDWARE = 0
+_PERF_COUNT_HW_INSTRUCTIONS = 1
+_PERF_ATTR_SIZE = 112  # PERF_ATTR_SIZE_VER5
+_FLAG_DISABLED, _FLAG_EXCLUDE_KERNEL, _FLAG_EXCLUDE_HV = 1 << 0, 1 << 5, 1 << 6
+_IOC_ENABLE, _IOC_DISABLE, _IOC_RESET = 0x2400, 0x2401, 0x2403
+
+
+class InstructionsError(EpbenchError):
+    """Instruction counts were asked for but this machine cannot give them."""
+
+
+# --------------------------------------------------------------------------- perf
+
+
+class PerfCounter:
+    """Retired user-space instructions of this thread, via perf_event_open(2)."""
+
+    def __init__(self) -> None:
+        import struct
+
+        machine = os.uname().machine
+        if machine not in _SYS_PERF_EVENT_OPEN:
+            raise InstructionsError(f"perf_event_open: unsupported architecture {machine}; "
+                                    "use --instructions valgrind")
+        attr = bytearray(_PERF_ATTR_SIZE)
+        struct.pack_into("IIQ", attr, 0, _PERF_TYPE_HARDWARE, _PERF_ATTR_SIZE,
+                         _PERF_COUNT_HW_INSTRUCTIONS)
+        struct.pack_into("Q", attr, 40, _FLAG_DISABLED | _FLAG_EXCLUDE_KERNEL | _FLAG_EXCLUDE_HV)
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = (ctypes.c_char * _PERF_ATTR_SIZE).from_buffer(attr)
+        fd = libc.syscall(_SYS_PERF_EVENT_OPEN[machine], buf, 0, -1, -1, 0)
+        if fd < 0:
+            errno = ctypes.get_errno()
+            raise InstructionsError(f"perf_event_open: {os.strerror(errno)} ({_perf_hint(errno)})"
+                                    "; use --instructions valgrind")
+        self._libc, self.fd = libc, fd
+
+    def _ioctl(self, request: int) -> None:
+        if self._libc.ioctl(self.fd, request, 0) != 0:
+            raise InstructionsError(f"perf ioctl failed: {os.strerror(ctypes.get_errno())}")
+
+    def start(self) -> None:
+        self._ioctl(_IOC_RESET)
+        self._ioctl(_IOC_ENABLE)
+
+    def stop(self) -> int:
+        self._ioctl(_IOC_DISABLE)
+        return int.from_bytes(os.read(self.fd, 8), "little")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _perf_hint(errno: int) -> str:
+    import errno as e
+
+    return {
+        e.ENOENT: "no hardware instruction counter: typical in a VM without a virtual PMU",
+        e.EOPNOTSUPP: "no hardware instruction counter: typical in a VM without a virtual PMU",
+        e.EACCES: "not permitted: see /proc/sys/kernel/perf_event_paranoid",
+        e.EPERM: "not permitted: see /proc/sys/kernel/perf_event_paranoid",
+        e.ENOSYS: "the kernel has no perf events",
+    }.get(errno, "the kernel refused the counter")
+
+
+def perf_available() -> tuple[bool, str]:
+    """Can this process count its own user-space instructions with perf_event_open?"""
+    try:
+        counter = PerfCounter()
+    except InstructionsError as exc:
+        return False, exc.format_message()
+    try:
+        counter.start()
+        count = counter.stop()
+    finally:
+        counter.close()
+    if count <= 0:
+        return False, "perf_event_open opened the counter but it counted nothing (a VM quirk)"
+    return True, "hardware counter of retired user-space instructions"
+
+
+# --------------------------------------------------------------------------- valgrind
+
+
+def valgrind_available() -> tuple[bool, str]:
+    """Is valgrind, its callgrind client-request header and a C compiler present?"""
+    exe = shutil.which("valgrind")
+    if exe is None:
+        return False, "valgrind is not installed (Debian: apt-get install valgrind)"
+    if not CALLGRIND_HEADER.is_file():
+        return False, f"{CALLGRIND_HEADER} is missing (Debian's valgrind package ships it)"
+    if shutil.which("cc") is None:
+        return False, "no C compiler (cc) to build the callgrind toggle helper"
+    try:
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"valgrind does not start: {exc}"
+    return True, f"{version} (callgrind, collection only around the counted calls)"
+
+
+def availability() -> dict[str, dict[str, Any]]:
+    """Per method: is it available here, and why (not)."""
+    out = {}
+    for method, probe in (("perf", perf_available), ("valgrind", valgrind_available)):
+        ok, detail = probe()
+        out[method] = {"available": ok, "detail": detail}
+    return out
+
+
+def helper_library(cache_dir: Path | None = None) -> Path:
+    """The callgrind toggle helper, compiled once per source and cached."""
+    from harness.paths import cache_dir as default_cache
+
+    digest = hashlib.sha256(_HELPER_SOURCE.encode()).hexdigest()[:12]
+    folder = Path(cache_dir) if cache_dir is not None else default_cache() / "callgrind"
+    target = folder / f"epbench_callgrind_{digest}.so"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    source = folder / f"epbench_callgrind_{digest}.c"
+    source.write_text(_HELPER_SOURCE, encoding="utf-8")
+    partial = folder / f".{target.name}.{os.getpid()}"
+    result = subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(partial), str(source)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise InstructionsError(f"building the callgrind helper failed: {result.stderr.strip()}"
+                                "; check that valgrind's headers are installed")
+    os.replace(partial, target)  # atomic: two workers building at once both end up fine
+    return target
+
+
+def valgrind_prefix(out_dir: Path) -> list[str]:
+    """The command that runs a worker under callgrind, everything off until asked."""
+    # A fixed hash seed: Python's dict probing (and so its instruction count) depends on it.
+    return ["env", "PYTHONHASHSEED=0", "valgrind", "--tool=callgrind", "--instr-atstart=no",
+            "--collect-atstart=no", "--dump-instr=no", "--compress-strings=no", "--compress-pos=no",
+            f"--callgrind-out-file={out_dir}/callgrind.out.%p", "--quiet"]
+
+
+_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
+_DESC = re.compile(r"^desc: Trigger: Client Request: (.+)$", re.MULTILINE)
+
+
+def parse_dump(text: str) -> tuple[str | None, int]:
+    """(label of the dump, instructions) from one callgrind output file."""
+    label = _DESC.search(text)
+    totals = _TOTALS.findall(text)
+    if not totals:
+        raise InstructionsError("a callgrind dump without a totals line; rerun with valgrind "
+                                ">= 3.15")
+    return (label.group(1).strip() if label else None), int(totals[-1])
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def count_in_worker(worker: Any) -> None:
+    """The worker's ``instructions`` mode: set up every arm, count each one's calls, report.
+
+    The request's ``instructions`` field names the method; for valgrind,
+    ``helper`` is the toggle library and ``dump_dir`` where callgrind writes.
+    """
+    from cases.spec import CaseSpec
+
+    request = worker.request
+    spec = CaseSpec.from_dict(request["case"])
+    built = spec.build()
+    arms = worker.setup_arms()
+    worker.build_sessions(arms, built, spec)
+    method = request["instructions"]
+    per_run: dict[str, float] = {}
+    if method == "perf":
+        counter = PerfCounter()
+        try:
+            for state in arms:
+                for _ in range(WARM_CALLS):
+                    state.bound.run()
+                counter.start()
+                for _ in range(COUNT_RUNS):
+                    state.bound.run()
+                per_run[state.arm.key] = counter.stop() / COUNT_RUNS
+        finally:
+            counter.close()
+    else:
+        lib = ctypes.CDLL(request["helper"])
+        lib.epbench_cg_dump.argtypes = [ctypes.c_char_p]
+        lib.epbench_cg_start_instrumentation()
+        dump_dir = Path(request["dump_dir"])
+        for state in arms:
+            for _ in range(WARM_CALLS):
+                state.bound.run()
+            lib.epbench_cg_zero()
+            lib.epbench_cg_toggle_collect()
+            for _ in range(COUNT_RUNS):
+                state.bound.run()
+            lib.epbench_cg_toggle_collect()
+            lib.epbench_cg_dump(state.arm.key.encode())
+        counts = {}
+        for path in sorted(dump_dir.glob(f"callgrind.out.{os.getpid()}.*")):
+            label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))
+            if label is not None:
+                counts[label] = total
+        missing = [s.arm.key for s in arms if s.arm.key not in counts]
+        if missing:
+            raise InstructionsError(f"callgrind wrote no count for arm(s) {missing}: is this "
+                                    "worker running under valgrind --tool=callgrind?")
+        per_run = {key: total / COUNT_RUNS for key, total in counts.items()}
+    worker.emit({"event": "instructions", "method": method, "runs": COUNT_RUNS,
+                 "per_run": per_run})
+
+
+def worker_request(request: dict[str, Any], method: str, dump_dir: Path) -> tuple[
+        dict[str, Any], list[str]]:
+    """The request and command prefix of the instruction-count pass of one case."""
+    if method not in METHODS:
+        raise InstructionsError(f"--instructions must be one of {', '.join(METHODS)}")
+    extra: dict[str, Any] = {"mode": "instructions", "instructions": method}
+    prefix: list[str] = []
+    if method == "valgrind":
+        ok, detail = valgrind_available()
+        if not ok:
+            raise InstructionsError(f"--instructions valgrind: {detail}")
+        extra.update(helper=str(helper_library()), dump_dir=str(dump_dir))
+        prefix = valgrind_prefix(dump_dir)
+    return {**request, **extra}, prefix
+
+
+def check_method(method: str | None) -> None:
+    """Refuse, before anything runs, a method this machine cannot provide."""
+    if method is None:
+        return
+    if method not in METHODS:
+        raise InstructionsError(f"--instructions must be one of {', '.join(METHODS)}")
+    ok, detail = perf_available() if method == "perf" else valgrind_available()
+    if not ok:
+        raise InstructionsError(f"--instructions {method}: {detail}")
+
+
+def add_counts(arms_info: dict[str, Any], per_run: dict[str, float]) -> None:
+    """Put the counts into each arm's counters_per_run (created for arms without a probe)."""
+    for key, value in per_run.items():
+        record = arms_info.get(key)
+        if record is None:
+            continue
+        counters = dict(record.get("counters_per_run") or {})
+        counters[COUNTER_NAME] = value
+        record["counters_per_run"] = counters
+
+
+def count_case(request: dict[str, Any], worker_config: dict[str, Any],
+               result: dict[str, Any]) -> None:
+    """Run the instruction-count pass of one case and add its counts to ``result``.
+
+    A failed pass does not fail the case (its times stand); the reason is kept
+    in ``result["instructions"]["error"]``.
+    """
+    import tempfile
+
+    from harness.runner import run_worker
+
+    method = worker_config["instructions"]
+    record: dict[str, Any] = {"method": method, "runs": COUNT_RUNS, "error": None}
+    result["instructions"] = record
+    with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
+        try:
+            pass_request, prefix = worker_request(request, method, Path(dump_dir))
+        except InstructionsError as exc:
+            record["error"] = exc.format_message()
+            return
+        found: dict[str, Any] = {}
+        errors: list[str] = []
+
+        def collect(event: dict[str, Any]) -> None:
+            if event.get("event") == "instructions":
+                found.update(event["per_run"])
+            elif event.get("event") == "error":
+                errors.append(event["message"])
+
+        outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
+    if found:
+        add_counts(result["arms"], found)
+        return
+    record["error"] = (errors[0] if errors else
+                       f"the {method} pass ended with status {outcome.returncode}: "
+                       f"{outcome.stderr_tail.strip()[-300:]}")

@@ -1,0 +1,104 @@
+"""The measurement floor: its shape, the `floor` and `validate` commands, its place in results."""
+
+from __future__ import annotations
+
+import json
+from itertools import count
+
+import pytest
+from click.testing import CliRunner
+
+from harness import floor as fl
+from harness.cli import cli
+
+FLOOR_KEYS = {"samples", "timer_ns", "noop_call_ns", "ort_trivial_run_ns", "case", "threads",
+              "loop", "loops", "c_loop_note"}
+
+
+def ticking_clock(step: int):
+    """A clock that advances ``step`` ns per read: every timed interval is exactly ``step``."""
+    ticks = count(0, step)
+    return lambda: next(ticks)
+
+
+def test_floor_medians_come_from_the_clock():
+    result = fl.measure_floor(samples=9, clock=ticking_clock(7))
+    assert set(result) == FLOOR_KEYS
+    assert result["timer_ns"] == 7.0
+    assert result["noop_call_ns"] == 7.0
+    assert result["ort_trivial_run_ns"] == 7.0
+    assert result["loops"] == {"python": 7.0, "c": None}
+    assert result["case"] == "relu_d1_w8" and result["samples"] == 9
+
+
+def test_median_of_even_and_odd():
+    assert fl._median([5, 1, 3]) == 3.0
+    assert fl._median([4, 1, 3, 2]) == 2.5
+
+
+def test_floor_command_json_shape():
+    out = CliRunner().invoke(cli, ["floor", "--samples", "50", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert FLOOR_KEYS | {"instructions"} == set(doc)
+    assert set(doc["instructions"]) == {"perf", "valgrind"}
+    for info in doc["instructions"].values():
+        assert set(info) == {"available", "detail"} and info["detail"]
+    assert doc["timer_ns"] > 0 and doc["ort_trivial_run_ns"] > 0
+
+
+def test_floor_command_text_lines():
+    out = CliRunner().invoke(cli, ["floor", "--samples", "50"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "timer", "timed", "ORT", "timing", "medians", "instructions", "instructions"]
+    assert lines[-2].startswith("instructions via perf ")
+    assert lines[-1].startswith("instructions via valgrind ")
+
+
+def test_floor_refuses_no_samples():
+    from harness.errors import EpbenchError
+
+    with pytest.raises(EpbenchError, match="--samples"):
+        fl.measure_floor(samples=0)
+
+
+@pytest.mark.slow
+def test_every_results_file_records_the_floor(tmp_path):
+    from cases.grids import case_by_name
+    from harness.arms import parse_arm
+    from harness.results import load_results
+    from harness.runner import RunConfig, run
+
+    run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
+                  warmup_ms=5.0, gate_policy="off", progress=False, out_dir=tmp_path / "o"))
+    doc = load_results(tmp_path / "o" / "results.json")  # validates against the schema
+    assert set(doc["floor"]) == FLOOR_KEYS
+    assert doc["cases"]["relu_d1_w8"]["floor"] == doc["floor"]
+
+
+def test_validate_command_writes_both_files(tmp_path, monkeypatch):
+    """The thin command: options reach the plan, files are written, the numbers printed."""
+    from harness import validate as val
+    from tests.test_validate import FakeRunner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fake = FakeRunner()
+    plans = []
+    real = val.validate
+
+    def with_fake(plan, **kw):
+        plans.append(plan)
+        return real(plan, run=fake, clock=fake.clock, **kw)
+
+    monkeypatch.setattr(val, "validate", with_fake)
+    out = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--budget", "100",
+                                   "--rounds", "10", "--out", str(tmp_path / "v"), "-q"])
+    assert out.exit_code == 0, out.output
+    assert plans[0].budget_s == 100.0 and plans[0].rounds == 10
+    assert [c.name for c in plans[0].cases] == ["relu_d1_w8"]
+    assert "false-positive rate: 0/" in out.output
+    assert "MDE relu_d1_w8: 5%" in out.output
+    assert (tmp_path / "v" / "validation.md").is_file()
+    assert json.loads((tmp_path / "v" / "validation.json").read_text())["plan"]["rounds"] == 10

@@ -1,0 +1,118 @@
+"""Instruction counts: callgrind plumbing on a tiny real case, perf detection, parsing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness import instructions as ins
+
+FIXTURES = Path(__file__).parent / "fixtures" / "callgrind"
+VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
+
+
+def test_parse_dump_reads_label_and_total():
+    text = (FIXTURES / "dump_arm_x.txt").read_text()
+    assert ins.parse_dump(text) == ("arm_x", 721)
+
+
+def test_parse_dump_refuses_a_file_without_totals():
+    with pytest.raises(ins.InstructionsError, match="totals"):
+        ins.parse_dump("version: 1\nevents: Ir\n")
+
+
+def test_add_counts_creates_counters_for_arms_without_a_probe():
+    arms = {"ort": {"counters_per_run": None},
+            "engine": {"counters_per_run": {"ort_api_calls": 5.0}}}
+    ins.add_counts(arms, {"ort": 100.0, "engine": 80.5, "gone": 1.0})
+    assert arms == {"ort": {"counters_per_run": {"instructions": 100.0}},
+                    "engine": {"counters_per_run": {"ort_api_calls": 5.0,
+                                                    "instructions": 80.5}}}
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises(ins.InstructionsError, match="one of perf, valgrind"):
+        ins.check_method("papi")
+
+
+def test_perf_detection_says_why_not(monkeypatch):
+    import ctypes
+    import errno
+
+    ok, detail = ins.perf_available()
+    assert isinstance(ok, bool) and detail
+    # A kernel without a PMU answers ENOENT: the message names the VM case and the way out.
+    monkeypatch.setattr(ctypes, "get_errno", lambda: errno.ENOENT)
+
+    class NoSyscall:
+        def syscall(self, *args):
+            return -1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: NoSyscall())
+    ok, detail = ins.perf_available()
+    assert not ok
+    assert "typical in a VM" in detail and "--instructions valgrind" in detail
+    with pytest.raises(ins.InstructionsError, match="--instructions perf: perf_event_open"):
+        ins.check_method("perf")
+
+
+def test_valgrind_prefix_collects_nothing_until_asked(tmp_path):
+    prefix = ins.valgrind_prefix(tmp_path)
+    assert "--instr-atstart=no" in prefix and "--collect-atstart=no" in prefix
+    assert "PYTHONHASHSEED=0" in prefix
+    assert f"--callgrind-out-file={tmp_path}/callgrind.out.%p" in prefix
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not VALGRIND_OK, reason=f"callgrind unavailable: {VALGRIND_WHY}")
+def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeypatch):
+    from cases.grids import case_by_name
+    from harness.arms import parse_arm
+    from harness.runner import RunConfig, run
+    from reports import compare as cmp
+
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    config = RunConfig(
+        cases=(case_by_name("relu_d1_w8"),),
+        arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=5")),
+        rounds=2, warmup_ms=5.0, gate_policy="off", instructions="valgrind", progress=False,
+    )
+    counts = []
+    for _ in range(2):
+        doc = run(config)
+        case = doc["cases"]["relu_d1_w8"]
+        assert case["status"] == "ok", case["error"]
+        assert case["instructions"] == {"method": "valgrind", "runs": ins.COUNT_RUNS,
+                                        "error": None}
+        counts.append({k: v["counters_per_run"]["instructions"]
+                       for k, v in case["arms"].items()})
+    assert set(counts[0]) == {"ort", "a", "c"}
+    # Identical from run to run on the same binary.
+    assert counts[0] == counts[1]
+    # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
+    assert counts[0]["c"] > counts[0]["a"]
+    rows = cmp.counter_changes(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, "c"),
+                               ["relu_d1_w8"])
+    shown = {r["counter"]: (r["base"], r["pr"]) for r in rows}
+    assert shown["instructions"] == (counts[1]["a"], counts[1]["c"])
+    assert shown["ort_api_calls"][1] - shown["ort_api_calls"][0] == 5
+    assert doc["config"]["instructions"] == "valgrind"
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_helper_library_is_built_once_and_cached(tmp_path):
+    if not ins.CALLGRIND_HEADER.is_file():
+        pytest.skip(f"{ins.CALLGRIND_HEADER} missing")
+    first = ins.helper_library(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert ins.helper_library(tmp_path) == first
+    assert first.stat().st_mtime_ns == stamp
+    import ctypes
+
+    lib = ctypes.CDLL(str(first))
+    # Outside valgrind the client requests do nothing (and must not crash).
+    lib.epbench_cg_toggle_collect()
+    lib.epbench_cg_zero()
