@@ -338,7 +338,8 @@ def summarize(
                     if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
         per_node = verdicts[n][PER_NODE_ARM]
         exact = [ok for ok, _ in counters[n]]
-        pos = (position or {}).get("cases", {}).get(n, {}).get("position_bias")
+        calibrated = (position or {}).get("cases", {}).get(n, {})
+        pos = calibrated.get("position_bias")
         cases[n] = {
             "engine_ns": engine_ns[n],
             "threshold": _median(thresholds[n]),
@@ -354,6 +355,9 @@ def summarize(
             "counters": {"exact": sum(exact), "n": len(exact), "all_exact": all(exact),
                          "details": sorted({why for _, why in counters[n]})},
             "position_bias": pos,
+            # The A/A noise these repeats measured (as `calibrate` computes it): what a
+            # profile from this run would set t from.
+            "aa_noise": (calibrated.get("same-run") or {}).get("noise"),
         }
     return {
         "schema": VALIDATION_SCHEMA,
