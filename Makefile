@@ -11,7 +11,7 @@ OUT    ?= epbench-out
 GRID   ?= default
 ARMS   ?= --arm ort --arm engine --arm plugin:nxrt_ep_cpu
 
-.PHONY: run test setup engine lint clean asan
+.PHONY: run test setup engine lint clean asan benchmarks
 
 setup: $(STAMP) $(ENGINE_STAMP)
 
@@ -34,6 +34,22 @@ run: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
+
+# The engine's differential and run-time tests against an ASan+UBSan build of it,
+# under Python: libasan must be preloaded into the interpreter (see engine/README.md).
+asan: $(STAMP)
+	$(PY) -m engine.build --sanitize --out build/asan
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=$(CURDIR)/build/asan/libepbench_engine.so \
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py
+
+# BENCHMARKS.md: the default grid for ORT, the engine in both partition modes and
+# nxrt-ep-cpu, in one interleaved run, rendered with the targets it is held to.
+benchmarks: setup
+	$(VENV)/bin/epbench run --grid default --arm ort --arm engine \
+	    --arm engine:partition=per_node,name=engine_per_node --arm plugin:nxrt_ep_cpu \
+	    --out $(OUT)/benchmarks --overwrite
+	$(PY) -m engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
