@@ -332,6 +332,8 @@ def summarize(
             detection[level_arm(level)] = {
                 "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
                 "measured_change": _median(changes[n][level_arm(level)]),
+                # ❔ is not a detection: e.g. a would-be 🔴 from rounds that failed the gate.
+                "inconclusive": sum(v == "inconclusive" for v in got),
                 "verdicts": got,
             }
         mde = next((lvl for lvl in LEVELS
@@ -381,7 +383,9 @@ def _grid_summary(cases: Mapping[str, Any], verdicts: Mapping[str, Any], names: 
         key = level_arm(level)
         hits = sum(c["detection"][key]["hits"] for c in cases.values())
         total = sum(c["detection"][key]["n"] for c in cases.values())
-        detection[key] = {"level": level, **proportion(hits, total)}
+        detection[key] = {"level": level, **proportion(hits, total),
+                          "inconclusive": sum(c["detection"][key]["inconclusive"]
+                                              for c in cases.values())}
     counters_n = sum(c["counters"]["n"] for c in cases.values())
     counters_exact = sum(c["counters"]["exact"] for c in cases.values())
     return {

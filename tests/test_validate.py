@@ -34,6 +34,7 @@ class FakeRunner:
     twin_bias: dict[str, float] = field(default_factory=dict)  # A/A twin slower by this
     fixed_order_bias: float = 0.0  # the second arm's penalty when the order is fixed
     miscount: dict[tuple[str, int], int] = field(default_factory=dict)  # (case, call) -> calls
+    unquiet: dict[str, list[int]] = field(default_factory=dict)  # case -> rounds failing the gate
     now: float = 0.0
     configs: list[Any] = field(default_factory=list)
 
@@ -68,7 +69,7 @@ class FakeRunner:
                                                 "heap_allocs": 0.0}
             cases[spec.name] = true
         doc = results_doc(cases, rounds=config.rounds, seed=config.seed, noise=QUIET,
-                          counters=counters)
+                          counters=counters, unquiet_rounds=self.unquiet)
         doc["floor"] = {"timer_ns": 50.0, "noop_call_ns": 70.0, "ort_trivial_run_ns": 2000.0,
                         "case": "relu_d1_w8", "loop": "python"}
         return doc
@@ -240,3 +241,16 @@ def test_plan_refuses_nonsense():
         plan(budget_s=0)
     with pytest.raises(EpbenchError, match="no cases"):
         val.Plan(cases=())
+
+
+def test_a_would_be_alert_on_a_loaded_machine_is_inconclusive_not_detected():
+    # Two of relu_d1_w8's rounds failed the idle gate: its 10 % slowdown (an alert, >= 2t)
+    # becomes ❔ by the comparator's rule, while 5 % (a regression) is still detected.
+    fake = FakeRunner(unquiet={"relu_d1_w8": [0, 1]})
+    result = val.validate(plan(max_repeats=2), run=fake, clock=fake.clock)
+    d = result["cases"]["relu_d1_w8"]["detection"]
+    assert (d["d10"]["hits"], d["d10"]["inconclusive"]) == (0, 2)
+    assert (d["d5"]["hits"], d["d5"]["inconclusive"]) == (2, 0)
+    assert result["summary"]["detection"]["d10"]["inconclusive"] == 2
+    assert "| Detection of a 10% slowdown (per case and repeat) | 66.7% (4/6; ❔ 2) |" in (
+        val.render_markdown(result))
