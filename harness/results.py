@@ -34,11 +34,9 @@ class ResultsError(EpbenchError):
     """A results file that cannot be read or written."""
 
 
-def dumps(doc: Any, indent: int | None = None) -> str:
+def dumps(doc: Any) -> str:
     """The one serializer, for the worker pipe, the JSON-lines file and results.json."""
-    separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(doc, sort_keys=True, separators=separators, indent=indent,
-                      allow_nan=False)
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -60,7 +58,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_results(path: Path, doc: dict[str, Any]) -> None:
-    atomic_write_text(Path(path), dumps(doc, indent=1))
+    # Compact: raw samples make results large, and indentation would more than double them.
+    atomic_write_text(Path(path), dumps(doc))
 
 
 def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
