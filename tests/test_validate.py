@@ -155,6 +155,9 @@ def test_budget_decides_the_repeats():
     fake = FakeRunner()
     small = val.validate(plan(budget_s=30.0), run=fake, clock=fake.clock)
     assert small["plan"]["repeats"] == 1
+    # The position test comes right after the first repeat, so even this budget keeps it.
+    assert small["plan"]["position_test"] is True
+    assert small["summary"]["position_bias"] is not None
     assert any("over budget" in note for note in small["notes"])
 
 
