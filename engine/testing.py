@@ -79,3 +79,20 @@ def nodes_by_ep(session: Any) -> Counter:
 def partitions_by_ep(session: Any) -> Counter:
     """How many subgraphs (fused partitions) each EP was assigned."""
     return Counter(s.ep_name for s in session.get_provider_graph_assignment_info())
+
+
+def assert_same_bits(got: Any, want: Any) -> None:
+    """float32 arrays equal bit for bit (so -0.0 != +0.0), for the ops that are exact.
+
+    Identity, Relu, Add and Mul compute one IEEE operation per element, as ORT's CPU EP
+    does, so nothing short of the same bits is ORT's result.
+    """
+    import numpy as np
+
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype == np.float32, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    differ = got.view(np.uint32) != want.view(np.uint32)
+    assert not differ.any(), (
+        f"{int(differ.sum())} of {got.size} elements differ in their bits: "
+        f"got {got[differ][:4]!r}, want {want[differ][:4]!r}")

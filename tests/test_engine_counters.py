@@ -17,6 +17,14 @@ from engine import library_path
 from engine.probe import counter_names, read_counters, reset_counters
 from engine.testing import engine_session
 
+
+def _library() -> str:
+    # A mutant build can be pinned without replacing the in-place library others use.
+    import os
+
+    return os.environ.get("EBE_TEST_LIBRARY") or library_path()
+
+
 WARMUP_RUNS = 2
 MEASURED_RUNS = 5
 
@@ -28,10 +36,10 @@ def calls_per_compute(inputs: int, outputs: int) -> int:
 def _per_run(session, feeds: dict, ep_name: str, runs: int = MEASURED_RUNS) -> dict[str, float]:
     for _ in range(WARMUP_RUNS):
         session.run(None, feeds)
-    reset_counters(library_path())
+    reset_counters(_library())
     for _ in range(runs):
         session.run(None, feeds)
-    counters = read_counters(library_path(), ep_name)
+    counters = read_counters(_library(), ep_name)
     assert counters is not None
     return {name: value / runs for name, value in counters.items()}
 
@@ -67,7 +75,7 @@ PINNED = [
 def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes, nodes) -> None:
     spec, built = _case(case_name)
     ep = "ebe_count"
-    session = engine_session(built.model_bytes, library_path(), ep, options, spec.opt_level)
+    session = engine_session(built.model_bytes, _library(), ep, options, spec.opt_level)
     per_run = _per_run(session, built.inputs, ep)
     assert per_run["ort_api_calls"] == computes * calls_per_compute(inputs, outputs)
     assert per_run["heap_allocs"] == 0
@@ -104,7 +112,7 @@ def test_call_count_is_linear_in_fused_inputs_and_outputs(nodes, inputs, outputs
     model = _graph([helper.make_node(op, args, [out], name=out) for op, args, out in nodes],
                    inputs, outputs)
     feeds = {n: np.full((2, 8), 0.5, np.float32) for n in inputs}
-    session = engine_session(model, library_path(), "ebe_linear", opt_level="disabled")
+    session = engine_session(model, _library(), "ebe_linear", opt_level="disabled")
     per_run = _per_run(session, feeds, "ebe_linear")
     assert per_run["ort_api_calls"] == calls_per_compute(len(inputs), len(outputs))
     assert per_run["heap_allocs"] == 0
@@ -113,8 +121,8 @@ def test_call_count_is_linear_in_fused_inputs_and_outputs(nodes, inputs, outputs
 
 def test_injected_api_calls_are_exact_and_only_in_that_arm() -> None:
     spec, built = _case("relu_d1_w8")
-    plain = engine_session(built.model_bytes, library_path(), "ebe_plain")
-    noisy = engine_session(built.model_bytes, library_path(), "ebe_noisy",
+    plain = engine_session(built.model_bytes, _library(), "ebe_plain")
+    noisy = engine_session(built.model_bytes, _library(), "ebe_noisy",
                            {"inject_api_calls_per_run": "7"})
     assert _per_run(noisy, built.inputs, "ebe_noisy")["ort_api_calls"] == 5 + 7
     assert _per_run(plain, built.inputs, "ebe_plain")["ort_api_calls"] == 5
@@ -122,7 +130,7 @@ def test_injected_api_calls_are_exact_and_only_in_that_arm() -> None:
 
 def test_delay_knobs_change_no_count() -> None:
     spec, built = _case("relu_d10_w8")
-    session = engine_session(built.model_bytes, library_path(), "ebe_delay",
+    session = engine_session(built.model_bytes, _library(), "ebe_delay",
                              {"inject_delay_ns_per_run": "1000",
                               "inject_delay_ns_per_node": "100"})
     per_run = _per_run(session, built.inputs, "ebe_delay")
@@ -133,35 +141,35 @@ def test_delay_knobs_change_no_count() -> None:
 
 def test_scratch_grows_once_for_a_bigger_batch_then_is_reused() -> None:
     spec, built = _case("relu_d10_w8_dyn")
-    session = engine_session(built.model_bytes, library_path(), "ebe_grow")
+    session = engine_session(built.model_bytes, _library(), "ebe_grow")
     small = {"x": np.ones((1, 8), np.float32)}
     big = {"x": np.ones((4, 8), np.float32)}
     session.run(None, small)
-    reset_counters(library_path())
+    reset_counters(_library())
     session.run(None, big)  # needs a bigger arena: one allocation, the old one freed
-    grown = read_counters(library_path(), "ebe_grow")
+    grown = read_counters(_library(), "ebe_grow")
     assert (grown["heap_allocs"], grown["heap_frees"]) == (1, 1)
-    reset_counters(library_path())
+    reset_counters(_library())
     for feeds in (big, small, big):
         session.run(None, feeds)
-    assert read_counters(library_path(), "ebe_grow")["heap_allocs"] == 0
+    assert read_counters(_library(), "ebe_grow")["heap_allocs"] == 0
 
 
 def test_one_library_under_two_names_counts_each_arm_apart() -> None:
     spec, built = _case("relu_d100_w8")
-    first = engine_session(built.model_bytes, library_path(), "ebe_arm_a")
-    second = engine_session(built.model_bytes, library_path(), "ebe_arm_b",
+    first = engine_session(built.model_bytes, _library(), "ebe_arm_a")
+    second = engine_session(built.model_bytes, _library(), "ebe_arm_b",
                             {"partition": "per_node"})
     for session in (first, second):
         session.run(None, built.inputs)
-    reset_counters(library_path())
+    reset_counters(_library())
     for _ in range(3):
         first.run(None, built.inputs)
     for _ in range(2):
         second.run(None, built.inputs)
-    a = read_counters(library_path(), "ebe_arm_a")
-    b = read_counters(library_path(), "ebe_arm_b")
-    total = read_counters(library_path())
+    a = read_counters(_library(), "ebe_arm_a")
+    b = read_counters(_library(), "ebe_arm_b")
+    total = read_counters(_library())
     assert (a["runs"], a["compute_calls"], a["ort_api_calls"]) == (3, 3, 15)
     assert (b["runs"], b["compute_calls"], b["ort_api_calls"]) == (2, 200, 1000)
     assert total["runs"] == 5
@@ -171,11 +179,11 @@ def test_one_library_under_two_names_counts_each_arm_apart() -> None:
 
 
 def test_probe_names_and_unknown_ep() -> None:
-    names = counter_names(library_path())
+    names = counter_names(_library())
     assert names is not None
     assert {"ort_api_calls", "heap_allocs", "heap_bytes", "compute_calls",
             "nodes_executed"} <= set(names)
-    assert set(read_counters(library_path(), "never_registered").values()) == {0}
+    assert set(read_counters(_library(), "never_registered").values()) == {0}
 
 
 def test_probe_returns_none_for_a_library_without_it() -> None:
@@ -196,7 +204,7 @@ def test_probe_returns_none_for_a_library_without_it() -> None:
 def test_bad_options_fail_session_creation_with_the_option_named(options, message) -> None:
     spec, built = _case("relu_d1_w8")
     with pytest.raises(Exception, match=message):
-        engine_session(built.model_bytes, library_path(), "ebe_badopt", options)
+        engine_session(built.model_bytes, _library(), "ebe_badopt", options)
 
 
 def test_engine_probe_is_the_same_view_as_read_counters() -> None:
@@ -210,3 +218,28 @@ def test_engine_probe_is_the_same_view_as_read_counters() -> None:
     assert engine.probe("ebe_probe_view") == read_counters(library_path(), "ebe_probe_view")
     assert engine.probe("ebe_probe_view")["ort_api_calls"] == 5
     assert engine.probe() == read_counters(library_path())
+
+
+def test_an_option_meant_for_a_dotted_ep_name_is_not_read_by_its_prefix() -> None:
+    """`ep.ebe_dot.x.partition` belongs to an EP named `ebe_dot.x`, not to `ebe_dot`."""
+    import onnxruntime as ort
+
+    from engine.testing import partitions_by_ep, register, session_options
+
+    spec, built = _case("relu_d100_w8")
+    options = session_options("disabled")
+    options.add_session_config_entry("ep.ebe_dot.x.partition", "bogus")
+    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    options.add_provider_for_devices(register("ebe_dot", _library()), {})
+    session = ort.InferenceSession(built.model_bytes, options)  # no "unknown option" error
+    assert partitions_by_ep(session)["ebe_dot"] == 1
+
+
+def test_options_reach_an_ep_whose_name_has_capitals() -> None:
+    """ORT lower-cases the name in `ep.<name>.<key>`: the engine must look for that."""
+    from engine.testing import partitions_by_ep
+
+    spec, built = _case("relu_d100_w8")
+    session = engine_session(built.model_bytes, _library(), "Ebe_Caps",
+                             {"partition": "per_node"}, opt_level="disabled")
+    assert partitions_by_ep(session)["Ebe_Caps"] == 100

@@ -81,6 +81,8 @@ def test_concurrent_runs_on_one_session_are_correct(threads: int) -> None:
     counters = read_counters(_library(), EP_NAME)
     assert counters["compute_calls"] == threads * RUNS_PER_THREAD
     assert counters["compute_errors"] == 0
+    if threads <= 4:  # the scratch pool holds 4: this many Runs never fall back to the heap
+        assert counters["scratch_overflows"] == 0
 
 
 def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
@@ -162,13 +164,52 @@ def test_dtypes_the_engine_does_not_compute_are_not_claimed() -> None:
     np.testing.assert_array_equal(session.run(None, {"x": np.array([-1.0, 2.0])})[0], [0.0, 2.0])
 
 
-def test_column_broadcast_is_not_claimed() -> None:
-    """[2,1] + [1,3] needs a broadcast the kernels do not do: ORT's CPU EP keeps it."""
+# Symbolic (named or unnamed) dims promise nothing at run time: ORT's CPU EP broadcasts
+# whatever shapes arrive, so the engine must too (or not claim the node).
+BROADCASTS = [
+    (["N", "M"], ["N", "M"], [3, 1], [3, 4]),   # a column against a matrix
+    (["N", "M"], ["N", "M"], [3, 1], [1, 4]),   # a column against a row: both grow
+    (["N", "M"], ["N", "M"], [1, 4], [3, 4]),   # a [1,w] row with its leading 1
+    (["N", "M"], ["M"], [3, 1], [4]),           # a row that is wider than a's last dim
+    ([None, None], [None, None], [3, 1], [1, 4]),  # unnamed dims
+    ([None, 4], [None, 4], [2, 4], [1, 4]),
+    ([2, 1], [1, 3], [2, 1], [1, 3]),           # the same, static
+    ([2, 1, 3], [4, 1], [2, 1, 3], [4, 1]),     # rank 3 against rank 2, each broadcasting
+    (["N", "M"], ["N", "M"], [0, 1], [1, 4]),   # empty result
+]
+
+
+@pytest.mark.parametrize("chain", [False, True], ids=["one_node", "fused_chain"])
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+@pytest.mark.parametrize(("a_decl", "b_decl", "a_feed", "b_feed"), BROADCASTS)
+def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_feed, op,
+                                                     chain) -> None:
+    from engine.testing import assert_same_bits, nodes_by_ep
+
+    if chain:  # Relu -> op -> Identity: the broadcast inside a fused plan, from a slot
+        nodes = [("Relu", ["a"], "r"), (op, ["r", "b"], "s"), ("Identity", ["s"], "out")]
+    else:
+        nodes = [(op, ["a", "b"], "out")]
+    model = _model(nodes, {"a": a_decl, "b": b_decl}, ["out"])
+    rng = np.random.default_rng(5)
+    feeds = {"a": rng.standard_normal(a_feed).astype(np.float32),
+             "b": rng.standard_normal(b_feed).astype(np.float32)}
+    session = engine_session(model, _library(), EP_NAME, opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: len(nodes)}
+    want = cpu_session(model, "disabled").run(None, feeds)[0]
+    assert_same_bits(session.run(None, feeds)[0], want)
+
+
+def test_an_input_of_unknown_rank_is_not_claimed() -> None:
+    """A plan holds at most 8 dims; without a declared rank the input could bring more."""
     from engine.testing import nodes_by_ep
 
-    model = _model([("Add", ["x", "y"], "out")], {"x": [2, 1], "y": [1, 3]}, ["out"])
-    session = engine_session(model, _library(), EP_NAME, allow_fallback=True)
-    assert nodes_by_ep(session) == {"CPUExecutionProvider": 1}
+    model = _model([("Relu", ["x"], "r"), ("Relu", ["r"], "out")], {"x": None}, ["out"])
+    session = engine_session(model, _library(), EP_NAME, opt_level="disabled",
+                             allow_fallback=True)
+    assert set(nodes_by_ep(session)) == {"CPUExecutionProvider"}
+    x = np.linspace(-1, 1, 2 * 3).astype(np.float32).reshape([1] * 8 + [2, 3])  # rank 10
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum(x, 0))
 
 
 @pytest.mark.parametrize("partition", ["fused", "per_node"])

@@ -28,6 +28,13 @@ void ebe_kernel_sigmoid(const float *in, float *out, size_t n);
 void ebe_kernel_add(const float *big, const float *small, float *out, size_t n, size_t period);
 void ebe_kernel_mul(const float *big, const float *small, float *out, size_t n, size_t period);
 
+/* One broadcast row: out[i] = a[i * a_step] op b[i * b_step], steps 0 (a broadcast value) or
+ * 1; out overlaps neither input. The general broadcast path of the plan walks rows with it. */
+void ebe_kernel_add_strided(const float *a, size_t a_step, const float *b, size_t b_step,
+                            float *out, size_t n);
+void ebe_kernel_mul_strided(const float *a, size_t a_step, const float *b, size_t b_step,
+                            float *out, size_t n);
+
 /* C[m,n] = A[m,k] x B[k,n], all row-major and contiguous; C must not overlap A or B. */
 void ebe_kernel_matmul(const float *a, const float *b, float *c, size_t m, size_t k, size_t n);
 

@@ -35,14 +35,11 @@ typedef struct ebe_plan ebe_plan;
 OrtStatus *ebe_plan_build(const ebe_plan_config *config, const OrtGraph *graph,
                           const OrtNode *fused_node, ebe_plan **out);
 
-/* Run the plan on a kernel context. Returns NULL or an error status (bad input shape, an
- * input that is not float32, out of memory); never aborts. In steady state (after the first
+/* Run the plan on a kernel context. Returns NULL or an error status the caller owns (bad
+ * input shape, an input that is not float32, out of memory); never aborts. In steady state (after the first
  * Run with the largest shapes) it allocates nothing and makes exactly
  * 3 * inputs + 2 * outputs ORT calls. */
 OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context);
-
-/* Number of ONNX nodes in the plan. */
-size_t ebe_plan_node_count(const ebe_plan *plan);
 
 /* Free a plan and everything it owns. NULL is a no-op. */
 void ebe_plan_free(ebe_plan *plan);

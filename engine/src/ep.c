@@ -65,8 +65,11 @@ static OrtStatus *ebe_read_options(ebe_ep *ep, const OrtSessionOptions *session_
   EBE_CALL(ep->counters, ep->api, GetKeyValuePairs, entries, &keys, &values, &count);
   OrtStatus *status = NULL;
   for (size_t i = 0; i < count && status == NULL; i++) {
-    if (strncmp(keys[i], prefix, prefix_len) == 0)
-      status = ebe_apply_option(ep, keys[i] + prefix_len, values[i]);
+    /* Exactly ep.<name>.<key> with a key that has no dot: `ep.eng.x.partition` belongs to an
+     * EP named `eng.x`, not to option `x.partition` of an EP named `eng`. */
+    const char *key = keys[i] + prefix_len;
+    if (strncmp(keys[i], prefix, prefix_len) == 0 && strchr(key, '.') == NULL)
+      status = ebe_apply_option(ep, key, values[i]);
   }
   EBE_CALL(ep->counters, ep->api, ReleaseKeyValuePairs, entries);
   return status;
@@ -77,8 +80,7 @@ static OrtStatus *ebe_read_options(ebe_ep *ep, const OrtSessionOptions *session_
 typedef struct ebe_dim_info {
   int has_shape;
   size_t rank;
-  int64_t dims[EBE_MAX_RANK];     /* -1 when symbolic or unknown */
-  const char *syms[EBE_MAX_RANK]; /* symbol names ("" when unnamed); borrowed */
+  int64_t dims[EBE_MAX_RANK]; /* -1 when symbolic or unknown */
 } ebe_dim_info;
 
 /* *ok = 1 when the value is a float32 tensor (rank <= EBE_MAX_RANK when known); fills info. */
@@ -106,47 +108,17 @@ static OrtStatus *ebe_value_check(ebe_ep *ep, const OrtValueInfo *value, int *ok
     EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetDimensionsCount, tensor, &info->rank));
     if (info->rank > EBE_MAX_RANK) return NULL;
     EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetDimensions, tensor, info->dims, info->rank));
-    EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetSymbolicDimensions, tensor, info->syms, info->rank));
   }
   *ok = 1;
   return NULL;
 }
 
-/* Two dims provably equal at run time: same static value, or the same named symbol. */
-static int ebe_dims_equal(const ebe_dim_info *a, size_t i, const ebe_dim_info *b, size_t j) {
-  if (a->dims[i] >= 0 || b->dims[j] >= 0) return a->dims[i] == b->dims[j];
-  return a->syms[i] != NULL && b->syms[j] != NULL && a->syms[i][0] != '\0' &&
-         strcmp(a->syms[i], b->syms[j]) == 0;
-}
-
-static int ebe_all_static_ones(const ebe_dim_info *x) {
-  for (size_t i = 0; i < x->rank; i++)
-    if (x->dims[i] != 1) return 0;
-  return 1;
-}
-
-/* Small (leading static 1s stripped) equals the trailing dims of big. */
-static int ebe_static_suffix(const ebe_dim_info *small, const ebe_dim_info *big) {
-  size_t first = 0;
-  while (first < small->rank && small->dims[first] == 1) first++;
-  const size_t len = small->rank - first;
-  if (len > big->rank) return 0;
-  for (size_t i = 0; i < len; i++)
-    if (!ebe_dims_equal(small, first + i, big, big->rank - len + i)) return 0;
-  return 1;
-}
-
-/* The kernels handle same shape, scalar and row broadcast: claim only when the static
- * shapes prove one of those (a symbolic dim could otherwise hide a column broadcast). */
+/* Add/Mul run any two shapes that broadcast (the plan falls back to a strided walk when
+ * the fast same-shape/scalar/row kernels do not apply to the shapes a Run brings), so what
+ * is claimed is only what the plan can hold: both ranks known (and <= EBE_MAX_RANK). A
+ * dims conflict at run time is the plan's error, as it is ORT's. */
 static int ebe_binary_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
-  if (!a->has_shape || !b->has_shape) return 0;
-  if (ebe_all_static_ones(a) || ebe_all_static_ones(b)) return 1;
-  if (a->rank == b->rank) {
-    size_t i = 0;
-    while (i < a->rank && ebe_dims_equal(a, i, b, i)) i++;
-    if (i == a->rank) return 1;
-  }
-  return ebe_static_suffix(b, a) || ebe_static_suffix(a, b);
+  return a->has_shape && b->has_shape;
 }
 
 static int ebe_matmul_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
@@ -180,6 +152,8 @@ static OrtStatus *ebe_node_supported(ebe_ep *ep, const OrtNode *node, int *suppo
     int ok = 0;
     EBE_RETURN_IF_ERROR(ebe_value_check(ep, io[i], &ok, &info[i]));
     if (!ok) return NULL;
+    /* An input of unknown rank could bring more dims than a plan holds (EBE_MAX_RANK). */
+    if (i < n_in && !info[i].has_shape) return NULL;
   }
   if (op == EBE_OP_ADD || op == EBE_OP_MUL) *supported = ebe_binary_claimable(&info[0], &info[1]);
   else if (op == EBE_OP_MATMUL) *supported = ebe_matmul_claimable(&info[0], &info[1]);

@@ -75,6 +75,10 @@ OrtStatus *ebe_factory_create(const OrtApi *api, const char *registered_name,
   if (factory == NULL || name == NULL || ep_api == NULL) {
     ebe_free(c, factory);
     ebe_free(c, name);
+    if (ep_api == NULL)
+      return ebe_error(api, c, ORT_FAIL,
+                       "engine: this ONNX Runtime has no plugin-EP API (GetEpApi returned "
+                       "NULL); the engine needs ONNX Runtime 1.29 or newer");
     return ebe_error(api, c, ORT_FAIL, "engine: cannot create the EP factory (out of memory)");
   }
   factory->api = api;

@@ -72,3 +72,37 @@ EBE_CLONES void ebe_kernel_mul(const float *big, const float *small, float *out,
       for (size_t j = 0; j < period; j++) out[row + j] = big[row + j] * small[j];
   }
 }
+
+EBE_CLONES void ebe_kernel_add_strided(const float *a, size_t a_step, const float *b,
+                                       size_t b_step, float *out, size_t n) {
+  /* Steps are 0 or 1: four plain loops, so each vectorizes. */
+  if (a_step != 0 && b_step != 0) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  } else if (a_step != 0) {
+    const float s = b[0];
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + s;
+  } else if (b_step != 0) {
+    const float s = a[0];
+    for (size_t i = 0; i < n; i++) out[i] = s + b[i];
+  } else {
+    const float s = a[0] + b[0];
+    for (size_t i = 0; i < n; i++) out[i] = s;
+  }
+}
+
+EBE_CLONES void ebe_kernel_mul_strided(const float *a, size_t a_step, const float *b,
+                                       size_t b_step, float *out, size_t n) {
+  /* Steps are 0 or 1: four plain loops, so each vectorizes. */
+  if (a_step != 0 && b_step != 0) {
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+  } else if (a_step != 0) {
+    const float s = b[0];
+    for (size_t i = 0; i < n; i++) out[i] = a[i] * s;
+  } else if (b_step != 0) {
+    const float s = a[0];
+    for (size_t i = 0; i < n; i++) out[i] = s * b[i];
+  } else {
+    const float s = a[0] * b[0];
+    for (size_t i = 0; i < n; i++) out[i] = s;
+  }
+}

@@ -35,8 +35,16 @@ typedef struct ebe_step {
   char *name; /* node name, for error messages */
 } ebe_step;
 
+/* How a binary elementwise step runs on this Run's shapes (decided once, in the shape pass). */
+typedef struct ebe_bcast {
+  uint8_t general; /* 1: numpy broadcast by strides (no fast case applies), 0: fast kernel */
+  uint8_t swap;    /* fast kernel: b is the big operand */
+  size_t period;   /* fast kernel: the small operand's repeat length */
+} ebe_bcast;
+
 typedef struct ebe_scratch {
   _Atomic int busy;
+  ebe_bcast *bcast;   /* [n_steps] */
   int32_t *rank;      /* [n_values] */
   int64_t *dims;      /* [n_values * EBE_MAX_RANK] */
   float **data;       /* [n_values] */
@@ -74,8 +82,7 @@ size_t ebe_op_arity(ebe_op op) {
   return op == EBE_OP_ADD || op == EBE_OP_MUL || op == EBE_OP_MATMUL ? 2 : 1;
 }
 
-size_t ebe_plan_node_count(const ebe_plan *plan) { return plan->n_steps; }
-
+/* Cannot fail; returns after at least ns nanoseconds of CLOCK_MONOTONIC (0: at once). */
 void ebe_busy_wait_ns(uint64_t ns) {
   if (ns == 0) return;
   struct timespec now;
@@ -109,11 +116,12 @@ static int ebe_is_suffix(const int64_t *small, int32_t rs, const int64_t *out, i
 
 typedef enum ebe_bin_result { EBE_BIN_OK = 0, EBE_BIN_MISMATCH, EBE_BIN_UNSUPPORTED } ebe_bin_result;
 
-/* Broadcast shapes a and b into out (numpy rules) and choose the kernel operands:
- * *swap says whether b is the big operand, *period is the small operand's repeat length. */
+/* Broadcast shapes a and b into out (numpy rules) and choose how to run the step: the fast
+ * kernel (same shape, scalar, or a row repeated: *swap says whether b is the big operand,
+ * period is the small operand's repeat length) or the general strided walk. Any two shapes
+ * that broadcast are OK; only incompatible dims are a MISMATCH. */
 static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64_t *b,
-                                       int32_t rb, int64_t *out, int32_t *ro, int *swap,
-                                       size_t *period) {
+                                       int32_t rb, int64_t *out, int32_t *ro, ebe_bcast *bc) {
   const int32_t r = ra > rb ? ra : rb;
   for (int32_t i = 0; i < r; i++) {
     const int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
@@ -124,20 +132,22 @@ static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64
   }
   *ro = r;
   const int64_t na = ebe_numel(a, ra), nb = ebe_numel(b, rb), no = ebe_numel(out, r);
-  *swap = 0;
-  *period = (size_t)no;
+  bc->general = 0;
+  bc->swap = 0;
+  bc->period = (size_t)no;
   if (no == 0) return EBE_BIN_OK;
   if (na == no && nb == no) return EBE_BIN_OK;
   if (na == no && (nb == 1 || ebe_is_suffix(b, rb, out, r))) {
-    *period = (size_t)nb;
+    bc->period = (size_t)nb;
     return EBE_BIN_OK;
   }
   if (nb == no && (na == 1 || ebe_is_suffix(a, ra, out, r))) {
-    *swap = 1;
-    *period = (size_t)na;
+    bc->swap = 1;
+    bc->period = (size_t)na;
     return EBE_BIN_OK;
   }
-  return EBE_BIN_UNSUPPORTED;
+  bc->general = 1; /* e.g. a column [n,1] against [n,m], or [n,1] against [1,m] */
+  return EBE_BIN_OK;
 }
 
 /* MatMul shapes: a [..., m, k] x b [..., k, n] -> out [batch..., m, n]. */
@@ -204,19 +214,26 @@ static OrtStatus *ebe_value_name(const ebe_plan_config *cfg, const OrtValueInfo 
   return EBE_CALL(cfg->counters, cfg->api, GetValueInfoName, info, name);
 }
 
+/* Allocate the per-Run tables of one scratch (the arena grows later, in Runs). On failure
+ * the scratch may be half built: the caller releases it with ebe_scratch_release, which
+ * copes with any mix of NULL and allocated tables. */
 static OrtStatus *ebe_scratch_init(ebe_plan *plan, ebe_scratch *scratch) {
   ebe_counters *c = plan->counters;
+  scratch->bcast = ebe_calloc(c, plan->n_steps, sizeof *scratch->bcast);
   scratch->rank = ebe_calloc(c, plan->n_values, sizeof *scratch->rank);
   scratch->dims = ebe_calloc(c, plan->n_values * EBE_MAX_RANK, sizeof *scratch->dims);
   scratch->data = ebe_calloc(c, plan->n_values, sizeof *scratch->data);
   scratch->slot_elems = ebe_calloc(c, plan->n_slots, sizeof *scratch->slot_elems);
-  if (!scratch->rank || !scratch->dims || !scratch->data || !scratch->slot_elems)
+  if (!scratch->bcast || !scratch->rank || !scratch->dims || !scratch->data || !scratch->slot_elems)
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
   return NULL;
 }
 
+/* Free everything a scratch owns (NULL tables are fine) and leave it empty. */
 static void ebe_scratch_release(ebe_plan *plan, ebe_scratch *scratch) {
   ebe_counters *c = plan->counters;
+  ebe_free(c, scratch->bcast);
+  scratch->bcast = NULL;
   ebe_free(c, scratch->rank);
   ebe_free(c, scratch->dims);
   ebe_free(c, scratch->data);
@@ -455,14 +472,36 @@ static ebe_scratch *ebe_scratch_acquire(ebe_plan *plan) {
   return NULL;
 }
 
-/* Shape pass: fill rank/dims of every step output; error status on a bad input shape. */
+/* The error of a binary step whose input shapes do not go together (one counted call). */
+static OrtStatus *ebe_shape_error(const ebe_plan *plan, const ebe_step *step, const int64_t *da,
+                                  int32_t ra, const int64_t *db, int32_t rb,
+                                  ebe_bin_result result) {
+  char sa[160], sb[160];
+  ebe_format_shape(sa, sizeof sa, da, ra);
+  ebe_format_shape(sb, sizeof sb, db, rb);
+  return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                   "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
+                   step->name, sa, sb,
+                   result == EBE_BIN_MISMATCH ? "are incompatible"
+                                              : "need a broadcast the engine does not do");
+}
+
+/* Shapes of one step's output from its input shapes, and (binary elementwise) how it runs. */
+static ebe_bin_result ebe_step_shape(const ebe_step *step, const int64_t *da, int32_t ra,
+                                     const int64_t *db, int32_t rb, int64_t *dout, int32_t *ro,
+                                     ebe_bcast *bc) {
+  if (step->op == EBE_OP_MATMUL) return ebe_matmul_shape(da, ra, db, rb, dout, ro);
+  return ebe_binary_shape(da, ra, db, rb, dout, ro, bc);
+}
+
+/* Shape pass: fill rank/dims of every step output and the broadcast of every binary
+ * elementwise step; error status on a bad input shape. */
 static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
   for (size_t s = 0; s < plan->n_steps; s++) {
     const ebe_step *step = &plan->steps[s];
     const uint32_t a = step->in[0], b = step->in[1], o = step->out;
     const int64_t *da = scratch->dims + (size_t)a * EBE_MAX_RANK;
     int64_t *dout = scratch->dims + (size_t)o * EBE_MAX_RANK;
-    ebe_bin_result result = EBE_BIN_OK;
     if (step->n_in == 1) {
       if (scratch->rank[a] > 0) memcpy(dout, da, sizeof(int64_t) * (size_t)scratch->rank[a]);
       scratch->rank[o] = scratch->rank[a];
@@ -470,24 +509,10 @@ static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
     }
     const int64_t *db = scratch->dims + (size_t)b * EBE_MAX_RANK;
     int32_t ro = 0;
-    if (step->op == EBE_OP_MATMUL) {
-      result = ebe_matmul_shape(da, scratch->rank[a], db, scratch->rank[b], dout, &ro);
-    } else {
-      int swap = 0;
-      size_t period = 0;
-      result = ebe_binary_shape(da, scratch->rank[a], db, scratch->rank[b], dout, &ro, &swap,
-                                &period);
-    }
-    if (result != EBE_BIN_OK) {
-      char sa[160], sb[160];
-      ebe_format_shape(sa, sizeof sa, da, scratch->rank[a]);
-      ebe_format_shape(sb, sizeof sb, db, scratch->rank[b]);
-      return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
-                       "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
-                       step->name, sa, sb,
-                       result == EBE_BIN_MISMATCH ? "are incompatible"
-                                                  : "need a broadcast the engine does not do");
-    }
+    const ebe_bin_result result = ebe_step_shape(step, da, scratch->rank[a], db,
+                                                 scratch->rank[b], dout, &ro, &scratch->bcast[s]);
+    if (result != EBE_BIN_OK)
+      return ebe_shape_error(plan, step, da, scratch->rank[a], db, scratch->rank[b], result);
     scratch->rank[o] = ro;
   }
   return NULL;
@@ -577,9 +602,49 @@ static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const eb
   }
 }
 
-/* Execute one op on shapes already checked by the shape rules (b unused by unary ops). */
+/* Add/Mul for any two shapes that broadcast (numpy rules), by strides: the output is walked
+ * row by row (its last dim), each operand's row found by its strides, 0 along a dim it
+ * broadcasts. Fixed-size stack state only: no allocation. out overlaps neither input. */
+static void ebe_exec_broadcast(ebe_op op, const ebe_operand *a, const ebe_operand *b,
+                               const ebe_operand *out) {
+  const int32_t r = out->rank; /* >= 1: a rank-0 output is the scalar fast case */
+  size_t stride_a[EBE_MAX_RANK], stride_b[EBE_MAX_RANK];
+  size_t sa = 1, sb = 1;
+  for (int32_t i = r - 1; i >= 0; i--) {
+    const int64_t dim_a = i < r - a->rank ? 1 : a->dims[i - (r - a->rank)];
+    const int64_t dim_b = i < r - b->rank ? 1 : b->dims[i - (r - b->rank)];
+    stride_a[i] = dim_a == 1 ? 0 : sa;
+    stride_b[i] = dim_b == 1 ? 0 : sb;
+    sa *= (size_t)dim_a;
+    sb *= (size_t)dim_b;
+  }
+  const size_t row = (size_t)out->dims[r - 1];
+  const size_t rows = (size_t)ebe_numel(out->dims, r - 1);
+  int64_t index[EBE_MAX_RANK] = {0};
+  for (size_t k = 0; k < rows; k++) {
+    size_t off_a = 0, off_b = 0;
+    for (int32_t i = 0; i < r - 1; i++) {
+      off_a += (size_t)index[i] * stride_a[i];
+      off_b += (size_t)index[i] * stride_b[i];
+    }
+    float *dst = out->data + k * row;
+    if (op == EBE_OP_ADD)
+      ebe_kernel_add_strided(a->data + off_a, stride_a[r - 1], b->data + off_b,
+                             stride_b[r - 1], dst, row);
+    else
+      ebe_kernel_mul_strided(a->data + off_a, stride_a[r - 1], b->data + off_b,
+                             stride_b[r - 1], dst, row);
+    for (int32_t i = r - 2; i >= 0; i--) {
+      if (++index[i] < out->dims[i]) break;
+      index[i] = 0;
+    }
+  }
+}
+
+/* Execute one op on shapes already checked by the shape rules (b unused by unary ops, bc
+ * used by Add/Mul only). */
 static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
-                     const ebe_operand *out) {
+                     const ebe_operand *out, const ebe_bcast *bc) {
   const size_t n = (size_t)ebe_numel(out->dims, out->rank);
   switch (op) {
     case EBE_OP_IDENTITY:
@@ -593,16 +658,15 @@ static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
       return;
     case EBE_OP_ADD:
     case EBE_OP_MUL: {
-      int64_t dims[EBE_MAX_RANK];
-      int32_t ro = 0;
-      int swap = 0;
-      size_t period = 0;
-      (void)ebe_binary_shape(a->dims, a->rank, b->dims, b->rank, dims, &ro, &swap, &period);
       if (n == 0) return;
-      const float *big = swap ? b->data : a->data;
-      const float *small = swap ? a->data : b->data;
-      if (op == EBE_OP_ADD) ebe_kernel_add(big, small, out->data, n, period);
-      else ebe_kernel_mul(big, small, out->data, n, period);
+      if (bc->general) {
+        ebe_exec_broadcast(op, a, b, out);
+        return;
+      }
+      const float *big = bc->swap ? b->data : a->data;
+      const float *small = bc->swap ? a->data : b->data;
+      if (op == EBE_OP_ADD) ebe_kernel_add(big, small, out->data, n, bc->period);
+      else ebe_kernel_mul(big, small, out->data, n, bc->period);
       return;
     }
     case EBE_OP_MATMUL:
@@ -619,11 +683,11 @@ static ebe_operand ebe_scratch_operand(const ebe_scratch *scratch, uint32_t valu
   return operand;
 }
 
-static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step) {
+static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step, size_t s) {
   const ebe_operand a = ebe_scratch_operand(scratch, step->in[0]);
   const ebe_operand b = ebe_scratch_operand(scratch, step->in[step->n_in - 1]);
   const ebe_operand out = ebe_scratch_operand(scratch, step->out);
-  ebe_exec(step->op, &a, &b, &out);
+  ebe_exec(step->op, &a, &b, &out, &scratch->bcast[s]);
 }
 
 /* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute). */
@@ -672,19 +736,6 @@ static OrtStatus *ebe_fetch_output(const ebe_plan *plan, OrtKernelContext *conte
   return NULL;
 }
 
-static OrtStatus *ebe_shape_error(const ebe_plan *plan, const ebe_step *step,
-                                  const ebe_operand *a, const ebe_operand *b,
-                                  ebe_bin_result result) {
-  char sa[160], sb[160];
-  ebe_format_shape(sa, sizeof sa, a->dims, a->rank);
-  ebe_format_shape(sb, sizeof sb, b->dims, b->rank);
-  return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
-                   "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
-                   step->name, sa, sb,
-                   result == EBE_BIN_MISMATCH ? "are incompatible"
-                                              : "need a broadcast the engine does not do");
-}
-
 /* One node, one output: no scratch, no value table (the per_node partitions and single-node
  * models). Same ORT calls as the general path. */
 static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
@@ -697,21 +748,18 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
   const ebe_operand *b = &in[plan->values[step->in[step->n_in - 1]].index];
   int64_t dims[EBE_MAX_RANK];
   ebe_operand out = {dims, 0, NULL};
-  ebe_bin_result result = EBE_BIN_OK;
+  ebe_bcast bc = {0, 0, 0};
   if (step->n_in == 1) {
     out.dims = a->dims; /* ORT's shape array stays valid for the whole Compute */
     out.rank = a->rank;
-  } else if (step->op == EBE_OP_MATMUL) {
-    result = ebe_matmul_shape(a->dims, a->rank, b->dims, b->rank, dims, &out.rank);
   } else {
-    int swap = 0;
-    size_t period = 0;
-    result = ebe_binary_shape(a->dims, a->rank, b->dims, b->rank, dims, &out.rank, &swap,
-                              &period);
+    const ebe_bin_result result =
+        ebe_step_shape(step, a->dims, a->rank, b->dims, b->rank, dims, &out.rank, &bc);
+    if (result != EBE_BIN_OK)
+      return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, result);
   }
-  if (result != EBE_BIN_OK) return ebe_shape_error(plan, step, a, b, result);
   EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
-  ebe_exec(step->op, a, b, &out);
+  ebe_exec(step->op, a, b, &out, &bc);
   ebe_busy_wait_ns(plan->delay_ns_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
   return NULL;
@@ -741,7 +789,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
                                          scratch->rank[id], &scratch->data[id], calls));
   }
   for (size_t s = 0; s < plan->n_steps; s++) {
-    ebe_run_step(scratch, &plan->steps[s]);
+    ebe_run_step(scratch, &plan->steps[s], s);
     ebe_busy_wait_ns(plan->delay_ns_per_node);
   }
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
