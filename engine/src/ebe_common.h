@@ -2,8 +2,10 @@
  * status helpers, and the counted allocator.
  *
  * Rule: every call into OrtApiBase/OrtApi/OrtEpApi goes through EBE_CALL (or EBE_CALL0, or
- * EBE_CALL_T in the Compute hot path), which counts it in `ort_api_calls`. tests/test_engine_source.py scans the sources
- * and fails on any `->Member(` call outside this header. Every heap allocation goes through
+ * EBE_CALL_T in the Compute hot path), which counts it in `ort_api_calls`.
+ * tests/test_engine_source.py scans the sources and fails on any OrtApi/OrtEpApi member
+ * name used other than as the member argument of these three macros, whose definitions
+ * below it matches exactly (edit both together). Every heap allocation goes through
  * ebe_malloc/ebe_calloc/ebe_realloc/ebe_free, which count `heap_allocs`/`heap_bytes`.
  */
 #ifndef EBE_COMMON_H
