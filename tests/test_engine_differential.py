@@ -17,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import engine
-from engine.testing import CPU_EP, cpu_session, engine_session, nodes_by_ep, partitions_by_ep
+from engine.testing import (
+    CPU_EP,
+    assert_same_bits,
+    cpu_session,
+    engine_session,
+    nodes_by_ep,
+    partitions_by_ep,
+)
 
 EP_NAME = "ebe_diff"
 
@@ -29,6 +36,8 @@ def _library() -> str:
 
 # Differential tolerance for generated graphs (values stay O(1..1e3) through Mul chains).
 RTOL, ATOL = 1e-4, 1e-5
+# One IEEE operation per element, as in ORT's CPU EP: the result must be the same bits.
+EXACT_OPS = ("Identity", "Relu", "Add", "Mul")
 SMOKE_CASES = ["relu_d1_w8", "relu_d100_w8", "relu_d10_w4096_dyn", "identity_d10_w4096",
                "add_d10_w8", "sigmoid_d10_w4096", "matmul_128x128", "matmul_128x128_dyn",
                "matmul_512x512"]
@@ -64,6 +73,8 @@ def test_grid_case_matches_ort_and_runs_every_node(case_name: str, partition: st
     partitions = partitions_by_ep(session)[EP_NAME]
     assert partitions == (1 if partition == "fused" else built.n_nodes)
     for g, w in zip(got, want, strict=True):
+        if spec.op in EXACT_OPS:
+            assert_same_bits(g, w)
         assert g.shape == w.shape
         assert float(np.max(np.abs(g - w), initial=0.0)) <= spec.tolerance
 
@@ -145,16 +156,19 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
     consumed: set[str] = set()
     nodes = []
     n_supported = 0
-    for i in range(draw(st.integers(1, 12))):
+    pressure = False
+    for i in range(draw(st.integers(1, 14))):
         op = draw(st.sampled_from(ops))
         out = f"v{i}"
         # Mostly recent values: deep chains with short skip connections, the shape that
-        # makes a cycle when a fused group wrongly spans an unsupported node.
+        # makes a cycle when a fused group wrongly spans an unsupported node. Reading old
+        # values keeps many alive at once (scratch pressure on the slot assignment).
         a_name, a_width = draw(st.sampled_from(values[-3:] if draw(st.booleans()) else values))
         args = [a_name]
         out_width = a_width
         if op in ("Add", "Mul"):
-            kind = draw(st.sampled_from(["same", "skip", "row", "scalar", "rank0"]))
+            kind = draw(st.sampled_from(["same", "skip", "row", "row1", "column", "scalar",
+                                         "rank0", "self", "self"]))
             same = [v for v in values if v[1] == a_width][-3:]
             last, last_width = values[-1]
             if kind == "skip" and values_width.get(first_input.get(last, "")) == last_width:
@@ -162,12 +176,27 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
                 # pattern that cycles if f is unsupported and both ends get fused.
                 a_name, out_width = last, last_width
                 args = [last, first_input[last]]
+            elif kind == "self":
+                # op(t, t) with t = Relu(a) read by nothing else: t's slot dies at this node
+                # and must be given back once; twice, and the two fresh values made next
+                # (pressure below) would share it, the second overwriting the first.
+                fresh = f"t{i}"
+                nodes.append(helper.make_node("Relu", [a_name], [fresh], name=f"n{i}_t"))
+                n_supported += 1
+                consumed.add(a_name)
+                args = [fresh, fresh]
+                pressure = True
             elif kind in ("same", "skip"):
                 args.append(draw(st.sampled_from(same))[0])
             else:
                 extra = f"i{i}"
-                shape = {"row": [a_width], "scalar": [1], "rank0": []}[kind]
-                inputs.append(helper.make_tensor_value_info(extra, TensorProto.FLOAT, shape))
+                # row1: [1, w] (leading 1 before the row); column: [lead, 1] (the strided
+                # broadcast, when the values' width is not 1).
+                declared = {"row": [a_width], "row1": [1, a_width], "column": [lead, 1],
+                            "scalar": [1], "rank0": []}[kind]
+                shape = [rows if d == lead else d for d in declared]
+                inputs.append(helper.make_tensor_value_info(extra, TensorProto.FLOAT,
+                                                            declared))
                 feeds[extra] = rng.uniform(-2, 2, shape).astype(np.float32)
                 args.append(extra)
             if draw(st.booleans()):
@@ -199,6 +228,17 @@ def dags(draw, ops: tuple[str, ...] = SUPPORTED):
         values.append((out, out_width))
         values_width[out] = out_width
         first_input[out] = args[0]
+        if pressure:
+            # Two fresh values alive at once right after op(t, t) (they read its output, so
+            # ORT cannot schedule them before it), then joined.
+            pressure = False
+            nodes += [helper.make_node("Add", [out, out], [f"p{i}a"], name=f"n{i}_pa"),
+                      helper.make_node("Mul", [out, out], [f"p{i}b"], name=f"n{i}_pb"),
+                      helper.make_node("Add", [f"p{i}a", f"p{i}b"], [f"p{i}"], name=f"n{i}_p")]
+            n_supported += 3
+            consumed.update([out, f"p{i}a", f"p{i}b"])
+            values.append((f"p{i}", out_width))
+            values_width[f"p{i}"] = out_width
     produced = [name for name, _ in values[1:]]
     outputs = [name for name in produced if name not in consumed]
     # Sometimes also expose an intermediate that other nodes read.
@@ -226,6 +266,17 @@ def test_random_dag_matches_ort_with_every_node_on_the_engine(case, partition) -
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+@_DAG_SETTINGS
+@given(case=dags(ops=EXACT_OPS), partition=st.sampled_from(["fused", "per_node"]))
+def test_random_dag_of_exact_ops_gives_orts_bits(case, partition) -> None:
+    model, feeds, n_nodes, _ = case
+    session, got, want = _run_both(model, feeds, options={"partition": partition},
+                                   opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: n_nodes}
+    for g, w in zip(got, want, strict=True):
+        assert_same_bits(g, w)
 
 
 @_DAG_SETTINGS
@@ -270,3 +321,41 @@ def test_constant_initializers_arrive_as_fused_inputs() -> None:
     session, got, want = _run_both(model.SerializeToString(), feeds, opt_level="disabled")
     assert nodes_by_ep(session) == {EP_NAME: 3}
     np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=1e-5)
+
+
+def _graph(nodes: list, inputs: list, outputs: list) -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node(op, args, [out], name=out) for op, args, out in nodes], "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model.SerializeToString()
+
+
+def test_a_value_read_twice_by_one_node_frees_its_slot_once() -> None:
+    """Mul(y, y) is y's last use; if y's slot went back to the free list twice, p and s
+    below would be given the same slot and p would be overwritten before its last read."""
+    model = _graph([("Relu", ["x"], "y"), ("Mul", ["y", "y"], "z"), ("Add", ["z", "x"], "p"),
+                    ("Add", ["p", "x"], "q"), ("Add", ["q", "x"], "s"), ("Add", ["p", "s"], "t")],
+                   [("x", [2, 3])], ["t"])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    session, got, want = _run_both(model, feeds, opt_level="disabled")
+    assert partitions_by_ep(session) == {EP_NAME: 1}
+    assert_same_bits(got[0], want[0])
+
+
+@pytest.mark.parametrize(("outputs", "label"), [
+    (["b", "c", "c"], "one tensor named as two graph outputs"),
+    (["x", "b", "c"], "a graph input that is also a graph output"),
+])
+def test_repeated_and_pass_through_graph_outputs(outputs: list, label: str) -> None:
+    """ORT 1.32 hands the fused node distinct outputs in both cases (the engine refuses a
+    repeated or pass-through fused output rather than copying it)."""
+    model = _graph([("Relu", ["x"], "b"), ("Sigmoid", ["b"], "c")], [("x", [3, 4])], outputs)
+    feeds = {"x": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)}
+    session, got, want = _run_both(model, feeds, opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: 2}, label
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)

@@ -62,7 +62,6 @@ struct ebe_plan {
   ebe_step *steps;
   uint32_t *input_values;  /* [n_inputs] value of fused input k */
   uint32_t *output_values; /* [n_outputs] value of fused output k */
-  uint8_t *output_is_dup;  /* [n_outputs] 1 when an earlier output has the same value */
   int single;              /* one node, one output: ebe_plan_run_single, no scratch */
   ebe_scratch pool[EBE_POOL_SIZE];
 };
@@ -257,7 +256,6 @@ void ebe_plan_free(ebe_plan *plan) {
   ebe_free(c, plan->values);
   ebe_free(c, plan->input_values);
   ebe_free(c, plan->output_values);
-  ebe_free(c, plan->output_is_dup);
   ebe_free(c, plan);
 }
 
@@ -327,7 +325,6 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   plan->steps = ebe_calloc(c, n_nodes, sizeof *plan->steps);
   plan->input_values = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_values);
   plan->output_values = ebe_calloc(c, plan->n_outputs, sizeof *plan->output_values);
-  plan->output_is_dup = ebe_calloc(c, plan->n_outputs, 1);
   /* Every value is a fused input or some node's output (one per node): an upper bound. */
   const size_t max_values = plan->n_inputs + n_nodes * 3 + plan->n_outputs + 1;
   names.cap = 16;
@@ -336,7 +333,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   names.ids = ebe_calloc(c, names.cap, sizeof *names.ids);
   plan->values = ebe_calloc(c, max_values, sizeof *plan->values);
   if (!in_infos || !out_infos || !nodes || !plan->steps || !plan->input_values ||
-      !plan->output_values || !plan->output_is_dup || !names.keys || !names.ids ||
+      !plan->output_values || !names.keys || !names.ids ||
       !plan->values) {
     status = ebe_error(api, c, ORT_FAIL, "engine: out of memory building a plan");
     goto fail;
@@ -366,16 +363,16 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
     EBE_GOTO_IF_ERROR(status, ebe_value_name(cfg, out_infos[k], &name), fail);
     const uint32_t id = ebe_names_intern(&names, name);
     plan->output_values[k] = id;
-    if (plan->values[id].loc == EBE_LOC_OUTPUT) {
-      plan->output_is_dup[k] = 1;
-    } else if (plan->values[id].loc == EBE_LOC_INPUT) {
-      status = ebe_error(api, c, ORT_EP_FAIL, "engine: fused output '%s' is also an input",
-                         name);
+    /* ORT lists each value once among a fused node's outputs, and never one of its inputs
+     * (a graph naming one tensor as two outputs, or an input as an output, still gives
+     * distinct fused outputs on ORT 1.32): anything else is refused, not copied. */
+    if (plan->values[id].loc != EBE_LOC_NONE) {
+      status = ebe_error(api, c, ORT_EP_FAIL,
+                         "engine: fused output '%s' is listed twice or is also an input", name);
       goto fail;
-    } else {
-      plan->values[id].loc = EBE_LOC_OUTPUT;
-      plan->values[id].index = (uint32_t)k;
     }
+    plan->values[id].loc = EBE_LOC_OUTPUT;
+    plan->values[id].index = (uint32_t)k;
   }
 
   EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNodes, graph, nodes, n_nodes), fail);
@@ -782,7 +779,6 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
   EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
   EBE_RETURN_IF_ERROR(ebe_plan_place_slots(plan, scratch));
   for (size_t k = 0; k < plan->n_outputs; k++) {
-    if (plan->output_is_dup[k]) continue;
     const uint32_t id = plan->output_values[k];
     EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, k,
                                          scratch->dims + (size_t)id * EBE_MAX_RANK,
@@ -793,17 +789,6 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
     ebe_busy_wait_ns(plan->delay_ns_per_node);
   }
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
-  for (size_t k = 0; k < plan->n_outputs; k++) {
-    if (!plan->output_is_dup[k]) continue; /* the same value exposed twice: copy it */
-    const uint32_t id = plan->output_values[k];
-    float *data = NULL;
-    EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, k,
-                                         scratch->dims + (size_t)id * EBE_MAX_RANK,
-                                         scratch->rank[id], &data, calls));
-    const size_t n =
-        (size_t)ebe_numel(scratch->dims + (size_t)id * EBE_MAX_RANK, scratch->rank[id]);
-    if (n != 0) memcpy(data, scratch->data[id], n * sizeof(float));
-  }
   return NULL;
 }
 
