@@ -69,8 +69,21 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+# Beside a number measured with no quiet round at all (shown, but marked and explained).
+UNQUIET_MARK = "†"
+UNQUIET_NOTE = (
+    f"{UNQUIET_MARK} no round of this case passed the idle gate: the number comes from rounds "
+    "measured while the machine was busy; rerun on an idle machine before trusting it"
+)
+
+
+def has_quiet_round(case: dict[str, Any]) -> bool:
+    return any(r.get("quiet") for r in case.get("rounds", []))
+
+
 def measured_rounds(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rounds the idle gate called quiet, or every round when none was."""
+    """The rounds the idle gate called quiet, or every round when none was (a case
+    measured that way is marked in the page: see has_quiet_round)."""
     rounds = case.get("rounds", [])
     quiet = [r for r in rounds if r.get("quiet")]
     return quiet or rounds
@@ -115,7 +128,8 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
                                       MISS_REASONS.get(target.mode))
         rows.append({"case": target.case, "mode": target.mode, "bound": target.bound,
                      "measured": measured, "rounds": len(ratios), "status": status,
-                     "reason": reason})
+                     "reason": reason,
+                     "unquiet": measured is not None and not has_quiet_round(case)})
     return rows
 
 
@@ -166,15 +180,20 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         "|---|---|---|---|---|",
     ]
     notes: list[str] = []
+    unquiet = False
     for row in evaluate(doc):
         status = {"met": "✅ met", "missed": "❌ missed", "not run": "— not run"}[row["status"]]
         if row["reason"]:
             if row["reason"] not in notes:
                 notes.append(row["reason"])
             status += f" [{notes.index(row['reason']) + 1}]"
+        mark = f" {UNQUIET_MARK}" if row["unquiet"] else ""
+        unquiet = unquiet or row["unquiet"]
         lines.append(f"| `{row['case']}` | {row['mode']} | ≤ {row['bound']:.2f}× | "
-                     f"{_fmt_ratio(row['measured'])} | {status} |")
+                     f"{_fmt_ratio(row['measured'])}{mark} | {status} |")
     lines.append("")
+    if unquiet:
+        lines += [UNQUIET_NOTE + ".", ""]
     for i, note in enumerate(notes, 1):
         lines += [f"[{i}] {note}.", ""]  # one paragraph per note
     lines += ["## Grid", "",
@@ -182,6 +201,7 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
               " | engine ORT calls / allocs per Run |",
               "|---|---|" + "---|" * len(columns) + "---|"]
     cases = doc.get("cases", {})
+    unquiet_cases = False
     order = [n for n in config.get("case_names", []) if n in cases]
     for name in order + sorted(set(cases) - set(order)):
         case = cases[name]
@@ -198,9 +218,13 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
             if per_run:
                 counts.append(f"{per_run.get('ort_api_calls', 0):g} / "
                               f"{per_run.get('heap_allocs', 0):g}")
-        lines.append(f"| `{name}` | {_fmt_ns(_median(control) if control else None)} | "
+        mark = "" if has_quiet_round(case) else f" {UNQUIET_MARK}"
+        unquiet_cases = unquiet_cases or bool(mark)
+        lines.append(f"| `{name}`{mark} | {_fmt_ns(_median(control) if control else None)} | "
                      + " | ".join(cells) + f" | {', '.join(counts) or '—'} |")
     lines.append("")
+    if unquiet_cases:
+        lines += [UNQUIET_NOTE + ".", ""]
     return "\n".join(lines)
 
 

@@ -2,8 +2,8 @@
 
     python -m engine.build --inplace        # engine/libepbench_engine.so (`make engine`)
     python -m engine.build --out DIR        # DIR/libepbench_engine.so, path printed last
-    python -m engine.build --sanitize --out DIR   # ASan+UBSan variant (tests/test_engine_asan.py
-                                                  # says how it runs under Python)
+    python -m engine.build --sanitize --out DIR   # ASan+UBSan variant (engine/README.md says
+                                                  # how it runs under Python; `make asan`)
 
 ORT's C headers ship in no PyPI or Debian package. They are fetched with `npm pack` from
 the npm package named below (MIT, ORT 1.29 headers), checked against the npm integrity

@@ -7,8 +7,8 @@ import json
 from engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
 
 
-def _round(samples: dict[str, list[int]]) -> dict:
-    return {"samples_ns": samples}
+def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:
+    return {"samples_ns": samples, "quiet": quiet}
 
 
 def _doc() -> dict:
@@ -73,3 +73,14 @@ def test_cli_writes_the_file_and_reports_a_bad_input(tmp_path, capsys) -> None:
     assert out.read_text().startswith("# Benchmarks")
     assert main([str(tmp_path / "missing.json")]) == 1
     assert "pass an epbench results.json" in capsys.readouterr().err
+
+
+def test_a_case_with_no_quiet_round_is_marked_where_its_numbers_are_shown() -> None:
+    doc = _doc()
+    assert "†" not in render(doc)
+    for rnd in doc["cases"]["relu_d100_w8"]["rounds"]:
+        rnd["quiet"] = False
+    text = render(doc)
+    assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× † | ✅ met |" in text
+    assert "| `relu_d100_w8` † | 100 ns |" in text
+    assert "† no round of this case passed the idle gate" in text
