@@ -16,7 +16,8 @@ void *ebe_malloc(ebe_counters *counters, size_t size) {
   return ptr;
 }
 
-/* Zeroed array; NULL on failure or when count * size overflows. */
+/* Zeroed array; NULL on failure or when count * size overflows (nothing counted then);
+ * caller owns the block. */
 void *ebe_calloc(ebe_counters *counters, size_t count, size_t size) {
   if (size != 0 && count > SIZE_MAX / size) return NULL;
   void *ptr = calloc(count == 0 ? 1 : count, size == 0 ? 1 : size);
@@ -27,12 +28,15 @@ void *ebe_calloc(ebe_counters *counters, size_t count, size_t size) {
   return ptr;
 }
 
+/* Frees a block from ebe_malloc/ebe_calloc/ebe_strdup, counted in the same counters it was
+ * allocated in; NULL is a no-op. Cannot fail. */
 void ebe_free(ebe_counters *counters, void *ptr) {
   if (ptr == NULL) return;
   ebe_probe_add(counters, EBE_C_HEAP_FREES, 1);
   free(ptr);
 }
 
+/* Copy of text, or NULL when out of memory; caller frees it with ebe_free. */
 char *ebe_strdup(ebe_counters *counters, const char *text) {
   size_t len = strlen(text);
   char *copy = ebe_malloc(counters, len + 1);

@@ -496,6 +496,7 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
   return NULL;
 }
 
+/* Frees the EP and its name (never the factory's state). NULL is a no-op; cannot fail. */
 void ebe_ep_release(ebe_ep *ep) {
   if (ep == NULL) return;
   ebe_counters *c = ep->counters;

@@ -101,6 +101,8 @@ OrtStatus *ebe_factory_create(const OrtApi *api, const char *registered_name,
   return NULL;
 }
 
+/* Frees the factory and its name; its counters block stays (probe.c owns it). NULL is a
+ * no-op; cannot fail. */
 void ebe_factory_release(ebe_factory *factory) {
   if (factory == NULL) return;
   ebe_counters *c = factory->counters;
