@@ -170,24 +170,27 @@ def test_dtypes_the_engine_does_not_compute_are_not_claimed() -> None:
 
 # Symbolic (named or unnamed) dims promise nothing at run time: ORT's CPU EP broadcasts
 # whatever shapes arrive, so the engine must too (or not claim the node).
+# (declared a, declared b, fed a, fed b, steps on the general strided path per Run)
 BROADCASTS = [
-    (["N", "M"], ["N", "M"], [3, 1], [3, 4]),   # a column against a matrix
-    (["N", "M"], ["N", "M"], [3, 1], [1, 4]),   # a column against a row: both grow
-    (["N", "M"], ["N", "M"], [1, 4], [3, 4]),   # a [1,w] row with its leading 1
-    (["N", "M"], ["M"], [3, 1], [4]),           # a row that is wider than a's last dim
-    ([None, None], [None, None], [3, 1], [1, 4]),  # unnamed dims
-    ([None, 4], [None, 4], [2, 4], [1, 4]),
-    ([2, 1], [1, 3], [2, 1], [1, 3]),           # the same, static
-    ([2, 1, 3], [4, 1], [2, 1, 3], [4, 1]),     # rank 3 against rank 2, each broadcasting
-    (["N", "M"], ["N", "M"], [0, 1], [1, 4]),   # empty result
+    (["N", "M"], ["N", "M"], [3, 1], [3, 4], 1),   # a column against a matrix
+    (["N", "M"], ["N", "M"], [3, 1], [1, 4], 1),   # a column against a row: both grow
+    (["N", "M"], ["N", "M"], [1, 4], [3, 4], 0),   # a [1,w] row: fast once its 1 is stripped
+    (["N", "M"], ["M"], [3, 4], [4], 0),           # a row
+    (["N", "M"], ["M"], [3, 1], [4], 1),           # a row that is wider than a's last dim
+    ([None, None], [None, None], [3, 1], [1, 4], 1),  # unnamed dims
+    ([None, 4], [None, 4], [2, 4], [1, 4], 0),
+    ([2, 1], [1, 3], [2, 1], [1, 3], 1),           # the same, static
+    ([2, 1, 3], [4, 1], [2, 1, 3], [4, 1], 1),     # rank 3 against rank 2, each broadcasting
+    ([1, 1, 3], [2, 3], [1, 1, 3], [2, 3], 0),     # leading 1s before a row
+    (["N", "M"], ["N", "M"], [0, 1], [1, 4], 0),   # empty result: nothing to run
 ]
 
 
 @pytest.mark.parametrize("chain", [False, True], ids=["one_node", "fused_chain"])
 @pytest.mark.parametrize("op", ["Add", "Mul"])
-@pytest.mark.parametrize(("a_decl", "b_decl", "a_feed", "b_feed"), BROADCASTS)
-def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_feed, op,
-                                                     chain) -> None:
+@pytest.mark.parametrize(("a_decl", "b_decl", "a_feed", "b_feed", "strided"), BROADCASTS)
+def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_feed, strided,
+                                                     op, chain) -> None:
     from engine.testing import assert_same_bits, nodes_by_ep
 
     if chain:  # Relu -> op -> Identity: the broadcast inside a fused plan, from a slot
@@ -201,7 +204,10 @@ def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_f
     session = engine_session(model, _library(), EP_NAME, opt_level="disabled")
     assert nodes_by_ep(session) == {EP_NAME: len(nodes)}
     want = cpu_session(model, "disabled").run(None, feeds)[0]
+    reset_counters(_library())
     assert_same_bits(session.run(None, feeds)[0], want)
+    # Only what the fast kernels cannot do takes the strided path.
+    assert read_counters(_library(), EP_NAME)["strided_broadcasts"] == strided
 
 
 def test_an_input_of_unknown_rank_is_not_claimed() -> None:

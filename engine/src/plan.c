@@ -641,7 +641,7 @@ static void ebe_exec_broadcast(ebe_op op, const ebe_operand *a, const ebe_operan
 /* Execute one op on shapes already checked by the shape rules (b unused by unary ops, bc
  * used by Add/Mul only). */
 static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
-                     const ebe_operand *out, const ebe_bcast *bc) {
+                     const ebe_operand *out, const ebe_bcast *bc, ebe_counters *counters) {
   const size_t n = (size_t)ebe_numel(out->dims, out->rank);
   switch (op) {
     case EBE_OP_IDENTITY:
@@ -657,6 +657,7 @@ static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
     case EBE_OP_MUL: {
       if (n == 0) return;
       if (bc->general) {
+        ebe_probe_add(counters, EBE_C_STRIDED_BROADCASTS, 1); /* shows a fast path was missed */
         ebe_exec_broadcast(op, a, b, out);
         return;
       }
@@ -680,11 +681,12 @@ static ebe_operand ebe_scratch_operand(const ebe_scratch *scratch, uint32_t valu
   return operand;
 }
 
-static void ebe_run_step(const ebe_scratch *scratch, const ebe_step *step, size_t s) {
+static void ebe_run_step(const ebe_plan *plan, const ebe_scratch *scratch, size_t s) {
+  const ebe_step *step = &plan->steps[s];
   const ebe_operand a = ebe_scratch_operand(scratch, step->in[0]);
   const ebe_operand b = ebe_scratch_operand(scratch, step->in[step->n_in - 1]);
   const ebe_operand out = ebe_scratch_operand(scratch, step->out);
-  ebe_exec(step->op, &a, &b, &out, &scratch->bcast[s]);
+  ebe_exec(step->op, &a, &b, &out, &scratch->bcast[s], plan->counters);
 }
 
 /* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute). */
@@ -756,7 +758,7 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
       return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, result);
   }
   EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
-  ebe_exec(step->op, a, b, &out, &bc);
+  ebe_exec(step->op, a, b, &out, &bc, plan->counters);
   ebe_busy_wait_ns(plan->delay_ns_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
   return NULL;
@@ -785,7 +787,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
                                          scratch->rank[id], &scratch->data[id], calls));
   }
   for (size_t s = 0; s < plan->n_steps; s++) {
-    ebe_run_step(scratch, &plan->steps[s], s);
+    ebe_run_step(plan, scratch, s);
     ebe_busy_wait_ns(plan->delay_ns_per_node);
   }
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
