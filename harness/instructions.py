@@ -30,8 +30,9 @@ from typing import Any
 from harness.errors import EpbenchError
 
 METHODS = ("perf", "valgrind")
-# Counted calls per arm (after WARM_CALLS uncounted ones): the count is their mean.
-COUNT_RUNS = 16
+# Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
+# callgrind the median call (odd, so the median is one call's exact count).
+COUNT_RUNS = 15
 WARM_CALLS = 3
 COUNTER_NAME = "instructions"
 
@@ -238,22 +239,24 @@ def count_in_worker(worker: Any) -> None:
         for state in arms:
             for _ in range(WARM_CALLS):
                 state.bound.run()
-            lib.epbench_cg_zero()
-            lib.epbench_cg_toggle_collect()
-            for _ in range(COUNT_RUNS):
+            # One dump per call: the median call is immune to the rare call that hits a
+            # boundary of Python's small-object allocator (which varies between processes).
+            for i in range(COUNT_RUNS):
+                lib.epbench_cg_zero()
+                lib.epbench_cg_toggle_collect()
                 state.bound.run()
-            lib.epbench_cg_toggle_collect()
-            lib.epbench_cg_dump(state.arm.key.encode())
-        counts = {}
+                lib.epbench_cg_toggle_collect()
+                lib.epbench_cg_dump(f"{state.arm.key}#{i}".encode())
+        calls: dict[str, list[int]] = {}
         for path in sorted(dump_dir.glob(f"callgrind.out.{os.getpid()}.*")):
             label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))
-            if label is not None:
-                counts[label] = total
-        missing = [s.arm.key for s in arms if s.arm.key not in counts]
+            if label is not None and "#" in label:
+                calls.setdefault(label.rsplit("#", 1)[0], []).append(total)
+        missing = [s.arm.key for s in arms if len(calls.get(s.arm.key, ())) != COUNT_RUNS]
         if missing:
             raise InstructionsError(f"callgrind wrote no count for arm(s) {missing}: is this "
                                     "worker running under valgrind --tool=callgrind?")
-        per_run = {key: total / COUNT_RUNS for key, total in counts.items()}
+        per_run = {key: float(sorted(totals)[COUNT_RUNS // 2]) for key, totals in calls.items()}
     worker.emit({"event": "instructions", "method": method, "runs": COUNT_RUNS,
                  "per_run": per_run})
 
