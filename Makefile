@@ -11,7 +11,7 @@ OUT    ?= epbench-out
 GRID   ?= default
 ARMS   ?= --arm ort --arm engine --arm plugin:nxrt_ep_cpu
 
-.PHONY: run test setup engine lint clean asan benchmarks
+.PHONY: run test setup engine lint clean asan benchmarks validation
 
 setup: $(STAMP) $(ENGINE_STAMP)
 
@@ -50,6 +50,11 @@ benchmarks: setup
 	    --arm engine:partition=per_node,name=engine_per_node --arm plugin:nxrt_ep_cpu \
 	    --out $(OUT)/benchmarks --overwrite
 	$(PY) -m engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
+
+# docs/validation: the harness's own false-positive rate, detection power per
+# injected slowdown, position bias and counter exactness on this machine.
+validation: setup
+	$(VENV)/bin/epbench validate --grid quick --budget 600 --out docs/validation
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

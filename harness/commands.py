@@ -11,6 +11,7 @@ import click
 from harness.compare_commits import DEFAULT_BUDGET_S
 from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from harness.gate import POLICIES
+from harness.instructions import METHODS as INSTRUCTION_METHODS
 from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
 from harness.runner import defaults as run_defaults
 from reports.commands import verdict_options
@@ -72,6 +73,9 @@ _RUN = run_defaults()
                    "killed (its case is reported crashed).")
 @click.option("--allow-fallback", is_flag=True,
               help="Let a plugin arm share the graph with ORT's CPU EP; the split is recorded.")
+@click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
+              help="Also count instructions per Run in an extra untimed pass: hardware "
+                   "counters (perf) or callgrind (valgrind); exact, reported when they change.")
 @out_option
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
@@ -79,7 +83,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, block_ms: float,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
-        out: str, overwrite: bool, quiet: bool) -> None:
+        instructions: str | None, out: str, overwrite: bool, quiet: bool) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -106,7 +110,8 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         block_target_ms=block_ms, max_block_iters=max_block_iters, warmup_ms=warmup_ms,
         seed=seed, threads=threads, gate_policy=gate_policy, gate_threshold=gate_threshold,
         gate_max_wait_s=gate_max_wait, silence_timeout_s=case_timeout,
-        allow_fallback=allow_fallback, out_dir=Path(out), overwrite=overwrite,
+        allow_fallback=allow_fallback, instructions=instructions, out_dir=Path(out),
+        overwrite=overwrite,
         progress=not quiet, grids=tuple(grids),
     )
     try:

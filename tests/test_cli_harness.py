@@ -285,3 +285,16 @@ def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
     from harness.compare_commits import DEFAULT_BUDGET_S
 
     assert f"`--budget` seconds last (default {DEFAULT_BUDGET_S:g})" in readme
+
+
+def test_instructions_method_unavailable_is_one_line(tmp_path) -> None:
+    from harness.instructions import perf_available
+
+    ok, _ = perf_available()
+    if ok:
+        pytest.skip("this machine has hardware counters: nothing to refuse")
+    result = invoke("run", "--case", "relu_d1_w8", "--instructions", "perf",
+                    "--out", str(tmp_path / "o"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "--instructions valgrind")
+    assert invoke("run", "--instructions", "cycles").exit_code == EXIT_USAGE
