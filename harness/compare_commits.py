@@ -96,7 +96,10 @@ def compare_commits(
         on_status(f"building {label} ({rev}, {shas[label][:10]})")
         sides[label] = build_commit(root, label, rev, shas[label], build)
     arms = tuple(parse_arm(side_arm(sides[label], build is None)) for label in sides)
+    started = time.monotonic()
     doc = run(replace(config, arms=arms))
+    # What one case cost in the first pass: re-runs are planned so they fit the budget.
+    seconds_per_case = (time.monotonic() - started) / max(1, len(doc["cases"]))
     profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), profile_path)
 
     def judge() -> dict[str, Any]:
@@ -113,11 +116,13 @@ def compare_commits(
 
     comparison = judge()
     reruns: dict[str, int] = {}
-    started = time.monotonic()
+    budget_start = time.monotonic()
     attempt = 0
     while not doc["interrupted"]:
-        pending = cmp.ambiguous_cases(comparison)
-        if not pending or time.monotonic() - started >= budget_s:
+        left = budget_s - (time.monotonic() - budget_start)
+        fits = int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR)) if left > 0 else 0
+        pending = cmp.ambiguous_cases(comparison)[:fits]
+        if not pending:
             break
         attempt += 1
         on_status(f"re-running {len(pending)} inconclusive case(s): {', '.join(pending)}")
