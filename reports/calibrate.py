@@ -9,8 +9,10 @@ Per case it keeps, for both comparison shapes `compare` uses,
 - separate runs: the A/A double ratio between every pair of repeats (with a
   single repeat, sqrt(2) x the same-run noise, marked "estimated");
 
-and the noise = max(95th percentile of |change|, median CI half-width), scaled at
-judging time by sqrt(profile rounds / compared rounds). A last run with a fixed
+and the noise = max(95th percentile of |change|, median CI half-width). At judging
+time only its within-run sampling part (the CI half-width) is scaled by
+sqrt(profile rounds / compared rounds); the rest is a between-session offset
+that more rounds do not remove (see `scaled_noise`). A last run with a fixed
 arm order (the position-bias self-test) shows what counterbalancing removes.
 
 Profile format history (bump PROFILE_VERSION and migrate on change):
@@ -114,7 +116,7 @@ def profile_from_runs(
 
     if not runs:
         raise ProfileError("calibration needs at least one A/A run; pass --repeats 1 or more")
-    opts = {"confidence": confidence, "resamples": resamples, "seed": seed}
+    opts = {"confidence": confidence}
     first = runs[0]
     control = first.get("control", "ort")
     names = [n for n, c in first.get("cases", {}).items() if c.get("status") == "ok"]
@@ -292,6 +294,48 @@ def profile_noise(
     noise = (entry.get(mode) or {}).get("noise")
     if noise is None:
         return None, "profile has no noise for this case"
-    profile_rounds = int(profile.get("rounds") or rounds)
-    # The spread of a median over rounds shrinks like 1 / sqrt(rounds).
-    return float(noise) * math.sqrt(profile_rounds / max(1, rounds)), "profile"
+    mode_entry = entry.get(mode) or {}
+    return scaled_noise(
+        float(noise), mode_entry.get("ci_half_width"), int(profile.get("rounds") or rounds),
+        rounds, pooled_offset(profile, mode),
+    ), "profile"
+
+
+def pooled_offset(profile: Mapping[str, Any], mode: str) -> float:
+    """The between-session offset of the host, pooled over every case of the profile.
+
+    A case's own 5 repeats can all land on small offsets by chance; the offset is a
+    property of the host and ORT, so its 95th percentile over all cases' A/A changes
+    (less the sampling part) is a floor under every case's offset.
+    """
+    import numpy as np
+
+    entries = [(c.get(mode) or {}) for c in (profile.get("cases") or {}).values()]
+    changes = [abs(x) for e in entries for x in (e.get("changes") or [])]
+    halves = [e["ci_half_width"] for e in entries if e.get("ci_half_width") is not None]
+    if not changes or not halves:
+        return 0.0
+    spread = float(np.percentile(changes, defaults.NOISE_PERCENTILE))
+    sampling = float(np.median(halves))
+    return math.sqrt(max(0.0, spread * spread - sampling * sampling))
+
+
+def scaled_noise(
+    noise: float, sampling: float | None, profile_rounds: int, rounds: int,
+    offset_floor: float = 0.0,
+) -> float:
+    """The calibrated noise at `rounds` rounds.
+
+    Two parts: the within-run sampling error of a median over rounds (estimated by
+    the A/A intervals' half-width `sampling`), which shrinks like 1 / sqrt(rounds),
+    and a between-session offset (two sessions of one model differ by a stable ~1 %
+    in every round), which more rounds do not shrink. The offset is what the A/A
+    spread holds beyond sampling: sqrt(noise^2 - sampling^2). Without a sampling
+    estimate all of the noise is treated as offset (never scaled down).
+    """
+    ratio = profile_rounds / max(1, rounds)
+    if sampling is None or not math.isfinite(sampling):
+        return noise * math.sqrt(max(1.0, ratio))
+    sampling = min(float(sampling), noise)
+    offset_sq = max(noise * noise - sampling * sampling, offset_floor * offset_floor)
+    return math.sqrt(offset_sq + sampling * sampling * ratio)

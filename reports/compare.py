@@ -429,9 +429,7 @@ def compare(
                 quiet_base.append(stats.log_ratios(b_vals[b_quiet], b_ctrl[b_quiet]))
                 quiet_index.append(len(measurable))
         measurable.append(name)
-    opts = {
-        "confidence": settings.confidence, "resamples": settings.resamples, "seed": settings.seed,
-    }
+    opts = {"confidence": settings.confidence}
     changes = (
         stats.paired_changes(log_pr, **opts) if same_run
         else stats.double_ratio_changes(log_pr, log_base, **opts)

@@ -3,11 +3,14 @@
 Noise model (per case; stated here once, used by the tests and quoted in reports'
 tests): the per-round median of arm `a` in round `r` is
 
-    true_ns[a] * machine[r] * exp(N(0, arm_sigma)) * (1 + spike)
+    true_ns[a] * session[a] * machine[r] * exp(N(0, arm_sigma)) * (1 + spike)
 
 where `machine[r] = exp(N(0, machine_sigma))` is shared by every arm of the round
 (a shared runner speeding up and slowing down between rounds; it cancels in
-ratios within a round), the log-normal term is each arm's own block-to-block
+ratios within a round), `session[a] = exp(N(0, session_sigma))` is drawn once per
+arm per run (two ORT sessions of one model differ by a stable ~1 % for the whole
+run; it does not cancel and more rounds do not shrink it), the log-normal term
+is each arm's own block-to-block
 noise, and with probability `spike_prob` a block is hit by interference and
 made `spike` = U(5 %, 30 %) slower. `drift` scales the whole run linearly from
 1 at the first round to 1 + drift at the last. Each block holds `samples` values
@@ -34,6 +37,9 @@ class NoiseModel:
     spike_lo: float = 0.05
     spike_hi: float = 0.30
     drift: float = 0.0
+    # Per-session offset (sigma of log): 0.7 % gives two sessions a ~1 % typical
+    # difference (sd 1 %), the size seen between real ORT sessions of one model.
+    session_sigma: float = 0.007
 
 
 REALISTIC = NoiseModel()
@@ -55,7 +61,8 @@ def round_values(
         own = np.exp(rng.normal(0.0, noise.arm_sigma, rounds))
         spikes = rng.random(rounds) < noise.spike_prob
         spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, rounds), 0.0)
-        out[arm] = ns * machine * own * (1.0 + spike)
+        session = np.exp(rng.normal(0.0, noise.session_sigma))
+        out[arm] = ns * session * machine * own * (1.0 + spike)
     return out
 
 
@@ -195,7 +202,8 @@ def paired_log_ratios(
     """Per-round log(PR / base) of `rows` independent cases under the noise model, vectorized.
 
     The machine factor is shared by both arms of a round and cancels; what is left
-    is each arm's own noise and spikes. `effect` (scalar or per row) is the true change.
+    is each arm's own noise and spikes and the two sessions' offsets (one per row).
+    `effect` (scalar or per row) is the true change.
     """
     import numpy as np
 
@@ -203,7 +211,8 @@ def paired_log_ratios(
         own = rng.normal(0.0, noise.arm_sigma, (rows, rounds))
         spikes = rng.random((rows, rounds)) < noise.spike_prob
         spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, (rows, rounds)), 0.0)
-        return own + np.log1p(spike)
+        session = rng.normal(0.0, noise.session_sigma, (rows, 1))
+        return own + np.log1p(spike) + session
 
     true = np.log1p(np.broadcast_to(np.asarray(effect, dtype=np.float64), (rows,)))
     return arm() - arm() + true[:, None]

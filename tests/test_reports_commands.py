@@ -167,7 +167,8 @@ class FakeRunner:
             spec.name: {k: 1000.0 * (second if k == keys[-1] else 1.0) for k in keys}
             for spec in config.cases
         }
-        noise = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.005, spike_prob=0.0)
+        noise = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.005, spike_prob=0.0,
+                                       session_sigma=0.0)
         return synthetic.results_doc(cases, rounds=config.rounds, seed=config.seed, noise=noise)
 
 

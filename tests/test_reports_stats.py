@@ -37,16 +37,71 @@ def test_benjamini_hochberg_hand_worked_partial():
     assert q[0] == pytest.approx(0.30)
 
 
-def test_bootstrap_medians_by_position_equal_brute_force_medians():
-    # The kernel's shortcut (median position of a resample of a sorted row) must
-    # give exactly the medians of resampling that sorted row directly.
-    rng = np.random.default_rng(5)
-    for n in (7, 30):  # odd and even round counts
-        x = np.sort(rng.normal(size=(3, n)), axis=1)
-        lower, upper = stats.median_positions(n, 200, seed=1, stream=0)
-        drawn = stats._rng(1, 0, n).integers(0, n, size=(200, n))
-        brute = np.median(x[:, drawn], axis=2)
-        np.testing.assert_array_equal(stats._boot_medians(x, (lower, upper)), brute.T)
+def test_order_statistic_rank_is_the_exact_binomial_one():
+    # Hand-worked: n = 6, P(B <= 0) = 1/64, 2/64 = 0.031 <= 0.05, P(B <= 1) = 7/64: k = 0
+    # ([min, max], coverage 1 - 2/64 = 96.9 %). n = 5: 2/32 = 0.0625 > 0.05: unbounded.
+    # n = 30 at 95 %: 2 P(B <= 9) = 0.0428 <= 0.05 < 2 P(B <= 10) = 0.0987: k = 9.
+    assert stats.order_statistic_rank(6, 0.05) == 0
+    assert stats.order_statistic_rank(5, 0.05) == -1
+    assert stats.order_statistic_rank(30, 0.05) == 9
+    assert stats.sign_tail(4).tolist() == [1 / 16, 5 / 16, 11 / 16, 15 / 16, 1.0]
+
+
+def test_sign_test_p_is_exact_and_has_no_resampling_floor():
+    # All 12 rounds slower: p = 2 / 2^12 (a bootstrap floors at 2/2001 instead).
+    (ch,) = stats.paired_changes([np.linspace(0.01, 0.02, 12)])
+    assert ch.p == pytest.approx(2.0 / 2**12)
+    # 9 of 12 above 0: p = 2 P(B <= 3) = 2 x 299 / 4096.
+    x = np.array([0.01] * 9 + [-0.01] * 3)
+    (ch,) = stats.paired_changes([x])
+    assert ch.p == pytest.approx(2.0 * 299 / 4096)
+
+
+@pytest.mark.parametrize("n", [5, 7, 13, 30])
+def test_median_interval_coverage_is_at_least_nominal(n):
+    # 4000 seeded data sets per round count, skewed noise (log-normal spikes) with
+    # the true median known: coverage >= 95 % - 1 % (binomial sd ~0.35 %).
+    rng = np.random.default_rng(n)
+    x = rng.normal(0.0, 0.02, (4000, n)) + np.where(
+        rng.random((4000, n)) < 0.1, rng.uniform(0.05, 0.3, (4000, n)), 0.0)
+    truth = np.median(rng.normal(0.0, 0.02, 400000) + np.where(
+        rng.random(400000) < 0.1, rng.uniform(0.05, 0.3, 400000), 0.0))
+    changes = stats.paired_changes(list(x - truth))
+    coverage = np.mean([c.lo <= 1.0 <= c.hi for c in changes])
+    assert coverage >= 0.94
+    # And the p-value's size under the null is at most 5 % (+ binomial tolerance).
+    assert np.mean([c.p <= 0.05 for c in changes]) <= 0.06
+
+
+@pytest.mark.parametrize("n", [7, 13, 30])
+def test_double_ratio_interval_coverage_is_at_least_nominal(n):
+    rng = np.random.default_rng(100 + n)
+    a = rng.normal(0.0, 0.02, (3000, n))
+    b = rng.normal(0.0, 0.02, (3000, n + 3))
+    changes = stats.double_ratio_changes(list(a), list(b))
+    assert np.mean([c.lo <= 1.0 <= c.hi for c in changes]) >= 0.94
+    assert np.mean([c.p <= 0.05 for c in changes]) <= 0.06
+
+
+def test_double_ratio_p_agrees_with_its_interval():
+    rng = np.random.default_rng(8)
+    a = [rng.normal(0.03 * (i % 3), 0.02, 20) for i in range(60)]
+    b = [rng.normal(0.0, 0.02, 17) for _ in range(60)]
+    for c in stats.double_ratio_changes(a, b):
+        assert (c.p <= 0.05) == (c.lo > 1.0 or c.hi < 1.0)
+
+
+def test_log_ratios_keep_only_positive_finite_rounds():
+    num = np.array([2.0, 0.0, -1.0, np.nan, 4.0])
+    den = np.array([1.0, 1.0, 1.0, 1.0, 0.0])
+    np.testing.assert_array_equal(stats.log_ratios(num, den), [math.log(2.0)])
+
+
+def test_ratio_with_ci_refuses_a_denominator_at_or_below_zero():
+    num = np.array([1.0, 1.1, 0.9, 1.05])
+    den = np.array([1.0, 0.5, -0.5, 1.0])  # finite ratios, but one denominator < 0
+    point, lo, hi = stats.ratio_with_ci(num, den, 1.0)
+    assert point == 1.0 and math.isnan(lo) and math.isnan(hi)
 
 
 def test_paired_change_covers_the_truth_and_detects_it():
@@ -191,9 +246,9 @@ def test_summary_has_the_documented_shape():
             "relu_d10_w8": {"ort": 3000.0, "ep": 1500.0},
             "matmul_128x128": {"ort": 50000.0, "ep": 60000.0},
         },
-        noise=synthetic.NoiseModel(0.0, 0.0, 0.0),
+        noise=synthetic.NoiseModel(0.0, 0.0, 0.0, session_sigma=0.0),
     )
-    s = stats.summarize(doc)
+    s = summary.summarize(doc)
     assert set(s) >= {"cases", "families", "gate"}
     ep = s["cases"]["matmul_128x128"]["arms"]["ep"]
     assert set(ep) == {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed", "nodes_by_ep"}
@@ -209,7 +264,7 @@ def test_summary_has_the_documented_shape():
         "policy": "wait", "threshold": 0.93, "rounds": 90, "quiet": 90, "unquiet": 0,
         "max_steal": 0.0, "waited_s": 0.0,
     }
-    text = stats.render_summary_table(s)
+    text = summary.render_summary_table(s)
     assert "matmul_128x128" in text and "1.200x" in text and "relu_w8 (d=1,10)" in text
 
 
@@ -229,11 +284,12 @@ def test_defaults_are_sane():
 
 
 def test_interval_coverage_and_p_value_size_under_no_change():
-    # 1000 seeded data sets of 30 rounds with no change: the 95 % interval covers
-    # the truth ~95 % of the time (binomial sd 0.7 %) and p < 0.05 ~5 % of the time.
+    # 1000 seeded data sets of 30 rounds with no change: the exact 95 % interval
+    # covers the truth >= 95 % of the time (95.7 % exactly at n = 30, binomial sd
+    # 0.7 %) and p <= 0.05 at most ~5 % of the time (4.3 % exactly).
     x = np.random.default_rng(21).normal(0.0, 0.02, (1000, 30))
     changes = stats.paired_changes(list(x))
     coverage = np.mean([c.lo < 1.0 < c.hi for c in changes])
-    size = np.mean([c.p < 0.05 for c in changes])
-    assert 0.93 <= coverage <= 0.97
-    assert 0.03 <= size <= 0.07
+    size = np.mean([c.p <= 0.05 for c in changes])
+    assert 0.94 <= coverage <= 0.98
+    assert 0.02 <= size <= 0.06
