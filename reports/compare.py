@@ -52,6 +52,7 @@ FAIL_ON: dict[str, frozenset[str]] = {
     "never": frozenset(),
 }
 HEADLINES = {
+    "failed": "❌ Failed",
     "alert": "🔴 Regression",
     "regression": "⚠️ Change",
     "inconclusive": "❔ Inconclusive",
@@ -121,18 +122,47 @@ def judge(
     rounds: int,
     quiet_only: stats.Change | None = None,
     quiet_significant: bool = False,
+    *,
+    needed: int = defaults.MIN_ROUNDS,
+    dropped: int = 0,
 ) -> Judgement:
     """The verdict of one case from its change, its BH decision and its threshold.
 
     A case with rounds that failed the idle gate is an alert only if its quiet
     rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one.
+    `needed` is the fewest usable rounds that give a bounded interval; `dropped`
+    how many of the `rounds` had no usable time (zero, negative or missing).
     """
-    if change.n < defaults.MIN_ROUNDS or not math.isfinite(change.ratio):
-        return Judgement(
-            "not_comparable",
-            f"only {change.n} usable rounds (need {defaults.MIN_ROUNDS}); rerun with --rounds 30",
-            False, q,
-        )
+    needed = max(needed, defaults.MIN_ROUNDS)
+    bounded = all(math.isfinite(x) for x in (change.ratio, change.lo, change.hi))
+    if change.n < needed or not bounded:
+        usable = change.n if math.isfinite(change.ratio) else rounds - dropped
+        why = f"only {max(usable, 0)} usable rounds, too few for an exact interval (need {needed})"
+        if dropped:
+            why += (f"; {dropped} of {rounds} rounds had no usable time (zero or missing), "
+                    "check that the arm's timer works")
+        else:
+            why += f"; rerun with --rounds {needed} or more"
+        return Judgement("not_comparable", why, False, q)
+    judgement = _judge_bounded(
+        change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant
+    )
+    if dropped:
+        reason = f"{judgement.reason} ({dropped} of {rounds} rounds dropped: no usable time)"
+        return Judgement(judgement.verdict, reason, judgement.significant, judgement.q)
+    return judgement
+
+
+def _judge_bounded(
+    change: stats.Change,
+    significant: bool,
+    q: float,
+    th: Threshold,
+    unquiet: int,
+    rounds: int,
+    quiet_only: stats.Change | None,
+    quiet_significant: bool,
+) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
     band = f"±{t:.1%}"
     if -t < lo and hi < t:
@@ -181,6 +211,8 @@ def judge(
 def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
     if quiet_only is None or quiet_only.n < defaults.MIN_ROUNDS or not significant:
         return False
+    if not (math.isfinite(quiet_only.lo) and math.isfinite(quiet_only.ratio)):
+        return False
     return quiet_only.lo - 1.0 >= th.t and quiet_only.ratio - 1.0 >= th.alert
 
 
@@ -191,20 +223,25 @@ def judge_grid(
     rounds: Sequence[int],
     fdr: float = defaults.FDR,
     quiet_only: Sequence[stats.Change | None] | None = None,
+    *,
+    needed: int = defaults.MIN_ROUNDS,
+    dropped: Sequence[int] | None = None,
 ) -> list[Judgement]:
     """Benjamini-Hochberg across the grid decides 'significant', then judge each case.
 
     `quiet_only[i]` is case i's change over its quiet rounds (None when all were quiet);
     it is significant when its p-value is within the grid's BH cut-off.
     """
-    pvalues = [c.p if c.n >= defaults.MIN_ROUNDS else math.nan for c in changes]
+    pvalues = [c.p if c.n >= max(needed, defaults.MIN_ROUNDS) else math.nan for c in changes]
     rejected, q = stats.benjamini_hochberg(pvalues, fdr)
     cutoff = max((p for p, r in zip(pvalues, rejected, strict=True) if r), default=-1.0)
     quiet_only = list(quiet_only) if quiet_only is not None else [None] * len(changes)
-    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, strict=True)
+    dropped = list(dropped) if dropped is not None else [0] * len(changes)
+    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, dropped, strict=True)
     return [
-        judge(c, sig, qv, th, u, n, qc, qc is not None and qc.p <= cutoff)
-        for c, sig, qv, th, u, n, qc in rows
+        judge(c, sig, qv, th, u, n, qc, qc is not None and qc.p <= cutoff,
+              needed=needed, dropped=d)
+        for c, sig, qv, th, u, n, qc, d in rows
     ]
 
 
@@ -405,6 +442,7 @@ def compare(
     quiet_pr: list[Any] = []  # the same over quiet rounds only, for cases with unquiet ones
     quiet_base: list[Any] = []
     quiet_index: list[int] = []
+    dropped: list[int] = []  # rounds without a usable time (zero, negative, missing), per case
     for name in common:
         b_case, p_case = base_cases[name], pr_cases[name]
         pre = _precheck(name, b_case, p_case, base, pr)
@@ -416,6 +454,7 @@ def compare(
         p_quiet, b_quiet = stats.quiet_mask(p_case), stats.quiet_mask(b_case)
         if same_run:
             log_pr.append(stats.log_ratios(p_vals, b_vals))
+            dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():
                 quiet_pr.append(stats.log_ratios(p_vals[p_quiet], b_vals[p_quiet]))
                 quiet_index.append(len(measurable))
@@ -424,6 +463,7 @@ def compare(
             b_ctrl = medians(b_case, base.control)
             log_pr.append(stats.log_ratios(p_vals, p_ctrl))
             log_base.append(stats.log_ratios(b_vals, b_ctrl))
+            dropped.append(len(p_vals) - len(log_pr[-1]) + len(b_vals) - len(log_base[-1]))
             if not (p_quiet.all() and b_quiet.all()):
                 quiet_pr.append(stats.log_ratios(p_vals[p_quiet], p_ctrl[p_quiet]))
                 quiet_base.append(stats.log_ratios(b_vals[b_quiet], b_ctrl[b_quiet]))
@@ -461,17 +501,22 @@ def compare(
             drift.append(stats.control_drift(medians(b_case, base.control)))
         finite = [d for d in drift if math.isfinite(d)]
         drifts.append(max(finite, key=abs) if finite else None)
-    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes)
+    needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
+    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes,
+                            needed=needed, dropped=dropped)
     for name, change, th, j, u, r, drift in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
     ):
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
+        # A ➖ row was not judged: it shows no change or interval that could be misread.
+        shown = change if j.verdict != "not_comparable" else stats.NAN_CHANGE
         rows.append(CaseRow(
             case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
             base_ns=_median(np, b_vals), pr_ns=_median(np, p_vals),
-            change=_fin(change.ratio - 1.0), ci=[_fin(change.lo - 1.0), _fin(change.hi - 1.0)],
-            p=_fin(change.p), q=_fin(j.q), significant=j.significant,
+            change=stats.finite(shown.ratio - 1.0),
+            ci=[stats.finite(shown.lo - 1.0), stats.finite(shown.hi - 1.0)],
+            p=stats.finite(shown.p), q=stats.finite(j.q), significant=j.significant,
             threshold=th.t, alert=th.alert, noise=th.noise, noise_source=th.source,
             rounds=r, unquiet=u, control_drift=drift,
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
@@ -512,12 +557,8 @@ def compare(
 
 
 def _median(np: Any, values: Any) -> float | None:
-    values = values[np.isfinite(values)]
+    values = values[np.isfinite(values) & (values > 0)]  # the same rounds the ratios use
     return float(np.median(values)) if len(values) else None
-
-
-def _fin(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(x) else None
 
 
 def _family(case: Mapping[str, Any]) -> str | None:
@@ -556,13 +597,20 @@ def _precheck(
 
 
 def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
-    """The headline: the worst verdict of the grid, in four words people know."""
+    """The headline: the worst verdict of the grid, in words people know.
+
+    A grid where no case could be judged (every row ➖) is ❔, never ✅: nothing
+    was shown to be within noise.
+    """
     verdicts = {r.verdict for r in rows}
-    if verdicts & {"alert", "failed"}:
+    judged = verdicts - {"not_comparable", "failed"}
+    if "failed" in verdicts:
+        key = "failed"
+    elif "alert" in verdicts:
         key = "alert"
     elif "regression" in verdicts:
         key = "regression"
-    elif "inconclusive" in verdicts:
+    elif "inconclusive" in verdicts or not judged:
         key = "inconclusive"
     else:
         key = "no_change"
@@ -673,7 +721,8 @@ def _ratio(num: Any, den: Any, point_num: float, point_den: float,
     if point_den <= 0 or point_num <= 0:
         return {"change": None, "lo": None, "hi": None}
     point, lo, hi = stats.ratio_with_ci(num, den, point_num / point_den, settings.confidence)
-    return {"change": _fin(point - 1.0), "lo": _fin(lo - 1.0), "hi": _fin(hi - 1.0)}
+    return {"change": stats.finite(point - 1.0), "lo": stats.finite(lo - 1.0),
+            "hi": stats.finite(hi - 1.0)}
 
 
 def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float) -> str:

@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from reports import stats
+
 
 def sticky_marker() -> str:
     """The hidden line that lets the GitHub client find and update its one comment."""
@@ -69,8 +71,8 @@ def to_json(doc: Mapping[str, Any]) -> str:
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, float):
+        return stats.finite(value)
     if isinstance(value, Mapping):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -185,13 +187,16 @@ def render_terminal(comparison: Mapping[str, Any]) -> str:
          f"{r['emoji']} {ctx['verdicts'][r['verdict']][1]}")
         for r in ctx["rows"]
     ]
-    ctx["table"] = _columns(table)
+    ctx["table"] = align_columns(table)
     return environment().get_template("terminal.txt.j2").render(**ctx)
 
 
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+def align_columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as left-aligned columns two spaces apart (terminal tables)."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
 
 
 def render_calibration(profile: Mapping[str, Any]) -> str:
@@ -207,7 +212,7 @@ def render_calibration(profile: Mapping[str, Any]) -> str:
             format_pct(bias, 2) if bias is not None else "-",
         ))
     return environment().get_template("calibration.txt.j2").render(
-        p=profile, table=_columns(rows)
+        p=profile, table=align_columns(rows)
     )
 
 

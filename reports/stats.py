@@ -59,6 +59,29 @@ class Change:
 NAN_CHANGE = Change(math.nan, math.nan, math.nan, math.nan, 0)
 
 
+def finite(x: float | None) -> float | None:
+    """x as a float, or None when it is missing, NaN or infinite (JSON has no NaN)."""
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def min_rounds(confidence: float, sides: int = 1) -> int:
+    """The fewest rounds whose exact interval at `confidence` is bounded (6 at 95 %; 7 per
+    run for a double ratio, whose alpha is split between its two runs)."""
+    alpha = (1.0 - confidence) / sides
+    n = 1
+    while order_statistic_rank(n, alpha) < 0:
+        n += 1
+    return n
+
+
+def _bounded_exp(x: np.ndarray) -> np.ndarray:
+    """exp of a log bound; an unbounded interval (too few rounds) becomes NaN, not 0 or inf."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(x), np.exp(np.where(np.isfinite(x), x, 0.0)), np.nan)
+
+
 # --------------------------------------------------------------------------- rounds
 
 
@@ -225,9 +248,10 @@ def paired_changes(
     for n, members in sorted(groups.items()):
         x = np.stack([np.asarray(per_case_log_ratios[i], dtype=np.float64) for i in members])
         point, lo, hi, p = _paired_kernel(x, confidence)
+        lo, hi = _bounded_exp(lo), _bounded_exp(hi)
         for j, i in enumerate(members):
             out[i] = Change(
-                float(np.exp(point[j])), float(np.exp(lo[j])), float(np.exp(hi[j])),
+                float(np.exp(point[j])), float(lo[j]), float(hi[j]),
                 float(p[j]), n,
             )
     return out
@@ -257,9 +281,10 @@ def double_ratio_changes(
         a = np.stack([np.asarray(pr_vs_control[i], dtype=np.float64) for i in members])
         b = np.stack([np.asarray(base_vs_control[i], dtype=np.float64) for i in members])
         point, lo, hi, p = _two_sample_kernel(a, b, confidence)
+        lo, hi = _bounded_exp(lo), _bounded_exp(hi)
         for j, i in enumerate(members):
             out[i] = Change(
-                float(np.exp(point[j])), float(np.exp(lo[j])), float(np.exp(hi[j])),
+                float(np.exp(point[j])), float(lo[j]), float(hi[j]),
                 float(p[j]), min(n1, n2),
             )
     return out

@@ -18,18 +18,18 @@ CHAIN_KINDS = ("chain", "binary")
 
 
 def family_of(spec: Mapping[str, Any]) -> str | None:
-    """The chain family of a case spec dict ("relu_w8", "relu_w8_dyn", "add_w8"), else None.
+    """The chain family of a case spec dict ("relu_w8", "relu_w8_dyn_b4", "add_w8"), else None.
 
-    Same rule as cases.spec.CaseSpec.family, read from the results file alone.
+    The rule lives in cases.spec.CaseSpec.family alone; a spec that does not read
+    back (damaged or foreign) has no family rather than a guessed one.
     """
-    if spec.get("kind") not in CHAIN_KINDS or not spec.get("op") or not spec.get("width"):
+    from cases.spec import CaseSpec
+    from harness.errors import CaseError
+
+    try:
+        return CaseSpec.from_dict(dict(spec)).family
+    except CaseError:
         return None
-    name = f"{str(spec['op']).lower()}_w{int(spec['width'])}"
-    return name + "_dyn" if spec.get("dynamic") else name
-
-
-def _finite(x: float) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _case_verified(case: Mapping[str, Any]) -> bool:
@@ -100,9 +100,11 @@ def summarize(
                 ratio, ci = (1.0, [1.0, 1.0]) if len(values) else (None, [None, None])
             else:
                 ch = by_job[(name, arm)]
-                ratio, ci = _finite(ch.ratio), [_finite(ch.lo), _finite(ch.hi)]
+                ratio, ci = stats.finite(ch.ratio), [stats.finite(ch.lo), stats.finite(ch.hi)]
+                if None in ci:  # too few rounds for an exact interval: no half-interval
+                    ci = [None, None]
             arms_out[arm] = {
-                "p50_ns": _finite(p50),
+                "p50_ns": stats.finite(p50),
                 "ratio_vs_ort": ratio,
                 "ci95": ci,
                 "nodes_executed": info.get("nodes_executed"),
@@ -118,7 +120,7 @@ def summarize(
             "rounds": len(quiet),
             "quiet_rounds": int(quiet.sum()),
             "control_drift": (
-                _finite(stats.control_drift(ctrl_values)) if ctrl_values is not None else None
+                stats.finite(stats.control_drift(ctrl_values)) if ctrl_values is not None else None
             ),
         }
     return {
@@ -174,8 +176,8 @@ def family_fits(
 
 def _json_number(value: Any) -> Any:
     if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return _finite(value)
+        return [stats.finite(v) for v in value]
+    return stats.finite(value)
 
 
 # --------------------------------------------------------------------------- terminal
@@ -183,7 +185,7 @@ def _json_number(value: Any) -> Any:
 
 def render_summary_table(summary: Mapping[str, Any]) -> str:
     """The summary as fixed-width text for the terminal."""
-    from reports.render import format_ns, format_ratio_ci
+    from reports.render import align_columns, format_ns, format_ratio_ci
 
     lines: list[str] = []
     rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
@@ -203,7 +205,7 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
             rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
                          f"{a['nodes_executed']}{split}", status))
             name, status = "", ""
-    lines.extend(_columns(rows))
+    lines.extend(align_columns(rows))
     drifts = [
         (abs(c["control_drift"]), n, c["control_drift"])
         for n, c in summary["cases"].items() if c.get("control_drift") is not None
@@ -226,7 +228,7 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
                     format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
                 ))
                 label = ""
-        lines.extend(_columns(frows))
+        lines.extend(align_columns(frows))
     g = summary.get("gate") or {}
     if g:
         lines.append("")
@@ -244,10 +246,3 @@ def _ci_ns(ci: list[float | None]) -> str:
     if not ci or ci[0] is None or ci[1] is None:
         return "-"
     return f"[{format_ns(ci[0])}, {format_ns(ci[1])}]"
-
-
-def _columns(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]

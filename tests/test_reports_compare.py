@@ -456,3 +456,53 @@ def test_documented_defaults_match_the_constants():
             assert value == expected
         else:
             assert float(value) == float(expected), option
+
+
+# --------------------------------------------------------------------------- nothing judged
+
+
+def test_a_grid_with_no_judged_case_is_inconclusive_not_no_regression():
+    # 4 rounds: too few for an exact 95 % interval, however slow the PR is.
+    doc = _doc(_slower(CASES, list(CASES), 2.0), rounds=4)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert {r["verdict"] for r in result["cases"]} == {"not_comparable"}
+    assert result["overall"] == {"key": "inconclusive", "headline": "❔ Inconclusive"}
+    row = result["cases"][0]
+    # A ➖ row shows no change or interval, and its remedy names the rounds it needs.
+    assert row["change"] is None and row["ci"] == [None, None]
+    assert "need 6" in row["reason"] and "--rounds 6 or more" in row["reason"]
+    assert compare.ambiguous_cases(result) == []  # ➖ is not something a re-run settles
+
+
+def test_every_base_case_crashed_is_inconclusive_and_failures_head_the_headline():
+    base = _doc(status=dict.fromkeys(CASES, "crashed"), seed=1)
+    pr = _doc(seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert {r["verdict"] for r in result["cases"]} == {"not_comparable"}
+    assert result["overall"]["key"] == "inconclusive"
+    # A failed PR case with everything else within noise: ❌, not ✅.
+    result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
+    assert result["overall"] == {"key": "failed", "headline": "❌ Failed"}
+    rows = [compare.CaseRow(case="x", verdict=v, emoji="", reason="", base_ns=None, pr_ns=None,
+                            change=None, ci=[None, None], p=None, q=None, significant=False,
+                            threshold=0.0, alert=0.0, noise=0.0, noise_source="", rounds=0,
+                            unquiet=0, control_drift=None)
+            for v in ("no_change", "failed")]
+    assert compare.overall_verdict(rows)["key"] == "failed"
+    assert compare.overall_verdict(rows[:1])["key"] == "no_change"
+
+
+def test_rounds_without_a_usable_time_are_named_in_the_reason():
+    doc = _doc(rounds=30)
+    for r in doc["cases"]["relu_d10_w8"]["rounds"][:16]:
+        r["samples_ns"]["pr"] = [0] * len(r["samples_ns"]["pr"])
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
+    assert "16 of 30 rounds dropped" in row["reason"]
+    assert row["pr_ns"] == pytest.approx(1500.0, rel=0.05)  # not "0.00 ns"
+    for r in doc["cases"]["relu_d10_w8"]["rounds"][:27]:
+        r["samples_ns"]["pr"] = [0] * len(r["samples_ns"]["pr"])
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
+    assert row["verdict"] == "not_comparable"
+    assert "27 of 30 rounds had no usable time" in row["reason"] and "--rounds" not in row["reason"]

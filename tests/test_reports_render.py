@@ -122,7 +122,7 @@ def test_markdown_is_well_formed_for_github(make):
 
 def test_headline_and_table_order():
     text = render.render_markdown(_separate())
-    assert "## 🔴 Regression" in text
+    assert "## ❌ Failed" in text  # a crashed PR case outranks the alert
     header = "| Status | Case | Base | PR | Change | 95 % CI | Threshold |"
     assert header in text
     first_rows = [row[1] for row in _tables(text)[0][2:]]

@@ -67,7 +67,9 @@ def test_median_interval_coverage_is_at_least_nominal(n):
     truth = np.median(rng.normal(0.0, 0.02, 400000) + np.where(
         rng.random(400000) < 0.1, rng.uniform(0.05, 0.3, 400000), 0.0))
     changes = stats.paired_changes(list(x - truth))
-    coverage = np.mean([c.lo <= 1.0 <= c.hi for c in changes])
+    # An unbounded interval (NaN bounds: n = 5 is too few at 95 %) covers everything.
+    coverage = np.mean([not (c.lo > 1.0 or c.hi < 1.0) for c in changes])
+    assert all(math.isnan(c.lo) for c in changes) == (n == 5)
     assert coverage >= 0.94
     # And the p-value's size under the null is at most 5 % (+ binomial tolerance).
     assert np.mean([c.p <= 0.05 for c in changes]) <= 0.06
