@@ -35,18 +35,20 @@ def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True,
                      help="Threshold t = max(floor, k x calibrated A/A noise)."),
         click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Change that makes an alert (🔴), as a fraction [default: 2t per "
-                          "case]."),
+                     help="Change that makes an alert (🔴), as a fraction; never below t "
+                          f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
         click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                      default=defaults.CONFIDENCE, show_default=True,
                      help="Confidence of the intervals."),
         click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                      default=defaults.FDR, show_default=True,
                      help="Benjamini-Hochberg false-discovery rate across the grid."),
-        click.option("--resamples", type=click.IntRange(min=2000), default=defaults.RESAMPLES,
-                     show_default=True, help="Bootstrap resamples over rounds."),
+        click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),
+                     default=defaults.RESAMPLES, show_default=True,
+                     help="Bootstrap resamples of the per-node vs per-Run decomposition "
+                          "(verdicts use exact intervals, no resampling)."),
         click.option("--seed", type=int, default=defaults.SEED, show_default=True,
-                     help="Seed of the resampling."),
+                     help="Seed of the decomposition's resampling."),
         click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
                      default=defaults.FAIL_ON, show_default=True,
                      help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
@@ -104,36 +106,22 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     One run:   epbench compare RUN.json --base ARM --pr ARM
 
     \b
-    Verdicts: 🔴 alert (>= 2t)  ⚠️ regression (> t)  🟢 improvement
-              ✅ within noise  ❔ inconclusive  ❌ PR side failed  ➖ not comparable
+    Verdicts (t: the case's threshold; "surely": the whole CI, significant):
+      🔴 alert: surely above t and at least the alert level (--alert, else ALERT_FACTOR x t)
+      ⚠️ regression: surely above t   🟢 improvement: surely below -t
+      ✅ within noise (CI within +-t)   ❔ inconclusive   ❌ PR side failed
+      ➖ not comparable (base failed, or too few usable rounds)
     Exit codes: 0 nothing matched --fail-on, 5 a verdict matched it, 1 bad input.
     """
-    from harness.errors import EpbenchError
-    from harness.results import load_results
     from reports import compare as cmp
     from reports import render
 
-    if len(results) > 2:
-        raise EpbenchError("compare takes one results file (with --base/--pr) or two (BASE PR)")
-    if arm and (base_arm or pr_arm):
-        raise EpbenchError("give either --arm or --base/--pr, not both")
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                              resamples=resamples, seed=seed, force=force)
-    if len(results) == 1:
-        if not (base_arm and pr_arm):
-            raise EpbenchError(
-                "one results file needs both arms: epbench compare RUN.json --base ARM --pr ARM"
-            )
-        doc = load_results(results[0])
-        base = cmp.Side("base", doc, base_arm, results[0])
-        pr = cmp.Side("pr", doc, pr_arm, results[0])
-    else:
-        base_doc, pr_doc = load_results(results[0]), load_results(results[1])
-        chosen = cmp.choose_arms(base_doc, pr_doc, base_arm or arm, pr_arm or arm)
-        base = cmp.Side("base", base_doc, chosen[0], results[0])
-        pr = cmp.Side("pr", pr_doc, chosen[1], results[1])
-    profile = cmp.load_profile_for(base.host_key, profile_path)
-    comparison = cmp.compare(base, pr, settings=settings, profile=profile)
+    comparison = cmp.compare_files(
+        results, base_arm=base_arm, pr_arm=pr_arm, arm=arm, settings=settings,
+        profile_path=profile_path,
+    )
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
     _emit(renderers[fmt](comparison), output)

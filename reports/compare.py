@@ -84,8 +84,10 @@ class Settings:
             raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
         if self.alert is not None and self.alert <= 0.0:
             raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
-        if self.resamples < 2000:
-            raise CompareError("--resamples must be at least 2000 for stable 95 % intervals")
+        if self.resamples < defaults.MIN_RESAMPLES:
+            raise CompareError(
+                f"--resamples must be at least {defaults.MIN_RESAMPLES} for stable 95 % intervals"
+            )
 
 
 @dataclass(frozen=True)
@@ -320,12 +322,58 @@ def choose_arms(
     return base_arm or only_candidate(base, "base"), pr_arm or only_candidate(pr, "pr")
 
 
-def _require_arm(doc: Mapping[str, Any], arm: str, label: str) -> None:
+def _require_arm(doc: Mapping[str, Any], arm: str, label: str, option: str | None = None) -> None:
     if arm not in doc.get("arms", {}):
         raise CompareError(
             f"arm {arm!r} is not in the {label} results (it has {sorted(doc.get('arms', {}))}); "
-            f"pass --{label} with one of those keys"
+            f"pass {option or '--' + label} with one of those keys"
         )
+
+
+def compare_files(
+    paths: Sequence[str],
+    *,
+    base_arm: str | None = None,
+    pr_arm: str | None = None,
+    arm: str | None = None,
+    settings: Settings | None = None,
+    profile_path: str | None = None,
+) -> dict[str, Any]:
+    """`epbench compare`: load one file (two arms) or two (base, PR), pick the arms and the
+    profile, and compare. Raises CompareError with a remedy for any unusable input."""
+    from pathlib import Path
+
+    from harness.results import load_results
+
+    if not 1 <= len(paths) <= 2:
+        raise CompareError("compare takes one results file (with --base/--pr) or two (BASE PR)")
+    if arm and (base_arm or pr_arm):
+        raise CompareError("give either --arm or --base/--pr, not both")
+    warnings: list[str] = []
+    if len(paths) == 1:
+        if not (base_arm and pr_arm):
+            raise CompareError(
+                "one results file needs both arms: epbench compare RUN.json --base ARM --pr ARM"
+            )
+        doc = load_results(paths[0])
+        base, pr = Side("base", doc, base_arm, paths[0]), Side("pr", doc, pr_arm, paths[0])
+    else:
+        base_doc, pr_doc = load_results(paths[0]), load_results(paths[1])
+        if arm:
+            _require_arm(base_doc, arm, "base", "--arm")
+            _require_arm(pr_doc, arm, "pr", "--arm")
+        chosen = choose_arms(base_doc, pr_doc, base_arm or arm, pr_arm or arm)
+        base = Side("base", base_doc, chosen[0], paths[0])
+        pr = Side("pr", pr_doc, chosen[1], paths[1])
+        if Path(paths[0]).resolve() == Path(paths[1]).resolve() or base_doc == pr_doc:
+            warnings.append(
+                "base and PR are the same results: every change is exactly 0 by construction, "
+                "so this says nothing about noise or regressions; compare two runs"
+            )
+    profile = load_profile_for(base.host_key, profile_path)
+    comparison = compare(base, pr, settings=settings, profile=profile)
+    comparison["warnings"][:0] = warnings
+    return comparison
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:
@@ -529,9 +577,12 @@ def compare(
     for row in rows:
         if row.drift_exceeds_threshold:
             warnings.append(
-                f"{row.case}: the ORT control drifted {row.control_drift:+.1%} across the "
-                f"rounds, more than the case's threshold {row.threshold:.1%}; the machine "
-                "changed speed during the run, rerun on a quieter machine"
+                f"{row.case}: the ORT control drifted {row.control_drift:+.1%} from the first "
+                f"round to the last, more than the case's threshold {row.threshold:.1%}: the "
+                "machine changed speed during the run. The per-round ratios cancel a change "
+                "that slows every arm alike, so the verdict is not biased by it, but the ns "
+                "columns are, and a change that depends on the machine's state (clock, cache) "
+                "may not cancel; rerun on a quieter machine to be sure"
             )
     return {
         "schema": SCHEMA,
@@ -780,8 +831,10 @@ def cannot_catch(
     )
     judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
     if judged:
+        span = (f"{min(judged):.1%}" if f"{min(judged):.1%}" == f"{max(judged):.1%}"
+                else f"{min(judged):.1%} to {max(judged):.1%}")
         notes.append(
-            f"Changes below each case's threshold ({min(judged):.1%} to {max(judged):.1%} here) "
+            f"Changes below each case's threshold ({span} here) "
             "pass as ✅; such small regressions compound over many PRs, so compare against an "
             "older base now and then."
         )
@@ -810,8 +863,9 @@ def cannot_catch(
     )
     if any(r.unquiet for r in rows):
         notes.append(
-            "Some rounds ran while other cores were busy (idle gate failed); such cases cannot "
-            "be an alert, so a real regression there shows as ❔."
+            "Some rounds ran while other cores were busy (idle gate failed); such a case is an "
+            "alert only if its quiet rounds alone make one, so a real regression there may show "
+            "as ⚠️ or ❔ rather than 🔴."
         )
     return notes
 

@@ -128,6 +128,7 @@ def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
 
 
 def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    from reports import defaults
     from reports.compare import VERDICTS
 
     rows = list(comparison["cases"])
@@ -147,6 +148,9 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "sentence": overall_sentence(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "gates": comparison["gate"],
+        "alert_factor": f"{defaults.ALERT_FACTOR:g}",
+        # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
+        "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
         "drifts": [r for r in rows if r.get("control_drift") is not None],
     }
 

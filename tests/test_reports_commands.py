@@ -85,6 +85,7 @@ def test_compare_without_a_profile_uses_the_host_cache(files, tmp_path):
         (["{d}/base.json", "{d}/pr.json", "--profile", "{d}/nope.json"], "no noise profile"),
         (["{d}/base.json", "{d}/other_host.json"], "different hosts"),
         (["{d}/base.json", "{d}/newer.json"], "newer than this epbench"),
+        (["{d}/base.json", "{d}/pr.json", "--arm", "nope"], "pass --arm with one of"),
     ],
 )
 def test_compare_refusals_are_one_line_exit_1(files, args, message):
@@ -275,3 +276,12 @@ def test_one_repeat_estimates_the_two_run_noise():
     entry = profile["cases"]["relu_d1_w8"]
     assert entry["separate-runs"]["estimated"] is True
     assert entry["separate-runs"]["noise"] == pytest.approx(entry["same-run"]["noise"] * 2**0.5)
+
+
+def test_comparing_a_file_with_itself_warns(files):
+    result = _invoke("compare", files / "base.json", files / "base.json",
+                     "--profile", files / "profile.json")
+    assert "base and PR are the same results" in result.output
+    result = _invoke("compare", files / "base.json", files / "pr.json",
+                     "--profile", files / "profile.json")
+    assert "same results" not in result.output

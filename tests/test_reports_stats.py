@@ -231,14 +231,20 @@ def test_fit_family_needs_two_depths():
 
 
 def test_control_drift_measures_first_to_last_change():
-    # The control runs 1000 ns for the first 10 rounds and 1040 ns for the last 10.
-    values = np.array([1000.0] * 10 + [1020.0] * 10 + [1040.0] * 10)
-    assert stats.control_drift(values) == pytest.approx(0.04, rel=1e-12)
-    # One interference spike at the very end is not drift.
-    spiked = np.array([1000.0] * 29 + [1300.0])
-    assert stats.control_drift(spiked) == 0.0
+    # The control slows down steadily by 4 % from the first round to the last.
+    values = 1000.0 * np.exp(np.linspace(0.0, math.log(1.04), 30))
+    assert stats.control_drift(values) == pytest.approx(0.04, rel=1e-9)
+    falling = 1000.0 * np.exp(np.linspace(0.0, math.log(0.95), 30))
+    assert stats.control_drift(falling) == pytest.approx(-0.05, rel=1e-9)
+    # Interference spikes at the very ends are not drift, even with few rounds.
+    for n in (8, 12, 30):
+        spiked = np.full(n, 1000.0)
+        spiked[0], spiked[-1] = 900.0, 1300.0
+        if n >= 12:
+            spiked[-2] = 1250.0
+        assert stats.control_drift(spiked) == 0.0
     assert stats.control_drift(np.full(10, 7.0)) == pytest.approx(0.0, abs=1e-12)
-    assert math.isnan(stats.control_drift(np.array([5.0, 5.0])))
+    assert math.isnan(stats.control_drift(np.full(stats.MIN_DRIFT_ROUNDS - 1, 5.0)))
 
 
 def test_summary_has_the_documented_shape():
