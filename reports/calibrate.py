@@ -192,7 +192,7 @@ def calibrate(
     *,
     arm: str = "ort",
     repeats: int = defaults.CALIBRATION_REPEATS,
-    rounds: int = 30,
+    rounds: int | None = None,  # default: the run's default round count
     seed: int = defaults.SEED,
     position_test: bool = True,
     run: Callable[[Any], dict[str, Any]] | None = None,
@@ -204,7 +204,9 @@ def calibrate(
     `run` is harness.runner.run unless a test injects a fake.
     """
     from harness.runner import RunConfig
+    from harness.runner import defaults as run_defaults
 
+    rounds = run_defaults()["rounds"] if rounds is None else rounds
     if repeats < 1:
         raise ProfileError("--repeats must be at least 1 (5 or more gives a steadier profile)")
     if run is None:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from harness.options import case_option, grid_option, rounds_option
+from harness.runner import defaults as run_defaults
 from reports import defaults
 
 FORMATS = ("text", "markdown", "json")
@@ -136,13 +137,13 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
                    "session).")
 @click.option("--repeats", type=click.IntRange(min=1), default=defaults.CALIBRATION_REPEATS,
               show_default=True, help="A/A runs; the noise is the spread across them.")
-@rounds_option(30)
+@rounds_option(run_defaults()["rounds"])
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Where to write the profile [default: the user cache folder, "
                                    "~/.cache/epbench/profiles/HOSTKEY.json].")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run once in a fixed arm order, to show what counterbalancing removes.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=defaults.SEED, show_default=True)
 @click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
               default="wait", show_default=True, help="Idle-gate policy of the A/A runs.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")

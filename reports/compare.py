@@ -303,6 +303,7 @@ class CaseRow:
     control_drift: float | None
     drift_exceeds_threshold: bool = False
     family: str | None = None
+    rerun_errors: list[str] = field(default_factory=list)  # re-runs that failed (compare-commits)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -570,6 +571,11 @@ def compare(
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
             family=_family(base_cases[name]),
         ))
+    for row in rows:
+        errors = [*base_cases[row.case].get("rerun_errors", [])]
+        if not same_run:
+            errors += pr_cases[row.case].get("rerun_errors", [])
+        row.rerun_errors = [str(e) for e in errors]
     rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
     counters = counter_changes(base, pr, common)
     families = family_changes(base, pr, rows, settings, medians)
@@ -687,19 +693,23 @@ def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:
 
 
 def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str, Any]]:
-    """Every deterministic counter that differs between base and PR, exactly."""
+    """Every deterministic counter that differs between base and PR, exactly, with the
+    change as a fraction of base (None when base is 0 or a side lacks the counter)."""
     rows = []
     for name in cases:
         b = ((base.doc["cases"][name].get("arms") or {}).get(base.arm) or {}).get(
             "counters_per_run"
         )
         p = ((pr.doc["cases"][name].get("arms") or {}).get(pr.arm) or {}).get("counters_per_run")
-        if not b or not p:
+        if not b and not p:
             continue
+        b, p = b or {}, p or {}
         for counter in sorted(set(b) | set(p)):
             if b.get(counter) != p.get(counter):
-                rows.append({"case": name, "counter": counter,
-                             "base": b.get(counter), "pr": p.get(counter)})
+                old, new = b.get(counter), p.get(counter)
+                change = (new - old) / old if old and new is not None else None
+                rows.append({"case": name, "counter": counter, "base": old, "pr": new,
+                             "change": change})
     return rows
 
 

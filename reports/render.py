@@ -102,9 +102,27 @@ def environment() -> Any:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell
+        ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
+        count=format_count,
     )
     return env
+
+
+def format_count(value: float | int | None) -> str:
+    """A counter value: an integer when it is one (5, not 5.0), "-" when absent."""
+    if value is None:
+        return "-"
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:g}"
+
+
+def rounds_text(comparison: Mapping[str, Any]) -> str:
+    """The round count of the comparison, both sides' when two runs differ."""
+    base, pr = comparison["base"].get("rounds"), comparison["pr"].get("rounds")
+    if comparison["mode"] != "same-run" and base != pr:
+        return f"{base} (base) and {pr} (PR) rounds"
+    return f"{pr} rounds"
 
 
 def format_ci(ci: list[float | None] | None) -> str:
@@ -149,6 +167,7 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "gates": comparison["gate"],
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
+        "rounds_text": rounds_text(comparison),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
         "drifts": [r for r in rows if r.get("control_drift") is not None],

@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pytest
 
-from reports import calibrate, compare, defaults, stats, synthetic
+from reports import calibrate, compare, defaults, render, stats, synthetic
 from reports.compare import CompareError, Settings, Side
 
 GRID = 20
@@ -251,8 +251,44 @@ def test_counters_changes_are_reported_exactly_whatever_the_noise():
     doc = _doc(counters=counters)
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["counters"] == [
-        {"case": "relu_d1_w8", "counter": "ort_api_calls", "base": 7, "pr": 4}
+        {"case": "relu_d1_w8", "counter": "ort_api_calls", "base": 7, "pr": 4, "change": -3 / 7}
     ]
+    # A counter on one side only is a change too; a side without counters at all is shown.
+    counters = {"relu_d1_w8": {"base": {"allocs": 2.0}, "pr": {"allocs": 2.0, "locks": 5.0}},
+                "relu_d10_w8": {"pr": {"allocs": 1.0}}}
+    doc = _doc(counters=counters)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert result["counters"] == [
+        {"case": "relu_d1_w8", "counter": "locks", "base": None, "pr": 5.0, "change": None},
+        {"case": "relu_d10_w8", "counter": "allocs", "base": None, "pr": 1.0, "change": None},
+    ]
+    text = render.render_terminal(result)
+    assert "relu_d1_w8  locks/Run  - -> 5\n" in text  # integers print as integers
+
+
+def test_counter_change_prints_its_percentage_and_integers():
+    counters = {"relu_d1_w8": {"base": {"ort_api_calls": 8.0}, "pr": {"ort_api_calls": 6.0}}}
+    doc = _doc(counters=counters)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert "ort_api_calls/Run  8 -> 6 (-25.0%)" in render.render_terminal(result)
+    assert "| 8 | 6 | -25.0% |" in render.render_markdown(result)
+
+
+def test_rerun_errors_reach_the_report_one_line_per_case():
+    doc = _doc()
+    doc["cases"]["relu_d1_w8"]["rerun_errors"] = ["crashed: signal 11", "timed out"]
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    text = render.render_terminal(result)
+    assert "re-run failed: relu_d1_w8: crashed: signal 11; timed out" in text
+    assert "Re-run of `relu_d1_w8` failed: crashed: signal 11; timed out." in (
+        render.render_markdown(result))
+
+
+def test_separate_runs_with_unequal_rounds_name_both_counts():
+    base, pr = _doc(rounds=20, seed=1), _doc(rounds=30, seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert "20 (base) and 30 (PR) rounds" in render.render_terminal(result)
+    assert "20 (base) and 30 (PR) rounds per case" in render.render_markdown(result)
 
 
 def test_family_decomposition_tells_per_node_from_per_run():
