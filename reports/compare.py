@@ -232,11 +232,15 @@ def judge_grid(
     """Benjamini-Hochberg across the grid decides 'significant', then judge each case.
 
     `quiet_only[i]` is case i's change over its quiet rounds (None when all were quiet);
-    it is significant when its p-value is within the grid's BH cut-off.
+    it is significant when its p-value is within the grid's BH rejection level.
     """
     pvalues = [c.p if c.n >= max(needed, defaults.MIN_ROUNDS) else math.nan for c in changes]
     rejected, q = stats.benjamini_hochberg(pvalues, fdr)
-    cutoff = max((p for p, r in zip(pvalues, rejected, strict=True) if r), default=-1.0)
+    # The grid's BH rejection level, fdr x R / m: a quiet-rounds-only p at or below it
+    # would have been rejected too. (Not "the largest rejected p": exact p-values are
+    # discrete, and fewer quiet rounds can never reach the full run's smallest p.)
+    tested = sum(math.isfinite(p) for p in pvalues)
+    cutoff = fdr * sum(rejected) / tested if tested and any(rejected) else -1.0
     quiet_only = list(quiet_only) if quiet_only is not None else [None] * len(changes)
     dropped = list(dropped) if dropped is not None else [0] * len(changes)
     rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, dropped, strict=True)

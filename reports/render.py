@@ -188,6 +188,10 @@ def overall_sentence(comparison: Mapping[str, Any]) -> str:
         parts.append(f"{counts['improvement']} got faster")
     if counts.get("inconclusive"):
         parts.append(f"{counts['inconclusive']} could not be decided (rerun with more rounds)")
+    if counts.get("not_comparable"):
+        if counts["not_comparable"] == n:
+            return f"No case of {n} could be compared (see the reasons below)."
+        parts.append(f"{counts['not_comparable']} could not be compared")
     if not parts:
         return f"No case of {n} changed beyond its threshold."
     text = "; ".join(parts)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import calibrate, compare, render, run_report, summary
+from reports import calibrate, compare, render, run_report, summary, synthetic
 from reports.compare import Side
 
 ROOT = Path(__file__).resolve().parent
@@ -43,6 +43,37 @@ def _same_run():
     return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=_profile())
 
 
+def _verdicts():
+    """Two synthetic runs with one case per verdict: 🟢, ➖ (base crashed), ❌ (PR crashed),
+    🔴 from quiet rounds alone, ❔ straddling t (and re-run), ✅; the PR's idle gate off."""
+    noise = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.004, spike_prob=0.0,
+                                 session_sigma=0.0)
+    truth = {"relu_d1_w8": 1000.0, "relu_d10_w8": 1500.0, "relu_d100_w8": 7000.0,
+             "add_d10_w8": 2400.0, "sigmoid_d10_w4096": 80000.0, "identity_d1_w4096": 900.0}
+    factor = {"relu_d1_w8": 0.85, "add_d10_w8": 1.25, "sigmoid_d10_w4096": 1.02}
+    base = synthetic.results_doc(
+        {n: {"ort": 2 * v, "ep": v} for n, v in truth.items()},
+        rounds=30, seed=1, noise=noise, status={"relu_d10_w8": "crashed"})
+    pr = synthetic.results_doc(
+        {n: {"ort": 2 * v, "ep": v * factor.get(n, 1.0)} for n, v in truth.items()},
+        rounds=30, seed=2, noise=noise, status={"relu_d100_w8": "crashed"},
+        unquiet_rounds={"add_d10_w8": range(0, 30, 6)})
+    pr["config"]["gate"]["policy"] = "off"
+    profile = {"schema": calibrate.PROFILE_SCHEMA, "host_key": "host0001", "rounds": 30,
+               "cases": {n: {"definition_sha256": f"def-{n}", "same-run": {"noise": 0.008},
+                             "separate-runs": {"noise": 0.008}} for n in truth}}
+    result = compare.compare(Side("base", base, "ep"), Side("pr", pr, "ep"), profile=profile)
+    result["reruns"] = {"sigmoid_d10_w4096": {"reruns": 1, "rounds": 60}}
+    return result
+
+
+def test_the_verdicts_golden_holds_every_verdict_and_paragraph():
+    text = render.render_markdown(_verdicts())
+    for needle in ("🟢", "➖", "❌", "🔴", "❔", "✅", "straddles", "quiet rounds alone",
+                   "Re-run because the first pass was inconclusive", "idle gate off"):
+        assert needle in text, needle
+
+
 def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("EPBENCH_UPDATE_GOLDEN"):
@@ -61,6 +92,8 @@ def _check_golden(name: str, text: str) -> None:
         ("summary_same_run.txt",
          lambda: summary.render_summary_table(summary.summarize(_load("same_run.json")))),
         ("run_report_pr.md", lambda: run_report.render_run_report(_load("pr.json"))),
+        ("compare_verdicts.md", lambda: render.render_markdown(_verdicts())),
+        ("compare_verdicts.txt", lambda: render.render_terminal(_verdicts())),
     ],
 )
 def test_golden(name, make):
@@ -168,3 +201,12 @@ def test_write_run_report_writes_report_md_and_returns_the_table(tmp_path):
     written = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert written == run_report.render_run_report(_load("pr.json"))
     assert "crashed (unverified)" in text and text.endswith(f"report: {tmp_path / 'report.md'}")
+
+
+def test_the_sentence_counts_cases_that_could_not_be_compared():
+    result = _verdicts()
+    assert "1 could not be compared" in render.overall_sentence(result)
+    for row in result["cases"]:
+        row["verdict"] = "not_comparable"
+    result["counts"] = {"not_comparable": len(result["cases"])}
+    assert render.overall_sentence(result) == "No case of 6 could be compared (see the reasons below)."
