@@ -209,4 +209,5 @@ def test_the_sentence_counts_cases_that_could_not_be_compared():
     for row in result["cases"]:
         row["verdict"] = "not_comparable"
     result["counts"] = {"not_comparable": len(result["cases"])}
-    assert render.overall_sentence(result) == "No case of 6 could be compared (see the reasons below)."
+    assert render.overall_sentence(result) == (
+        "No case of 6 could be compared (see the reasons below).")
