@@ -9,6 +9,7 @@ under the same model, like `epbench calibrate` would measure them.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -127,6 +128,7 @@ TH = compare.Threshold(noise=0.01, source="profile", t=0.02, alert=0.04)
         (_change(1.03, 1.01, 1.05), True, 0, "inconclusive"),  # straddles t
         (_change(1.10, 1.07, 1.13), False, 0, "inconclusive"),  # BH said no
         (_change(0.95, 0.93, 0.97), True, 0, "improvement"),
+        (_change(0.95, 0.93, 0.97), False, 0, "inconclusive"),  # BH said no: not 🟢
         (_change(0.97, 0.95, 0.99), True, 0, "inconclusive"),  # straddles -t
         (_change(1.005, 0.99, 1.015), True, 0, "no_change"),  # significant but tiny
         (_change(1.0, 1.0, 1.0, p=1.0), False, 0, "no_change"),
@@ -153,6 +155,9 @@ def test_threshold_is_floor_or_k_times_noise_and_default_without_profile():
     expected = max(defaults.FLOOR, defaults.K * defaults.NOISE_WITHOUT_PROFILE)
     assert no_profile.t == pytest.approx(expected)
     assert compare.threshold_for(0.02, "profile", Settings(alert=0.10)).alert == 0.10
+    # An --alert below t is raised to t: an alert is never weaker than a regression.
+    low = compare.threshold_for(0.02, "profile", Settings(alert=0.005))
+    assert low.alert == low.t == pytest.approx(0.04)
 
 
 # --------------------------------------------------------------------------- documents
@@ -542,3 +547,74 @@ def test_rounds_without_a_usable_time_are_named_in_the_reason():
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert row["verdict"] == "not_comparable"
     assert "27 of 30 rounds had no usable time" in row["reason"] and "--rounds" not in row["reason"]
+
+
+# --------------------------------------------------------------------------- behaviour
+
+
+def test_quiet_rounds_alone_need_their_lower_bound_above_t_and_significance():
+    weak_lo = _change(1.10, 1.01, 1.13)  # a big change whose interval reaches below t = 2 %
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, weak_lo, True)
+    assert j.verdict == "inconclusive"
+    # judge_grid: a quiet-only p above the grid's BH level (0.05 x 2 / 2) is not significant,
+    # one at or below it is, even when it is larger than every rejected p of the grid.
+    full = [_change(1.10, 1.07, 1.13, p=1e-9), _change(1.10, 1.07, 1.13, p=1e-9)]
+    for quiet_p, verdict in ((0.5, "inconclusive"), (0.01, "alert")):
+        quiet = [_change(1.10, 1.07, 1.13, p=quiet_p), None]
+        js = compare.judge_grid(full, [TH, TH], [3, 0], [30, 30], 0.05, quiet)
+        assert [j.verdict for j in js] == [verdict, "alert"]
+
+
+def test_unquiet_rounds_of_the_base_run_count_too():
+    base = _doc(seed=1, unquiet_rounds={"relu_d10_w8": (0, 10, 20)})
+    pr = _doc(_slower(CASES, ["relu_d10_w8"], 1.25), seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
+    assert row["unquiet"] == 3
+    assert "(3 unquiet set aside)" in row["reason"] or "3 of 60 rounds failed" in row["reason"]
+
+
+def test_a_falling_control_warns_like_a_rising_one():
+    doc = _doc(noise=synthetic.NoiseModel(0.0, 0.002, 0.0, drift=-0.08, session_sigma=0.0))
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert result["cases"][0]["control_drift"] == pytest.approx(-0.08, abs=0.01)
+    assert any("drifted -8" in w and "not biased" in w for w in result["warnings"])
+
+
+def test_both_sides_failed_is_not_comparable_not_failed():
+    base = _doc(status={"relu_d1_w8": "crashed"}, seed=1)
+    pr = _doc(status={"relu_d1_w8": "crashed"}, seed=2)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    row = next(r for r in result["cases"] if r["case"] == "relu_d1_w8")
+    assert row["verdict"] == "not_comparable"
+    assert "pr crashed" in row["reason"] and "base crashed" in row["reason"]
+
+
+def test_two_runs_family_fits_resample_independently():
+    # Identical data on both sides: with one shared draw the per-node ratio would be
+    # exactly 1 in every resample (a zero-width interval); independent draws give width.
+    cases = {f"relu_d{d}_w8": {"ort": 800 + 200.0 * d, "pr": 500 + 60.0 * d}
+             for d in (1, 10, 100)}
+    doc = _doc(cases, seed=3)
+    copy = json.loads(json.dumps(doc))
+    result = compare.compare(Side("base", doc, "pr"), Side("pr", copy, "pr"))
+    (fam,) = result["families"]
+    assert fam["per_node"]["lo"] < 0.0 < fam["per_node"]["hi"]
+
+
+def test_the_terminal_report_lists_cases_on_one_side_only():
+    base = _doc(seed=1)
+    pr = _doc({n: a for n, a in CASES.items() if n != "matmul_128x128"}, seed=2)
+    text = render.render_terminal(compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr")))
+    assert "only in base: matmul_128x128" in text
+
+
+def test_large_integral_counters_print_as_integers():
+    assert render.format_count(1234567.0) == "1234567"
+    assert render.format_count(2.5) == "2.5" and render.format_count(None) == "-"
+
+
+def test_min_rounds_for_one_and_two_runs():
+    # One run at 95 %: 2 / 2^6 <= 0.05 < 2 / 2^5. Two runs split alpha: 2 / 2^7 <= 0.025.
+    assert stats.min_rounds(0.95) == 6
+    assert stats.min_rounds(0.95, 2) == 7

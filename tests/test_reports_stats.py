@@ -301,3 +301,24 @@ def test_interval_coverage_and_p_value_size_under_no_change():
     size = np.mean([c.p <= 0.05 for c in changes])
     assert 0.94 <= coverage <= 0.98
     assert 0.02 <= size <= 0.06
+
+
+def test_family_fit_resamples_the_arms_of_a_round_together():
+    # Arm b is exactly 1.1 x arm a in every round: paired resampling keeps the ratio of
+    # their bootstrap slopes at 1.1 in every resample.
+    rng = np.random.default_rng(6)
+    depths = [1, 10, 100]
+    rounds = []
+    for d in depths:
+        a = (500 + 60.0 * d) * np.exp(rng.normal(0.0, 0.02, 20))
+        rounds.append({"a": a, "b": 1.1 * a})
+    fits = stats.fit_family(depths, rounds, ["a", "b"], resamples=2000)
+    np.testing.assert_allclose(fits["b"].boot_slope / fits["a"].boot_slope, 1.1, rtol=1e-12)
+
+
+def test_family_of_is_the_case_spec_rule():
+    spec = {**synthetic.case_spec("relu_d10_w8_dyn", batch=4), "name": "relu_d10_w8_dyn_b4"}
+    assert summary.family_of(spec) == "relu_w8_dyn_b4"
+    assert summary.family_of(synthetic.case_spec("relu_d10_w8")) == "relu_w8"
+    assert summary.family_of(synthetic.case_spec("matmul_128x128")) is None
+    assert summary.family_of({"name": "x", "bogus": 1}) is None
