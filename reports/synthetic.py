@@ -37,12 +37,14 @@ class NoiseModel:
     spike_lo: float = 0.05
     spike_hi: float = 0.30
     drift: float = 0.0
-    # Per-session offset (sigma of log): 0.7 % gives two sessions a ~1 % typical
-    # difference (sd 1 %), the size seen between real ORT sessions of one model.
-    session_sigma: float = 0.007
+    # Per-session offset (sigma of log). 0 unless asked for, so a model built from its
+    # other fields means what it says; REALISTIC has one.
+    session_sigma: float = 0.0
 
 
-REALISTIC = NoiseModel()
+# 0.7 % per session gives two sessions a ~1 % typical difference (sd 1 %), the size
+# seen between real ORT sessions of one model.
+REALISTIC = NoiseModel(session_sigma=0.007)
 
 
 def round_values(
@@ -61,7 +63,8 @@ def round_values(
         own = np.exp(rng.normal(0.0, noise.arm_sigma, rounds))
         spikes = rng.random(rounds) < noise.spike_prob
         spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, rounds), 0.0)
-        session = np.exp(rng.normal(0.0, noise.session_sigma))
+        # No draw without an offset: a model without one keeps its seeded values.
+        session = np.exp(rng.normal(0.0, noise.session_sigma)) if noise.session_sigma else 1.0
         out[arm] = ns * session * machine * own * (1.0 + spike)
     return out
 
@@ -211,8 +214,9 @@ def paired_log_ratios(
         own = rng.normal(0.0, noise.arm_sigma, (rows, rounds))
         spikes = rng.random((rows, rounds)) < noise.spike_prob
         spike = np.where(spikes, rng.uniform(noise.spike_lo, noise.spike_hi, (rows, rounds)), 0.0)
-        session = rng.normal(0.0, noise.session_sigma, (rows, 1))
-        return own + np.log1p(spike) + session
+        if not noise.session_sigma:
+            return own + np.log1p(spike)
+        return own + np.log1p(spike) + rng.normal(0.0, noise.session_sigma, (rows, 1))
 
     true = np.log1p(np.broadcast_to(np.asarray(effect, dtype=np.float64), (rows,)))
     return arm() - arm() + true[:, None]
