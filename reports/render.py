@@ -188,12 +188,15 @@ def overall_sentence(comparison: Mapping[str, Any]) -> str:
         parts.append(f"{counts['improvement']} got faster")
     if counts.get("inconclusive"):
         parts.append(f"{counts['inconclusive']} could not be decided (rerun with more rounds)")
-    if counts.get("not_comparable"):
-        if counts["not_comparable"] == n:
-            return f"No case of {n} could be compared (see the reasons below)."
-        parts.append(f"{counts['not_comparable']} could not be compared")
+    missing = counts.get("not_comparable", 0)
+    if missing == n:
+        return f"No case of {n} could be compared (see the reasons below)."
     if not parts:
-        return f"No case of {n} changed beyond its threshold."
+        judged = n - missing
+        text = f"No case of {judged} changed beyond its threshold"
+        return text + (f"; {missing} could not be compared." if missing else ".")
+    if missing:
+        parts.append(f"{missing} could not be compared")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
 

@@ -211,3 +211,13 @@ def test_the_sentence_counts_cases_that_could_not_be_compared():
     result["counts"] = {"not_comparable": len(result["cases"])}
     assert render.overall_sentence(result) == (
         "No case of 6 could be compared (see the reasons below).")
+
+
+def test_the_sentence_of_a_clean_grid_with_a_case_not_compared():
+    result = _verdicts()
+    for row in result["cases"]:
+        row["verdict"] = "no_change"
+    result["cases"][0]["verdict"] = "not_comparable"
+    result["counts"] = {"no_change": 5, "not_comparable": 1}
+    assert render.overall_sentence(result) == (
+        "No case of 5 changed beyond its threshold; 1 could not be compared.")
