@@ -221,3 +221,14 @@ def test_the_sentence_of_a_clean_grid_with_a_case_not_compared():
     result["counts"] = {"no_change": 5, "not_comparable": 1}
     assert render.overall_sentence(result) == (
         "No case of 5 changed beyond its threshold; 1 could not be compared.")
+
+
+def test_wording_follows_the_settings_and_the_thresholds():
+    doc = _load("same_run.json")
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+                             settings=compare.Settings(alert=0.01))
+    text = render.render_markdown(result)
+    # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
+    assert "threshold (4.0% here)" in text
+    assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
+    assert f"across the {len(result['cases'])} case(s) with a test" in text
