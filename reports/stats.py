@@ -24,6 +24,8 @@ verdict.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -135,13 +137,26 @@ def _quantiles(boot: np.ndarray, confidence: float, axis: int = -1) -> tuple[Any
 
 
 def sign_tail(n: int) -> np.ndarray:
-    """P(Binomial(n, 1/2) <= j) for j = 0..n, exactly (integer counts, one division)."""
+    """P(Binomial(n, 1/2) <= j) for j = 0..n."""
     import numpy as np
 
-    counts = np.cumsum([math.comb(n, j) for j in range(n + 1)], dtype=object)
-    return np.array([float(c) / 2.0**n for c in counts])
+    return np.array(_sign_tail(n))
 
 
+@functools.lru_cache(maxsize=256)
+def _sign_tail(n: int) -> tuple[float, ...]:
+    # Exact integer counts while 2^n fits a float; beyond that, log-space terms
+    # (the tails that matter are far from underflow at any realistic round count).
+    if n <= 1000:
+        counts = itertools.accumulate(math.comb(n, j) for j in range(n + 1))
+        return tuple(min(1.0, c / 2**n) for c in counts)
+    log_total = n * math.log(2.0)
+    terms = (math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                      - log_total) for j in range(n + 1))
+    return tuple(min(1.0, c) for c in itertools.accumulate(terms))
+
+
+@functools.lru_cache(maxsize=1024)
 def order_statistic_rank(n: int, alpha: float) -> int:
     """The 0-based rank k of the distribution-free interval [x_(k), x_(n-1-k)] for a median.
 
@@ -150,7 +165,7 @@ def order_statistic_rank(n: int, alpha: float) -> int:
     continuous distribution. -1 when even [min, max] does not reach the level (an
     unbounded interval: with n = 5 rounds [min, max] covers only 93.75 %).
     """
-    tail = sign_tail(n)
+    tail = _sign_tail(n)
     ok = [k for k in range(n // 2) if 2.0 * tail[k] <= alpha]
     return ok[-1] if ok else -1
 

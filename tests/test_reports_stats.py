@@ -322,3 +322,15 @@ def test_family_of_is_the_case_spec_rule():
     assert summary.family_of(synthetic.case_spec("relu_d10_w8")) == "relu_w8"
     assert summary.family_of(synthetic.case_spec("matmul_128x128")) is None
     assert summary.family_of({"name": "x", "bogus": 1}) is None
+
+
+def test_many_rounds_do_not_overflow_the_exact_tail():
+    # 2^1100 overflows a float; the tail switches to log-space terms past 1000 rounds.
+    rng = np.random.default_rng(12)
+    for n in (1000, 1100, 5000):
+        tail = stats.sign_tail(n)
+        # Symmetry of Binomial(n, 1/2): P(B <= j) + P(B <= n - 1 - j) = 1.
+        np.testing.assert_allclose(tail[:-1] + tail[-2::-1], 1.0, atol=1e-9)
+        assert tail[-1] == pytest.approx(1.0) and tail[n // 2] == pytest.approx(0.5, abs=0.02)
+        (ch,) = stats.paired_changes([rng.normal(0.01, 0.02, n)])
+        assert ch.lo < 1.01 < ch.hi and ch.p < 1e-6
