@@ -119,7 +119,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     from reports.synthetic import NoiseModel, results_doc
 
     calls = []
-    noisy = NoiseModel(arm_sigma=0.08, machine_sigma=0.0, spike_prob=0.0)
+    noisy = NoiseModel(arm_sigma=0.03, machine_sigma=0.0, spike_prob=0.0)
     quiet = NoiseModel(arm_sigma=0.001, machine_sigma=0.0, spike_prob=0.0)
 
     def fake_run(config):
