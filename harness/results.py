@@ -126,20 +126,30 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
     return doc
 
 
-def migrate(doc: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Bring an older document up to SCHEMA_VERSION, step by step; refuse newer ones."""
-    schema = doc.get("schema")
-    if not isinstance(schema, str) or not schema.startswith(SCHEMA_NAME + "/"):
-        raise ResultsError(f"{path} is not an epbench results file (schema {schema!r})")
+def schema_version(schema: Any, name: str, current: int, path: Path, what: str,
+                   error: type[EpbenchError] = ResultsError, remedy: str = "") -> int:
+    """The version N of a ``"NAME/N"`` schema string; refuses other kinds and newer versions.
+
+    Shared by every versioned file epbench reads (results, noise profiles).
+    """
+    if not isinstance(schema, str) or not schema.startswith(name + "/"):
+        raise error(f"{path} is not an epbench {what} (schema {schema!r})")
     try:
         version = int(schema.split("/", 1)[1])
     except ValueError:
-        raise ResultsError(f"{path}: unreadable schema version {schema!r}") from None
-    if version > SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path} uses {schema}, newer than this epbench understands ({SCHEMA}); "
-            "upgrade epbench to read it"
+        raise error(f"{path}: unreadable {what} version {schema!r}") from None
+    if version > current:
+        raise error(
+            f"{path} uses {schema}, newer than this epbench understands ({name}/{current}); "
+            f"upgrade epbench{remedy}"
         )
+    return version
+
+
+def migrate(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Bring an older document up to SCHEMA_VERSION, step by step; refuse newer ones."""
+    schema_version(doc.get("schema"), SCHEMA_NAME, SCHEMA_VERSION, path, "results file",
+                   remedy=" to read it")
     # No older versions exist yet; each future migrate_to_N goes here in order.
     return doc
 

@@ -268,18 +268,11 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise ProfileError(
             f"{path} is not valid JSON ({exc}); re-run `epbench calibrate`"
         ) from None
+    from harness.results import schema_version
+
     schema = doc.get("schema") if isinstance(doc, dict) else None
-    if not isinstance(schema, str) or not schema.startswith(PROFILE_NAME + "/"):
-        raise ProfileError(f"{path} is not an epbench noise profile (schema {schema!r})")
-    try:
-        version = int(schema.split("/", 1)[1])
-    except ValueError:
-        raise ProfileError(f"{path}: unreadable profile version {schema!r}") from None
-    if version > PROFILE_VERSION:
-        raise ProfileError(
-            f"{path} uses {schema}, newer than this epbench understands ({PROFILE_SCHEMA}); "
-            "upgrade epbench or re-run `epbench calibrate`"
-        )
+    schema_version(schema, PROFILE_NAME, PROFILE_VERSION, path, "noise profile",
+                   error=ProfileError, remedy=" or re-run `epbench calibrate`")
     doc["path"] = str(path)
     return doc
 
