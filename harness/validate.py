@@ -349,7 +349,7 @@ def summarize(
                                 "verdicts": aa, "changes": changes[n][TWIN_ARM]},
             "detection": detection,
             "mde": mde,
-            # What the comparator saw at that level: above it when the busy-wait overshoots.
+            # What the comparator saw at that level: the effect the injected delay really had.
             "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
             "per_node": {"level": PER_NODE_LEVEL,
                          **proportion(sum(v in FLAGGED for v in per_node), len(per_node)),

@@ -44,7 +44,11 @@ OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context);
 /* Free a plan and everything it owns. NULL is a no-op. */
 void ebe_plan_free(ebe_plan *plan);
 
-/* Spin for ns nanoseconds on the monotonic clock (test knob; exact, not a sleep). */
+/* Spin for ns nanoseconds on the monotonic clock (test knob; exact on average for
+ * requests above two clock reads, not a sleep). Cannot fail. */
 void ebe_busy_wait_ns(uint64_t ns);
+
+/* Measure the wait's own overhead; called once when the library is registered. */
+void ebe_busy_wait_calibrate(void);
 
 #endif
