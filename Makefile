@@ -29,7 +29,7 @@ $(ENGINE_STAMP): $(STAMP) $(wildcard engine/src/*.c engine/src/*.h engine/src/*.
 engine: $(ENGINE_STAMP)
 
 run: setup
-	$(VENV)/bin/epbench run --grid $(GRID) $(ARMS) --out $(OUT)
+	$(VENV)/bin/epbench run --grid $(GRID) $(ARMS) --out $(OUT) --overwrite
 
 test: setup
 	$(VENV)/bin/ruff check .
