@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,13 @@ from harness.commits import (
     resolve_revision,
     uncommitted_changes,
 )
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+from tests.support.gitrepo import git, init_repo
 
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    root = tmp_path / "repo"
-    root.mkdir()
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.email", "t@example.invalid")
-    git(root, "config", "user.name", "t")
+    root = init_repo(tmp_path / "repo")
     # A stand-in "library": any ELF file will do for the build plumbing.
     (root / "build.sh").write_text(
         "set -e\necho building >&2\ncp /bin/true lib.so\necho lib.so\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from click.testing import CliRunner
 from harness.cli import cli
 from harness.compare_commits import merge_rounds
 from harness.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from tests.support.gitrepo import git, init_repo
 
 ROOT = Path(__file__).parent.parent
 # The slowdown the second commit adds to every Run, and the extra ORT calls.
@@ -22,11 +22,6 @@ MORE_CALLS = ("i < ep->options.inject_api_calls_per_run;",
               "i < ep->options.inject_api_calls_per_run + 3;")
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture
 def engine_repo(tmp_path, monkeypatch) -> Path:
     """A repository whose HEAD~1 is this engine and HEAD the same engine made slower."""
@@ -34,9 +29,7 @@ def engine_repo(tmp_path, monkeypatch) -> Path:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "engine", repo / "engine",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build"))
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "t@example.invalid")
-    git(repo, "config", "user.name", "t")
+    init_repo(repo)
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "engine as it is")
     ep_c = repo / "engine" / "src" / "ep.c"
