@@ -8,6 +8,7 @@ must run every node itself unless fallback was allowed.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -203,9 +204,10 @@ def timed_call(session: Any, binding: Any) -> Callable[[], object]:
     native_session = getattr(session, "_sess", None)
     native_binding = getattr(binding, "_iobinding", None)
     if native_session is not None and native_binding is not None:
-        native_run = native_session.run_with_iobinding
-        return lambda: native_run(native_binding, None)
-    return lambda: session.run_with_iobinding(binding)
+        # A partial calls straight into C: ~25 ns less per timed call than a lambda
+        # (measured on relu_d1_w8: 2.09 vs 2.12 us), the same for every arm.
+        return functools.partial(native_session.run_with_iobinding, native_binding, None)
+    return functools.partial(session.run_with_iobinding, binding)
 
 
 def bind(session: Any, inputs: dict[str, Any], outputs: list[Any]) -> BoundRun:
