@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cases.builders import BINARY_OPS, UNARY_OPS
-from harness.errors import CaseError
+from epbench.cases.builders import BINARY_OPS, UNARY_OPS
+from epbench.harness.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -291,7 +291,7 @@ class CaseSpec:
             return int(self.depth or 0)
         if self.kind == "matmul":
             return 1
-        from cases.usermodel import count_model_nodes
+        from epbench.cases.usermodel import count_model_nodes
 
         return count_model_nodes(str(self.path))
 
@@ -311,10 +311,10 @@ class CaseSpec:
 
     def build(self) -> BuiltCase:
         """Serialize the model and draw its inputs from `default_rng(seed)`."""
-        from cases import builders
+        from epbench.cases import builders
 
         if self.kind == "model":
-            from cases.usermodel import build_model_case
+            from epbench.cases.usermodel import build_model_case
 
             return build_model_case(self)
         if self.kind == "chain":

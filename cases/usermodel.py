@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cases.spec import MAX_TENSOR_ELEMENTS, MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
-from harness.errors import CaseError
+from epbench.cases.spec import MAX_TENSOR_ELEMENTS, MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
+from epbench.harness.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -31,7 +31,7 @@ def library_path() -> str:
     """
     path = Path(__file__).resolve().parent / LIBRARY_NAME
     if not path.is_file():
-        from harness.errors import ArmError
+        from epbench.harness.errors import ArmError
 
         raise ArmError(f"the engine is not built ({path} is missing): run `make engine`")
     return str(path)
@@ -56,6 +56,6 @@ def build_info(library: str | None = None) -> dict:
 
 
 # `engine.probe()` (counters of this build) and `engine.probe.read_counters(path, ep)`.
-from engine import probe  # noqa: E402
+from epbench.engine import probe  # noqa: E402
 
 __all__ = ["EP_OPTIONS", "LIBRARY_NAME", "build_info", "library_path", "probe"]

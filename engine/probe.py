@@ -76,7 +76,7 @@ class _CallableModule(types.ModuleType):
     the module the harness imports read_counters from."""
 
     def __call__(self, ep_name: str | None = None) -> dict[str, int] | None:
-        from engine import library_path
+        from epbench.engine import library_path
 
         return read_counters(library_path(), ep_name)
 

@@ -11,22 +11,22 @@ import importlib
 
 import click
 
-from harness.errors import EXIT_CODES
+from epbench.harness.errors import EXIT_CODES
 
 # name -> "module:attribute"; the one list of commands.
 COMMANDS: dict[str, str] = {
-    "run": "harness.commands:run",
-    "cases": "harness.commands:cases",
-    "gate": "harness.commands:gate",
-    "host": "harness.commands:host",
-    "summary": "harness.commands:summary",
-    "compare": "reports.commands:compare",
-    "calibrate": "reports.commands:calibrate",
-    "export": "reports.commands:export",
-    "comment": "reports.github_command:comment",
-    "compare-commits": "harness.commands:compare_commits",
-    "validate": "harness.validate_commands:validate",
-    "floor": "harness.validate_commands:floor",
+    "run": "epbench.harness.commands:run",
+    "cases": "epbench.harness.commands:cases",
+    "gate": "epbench.harness.commands:gate",
+    "host": "epbench.harness.commands:host",
+    "summary": "epbench.harness.commands:summary",
+    "compare": "epbench.reports.commands:compare",
+    "calibrate": "epbench.reports.commands:calibrate",
+    "export": "epbench.reports.commands:export",
+    "comment": "epbench.reports.github_command:comment",
+    "compare-commits": "epbench.harness.commands:compare_commits",
+    "validate": "epbench.harness.validate_commands:validate",
+    "floor": "epbench.harness.validate_commands:floor",
 }
 
 

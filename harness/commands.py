@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from harness.compare_commits import DEFAULT_BUDGET_S
-from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
-from harness.gate import POLICIES
-from harness.instructions import METHODS as INSTRUCTION_METHODS
-from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
-from harness.runner import defaults as run_defaults
-from reports.commands import verdict_options
+from epbench.harness.compare_commits import DEFAULT_BUDGET_S
+from epbench.harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
+from epbench.harness.gate import POLICIES
+from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
+from epbench.harness.options import arm_option, case_option, grid_option, out_option, rounds_option
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports.commands import verdict_options
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -96,11 +96,11 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     (a line per case as it ends), OUT/results.json and OUT/report.md, then prints
     the summary table. Rounds are rounded up to whole counterbalanced designs.
     """
-    from cases.catalog import select_cases
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig, exit_code_for
-    from harness.runner import run as run_grid
-    from reports.run_report import write_run_report
+    from epbench.cases.catalog import select_cases
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, exit_code_for
+    from epbench.harness.runner import run as run_grid
+    from epbench.reports.run_report import write_run_report
 
     if not grids and not case_names and not models:
         grids = ("quick",)
@@ -138,8 +138,8 @@ def cases() -> None:
               show_default=True)
 def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
-    from cases.catalog import describe_cases, select_cases
-    from cases.grids import grid_names
+    from epbench.cases.catalog import describe_cases, select_cases
+    from epbench.cases.grids import grid_names
 
     if not grids and not case_names:
         grids = tuple(grid_names())
@@ -159,7 +159,7 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
               help="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
-    from cases.catalog import select_cases, write_cases
+    from epbench.cases.catalog import select_cases, write_cases
 
     if not grids and not case_names:
         raise EpbenchError("nothing to build: pass --grid NAME or --case NAME")
@@ -179,7 +179,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
               show_default=True)
 def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
-    from harness.gate import current_gate_state, format_gate_reading
+    from epbench.harness.gate import current_gate_state, format_gate_reading
 
     reading = current_gate_state(threshold)
     if fmt == "json":
@@ -198,7 +198,7 @@ def gate(threshold: float, fmt: str) -> None:
               show_default=True)
 def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
-    from harness.host import fingerprint_key, host_fingerprint
+    from epbench.harness.host import fingerprint_key, host_fingerprint
 
     fp = host_fingerprint()
     fp["key"] = fingerprint_key(fp)
@@ -218,9 +218,9 @@ def host(fmt: str) -> None:
               default="table", show_default=True)
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
-    from harness.results import load_results
-    from reports.run_report import render_run_report
-    from reports.summary import render_summary_table, summarize
+    from epbench.harness.results import load_results
+    from epbench.reports.run_report import render_run_report
+    from epbench.reports.summary import render_summary_table, summarize
 
     doc = load_results(results)
     data = summarize(doc)
@@ -274,11 +274,11 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
     OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
     """
-    from cases.catalog import select_cases
-    from harness.compare_commits import compare_commits as run_comparison
-    from harness.runner import RunConfig
-    from reports import render
-    from reports.commands import settings_from
+    from epbench.cases.catalog import select_cases
+    from epbench.harness.compare_commits import compare_commits as run_comparison
+    from epbench.harness.runner import RunConfig
+    from epbench.reports import render
+    from epbench.reports.commands import settings_from
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -300,7 +300,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
     click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
-    from reports.compare import exit_code_for
+    from epbench.reports.compare import exit_code_for
 
     code = exit_code_for(result.comparison, fail_on)
     if result.doc["interrupted"]:

@@ -44,7 +44,7 @@ def clock_pair_ns(samples: int, clock: Callable[[], int] = time.perf_counter_ns)
 
 def noop_call_ns(samples: int, clock: Callable[[], int] = time.perf_counter_ns) -> float:
     """Median time ``time_block`` reports for a call that does nothing."""
-    from harness.worker import time_block
+    from epbench.harness.worker import time_block
 
     return _median(time_block(lambda: None, samples, clock))
 
@@ -52,10 +52,10 @@ def noop_call_ns(samples: int, clock: Callable[[], int] = time.perf_counter_ns) 
 def ort_trivial_run_ns(samples: int, threads: int = 1,
                        clock: Callable[[], int] = time.perf_counter_ns) -> float:
     """Median time of the bound, timed call on the one-node case on ORT's CPU EP."""
-    from cases.grids import case_by_name
-    from harness.arms import parse_arm
-    from harness.sessions import bind, create_session
-    from harness.worker import time_block
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.sessions import bind, create_session
+    from epbench.harness.worker import time_block
 
     spec = case_by_name(FLOOR_CASE)
     built = spec.build()
@@ -71,7 +71,7 @@ def measure_floor(samples: int = FLOOR_SAMPLES, threads: int = 1,
                   clock: Callable[[], int] = time.perf_counter_ns) -> dict[str, Any]:
     """The floor as recorded in results files (``floor``) and printed by `epbench floor`."""
     if samples < 1:
-        from harness.errors import EpbenchError
+        from epbench.harness.errors import EpbenchError
 
         raise EpbenchError("--samples must be at least 1 (2000 gives a steady median)")
     ort_ns = ort_trivial_run_ns(samples, threads, clock)
@@ -92,7 +92,7 @@ def measure_floor(samples: int = FLOOR_SAMPLES, threads: int = 1,
 
 def format_floor(floor: dict[str, Any]) -> str:
     """The floor as a few lines for the terminal."""
-    from reports.render import format_ns
+    from epbench.reports.render import format_ns
 
     lines = [
         f"timer (two clock reads)        {format_ns(floor['timer_ns'])}",

@@ -27,7 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EpbenchError
+from epbench.harness.errors import EpbenchError
 
 METHODS = ("perf", "valgrind")
 # Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
@@ -159,7 +159,7 @@ def availability() -> dict[str, dict[str, Any]]:
 
 def helper_library(cache_dir: Path | None = None) -> Path:
     """The callgrind toggle helper, compiled once per source and cached."""
-    from harness.paths import cache_dir as default_cache
+    from epbench.harness.paths import cache_dir as default_cache
 
     digest = hashlib.sha256(_HELPER_SOURCE.encode()).hexdigest()[:12]
     folder = Path(cache_dir) if cache_dir is not None else default_cache() / "callgrind"
@@ -210,7 +210,7 @@ def count_in_worker(worker: Any) -> None:
     The request's ``instructions`` field names the method; for valgrind,
     ``helper`` is the toggle library and ``dump_dir`` where callgrind writes.
     """
-    from cases.spec import CaseSpec
+    from epbench.cases.spec import CaseSpec
 
     request = worker.request
     spec = CaseSpec.from_dict(request["case"])
@@ -308,7 +308,7 @@ def count_case(request: dict[str, Any], worker_config: dict[str, Any],
     """
     import tempfile
 
-    from harness.runner import run_worker
+    from epbench.harness.runner import run_worker
 
     method = worker_config["instructions"]
     record: dict[str, Any] = {"method": method, "runs": COUNT_RUNS, "error": None}

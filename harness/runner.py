@@ -20,9 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cases.spec import CaseSpec
-from harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
-from harness.errors import (
+import epbench
+from epbench.cases.spec import CaseSpec
+from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
+from epbench.harness.errors import (
     EXIT_CASE_FAILED,
     EXIT_GATE,
     EXIT_INTERRUPTED,
@@ -30,19 +31,19 @@ from harness.errors import (
     ArmError,
     EpbenchError,
 )
-from harness.gate import (
+from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
     DEFAULT_MAX_WAIT_S,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_S,
     POLICIES,
 )
-from harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
-from harness.sessions import CPU_EP
-from harness.worker import COUNTER_RUNS, REWARM_CALLS
+from epbench.harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from epbench.harness.sessions import CPU_EP
+from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 
 # The module each worker process runs; tests point it at a worker that crashes.
-WORKER_MODULE = "harness.worker"
+WORKER_MODULE = "epbench.harness.worker"
 # How much of a dead worker's stderr is kept for the error message.
 STDERR_TAIL_BYTES = 4000
 
@@ -148,7 +149,9 @@ def fixed_order(keys: list[str], rounds: int) -> list[list[str]]:
 
 
 def _worker_env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parent.parent)
+    # The folder that holds the `epbench` package (the checkout, or site-packages);
+    # not resolved, since the package's parts are links in a checkout.
+    root = str(Path(epbench.__file__).parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -332,7 +335,7 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
                            f"before finishing: {tail}")
     if worker_config.get("instructions") and result["status"] == "ok":
-        from harness.instructions import count_case
+        from epbench.harness.instructions import count_case
 
         count_case(request, worker_config, result)
     return result
@@ -415,10 +418,10 @@ def run(config: RunConfig) -> dict[str, Any]:
     Ctrl-C stops at once, keeps what was measured, and returns a document
     marked ``interrupted``. Arms are checked before anything is written.
     """
-    from harness.host import fingerprint_key, host_fingerprint
+    from epbench.harness.host import fingerprint_key, host_fingerprint
 
     if config.instructions is not None:
-        from harness.instructions import check_method
+        from epbench.harness.instructions import check_method
 
         check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))

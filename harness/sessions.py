@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import ArmSpec
-from harness.errors import ArmError, CaseError
+from epbench.harness.arms import ArmSpec
+from epbench.harness.errors import ArmError, CaseError
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -73,7 +73,7 @@ def session_options(
     """The SessionOptions for one arm: identical across arms except the EP."""
     import onnxruntime as ort
 
-    from cases.spec import graph_optimization_level
+    from epbench.cases.spec import graph_optimization_level
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

@@ -34,10 +34,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import EpbenchError
+from epbench.harness.errors import EpbenchError
 
 if TYPE_CHECKING:
-    from cases.spec import CaseSpec
+    from epbench.cases.spec import CaseSpec
 
 VALIDATION_SCHEMA = "epbench.validation/1"
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
@@ -124,7 +124,7 @@ def _median(values: Sequence[float]) -> float | None:
 
 def engine_times(doc: Mapping[str, Any], arm: str) -> dict[str, float]:
     """Median ns per Run of ``arm`` per case that ran (the pilot's measurement)."""
-    from reports import stats
+    from epbench.reports import stats
 
     out = {}
     for name, case in doc.get("cases", {}).items():
@@ -176,12 +176,12 @@ def validate(
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
     the budget (a test injects a fake one).
     """
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig
-    from reports import compare as cmp
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig
+    from epbench.reports import compare as cmp
 
     if run is None:
-        from harness.runner import run as real_run
+        from epbench.harness.runner import run as real_run
 
         run = real_run
     settings = settings or cmp.Settings()
@@ -288,8 +288,8 @@ def summarize(
     profile: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The validation statistics from the repeats' documents (no measuring here)."""
-    from reports import calibrate as cal
-    from reports import compare as cmp
+    from epbench.reports import calibrate as cal
+    from epbench.reports import compare as cmp
 
     names = [n for n in engine_ns if all(n in d.get("cases", {}) for d in repeats)]
     pr_arms = [TWIN_ARM] + [level_arm(v) for v in LEVELS] + [PER_NODE_ARM]
@@ -402,7 +402,7 @@ def _grid_summary(cases: Mapping[str, Any], verdicts: Mapping[str, Any], names: 
 
 def render_markdown(result: Mapping[str, Any]) -> str:
     """validation.md, through the reports' templates."""
-    from reports.render import environment
+    from epbench.reports.render import environment
 
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in LEVELS], power=POWER_TARGET,
@@ -412,8 +412,8 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     """validation.json and validation.md into ``out_dir`` (atomic writes)."""
-    from harness.results import atomic_write_text
-    from reports.render import to_json
+    from epbench.harness.results import atomic_write_text
+    from epbench.reports.render import to_json
 
     out = Path(out_dir)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from harness.options import case_option, grid_option, rounds_option
+from epbench.harness.options import case_option, grid_option, rounds_option
 
 
 @click.command()
@@ -42,8 +42,8 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
     \b
     Example:  epbench validate --grid quick --budget 600
     """
-    from cases.catalog import select_cases
-    from harness import validate as val
+    from epbench.cases.catalog import select_cases
+    from epbench.harness import validate as val
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -84,13 +84,13 @@ def floor(samples, threads, fmt) -> None:
     run_with_iobinding on a one-node graph on ORT's CPU EP; plus whether
     instruction counts are available here (perf_event_open, valgrind).
     """
-    from harness.floor import format_floor, measure_floor
-    from harness.instructions import availability
+    from epbench.harness.floor import format_floor, measure_floor
+    from epbench.harness.instructions import availability
 
     result = measure_floor(samples=samples, threads=threads)
     result["instructions"] = availability()
     if fmt == "json":
-        from reports.render import to_json
+        from epbench.reports.render import to_json
 
         click.echo(to_json(result), nl=False)
         return

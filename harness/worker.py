@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import CONTROL_KEY, ArmSpec
-from harness.errors import CaseError, EpbenchError
-from harness.results import dumps
-from harness.sessions import CPU_EP, BoundRun, Registration
+from epbench.harness.arms import CONTROL_KEY, ArmSpec
+from epbench.harness.errors import CaseError, EpbenchError
+from epbench.harness.results import dumps
+from epbench.harness.sessions import CPU_EP, BoundRun, Registration
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
 COUNTER_RUNS = 16
@@ -80,7 +80,7 @@ def pin_to_quietest(threads: int, emit: Emit) -> tuple[list[int], int | None]:
     or None when ``threads`` > 1: ORT's pool threads inherit this affinity, so a
     multi-threaded run keeps every allowed core.
     """
-    from harness.gate import quietest_core
+    from epbench.harness.gate import quietest_core
 
     allowed = sorted(os.sched_getaffinity(0))
     core = None
@@ -99,7 +99,7 @@ class Worker:
         self.cores: list[int] = []
 
     def setup_arms(self) -> list[ArmRun]:
-        from harness.sessions import register_arm
+        from epbench.harness.sessions import register_arm
 
         arms = []
         for item in self.request["arms"]:
@@ -122,7 +122,7 @@ class Worker:
         compared with the control's; the per-arm facts are reported even when a
         check fails, so a failed case still says what it found.
         """
-        from harness.sessions import bind, create_session, max_abs_error, nodes_by_ep
+        from epbench.harness.sessions import bind, create_session, max_abs_error, nodes_by_ep
 
         info: dict[str, Any] = {}
         expected: list[Any] = []
@@ -177,7 +177,7 @@ class Worker:
 
     def count(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
         """Deterministic counters per Run, for libraries that export epbench's probe."""
-        from engine.probe import read_counters
+        from epbench.engine.probe import read_counters
 
         for state in arms:
             if state.library is None:
@@ -194,7 +194,7 @@ class Worker:
             }
 
     def rounds(self, arms: list[ArmRun], core: int | None) -> None:
-        from harness.gate import IdleGate, InterferenceMeter, format_gate_reading
+        from epbench.harness.gate import IdleGate, InterferenceMeter, format_gate_reading
 
         by_key = {s.arm.key: s for s in arms}
         gate_cfg = self.config["gate"]
@@ -226,7 +226,7 @@ class Worker:
             }})
 
     def run(self) -> None:
-        from cases.spec import CaseSpec
+        from epbench.cases.spec import CaseSpec
 
         if self.request.get("mode") == "probe":
             # Preflight: load and register every arm, report EP names, run nothing.
@@ -235,13 +235,13 @@ class Worker:
             return
         if self.request.get("mode") == "instructions":
             # An extra, untimed pass that counts instructions per Run (harness.instructions).
-            from harness.instructions import count_in_worker
+            from epbench.harness.instructions import count_in_worker
 
             count_in_worker(self)
             self.emit({"event": "done"})
             return
         self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
-        from harness.floor import measure_floor
+        from epbench.harness.floor import measure_floor
 
         # The harness's own cost per timed call, on this core, recorded with the case.
         self.emit({"event": "floor", "floor": measure_floor(threads=self.config["threads"])})
@@ -285,7 +285,7 @@ def main(argv: list[str]) -> int:
     try:
         Worker(request, emit).run()
     except EpbenchError as exc:
-        from harness.errors import GateError
+        from epbench.harness.errors import GateError
 
         kind = "gate" if isinstance(exc, GateError) else "case"
         emit({"event": "error", "kind": kind, "message": exc.format_message()})

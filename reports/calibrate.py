@@ -29,11 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import EpbenchError
-from reports import defaults, stats
+from epbench.harness.errors import EpbenchError
+from epbench.reports import defaults, stats
 
 if TYPE_CHECKING:
-    from cases.spec import CaseSpec
+    from epbench.cases.spec import CaseSpec
 
 PROFILE_NAME = "epbench.noise-profile"
 PROFILE_VERSION = 1
@@ -91,7 +91,7 @@ def aa_arms(arm_spec: str) -> tuple[Any, Any]:
 
     The name goes into the spec string itself, because the worker re-parses specs.
     """
-    from harness.arms import parse_arm
+    from epbench.harness.arms import parse_arm
 
     arm = parse_arm(arm_spec)
     if arm.kind == "ort":
@@ -203,14 +203,14 @@ def calibrate(
 
     `run` is harness.runner.run unless a test injects a fake.
     """
-    from harness.runner import RunConfig
-    from harness.runner import defaults as run_defaults
+    from epbench.harness.runner import RunConfig
+    from epbench.harness.runner import defaults as run_defaults
 
     rounds = run_defaults()["rounds"] if rounds is None else rounds
     if repeats < 1:
         raise ProfileError("--repeats must be at least 1 (5 or more gives a steadier profile)")
     if run is None:
-        from harness.runner import run as real_run
+        from epbench.harness.runner import run as real_run
 
         run = real_run
     arm_a, arm_b = aa_arms(arm)
@@ -240,7 +240,7 @@ def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
     """Write the profile atomically (sorted keys), creating the folder."""
     import json
 
-    from harness.results import atomic_write_text
+    from epbench.harness.results import atomic_write_text
 
     path = Path(path)
     try:
@@ -268,7 +268,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise ProfileError(
             f"{path} is not valid JSON ({exc}); re-run `epbench calibrate`"
         ) from None
-    from harness.results import schema_version
+    from epbench.harness.results import schema_version
 
     schema = doc.get("schema") if isinstance(doc, dict) else None
     schema_version(schema, PROFILE_NAME, PROFILE_VERSION, path, "noise profile",

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from harness.options import case_option, grid_option, rounds_option
-from harness.runner import defaults as run_defaults
-from reports import defaults
+from epbench.harness.options import case_option, grid_option, rounds_option
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports import defaults
 
 FORMATS = ("text", "markdown", "json")
 
@@ -63,7 +63,7 @@ def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
                   resamples: int, seed: int, force: bool = False) -> Any:
     """reports.compare.Settings from the verdict options."""
-    from reports import compare as cmp
+    from epbench.reports import compare as cmp
 
     return cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                         resamples=resamples, seed=seed, force=force)
@@ -73,12 +73,12 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from harness.results import atomic_write_text
+    from epbench.harness.results import atomic_write_text
 
     try:
         atomic_write_text(Path(output), text)
     except OSError as exc:
-        from harness.errors import EpbenchError
+        from epbench.harness.errors import EpbenchError
 
         raise EpbenchError(
             f"cannot write {output}: {exc.strerror}; choose another --output"
@@ -114,8 +114,8 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
       ➖ not comparable (base failed, or too few usable rounds)
     Exit codes: 0 nothing matched --fail-on, 5 a verdict matched it, 1 bad input.
     """
-    from reports import compare as cmp
-    from reports import render
+    from epbench.reports import compare as cmp
+    from epbench.reports import render
 
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                              resamples=resamples, seed=seed, force=force)
@@ -154,9 +154,9 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     \b
     Example:  epbench calibrate --grid default --repeats 5
     """
-    from cases.catalog import select_cases
-    from reports import calibrate as cal
-    from reports import render
+    from epbench.cases.catalog import select_cases
+    from epbench.reports import calibrate as cal
+    from epbench.reports import render
 
     if not grids and not case_names:
         grids = ("default",)  # calibrate what `make run` measures
@@ -190,9 +190,9 @@ def export(results, pyperf_out, csv_out, overwrite) -> None:
     Example:  epbench export results.json --pyperf out.json
               python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
     """
-    from harness.errors import EpbenchError
-    from harness.results import load_results
-    from reports import export as exp
+    from epbench.harness.errors import EpbenchError
+    from epbench.harness.results import load_results
+    from epbench.reports import export as exp
 
     if not pyperf_out and not csv_out:
         raise EpbenchError("nothing to export: pass --pyperf OUT.json and/or --csv OUT.csv")

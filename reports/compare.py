@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import EpbenchError
-from reports import defaults, stats
-from reports.summary import family_members, gate_summary
+from epbench.harness.errors import EpbenchError
+from epbench.reports import defaults, stats
+from epbench.reports.summary import family_members, gate_summary
 
 SCHEMA = "epbench.comparison/1"
 
@@ -348,7 +348,7 @@ def compare_files(
     profile, and compare. Raises CompareError with a remedy for any unusable input."""
     from pathlib import Path
 
-    from harness.results import load_results
+    from epbench.harness.results import load_results
 
     if not 1 <= len(paths) <= 2:
         raise CompareError("compare takes one results file (with --base/--pr) or two (BASE PR)")
@@ -423,7 +423,7 @@ def _load_profile_noise(
 def _case_noise(
     profile: Mapping[str, Any] | None, name: str, definition: str | None, rounds: int, mode: str
 ) -> tuple[float | None, str]:
-    from reports.calibrate import profile_noise
+    from epbench.reports.calibrate import profile_noise
 
     if profile is None:
         return None, "no profile"
@@ -623,7 +623,7 @@ def _median(np: Any, values: Any) -> float | None:
 
 
 def _family(case: Mapping[str, Any]) -> str | None:
-    from reports.summary import family_of
+    from epbench.reports.summary import family_of
 
     return family_of(case.get("spec", {}))
 
@@ -685,7 +685,7 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
 
 def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:
     """EXIT_REGRESSION when a verdict matches `--fail-on`, else EXIT_OK."""
-    from harness.errors import EXIT_OK, EXIT_REGRESSION
+    from epbench.harness.errors import EXIT_OK, EXIT_REGRESSION
 
     if fail_on not in FAIL_ON:
         raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
@@ -886,7 +886,7 @@ def cannot_catch(
 
 def load_profile_for(host_key: str | None, path: str | None) -> dict[str, Any] | None:
     """The calibration profile to judge with: --profile FILE, else the host's cached one."""
-    from reports.calibrate import default_profile_path, load_profile
+    from epbench.reports.calibrate import default_profile_path, load_profile
 
     if path is not None:
         return load_profile(path)

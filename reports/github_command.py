@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from harness.errors import EpbenchError
-from reports.github import DEFAULT_API_URL, upsert_sticky_comment
+from epbench.harness.errors import EpbenchError
+from epbench.reports.github import DEFAULT_API_URL, upsert_sticky_comment
 
 
 def _read_body(path: Path) -> str:

@@ -11,12 +11,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reports import stats
+from epbench.reports import stats
 
 
 def sticky_marker() -> str:
     """The hidden line that lets the GitHub client find and update its one comment."""
-    from reports.github import STICKY_MARKER
+    from epbench.reports.github import STICKY_MARKER
 
     return STICKY_MARKER
 
@@ -146,8 +146,8 @@ def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
 
 
 def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
-    from reports import defaults
-    from reports.compare import VERDICTS
+    from epbench.reports import defaults
+    from epbench.reports.compare import VERDICTS
 
     rows = list(comparison["cases"])
     shown, folded = _split_rows(rows)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reports import defaults, stats
+from epbench.reports import defaults, stats
 
 CHAIN_KINDS = ("chain", "binary")
 
@@ -23,8 +23,8 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
     The rule lives in cases.spec.CaseSpec.family alone; a spec that does not read
     back (damaged or foreign) has no family rather than a guessed one.
     """
-    from cases.spec import CaseSpec
-    from harness.errors import CaseError
+    from epbench.cases.spec import CaseSpec
+    from epbench.harness.errors import CaseError
 
     try:
         return CaseSpec.from_dict(dict(spec)).family
@@ -185,7 +185,7 @@ def _json_number(value: Any) -> Any:
 
 def render_summary_table(summary: Mapping[str, Any]) -> str:
     """The summary as fixed-width text for the terminal."""
-    from reports.render import align_columns, format_ns, format_ratio_ci
+    from epbench.reports.render import align_columns, format_ns, format_ratio_ci
 
     lines: list[str] = []
     rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
@@ -241,7 +241,7 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
 
 
 def _ci_ns(ci: list[float | None]) -> str:
-    from reports.render import format_ns
+    from epbench.reports.render import format_ns
 
     if not ci or ci[0] is None or ci[1] is None:
         return "-"

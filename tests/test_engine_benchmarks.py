@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
+from epbench.engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
 
 
 def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:

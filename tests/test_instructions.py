@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import instructions as ins
+from epbench.harness import instructions as ins
 
 FIXTURES = Path(__file__).parent / "fixtures" / "callgrind"
 VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
@@ -68,10 +68,10 @@ def test_valgrind_prefix_collects_nothing_until_asked(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not VALGRIND_OK, reason=f"callgrind unavailable: {VALGRIND_WHY}")
 def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeypatch):
-    from cases.grids import case_by_name
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig, run
-    from reports import compare as cmp
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, run
+    from epbench.reports import compare as cmp
 
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

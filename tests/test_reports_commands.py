@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.arms import parse_arm
-from harness.cli import cli
-from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
-from reports import calibrate, synthetic
+from epbench.harness.arms import parse_arm
+from epbench.harness.cli import cli
+from epbench.harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.reports import calibrate, synthetic
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -122,7 +122,7 @@ def test_export_pyperf_works_with_pyperf_compare_to(files):
 def test_export_pyperf_values_are_round_medians_in_seconds(files):
     import pyperf
 
-    from reports import export, stats
+    from epbench.reports import export, stats
 
     doc = json.loads((files / "base.json").read_text())
     paths = export.to_pyperf(doc, files / "x.json")
@@ -176,7 +176,7 @@ class FakeRunner:
 
 
 def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     fake = FakeRunner()
     specs = [case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")]
@@ -202,7 +202,7 @@ def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
 
 
 def test_calibrate_a_plugin_arm_uses_two_names_of_it():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     fake = FakeRunner()
     calibrate.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
@@ -219,7 +219,7 @@ def test_calibrate_a_plugin_arm_uses_two_names_of_it():
 
 
 def test_calibrate_refuses_runs_where_no_case_ran():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     def failing(config):
         doc = FakeRunner()(config)
@@ -237,10 +237,10 @@ def test_calibrate_refuses_zero_repeats():
 
 
 def test_calibrate_command_writes_the_profile_to_the_cache(monkeypatch, tmp_path):
-    import harness.runner
+    import epbench.harness.runner
 
     fake = FakeRunner()
-    monkeypatch.setattr(harness.runner, "run", fake)
+    monkeypatch.setattr(epbench.harness.runner, "run", fake)
     result = _invoke("calibrate", "--case", "relu_d1_w8", "--repeats", "2", "--rounds", "8",
                      "--quiet", env={"XDG_CACHE_HOME": str(tmp_path)})
     assert result.exit_code == EXIT_OK, result.output
@@ -269,7 +269,7 @@ def test_load_profile_refusals(tmp_path):
 
 
 def test_one_repeat_estimates_the_two_run_noise():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     profile = calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
                                   position_test=False, run=FakeRunner())

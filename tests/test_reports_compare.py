@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pytest
 
-from reports import calibrate, compare, defaults, render, stats, synthetic
-from reports.compare import CompareError, Settings, Side
+from epbench.reports import calibrate, compare, defaults, render, stats, synthetic
+from epbench.reports.compare import CompareError, Settings, Side
 
 GRID = 20
 ROUNDS = 30
@@ -485,7 +485,7 @@ def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
 def test_documented_defaults_match_the_constants():
     from click.testing import CliRunner
 
-    from harness.cli import cli
+    from epbench.harness.cli import cli
 
     text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
     for option in ("--confidence", "--resamples", "--floor", "--k", "--fdr", "--fail-on"):

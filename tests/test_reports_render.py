@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import calibrate, compare, render, run_report, summary, synthetic
-from reports.compare import Side
+from epbench.reports import calibrate, compare, render, run_report, summary, synthetic
+from epbench.reports.compare import Side
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "results"
@@ -110,7 +110,7 @@ def test_json_format_is_stable_and_strict():
 
 
 def test_comment_starts_with_the_sticky_marker_of_the_github_client():
-    from reports.github import STICKY_MARKER
+    from epbench.reports.github import STICKY_MARKER
 
     text = render.render_markdown(_separate())
     assert text.splitlines()[0] == STICKY_MARKER

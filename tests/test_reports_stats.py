@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from reports import defaults, stats, summary, synthetic
+from epbench.reports import defaults, stats, summary, synthetic
 
 
 def test_benjamini_hochberg_hand_worked_step_up():
