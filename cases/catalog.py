@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from epbench.cases.spec import CaseSpec
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 MANIFEST_NAME = "cases.json"
 

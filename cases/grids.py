@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from epbench.cases.spec import CaseSpec, binary_case, chain_case, matmul_case
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 

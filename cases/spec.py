@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.cases.builders import BINARY_OPS, UNARY_OPS
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np

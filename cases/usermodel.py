@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.cases.spec import MAX_TENSOR_ELEMENTS, MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -31,7 +31,7 @@ def library_path() -> str:
     """
     path = Path(__file__).resolve().parent / LIBRARY_NAME
     if not path.is_file():
-        from epbench.harness.errors import ArmError
+        from epbench.core.errors import ArmError
 
         raise ArmError(f"the engine is not built ({path} is missing): run `make engine`")
     return str(path)

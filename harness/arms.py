@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epbench.harness.errors import ArmError
+from epbench.core.errors import ArmError
 
 CONTROL_KEY = "ort"
 KINDS = ("ort", "engine", "plugin")

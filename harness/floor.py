@@ -71,7 +71,7 @@ def measure_floor(samples: int = FLOOR_SAMPLES, threads: int = 1,
                   clock: Callable[[], int] = time.perf_counter_ns) -> dict[str, Any]:
     """The floor as recorded in results files (``floor``) and printed by `epbench floor`."""
     if samples < 1:
-        from epbench.harness.errors import EpbenchError
+        from epbench.core.errors import EpbenchError
 
         raise EpbenchError("--samples must be at least 1 (2000 gives a steady median)")
     ort_ns = ort_trivial_run_ns(samples, threads, clock)

@@ -27,7 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from epbench.harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 
 METHODS = ("perf", "valgrind")
 # Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
@@ -117,7 +117,7 @@ def perf_available() -> tuple[bool, str]:
     try:
         counter = PerfCounter()
     except InstructionsError as exc:
-        return False, exc.format_message()
+        return False, str(exc)
     try:
         counter.start()
         count = counter.stop()
@@ -159,7 +159,7 @@ def availability() -> dict[str, dict[str, Any]]:
 
 def helper_library(cache_dir: Path | None = None) -> Path:
     """The callgrind toggle helper, compiled once per source and cached."""
-    from epbench.harness.paths import cache_dir as default_cache
+    from epbench.core.paths import cache_dir as default_cache
 
     digest = hashlib.sha256(_HELPER_SOURCE.encode()).hexdigest()[:12]
     folder = Path(cache_dir) if cache_dir is not None else default_cache() / "callgrind"
@@ -317,7 +317,7 @@ def count_case(request: dict[str, Any], worker_config: dict[str, Any],
         try:
             pass_request, prefix = worker_request(request, method, Path(dump_dir))
         except InstructionsError as exc:
-            record["error"] = exc.format_message()
+            record["error"] = str(exc)
             return
         found: dict[str, Any] = {}
         errors: list[str] = []

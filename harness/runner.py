@@ -22,8 +22,7 @@ from typing import Any
 
 import epbench
 from epbench.cases.spec import CaseSpec
-from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
-from epbench.harness.errors import (
+from epbench.core.errors import (
     EXIT_CASE_FAILED,
     EXIT_GATE,
     EXIT_INTERRUPTED,
@@ -31,6 +30,8 @@ from epbench.harness.errors import (
     ArmError,
     EpbenchError,
 )
+from epbench.core.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
 from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
     DEFAULT_MAX_WAIT_S,
@@ -38,7 +39,6 @@ from epbench.harness.gate import (
     DEFAULT_WINDOW_S,
     POLICIES,
 )
-from epbench.harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 
@@ -52,7 +52,7 @@ STDERR_TAIL_BYTES = 4000
 class RunConfig:
     """Everything a run needs; recorded whole in the results file.
 
-    These defaults are the CLI's defaults too (harness.commands reads them).
+    These defaults are the CLI's defaults too (epbench.cli.run_commands reads them).
     """
 
     cases: tuple[CaseSpec, ...]

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from epbench.core.errors import ArmError, CaseError
 from epbench.harness.arms import ArmSpec
-from epbench.harness.errors import ArmError, CaseError
 
 CPU_EP = "CPUExecutionProvider"
 

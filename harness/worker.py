@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from epbench.core.errors import CaseError, EpbenchError
+from epbench.core.results import dumps
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
-from epbench.harness.errors import CaseError, EpbenchError
-from epbench.harness.results import dumps
 from epbench.harness.sessions import CPU_EP, BoundRun, Registration
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
@@ -285,10 +285,10 @@ def main(argv: list[str]) -> int:
     try:
         Worker(request, emit).run()
     except EpbenchError as exc:
-        from epbench.harness.errors import GateError
+        from epbench.core.errors import GateError
 
         kind = "gate" if isinstance(exc, GateError) else "case"
-        emit({"event": "error", "kind": kind, "message": exc.format_message()})
+        emit({"event": "error", "kind": kind, "message": str(exc)})
         return 0
     except Exception as exc:  # an unexpected failure inside one case, reported as such
         import traceback

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from epbench.harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 from epbench.reports import defaults, stats
 from epbench.reports.summary import family_members, gate_summary
 
@@ -348,7 +348,7 @@ def compare_files(
     profile, and compare. Raises CompareError with a remedy for any unusable input."""
     from pathlib import Path
 
-    from epbench.harness.results import load_results
+    from epbench.core.results import load_results
 
     if not 1 <= len(paths) <= 2:
         raise CompareError("compare takes one results file (with --base/--pr) or two (BASE PR)")
@@ -685,7 +685,7 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
 
 def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:
     """EXIT_REGRESSION when a verdict matches `--fail-on`, else EXIT_OK."""
-    from epbench.harness.errors import EXIT_OK, EXIT_REGRESSION
+    from epbench.core.errors import EXIT_OK, EXIT_REGRESSION
 
     if fail_on not in FAIL_ON:
         raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from epbench.harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 from epbench.reports import stats
 
 

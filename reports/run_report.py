@@ -36,7 +36,7 @@ def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None 
 
 def write_run_report(doc: Mapping[str, Any], out_dir: str | Path) -> str:
     """Write OUT/report.md and return the summary table for the terminal."""
-    from epbench.harness.results import atomic_write_text
+    from epbench.core.results import atomic_write_text
     from epbench.reports.summary import render_summary_table, summarize
 
     summary = summarize(doc)

@@ -24,7 +24,7 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
     back (damaged or foreign) has no family rather than a guessed one.
     """
     from epbench.cases.spec import CaseSpec
-    from epbench.harness.errors import CaseError
+    from epbench.core.errors import CaseError
 
     try:
         return CaseSpec.from_dict(dict(spec)).family

@@ -21,7 +21,7 @@ from epbench.cases.spec import (
     graph_optimization_level,
     matmul_case,
 )
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 ISSUE_DEFAULT = (
     [f"relu_d{d}_w8" for d in (1, 10, 100, 1000)]

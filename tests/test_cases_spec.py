@@ -20,7 +20,7 @@ from epbench.cases.spec import (
     matmul_case,
     matmul_tolerance,
 )
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 
 def _run(built, opt_level: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from epbench.cases import describe_cases, load_grid, model_case, write_cases
 from epbench.cases.spec import MODEL_TOLERANCE, CaseSpec
 from epbench.cases.usermodel import INTEGER_INPUT_HIGH
-from epbench.harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 
 def _save(

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from epbench.harness.cli import cli
-from epbench.harness.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
 
 FAST = ["--rounds", "2", "--block-ms", "0.2", "--max-block-iters", "10", "--warmup-ms", "1",
         "--gate", "off", "--quiet"]
@@ -184,14 +184,14 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     pytest.importorskip("nxrt_ep_cpu")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "epbench.harness.cli", "run", "--grid", "quick", "--arm", "ort",
+        [sys.executable, "-m", "epbench.cli.main", "run", "--grid", "quick", "--arm", "ort",
          "--arm", "plugin:nxrt_ep_cpu", "--out", str(out), *FAST[:-1], "--quiet"],
         capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     from epbench.cases.grids import load_grid
-    from epbench.harness.results import load_results, validate_schema
+    from epbench.core.results import load_results, validate_schema
 
     doc = load_results(out / "results.json")
     validate_schema(doc)
@@ -217,7 +217,7 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     assert plugin["sha256"] == file_sha256(plugin["library"])
     assert plugin["ep_name"] == "cpu_ep"
     summary = subprocess.run(
-        [sys.executable, "-m", "epbench.harness.cli", "summary", str(out / "results.json"),
+        [sys.executable, "-m", "epbench.cli.main", "summary", str(out / "results.json"),
          "--format", "json"], capture_output=True, text=True, timeout=120,
         cwd=Path(__file__).parent.parent,
     )
@@ -282,7 +282,7 @@ def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
     assert f"(default `{defaults.FAIL_ON}`)" in readme
     assert f"noise is taken as {documented['no-profile noise']}" in readme
     assert f"at least {documented['alert']}" in readme
-    from epbench.harness.compare_commits import DEFAULT_BUDGET_S
+    from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
 
     assert f"`--budget` seconds last (default {DEFAULT_BUDGET_S:g})" in readme
 

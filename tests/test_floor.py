@@ -8,8 +8,8 @@ from itertools import count
 import pytest
 from click.testing import CliRunner
 
+from epbench.cli.main import cli
 from epbench.harness import floor as fl
-from epbench.harness.cli import cli
 
 FLOOR_KEYS = {"samples", "timer_ns", "noop_call_ns", "ort_trivial_run_ns", "case", "threads",
               "loop", "loops", "c_loop_note"}
@@ -58,7 +58,7 @@ def test_floor_command_text_lines():
 
 
 def test_floor_refuses_no_samples():
-    from epbench.harness.errors import EpbenchError
+    from epbench.core.errors import EpbenchError
 
     with pytest.raises(EpbenchError, match="--samples"):
         fl.measure_floor(samples=0)
@@ -67,8 +67,8 @@ def test_floor_refuses_no_samples():
 @pytest.mark.slow
 def test_every_results_file_records_the_floor(tmp_path):
     from epbench.cases.grids import case_by_name
+    from epbench.core.results import load_results
     from epbench.harness.arms import parse_arm
-    from epbench.harness.results import load_results
     from epbench.harness.runner import RunConfig, run
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
@@ -80,7 +80,7 @@ def test_every_results_file_records_the_floor(tmp_path):
 
 def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     """The thin command: options reach the plan, files are written, the numbers printed."""
-    from epbench.harness import validate as val
+    from epbench.workflows import validate as val
     from tests.test_validate import FakeRunner
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from epbench.harness.errors import EXIT_GATE, GateError
+from epbench.core.errors import EXIT_GATE, GateError
 from epbench.harness.gate import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from epbench.harness.errors import EpbenchError
+from epbench.cli.comment_command import comment
+from epbench.core.errors import EpbenchError
 from epbench.reports import github
 from epbench.reports.github import (
     COMMENT_LIMIT,
@@ -33,7 +34,6 @@ from epbench.reports.github import (
     parse_link_header,
     upsert_sticky_comment,
 )
-from epbench.reports.github_command import comment
 
 TOKEN = "ghs_SeCrEtToKeN1234567890abcdef"
 REPO = "octo/widgets"

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.harness.arms import parse_arm
-from epbench.harness.cli import cli
-from epbench.harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.reports import calibrate, synthetic
+from epbench.workflows import calibrate as calibration
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -180,7 +181,7 @@ def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
 
     fake = FakeRunner()
     specs = [case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")]
-    profile = calibrate.calibrate(specs, repeats=4, rounds=12, run=fake)
+    profile = calibration.calibrate(specs, repeats=4, rounds=12, run=fake)
     assert [c.fixed_order for c in fake.configs] == [False] * 4 + [True]
     assert [c.seed for c in fake.configs] == [0, 1, 2, 3, 4]
     assert [a.key for a in fake.configs[0].arms] == ["ort", "ort_b"]
@@ -205,15 +206,15 @@ def test_calibrate_a_plugin_arm_uses_two_names_of_it():
     from epbench.cases.grids import case_by_name
 
     fake = FakeRunner()
-    calibrate.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
+    calibration.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
                         rounds=6, position_test=False, run=fake)
     arms = fake.configs[0].arms
     assert [parse_arm(a.spec).key for a in arms] == ["aa_a", "aa_b"]
     assert {a.target for a in arms} == {"/x/libep.so"}
-    assert calibrate.aa_arms("engine:partition=per_node")[1].spec == (
+    assert calibration.aa_arms("engine:partition=per_node")[1].spec == (
         "engine:partition=per_node,name=aa_b"
     )
-    assert dict(calibrate.aa_arms("engine:partition=per_node")[1].options) == {
+    assert dict(calibration.aa_arms("engine:partition=per_node")[1].options) == {
         "partition": "per_node"
     }
 
@@ -228,12 +229,12 @@ def test_calibrate_refuses_runs_where_no_case_ran():
         return doc
 
     with pytest.raises(calibrate.ProfileError, match="no case ran.*KeyError"):
-        calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)
+        calibration.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)
 
 
 def test_calibrate_refuses_zero_repeats():
     with pytest.raises(calibrate.ProfileError, match="at least 1"):
-        calibrate.calibrate([], repeats=0, run=FakeRunner())
+        calibration.calibrate([], repeats=0, run=FakeRunner())
 
 
 def test_calibrate_command_writes_the_profile_to_the_cache(monkeypatch, tmp_path):
@@ -271,7 +272,7 @@ def test_load_profile_refusals(tmp_path):
 def test_one_repeat_estimates_the_two_run_noise():
     from epbench.cases.grids import case_by_name
 
-    profile = calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
+    profile = calibration.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
                                   position_test=False, run=FakeRunner())
     entry = profile["cases"]["relu_d1_w8"]
     assert entry["separate-runs"]["estimated"] is True

@@ -485,7 +485,7 @@ def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
 def test_documented_defaults_match_the_constants():
     from click.testing import CliRunner
 
-    from epbench.harness.cli import cli
+    from epbench.cli.main import cli
 
     text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
     for option in ("--confidence", "--resamples", "--floor", "--k", "--fdr", "--fail-on"):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from epbench.cases.grids import case_by_name
+from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.results import load_results
 from epbench.harness.runner import RunConfig, run
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
 def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from epbench.harness.cli import cli
+    from epbench.cli.main import cli
 
     monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "crash:relu_d1_w8:1:SIGSEGV")
@@ -103,7 +103,7 @@ def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_pat
     import shutil
     import subprocess
 
-    from epbench.harness.errors import ArmError
+    from epbench.core.errors import ArmError
 
     if shutil.which("cc") is None:
         pytest.skip("no C compiler to build the crashing library")

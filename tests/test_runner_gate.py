@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from epbench.harness.cli import cli
-from epbench.harness.errors import EXIT_GATE
-from epbench.harness.results import load_results
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_GATE
+from epbench.core.results import load_results
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epbench.harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
@@ -412,7 +412,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     """validation.json and validation.md into ``out_dir`` (atomic writes)."""
-    from epbench.harness.results import atomic_write_text
+    from epbench.core.results import atomic_write_text
     from epbench.reports.render import to_json
 
     out = Path(out_dir)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from epbench.harness.options import case_option, grid_option, rounds_option
+from epbench.cli.base import Command
+from epbench.cli.options import case_option, grid_option, rounds_option
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=600.0,
@@ -43,7 +44,7 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
     Example:  epbench validate --grid quick --budget 600
     """
     from epbench.cases.catalog import select_cases
-    from epbench.harness import validate as val
+    from epbench.workflows import validate as val
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -70,7 +71,7 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
     click.echo(f"wrote {md_path} and {json_path}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--samples", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Timed calls per measurement (medians are reported).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)

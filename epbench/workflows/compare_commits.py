@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from epbench.core.results import atomic_write_text, write_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
-from epbench.harness.results import atomic_write_text, write_results
 from epbench.harness.runner import RunConfig, run
 
 BASE_ARM = "base"

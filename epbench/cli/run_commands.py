@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
-from epbench.harness.compare_commits import DEFAULT_BUDGET_S
-from epbench.harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
+from epbench.cli.base import Command, Group
+from epbench.cli.options import arm_option, case_option, grid_option, out_option, rounds_option
+from epbench.cli.verdict_commands import verdict_options
+from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.harness.gate import POLICIES
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
-from epbench.harness.options import arm_option, case_option, grid_option, out_option, rounds_option
 from epbench.harness.runner import defaults as run_defaults
-from epbench.reports.commands import verdict_options
+from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -34,7 +35,7 @@ def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
 _RUN = run_defaults()
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--model", "models", multiple=True, metavar="PATH.onnx",
@@ -126,7 +127,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     click.get_current_context().exit(code)
 
 
-@click.group()
+@click.group(cls=Group)
 def cases() -> None:
     """List or build the cases of a grid."""
 
@@ -171,7 +172,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
     click.echo(f"wrote {len(paths)} files to {out}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for the gate to pass.")
@@ -193,7 +194,7 @@ def gate(threshold: float, fmt: str) -> None:
         click.get_current_context().exit(EXIT_GATE)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def host(fmt: str) -> None:
@@ -212,13 +213,13 @@ def host(fmt: str) -> None:
         click.echo(f"{key:>16}: {value}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
               default="table", show_default=True)
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
-    from epbench.harness.results import load_results
+    from epbench.core.results import load_results
     from epbench.reports.run_report import render_run_report
     from epbench.reports.summary import render_summary_table, summarize
 
@@ -233,7 +234,7 @@ def summary(results: str, fmt: str) -> None:
         click.echo(render_summary_table(data))
 
 
-@click.command("compare-commits")
+@click.command("compare-commits", cls=Command)
 @click.argument("base_rev", metavar="BASE")
 @click.argument("head_rev", metavar="HEAD")
 @click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
@@ -275,10 +276,10 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
     """
     from epbench.cases.catalog import select_cases
-    from epbench.harness.compare_commits import compare_commits as run_comparison
+    from epbench.cli.verdict_commands import settings_from
     from epbench.harness.runner import RunConfig
     from epbench.reports import render
-    from epbench.reports.commands import settings_from
+    from epbench.workflows.compare_commits import compare_commits as run_comparison
 
     if not grids and not case_names:
         grids = ("quick",)

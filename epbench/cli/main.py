@@ -11,26 +11,27 @@ import importlib
 
 import click
 
-from epbench.harness.errors import EXIT_CODES
+from epbench.cli.base import Group
+from epbench.core.errors import EXIT_CODES
 
 # name -> "module:attribute"; the one list of commands.
 COMMANDS: dict[str, str] = {
-    "run": "epbench.harness.commands:run",
-    "cases": "epbench.harness.commands:cases",
-    "gate": "epbench.harness.commands:gate",
-    "host": "epbench.harness.commands:host",
-    "summary": "epbench.harness.commands:summary",
-    "compare": "epbench.reports.commands:compare",
-    "calibrate": "epbench.reports.commands:calibrate",
-    "export": "epbench.reports.commands:export",
-    "comment": "epbench.reports.github_command:comment",
-    "compare-commits": "epbench.harness.commands:compare_commits",
-    "validate": "epbench.harness.validate_commands:validate",
-    "floor": "epbench.harness.validate_commands:floor",
+    "run": "epbench.cli.run_commands:run",
+    "cases": "epbench.cli.run_commands:cases",
+    "gate": "epbench.cli.run_commands:gate",
+    "host": "epbench.cli.run_commands:host",
+    "summary": "epbench.cli.run_commands:summary",
+    "compare": "epbench.cli.verdict_commands:compare",
+    "calibrate": "epbench.cli.verdict_commands:calibrate",
+    "export": "epbench.cli.verdict_commands:export",
+    "comment": "epbench.cli.comment_command:comment",
+    "compare-commits": "epbench.cli.run_commands:compare_commits",
+    "validate": "epbench.cli.validate_commands:validate",
+    "floor": "epbench.cli.validate_commands:floor",
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Group):
     def __init__(self, *args, lazy: dict[str, str], **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._lazy = lazy

@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from epbench.harness.options import case_option, grid_option, rounds_option
+from epbench.cli.base import Command
+from epbench.cli.options import case_option, grid_option, rounds_option
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import defaults
 
@@ -73,12 +74,12 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from epbench.harness.results import atomic_write_text
+    from epbench.core.results import atomic_write_text
 
     try:
         atomic_write_text(Path(output), text)
     except OSError as exc:
-        from epbench.harness.errors import EpbenchError
+        from epbench.core.errors import EpbenchError
 
         raise EpbenchError(
             f"cannot write {output}: {exc.strerror}; choose another --output"
@@ -86,7 +87,7 @@ def _emit(text: str, output: str | None) -> None:
     click.echo(f"wrote {output}", err=True)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--base", "base_arm", metavar="ARM", help="Arm key of the base side.")
 @click.option("--pr", "pr_arm", metavar="ARM", help="Arm key of the PR side.")
@@ -129,7 +130,7 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     click.get_current_context().exit(cmp.exit_code_for(comparison, fail_on))
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--arm", "arm_spec", default="ort", show_default=True, metavar="SPEC",
@@ -157,6 +158,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     from epbench.cases.catalog import select_cases
     from epbench.reports import calibrate as cal
     from epbench.reports import render
+    from epbench.workflows.calibrate import calibrate as run_calibration
 
     if not grids and not case_names:
         grids = ("default",)  # calibrate what `make run` measures
@@ -166,7 +168,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
         if not quiet:
             click.echo(f"A/A run {i + 1}/{total}", err=True)
 
-    profile = cal.calibrate(
+    profile = run_calibration(
         specs, arm=arm_spec, repeats=repeats, rounds=rounds, seed=seed,
         position_test=position_test, on_repeat=announce,
         runner_options={"gate_policy": gate_policy, "progress": not quiet},
@@ -176,7 +178,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     click.echo(render.render_calibration(profile), nl=False)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", type=click.Path())
 @click.option("--pyperf", "pyperf_out", type=click.Path(dir_okay=False), metavar="OUT.json",
               help="Write one pyperf suite per arm: OUT.<arm>.json.")
@@ -190,8 +192,8 @@ def export(results, pyperf_out, csv_out, overwrite) -> None:
     Example:  epbench export results.json --pyperf out.json
               python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
     """
-    from epbench.harness.errors import EpbenchError
-    from epbench.harness.results import load_results
+    from epbench.core.errors import EpbenchError
+    from epbench.core.results import load_results
     from epbench.reports import export as exp
 
     if not pyperf_out and not csv_out:
