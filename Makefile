@@ -33,6 +33,7 @@ run: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The engine's differential and run-time tests against an ASan+UBSan build of it,
@@ -58,6 +59,7 @@ validation: setup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info engine/*.so engine/_build

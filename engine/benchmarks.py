@@ -13,11 +13,12 @@ stays in the table, marked, with the reason we know of.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from epbench.core.numbers import median
 
 CONTROL = "ort"
 
@@ -65,8 +66,6 @@ MISS_REASONS: dict[str, str] = {
 }
 
 
-def _median(values: list[float]) -> float:
-    return float(statistics.median(values))
 
 
 # Beside a number measured with no quiet round at all (shown, but marked and explained).
@@ -95,7 +94,7 @@ def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
     for rnd in measured_rounds(case):
         samples = rnd.get("samples_ns", {})
         if samples.get(arm) and samples.get(CONTROL):
-            ratios.append(_median(samples[arm]) / _median(samples[CONTROL]))
+            ratios.append(median(samples[arm]) / median(samples[CONTROL]))
     return ratios
 
 
@@ -119,7 +118,7 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
         case = doc.get("cases", {}).get(target.case)
         arm = arms.get(target.mode)
         ratios = round_ratios(case, arm) if case and arm and case.get("status") == "ok" else []
-        measured = _median(ratios) if ratios else None
+        measured = median(ratios) if ratios else None
         status = "not run" if measured is None else ("met" if measured <= target.bound
                                                       else "missed")
         reason = None
@@ -208,9 +207,9 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         if case.get("status") != "ok":
             lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
             continue
-        control = [_median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
+        control = [median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
                    if r.get("samples_ns", {}).get(CONTROL)]
-        cells = [_fmt_ratio(_median(ratios) if (ratios := round_ratios(case, key)) else None)
+        cells = [_fmt_ratio(median(ratios) if (ratios := round_ratios(case, key)) else None)
                  for _, key in columns]
         counts = []
         for key in engine_keys.values():
@@ -220,7 +219,7 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
                               f"{per_run.get('heap_allocs', 0):g}")
         mark = "" if has_quiet_round(case) else f" {UNQUIET_MARK}"
         unquiet_cases = unquiet_cases or bool(mark)
-        lines.append(f"| `{name}`{mark} | {_fmt_ns(_median(control) if control else None)} | "
+        lines.append(f"| `{name}`{mark} | {_fmt_ns(median(control) if control else None)} | "
                      + " | ".join(cells) + f" | {', '.join(counts) or '—'} |")
     lines.append("")
     if unquiet_cases:

@@ -23,14 +23,11 @@ from typing import Any
 import epbench
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import (
-    EXIT_CASE_FAILED,
-    EXIT_GATE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     ArmError,
     EpbenchError,
 )
 from epbench.core.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from epbench.harness import instructions
 from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
 from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
@@ -39,6 +36,7 @@ from epbench.harness.gate import (
     DEFAULT_WINDOW_S,
     POLICIES,
 )
+from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 
@@ -294,7 +292,7 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
             result["core"] = event["core"]
         elif kind == "floor":
             result["floor"] = event["floor"]
-        elif kind in ("verified", "calibrated"):
+        elif kind in ("verified", "sized"):
             result["arms"] = event["arms"]
         elif kind == "round":
             result["rounds"].append(event["round"])
@@ -335,10 +333,42 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
                            f"before finishing: {tail}")
     if worker_config.get("instructions") and result["status"] == "ok":
-        from epbench.harness.instructions import count_case
-
-        count_case(request, worker_config, result)
+        count_instructions(request, worker_config, result)
     return result
+
+
+def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
+               result: dict[str, Any]) -> None:
+    """Run the instruction-count pass of one case and add its counts to ``result``.
+
+    A failed pass does not fail the case (its times stand); the reason is kept
+    in ``result["instructions"]["error"]``.
+    """
+    method = worker_config["instructions"]
+    record: dict[str, Any] = {"method": method, "runs": instructions.COUNT_RUNS, "error": None}
+    result["instructions"] = record
+    with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
+        try:
+            pass_request, prefix = instructions.worker_request(request, method, Path(dump_dir))
+        except instructions.InstructionsError as exc:
+            record["error"] = str(exc)
+            return
+        found: dict[str, Any] = {}
+        errors: list[str] = []
+
+        def collect(event: dict[str, Any]) -> None:
+            if event.get("event") == "instructions":
+                found.update(event["per_run"])
+            elif event.get("event") == "error":
+                errors.append(event["message"])
+
+        outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
+    if found:
+        instructions.add_counts(result["arms"], found)
+        return
+    record["error"] = (errors[0] if errors else
+                       f"the {method} pass ended with status {outcome.returncode}: "
+                       f"{outcome.stderr_tail.strip()[-300:]}")
 
 
 class _Interrupted(Exception):
@@ -418,12 +448,9 @@ def run(config: RunConfig) -> dict[str, Any]:
     Ctrl-C stops at once, keeps what was measured, and returns a document
     marked ``interrupted``. Arms are checked before anything is written.
     """
-    from epbench.harness.host import fingerprint_key, host_fingerprint
 
     if config.instructions is not None:
-        from epbench.harness.instructions import check_method
-
-        check_method(config.instructions)  # before anything runs or is written
+        instructions.check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))
     libraries = {a.key: resolve_library(a) for a in arms}
     probed = probe_arms(arms, libraries)
@@ -488,15 +515,3 @@ def run(config: RunConfig) -> dict[str, Any]:
     if out is not None:
         write_results(out / "results.json", doc)
     return doc
-
-
-def exit_code_for(doc: dict[str, Any]) -> tuple[int, str | None]:
-    """The exit code a finished run maps to, and the line that explains it."""
-    if doc["interrupted"]:
-        return EXIT_INTERRUPTED, "interrupted: everything measured so far is on disk"
-    bad = [n for n, c in doc["cases"].items() if c["status"] != "ok"]
-    if not bad:
-        return EXIT_OK, None
-    gated = any(doc["cases"][n].get("error_kind") == "gate" for n in bad)
-    return (EXIT_GATE if gated else EXIT_CASE_FAILED,
-            f"{len(bad)} case(s) did not finish: {', '.join(bad)}")

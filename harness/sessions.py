@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from epbench.cases.spec import graph_optimization_level
 from epbench.core.errors import ArmError, CaseError
 from epbench.harness.arms import ArmSpec
 
@@ -73,7 +74,6 @@ def session_options(
     """The SessionOptions for one arm: identical across arms except the EP."""
     import onnxruntime as ort
 
-    from epbench.cases.spec import graph_optimization_level
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.results import atomic_write_text, schema_version
 from epbench.reports import defaults, stats
 
 if TYPE_CHECKING:
@@ -177,7 +178,6 @@ def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
     """Write the profile atomically (sorted keys), creating the folder."""
     import json
 
-    from epbench.core.results import atomic_write_text
 
     path = Path(path)
     try:
@@ -205,7 +205,6 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise ProfileError(
             f"{path} is not valid JSON ({exc}); re-run `epbench calibrate`"
         ) from None
-    from epbench.core.results import schema_version
 
     schema = doc.get("schema") if isinstance(doc, dict) else None
     schema_version(schema, PROFILE_NAME, PROFILE_VERSION, path, "noise profile",

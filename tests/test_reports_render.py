@@ -90,7 +90,7 @@ def _check_golden(name: str, text: str) -> None:
         ("compare_same_run.txt", lambda: render.render_terminal(_same_run())),
         ("calibration.txt", lambda: render.render_calibration(_profile())),
         ("summary_same_run.txt",
-         lambda: summary.render_summary_table(summary.summarize(_load("same_run.json")))),
+         lambda: render.render_summary_table(summary.summarize(_load("same_run.json")))),
         ("run_report_pr.md", lambda: run_report.render_run_report(_load("pr.json"))),
         ("compare_verdicts.md", lambda: render.render_markdown(_verdicts())),
         ("compare_verdicts.txt", lambda: render.render_terminal(_verdicts())),

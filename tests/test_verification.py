@@ -36,7 +36,7 @@ def _config(specs, tmp_path, **kw) -> RunConfig:
 
 
 def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
-    from epbench.cases.usermodel import model_case
+    from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
     doc = run(_config([spec], tmp_path / "out"))
@@ -51,7 +51,7 @@ def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
 
 
 def test_allow_fallback_records_the_split(tmp_path):
-    from epbench.cases.usermodel import model_case
+    from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
     doc = run(_config([spec], tmp_path / "out", allow_fallback=True))

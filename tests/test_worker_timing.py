@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from epbench.harness.worker import block_iterations, time_block
+from epbench.harness.timing import block_iterations, time_block
 
 
 class FakeClock:

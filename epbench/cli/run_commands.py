@@ -8,14 +8,27 @@ from pathlib import Path
 
 import click
 
+from epbench.cases.catalog import describe_cases, select_cases, write_cases
+from epbench.cases.grids import grid_names
 from epbench.cli.base import Command, Group
+from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import arm_option, case_option, grid_option, out_option, rounds_option
-from epbench.cli.verdict_commands import verdict_options
+from epbench.cli.verdict_commands import settings_from, verdict_options
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
-from epbench.harness.gate import POLICIES
+from epbench.core.results import load_results
+from epbench.harness.arms import parse_arm
+from epbench.harness.gate import POLICIES, current_gate_state, format_gate_reading
+from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
+from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.runner import run as run_grid
+from epbench.reports import render
+from epbench.reports.render import render_summary_table
+from epbench.reports.run_report import render_run_report, write_run_report
+from epbench.reports.summary import summarize
 from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
+from epbench.workflows.compare_commits import compare_commits as run_comparison
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -97,11 +110,6 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     (a line per case as it ends), OUT/results.json and OUT/report.md, then prints
     the summary table. Rounds are rounded up to whole counterbalanced designs.
     """
-    from epbench.cases.catalog import select_cases
-    from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, exit_code_for
-    from epbench.harness.runner import run as run_grid
-    from epbench.reports.run_report import write_run_report
 
     if not grids and not case_names and not models:
         grids = ("quick",)
@@ -121,7 +129,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
     click.echo(write_run_report(doc, Path(out)))
-    code, message = exit_code_for(doc)
+    code, message = exit_code_for(run=doc)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)
     click.get_current_context().exit(code)
@@ -139,8 +147,6 @@ def cases() -> None:
               show_default=True)
 def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
-    from epbench.cases.catalog import describe_cases, select_cases
-    from epbench.cases.grids import grid_names
 
     if not grids and not case_names:
         grids = tuple(grid_names())
@@ -160,7 +166,6 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
               help="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
-    from epbench.cases.catalog import select_cases, write_cases
 
     if not grids and not case_names:
         raise EpbenchError("nothing to build: pass --grid NAME or --case NAME")
@@ -180,7 +185,6 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
               show_default=True)
 def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
-    from epbench.harness.gate import current_gate_state, format_gate_reading
 
     reading = current_gate_state(threshold)
     if fmt == "json":
@@ -199,7 +203,6 @@ def gate(threshold: float, fmt: str) -> None:
               show_default=True)
 def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
-    from epbench.harness.host import fingerprint_key, host_fingerprint
 
     fp = host_fingerprint()
     fp["key"] = fingerprint_key(fp)
@@ -219,9 +222,6 @@ def host(fmt: str) -> None:
               default="table", show_default=True)
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
-    from epbench.core.results import load_results
-    from epbench.reports.run_report import render_run_report
-    from epbench.reports.summary import render_summary_table, summarize
 
     doc = load_results(results)
     data = summarize(doc)
@@ -275,11 +275,6 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
     OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
     """
-    from epbench.cases.catalog import select_cases
-    from epbench.cli.verdict_commands import settings_from
-    from epbench.harness.runner import RunConfig
-    from epbench.reports import render
-    from epbench.workflows.compare_commits import compare_commits as run_comparison
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -301,9 +296,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
     click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
-    from epbench.reports.compare import exit_code_for
 
-    code = exit_code_for(result.comparison, fail_on)
+    code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
     if result.doc["interrupted"]:
         code = EXIT_INTERRUPTED
     click.get_current_context().exit(code)

@@ -23,6 +23,8 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.runner import RunConfig, run
+from epbench.reports import compare as cmp
+from epbench.reports import render
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -81,8 +83,6 @@ def compare_commits(
     ``config`` holds the cases, rounds, gate and output directory; its arms are
     replaced by the two sides (the ORT control is added by the runner).
     """
-    from epbench.reports import compare as cmp
-    from epbench.reports import render
 
     root = repo_root(repo)
     notes = []

@@ -1,4 +1,4 @@
-"""The measurement floor: its shape, the `floor` and `validate` commands, its place in results."""
+"""The harness's overhead: its shape, the `overhead` and `validate` commands, its record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from epbench.cli.main import cli
-from epbench.harness import floor as fl
+from epbench.core.numbers import median
+from epbench.harness import overhead as fl
 
 FLOOR_KEYS = {"samples", "timer_ns", "noop_call_ns", "ort_trivial_run_ns", "case", "threads",
               "loop", "loops", "c_loop_note"}
@@ -22,7 +23,7 @@ def ticking_clock(step: int):
 
 
 def test_floor_medians_come_from_the_clock():
-    result = fl.measure_floor(samples=9, clock=ticking_clock(7))
+    result = fl.measure_overhead(samples=9, clock=ticking_clock(7))
     assert set(result) == FLOOR_KEYS
     assert result["timer_ns"] == 7.0
     assert result["noop_call_ns"] == 7.0
@@ -32,12 +33,13 @@ def test_floor_medians_come_from_the_clock():
 
 
 def test_median_of_even_and_odd():
-    assert fl._median([5, 1, 3]) == 3.0
-    assert fl._median([4, 1, 3, 2]) == 2.5
+    assert median([5, 1, 3]) == 3.0
+    assert median([4, 1, 3, 2]) == 2.5
+    assert median([]) is None
 
 
 def test_floor_command_json_shape():
-    out = CliRunner().invoke(cli, ["floor", "--samples", "50", "--format", "json"])
+    out = CliRunner().invoke(cli, ["overhead", "--samples", "50", "--format", "json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert FLOOR_KEYS | {"instructions"} == set(doc)
@@ -48,7 +50,7 @@ def test_floor_command_json_shape():
 
 
 def test_floor_command_text_lines():
-    out = CliRunner().invoke(cli, ["floor", "--samples", "50"])
+    out = CliRunner().invoke(cli, ["overhead", "--samples", "50"])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert [line.split()[0] for line in lines] == [
@@ -61,7 +63,7 @@ def test_floor_refuses_no_samples():
     from epbench.core.errors import EpbenchError
 
     with pytest.raises(EpbenchError, match="--samples"):
-        fl.measure_floor(samples=0)
+        fl.measure_overhead(samples=0)
 
 
 @pytest.mark.slow
