@@ -92,10 +92,14 @@ def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
     """Per (quiet) round: median ns per Run of `arm` over the control's."""
     ratios = []
     for rnd in measured_rounds(case):
-        samples = rnd.get("samples_ns", {})
-        if samples.get(arm) and samples.get(CONTROL):
-            ratios.append(median(samples[arm]) / median(samples[CONTROL]))
+        arm_ns, control_ns = _round_median(rnd, arm), _round_median(rnd, CONTROL)
+        if arm_ns and control_ns:
+            ratios.append(arm_ns / control_ns)
     return ratios
+
+
+def _round_median(rnd: dict[str, Any], arm: str) -> float | None:
+    return ((rnd.get("summary_ns") or {}).get(arm) or {}).get("median")
 
 
 def engine_arm_keys(doc: dict[str, Any]) -> dict[str, str]:
@@ -207,8 +211,7 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         if case.get("status") != "ok":
             lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
             continue
-        control = [median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
-                   if r.get("samples_ns", {}).get(CONTROL)]
+        control = [ns for r in measured_rounds(case) if (ns := _round_median(r, CONTROL))]
         cells = [_fmt_ratio(median(ratios) if (ratios := round_ratios(case, key)) else None)
                  for _, key in columns]
         counts = []

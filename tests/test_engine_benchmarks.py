@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from epbench.core.numbers import block_summary
 from epbench.engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
 
 
 def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:
-    return {"samples_ns": samples, "quiet": quiet}
+    return {"summary_ns": {arm: block_summary(v) for arm, v in samples.items()}, "quiet": quiet}
 
 
 def _doc() -> dict:

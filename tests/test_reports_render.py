@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from epbench.core.results import load_results
 from epbench.reports import calibrate, compare, render, run_report, summary, synthetic
 from epbench.reports.compare import Side
 
@@ -22,7 +23,8 @@ GOLDEN = ROOT / "golden"
 
 
 def _load(name):
-    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    # The fixtures are schema 1: every golden also runs them through the migration.
+    return load_results(FIXTURES / name)
 
 
 def _profile():
