@@ -368,19 +368,34 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
-@functools.lru_cache(maxsize=1024)
+def _t_pdf(t: float, df: float) -> float:
+    log_c = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_c - (df + 1.0) / 2.0 * math.log1p(t * t / df))
+
+
+@functools.lru_cache(maxsize=4096)
 def t_quantile(q: float, df: float) -> float:
-    """The q-quantile of Student's t (bisection on t_sf; q in (0.5, 1))."""
+    """The q-quantile of Student's t, q in (0.5, 1): Newton's method on t_sf, kept inside
+    a bracket that bisection narrows whenever a Newton step would leave it."""
+    target = 1.0 - q
     lo, hi = 0.0, 1.0
-    while t_sf(hi, df) > 1.0 - q:
-        hi *= 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_sf(mid, df) > 1.0 - q:
-            lo = mid
+    while t_sf(hi, df) > target:
+        lo, hi = hi, hi * 2.0
+    t = (lo + hi) / 2.0
+    for _ in range(100):
+        err = t_sf(t, df) - target  # decreasing in t
+        if err > 0:
+            lo = t
         else:
-            hi = mid
-    return (lo + hi) / 2.0
+            hi = t
+        step = err / _t_pdf(t, df)
+        nxt = t + step
+        if not lo < nxt < hi:
+            nxt = (lo + hi) / 2.0
+        if abs(nxt - t) <= 1e-14 * max(1.0, abs(t)):
+            return nxt
+        t = nxt
+    return t
 
 
 @dataclass(frozen=True)
