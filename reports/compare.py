@@ -820,7 +820,8 @@ def family_changes(
         if base.doc is pr.doc:
             rounds = [{a: medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
                       for n in names]
-            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed, **opts)
+            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed,
+                                    processes=_processes(base.doc, names), **opts)
             b_fit, p_fit = fits[base.arm], fits[pr.arm]
             slope = _ratio(p_fit.boot_slope, b_fit.boot_slope, p_fit.slope, b_fit.slope, settings)
             icept = _ratio(p_fit.boot_intercept, b_fit.boot_intercept,
@@ -830,13 +831,15 @@ def family_changes(
                 depths,
                 [{a: medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
                  for n in names],
-                [base.arm, base.control], seed=settings.seed, **opts,
+                [base.arm, base.control], seed=settings.seed,
+                processes=_processes(base.doc, names), **opts,
             )
             p_fits = stats.fit_family(
                 depths,
                 [{a: medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
                  for n in names],
-                [pr.arm, pr.control], seed=settings.seed + 1, **opts,
+                [pr.arm, pr.control], seed=settings.seed + 1,
+                processes=_processes(pr.doc, names), **opts,
             )
             b_fit, p_fit = b_fits[base.arm], p_fits[pr.arm]
             bc, pc = b_fits[base.control], p_fits[pr.control]
@@ -855,6 +858,10 @@ def family_changes(
             "finding": _family_finding(slope, icept, t),
         })
     return out
+
+
+def _processes(doc: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
+    return [stats.round_labels(doc["cases"][n], "process") for n in names]
 
 
 def _ratio(num: Any, den: Any, point_num: float, point_den: float,
@@ -876,10 +883,10 @@ def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float
             parts.append(f"{what} rose by {ch['change']:.1%}")
         elif hi <= -t:
             parts.append(f"{what} fell by {-ch['change']:.1%}")
-        elif -t < lo and hi < t:
-            parts.append(f"{what} unchanged within ±{t:.1%}")
         else:
-            parts.append(f"{what} inconclusive ({ch['change']:+.1%})")
+            # Stated as a finding only when the whole interval is beyond the threshold.
+            parts.append(f"{what}: no change resolved ({ch['change']:+.1%}, "
+                         f"[{lo:+.1%}, {hi:+.1%}] against ±{t:.1%})")
     return "; ".join(parts)
 
 

@@ -607,12 +607,16 @@ def fit_family(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
     seed: int = defaults.SEED,
+    processes: Sequence[np.ndarray] | None = None,
 ) -> dict[str, FamilyFit]:
     """Fit p50 = intercept + slope x depth per arm over the cases of one chain family.
 
     `per_case_rounds[j][arm]` are the per-round medians of case j (depth depths[j]).
     Rounds are resampled per case with one index draw shared by all arms of the case,
-    because the arms of one round ran side by side (paired).
+    because the arms of one round ran side by side (paired). With `processes[j]` (the
+    process of each round) and two or more processes, the resampling is hierarchical:
+    processes with replacement, then rounds within each, so the interval carries what
+    two processes differ by (the same discipline as the verdicts).
     """
     import numpy as np
 
@@ -624,7 +628,10 @@ def fit_family(
     point = {arm: np.empty(len(depths)) for arm in arms}
     for j, rounds in enumerate(per_case_rounds):
         n = min(len(rounds[arm]) for arm in arms)
-        idx = rng.integers(0, n, size=(resamples, n))
+        labels = None if processes is None else np.asarray(processes[j])[:n]
+        idx = (_hierarchical_indices(labels, resamples, rng)
+               if labels is not None and len(np.unique(labels)) >= 2
+               else rng.integers(0, n, size=(resamples, n)))
         for arm in arms:
             values = np.asarray(rounds[arm], dtype=np.float64)[:n]
             point[arm][j] = np.median(values)
@@ -640,6 +647,20 @@ def fit_family(
             (float(i_lo), float(i_hi)), b_slope, b_intercept,
         )
     return fits
+
+
+def _hierarchical_indices(labels: np.ndarray, resamples: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """Round indices of `resamples` two-stage resamples: P processes drawn with replacement,
+    then each one's rounds with replacement (m per process, the smallest process's count)."""
+    import numpy as np
+
+    groups = [np.flatnonzero(labels == p) for p in np.unique(labels)]
+    m = min(len(g) for g in groups)
+    members = np.stack([g[:m] for g in groups])  # processes x m
+    chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
+    within = rng.integers(0, m, size=(resamples, len(groups), m))
+    return members[chosen[..., None], within].reshape(resamples, len(groups) * m)
 
 
 def ratio_with_ci(
