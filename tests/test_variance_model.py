@@ -156,3 +156,25 @@ def test_an_aa_pair_of_runs_states_no_per_node_finding():
         findings.append(family["finding"])
     assert not [f for f in findings if "rose" in f or "fell" in f]
     assert all("no change resolved" in f for f in findings)
+
+
+# --------------------------------------------------------------------------- instructions
+
+
+@pytest.mark.parametrize(("pr_instructions", "flagged"), [(20300.0, True), (20100.0, False)])
+def test_an_instruction_change_gets_its_own_mark_and_never_a_red_alone(pr_instructions, flagged):
+    from epbench.reports import render
+
+    counters = {"relu_d10_w8": {"base": {"instructions": 20000.0},
+                                "pr": {"instructions": pr_instructions}}}
+    truth = {"ort": 1000.0, "base": 800.0, "pr": 800.0}
+    doc = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
+                                counters=counters)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    (row,) = result["cases"]
+    assert row["instructions_change"] == pytest.approx(pr_instructions / 20000.0 - 1.0)
+    assert row["instructions_flag"] is flagged
+    assert row["verdict"] not in ("alert", "regression")  # the clock saw no change
+    text = render.render_markdown(result)
+    assert (" ▲ |" in text) is flagged
+    assert ("instructions per Run (exact" in text) is flagged
