@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "control."),
     "validate": ("epbench.cli.validate_commands:validate",
                  "Measure this harness on this machine: false-positive rate, power, MDE, bias."),
+    "history": ("epbench.cli.history_commands:history",
+                "Keep every run in a history store and find the commits that changed a case."),
     "overhead": ("epbench.cli.validate_commands:overhead",
                  "Print the harness's own cost per timed call (recorded in every results file "
                  "too)."),
