@@ -673,10 +673,14 @@ def _counters_changed(before: Mapping[str, Any] | None,
 
 
 def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = "",
-                 machine: str = "", weighted: bool = True,
+                 machine: str = "", weighted: bool = False,
                  significance: float = changepoints.SIGNIFICANCE,
                  permutations: int = changepoints.PERMUTATIONS) -> list[Finding]:
-    """Change points of one series (log ratios, weighted by their intervals) as findings.
+    """Change points of one series (log ratios) as findings.
+
+    `weighted` weighs each point by 1 / its interval's half-width^2. Off by default: on
+    synthetic series whose points' noise follows their intervals it lowered detection
+    (docs/history.md has the figures), so it is an option, not the method.
 
     Each change is the new level over the old, the median of the points after it (to
     the next change) over the median before it (from the previous change), with the
@@ -714,7 +718,7 @@ def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = ""
 
 
 def series_with_changes(store: HistoryStore, case: str, arm: str, machine: str | None = None,
-                        *, weighted: bool = True) -> SeriesChanges:
+                        *, weighted: bool = False) -> SeriesChanges:
     """A series and its change points, for a report (the HTML report's entry point).
 
     `machine` is a machine key or class; None takes the only one the case has (an
@@ -757,7 +761,7 @@ class Detection:
 
 def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str] = (),
            machines: Sequence[str] = (), since: str | None = None,
-           weighted: bool = True) -> Detection:
+           weighted: bool = False) -> Detection:
     """Change points in every series asked for, kept when they lie after `since`.
 
     `since` is a stored commit (full or prefix, resolved by the caller when it is a

@@ -203,21 +203,22 @@ def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
               "(a stored sha or prefix, or a git revision of --repo).")
 @click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
               help="The git repository used to resolve --since and count commits in a range.")
-@click.option("--unweighted", is_flag=True,
-              help="Give every point the same weight instead of 1 / its interval's width^2.")
+@click.option("--weighted", is_flag=True,
+              help="Weigh each point by 1 / its interval's width^2 (off: it lowered "
+                   "detection on synthetic series, see docs/history.md).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="regression", show_default=True,
               help="Exit 5 when a change point is a regression, any change point, or never.")
 @db_option
 def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, ...],
-           since: str | None, repo: str, unweighted: bool, fmt: str, fail_on: str,
+           since: str | None, repo: str, weighted: bool, fmt: str, fail_on: str,
            db_url: str | None) -> None:
     """Find change points in each series, in commit order, and name the commits around them.
 
     \b
     Method: e-divisive with means (Matteson & James 2014) on log(ratio to the
-    in-run ORT control), points weighted by 1 / their interval's width^2, each
-    split tested by permutation (p <= 0.01, 199 shuffles). A change is the
+    in-run ORT control), each split tested by permutation (p <= 0.01, 199
+    shuffles, at least 4 commits a side). A change is the
     median level after over the median before, with a distribution-free interval.
     Exit codes: 0 nothing matched --fail-on, 5 a change point did, 1 bad input.
     """
@@ -225,7 +226,7 @@ def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, .
     with hist.HistoryStore.open(db_url) as store:
         since_sha = None if since is None else _resolve_since(store, since, repo_path)
         found = hist.detect(store, cases=cases, arms=arms, machines=machines, since=since_sha,
-                            weighted=not unweighted)
+                            weighted=weighted)
     if found.tested == 0:
         raise hist.HistoryError(found.too_short[0] if len(found.too_short) == 1 else
                                 f"{len(found.too_short)} series, none long enough to test "

@@ -1,0 +1,59 @@
+"""e-divisive change points: the statistic against its definition, and its rates on seeded
+synthetic series with the noise of this machine's runs (reports.synthetic.HISTORY_SIGMA)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from epbench.reports import changepoints as cp
+from epbench.reports import synthetic
+
+
+def _definition(z: np.ndarray, w: np.ndarray, tau: int) -> float:
+    """Q(tau) written out pair by pair, as the module docstring defines it."""
+    x, y, wx, wy = z[:tau], z[tau:], w[:tau], w[tau:]
+
+    def within(a: np.ndarray, wa: np.ndarray) -> float:
+        pairs = [(i, k) for i, k in itertools.permutations(range(len(a)), 2)]
+        return (sum(wa[i] * wa[k] * abs(a[i] - a[k]) for i, k in pairs)
+                / sum(wa[i] * wa[k] for i, k in pairs))
+
+    between = (sum(wx[i] * wy[j] * abs(x[i] - y[j]) for i in range(len(x))
+                   for j in range(len(y))) / (wx.sum() * wy.sum()))
+    n = len(z)
+    return tau * (n - tau) / n * (2 * between - within(x, wx) - within(y, wy))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_split_statistic_is_the_energy_distance_of_its_definition(weighted):
+    rng = np.random.default_rng(7)
+    z = rng.normal(size=13)
+    w = rng.uniform(0.3, 3.0, 13) if weighted else np.ones(13)
+    fast = cp._split_statistics(np.stack([z, z[::-1]]), np.stack([w, w[::-1]]), 2)
+    for tau in range(2, 12):
+        assert fast[0, tau] == pytest.approx(_definition(z, w, tau), rel=1e-10)
+        assert fast[1, tau] == pytest.approx(_definition(z[::-1], w[::-1], tau), rel=1e-10)
+    assert np.isneginf(fast[0, [0, 1, 12, 13]]).all()  # splits shorter than min_segment
+
+
+def test_a_clear_step_is_found_where_it_is_and_equal_weights_change_nothing():
+    z = synthetic.history_series(1, 30, np.random.default_rng(1), step=0.05, at=17)[0]
+    (found,) = cp.e_divisive(z)
+    assert found.index == 17 and found.p <= cp.SIGNIFICANCE
+    assert cp.e_divisive(z, np.full(30, 3.0)) == [found]
+    assert cp.e_divisive(z[: cp.MIN_POINTS - 1] + np.r_[0, 0, 0, 1, 1, 1, 1]) == []
+
+
+def test_at_most_one_false_change_point_per_1000_points_at_default_settings():
+    # 200 seeded series of 50 points (10 000 points) without a change.
+    rates = synthetic.change_point_rates(200, 50, seed=11)
+    assert rates["false_per_1000"] <= 1.0
+
+
+def test_a_3_percent_step_is_found_within_5_points_in_95_percent_of_series():
+    # 100 seeded series of 40 points, the step after 20.
+    rates = synthetic.change_point_rates(100, 40, step=0.03, at=20, seed=12)
+    assert rates["found"] >= 0.95
