@@ -48,6 +48,8 @@ PERMUTATIONS = 199
 MIN_SEGMENT = 4
 # A series shorter than this cannot hold a split with MIN_SEGMENT points each side.
 MIN_POINTS = 2 * MIN_SEGMENT
+# The exponent of the distances (0 < ALPHA < 2).
+ALPHA = 1.0
 # Weights are clipped to this factor around their median.
 WEIGHT_CLIP = 4.0
 
@@ -61,7 +63,8 @@ class ChangePoint:
     q: float  # the statistic
 
 
-def _split_statistics(z: np.ndarray, w: np.ndarray, min_segment: int) -> np.ndarray:
+def _split_statistics(z: np.ndarray, w: np.ndarray, min_segment: int,
+                      alpha: float = 1.0) -> np.ndarray:
     """Q(tau) for every split tau of each row of z (..., n), weighted by w (..., n).
 
     Returns (..., n + 1) with -inf where a split leaves fewer than min_segment points
@@ -73,7 +76,7 @@ def _split_statistics(z: np.ndarray, w: np.ndarray, min_segment: int) -> np.ndar
     # Prefix sums over the pairwise matrix M_ij = w_i w_j |z_i - z_j|, per split tau:
     # d_tt = sum over i, j < tau; d_tn = sum over i < tau, all j. Built from row sums
     # (and row sums below the diagonal) so no 2-D cumulative sum is needed.
-    m = np.abs(z[..., :, None] - z[..., None, :]) * (w[..., :, None] * w[..., None, :])
+    m = np.abs(z[..., :, None] - z[..., None, :]) ** alpha * (w[..., :, None] * w[..., None, :])
     below = np.tril(np.ones((n, n), dtype=bool), -1)
     zero = np.zeros((*z.shape[:-1], 1))
     d_tn = np.concatenate([zero, m.sum(-1).cumsum(-1)], -1)
@@ -120,6 +123,7 @@ def e_divisive(
     significance: float = SIGNIFICANCE,
     permutations: int = PERMUTATIONS,
     min_segment: int = MIN_SEGMENT,
+    alpha: float = ALPHA,
     seed: int | None = None,
 ) -> list[ChangePoint]:
     """The significant change points of `values`, sorted by index.
@@ -144,7 +148,7 @@ def e_divisive(
         for start, end in zip(bounds[:-1], bounds[1:], strict=True):
             if end - start < 2 * min_segment:
                 continue
-            q = _split_statistics(z[start:end], w[start:end], min_segment)
+            q = _split_statistics(z[start:end], w[start:end], min_segment, alpha)
             tau = int(np.argmax(q))
             if best is None or q[tau] > best[0]:
                 best = (float(q[tau]), tau, start, end)
@@ -153,7 +157,7 @@ def e_divisive(
         q_obs, tau, start, end = best
         seg_z, seg_w = z[start:end], w[start:end]
         order = np.argsort(rng.random((permutations, end - start)), axis=1)
-        q_perm = _split_statistics(seg_z[order], seg_w[order], min_segment).max(axis=1)
+        q_perm = _split_statistics(seg_z[order], seg_w[order], min_segment, alpha).max(axis=1)
         # A tiny tolerance: a permutation that reproduces the observed split exactly
         # must count as "as extreme" despite rounding in the cumulative sums.
         p = (1.0 + np.count_nonzero(q_perm >= q_obs * (1.0 - 1e-12))) / (1.0 + permutations)
