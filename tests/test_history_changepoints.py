@@ -54,6 +54,14 @@ def test_at_most_one_false_change_point_per_1000_points_at_default_settings():
 
 
 def test_a_3_percent_step_is_found_within_5_points_in_95_percent_of_series():
-    # 100 seeded series of 40 points, the step after 20.
-    rates = synthetic.change_point_rates(100, 40, step=0.03, at=20, seed=12)
+    # 100 seeded series of 40 commits, the step after 20, each commit measured twice (the
+    # history keeps their median): the noise of this machine's runs, 2.4 % a run.
+    rates = synthetic.change_point_rates(100, 40, step=0.03, at=20, seed=12, runs_per_commit=2)
     assert rates["found"] >= 0.95
+
+
+def test_with_one_run_per_commit_a_3_percent_step_is_still_found_in_most_series():
+    # Below the 95 % target, as docs/history.md says: at 2.4 % noise a run a 3 % step is
+    # 1.25 sd; most misses are found, but 6-15 commits away from where the step is.
+    rates = synthetic.change_point_rates(100, 40, step=0.03, at=20, seed=13)
+    assert 0.6 <= rates["found"] <= 0.9
