@@ -33,6 +33,7 @@ detection rates they give, and tests pin them.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,8 +47,22 @@ SIGNIFICANCE = 0.01
 PERMUTATIONS = 199
 # Fewest points on either side of a change point: one odd run cannot make a segment.
 MIN_SEGMENT = 4
-# A series shorter than this cannot hold a split with MIN_SEGMENT points each side.
-MIN_POINTS = 2 * MIN_SEGMENT
+
+def min_points(significance: float = SIGNIFICANCE) -> int:
+    """The fewest points in which even a clean step can be significant.
+
+    A shuffle reproduces the split of n points into halves with probability about
+    2 / C(n, n/2) (either order); with R shuffles p <= significance needs that well
+    below the level: a quarter of it. 12 at the default 0.01 (9 points could never pass).
+    """
+    n = 2 * MIN_SEGMENT
+    while 2.0 / math.comb(n, n // 2) > significance / 4.0:
+        n += 1
+    return n
+
+
+# A series shorter than this is not tested (callers say how many it needs).
+MIN_POINTS = min_points()
 # The exponent of the distances (0 < ALPHA < 2).
 ALPHA = 1.0
 # Weights are clipped to this factor around their median.

@@ -44,7 +44,18 @@ def test_a_clear_step_is_found_where_it_is_and_equal_weights_change_nothing():
     (found,) = cp.e_divisive(z)
     assert found.index == 17 and found.p <= cp.SIGNIFICANCE
     assert cp.e_divisive(z, np.full(30, 3.0)) == [found]
-    assert cp.e_divisive(z[: cp.MIN_POINTS - 1] + np.r_[0, 0, 0, 1, 1, 1, 1]) == []
+    # Too short for a split with MIN_SEGMENT points a side, however clear the step.
+    assert cp.e_divisive(np.r_[np.zeros(cp.MIN_SEGMENT), np.ones(cp.MIN_SEGMENT - 1)]) == []
+
+
+def test_the_shortest_testable_series_can_show_a_clean_step_and_one_point_less_cannot():
+    n = cp.MIN_POINTS
+    assert n == 12
+    clean = np.r_[np.zeros(n // 2), np.full(n - n // 2, 0.05)] + np.linspace(0, 1e-4, n)
+    assert [c.index for c in cp.e_divisive(clean)] == [n // 2]
+    shorter = np.r_[np.zeros(4), np.full(5, 0.05)] + np.linspace(0, 1e-4, 9)
+    # 9 points: a shuffle reproduces the step in ~1/63 draws, so p is ~0.016 > 0.01.
+    assert cp.e_divisive(shorter) == []
 
 
 def test_at_most_one_false_change_point_per_1000_points_at_default_settings():

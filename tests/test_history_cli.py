@@ -127,7 +127,7 @@ def test_a_series_too_short_to_test_says_how_many_points_it_needs(history_repo, 
     assert result.exit_code == EXIT_USER_ERROR
     assert result.output.strip() == (
         "Error: relu_d100_w8, engine on host0001: 3 commit(s) in the series, a change-point "
-        "test needs at least 8; add more runs")
+        "test needs at least 12; add more runs")
 
 
 def test_add_twice_show_list_and_export(history_repo, tmp_path):
