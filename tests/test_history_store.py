@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -240,3 +241,28 @@ def test_the_default_database_lives_under_the_cache_root(monkeypatch, tmp_path):
         assert store.kind == "sqlite"
     assert (tmp_path / "a" / "b.sqlite").is_file()
     assert math.isnan(hist.SeriesPoint("c", "t", 1.0, None, None, 1, None).weight)
+
+
+def test_runners_opening_a_new_database_at_once_migrate_it_once(db_url):
+    # Four connections migrate one empty database at the same moment: one creates the
+    # schema, the others wait for it (an advisory lock / BEGIN IMMEDIATE) and find it made.
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            hist.HistoryStore.open(db_url).close()
+        except BaseException as exc:  # noqa: BLE001 -- collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    store = hist.HistoryStore.open(db_url, migrate=False)
+    versions = store._db.execute("SELECT version FROM schema_version ORDER BY version")
+    store.close()
+    assert [v for (v,) in versions] == list(range(1, hist.SCHEMA_VERSION + 1))
