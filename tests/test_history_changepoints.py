@@ -4,10 +4,12 @@ synthetic series with the noise of this machine's runs (reports.synthetic.HISTOR
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from epbench.cli.history_commands import history
 from epbench.reports import changepoints as cp
 from epbench.reports import synthetic
 
@@ -76,3 +78,18 @@ def test_with_one_run_per_commit_a_3_percent_step_is_still_found_in_most_series(
     # 1.25 sd; most misses are found, but 6-15 commits away from where the step is.
     rates = synthetic.change_point_rates(100, 40, step=0.03, at=20, seed=13)
     assert 0.6 <= rates["found"] <= 0.9
+
+
+def test_the_docs_quote_the_defaults_the_code_has():
+    root = Path(__file__).resolve().parent.parent
+    docs = " ".join((root / "docs" / "history.md").read_text().split())
+    readme = " ".join((root / "README.md").read_text().split())
+    help_text = " ".join(history.commands["detect"].help.split())
+    assert f"({cp.PERMUTATIONS} shuffles, p ≤ {cp.SIGNIFICANCE:g})" in docs
+    assert f"At least {cp.MIN_SEGMENT} commits on each side" in docs
+    assert f"a series needs {cp.MIN_POINTS} commits before it is tested" in docs
+    assert f"sd **{synthetic.HISTORY_SIGMA * 100:g} %**" in docs
+    assert f"tested from {cp.MIN_POINTS} commits on" in readme
+    assert f"this machine's noise ({synthetic.HISTORY_SIGMA * 100:g} % a run)" in readme
+    assert (f"(p <= {cp.SIGNIFICANCE:g}, {cp.PERMUTATIONS} shuffles, at least "
+            f"{cp.MIN_SEGMENT} commits a side)") in help_text
