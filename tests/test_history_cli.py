@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
-from epbench.core.results import write_results
+from epbench.core.results import SCHEMA, write_results
 from epbench.reports import synthetic
 from tests.support.gitrepo import git, init_repo
 from tests.support.postgres import PgServer
@@ -178,6 +178,12 @@ def test_a_run_without_a_commit_and_a_newer_database_are_one_line_each(tmp_path)
         "checkout); pass --commit SHA (and --branch NAME)")
     assert invoke("add", tmp_path / "results.json", "--db", db, "--commit", "abc1234"
                   ).exit_code == 0
+    write_results(tmp_path / "newer.json", {**doc, "schema": "epbench.results/99"})
+    newer_file = invoke("add", tmp_path / "newer.json", "--db", db, "--commit", "abc1234")
+    assert newer_file.exit_code == EXIT_USER_ERROR
+    assert newer_file.output.strip() == (
+        f"Error: {tmp_path / 'newer.json'} uses epbench.results/99, newer than this epbench "
+        f"understands ({SCHEMA}); upgrade epbench to read it")
     with sqlite3.connect(db) as conn:
         conn.execute("INSERT INTO schema_version VALUES (3, 'later')")
     newer = invoke("list", "--db", db)
