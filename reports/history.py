@@ -741,6 +741,14 @@ def series_with_changes(store: HistoryStore, case: str, arm: str, machine: str |
     return SeriesChanges(case, arm, machine, points, findings)
 
 
+def read_series_with_changes(db_url: str | None, case: str, arm: str,
+                             machine: str | None = None) -> SeriesChanges:
+    """Open the store at `db_url` (None: $EPBENCH_DB or the default file), read one series
+    and its change points, close the store: the one call a report needs."""
+    with HistoryStore.open(db_url) as store:
+        return series_with_changes(store, case, arm, machine)
+
+
 def match_commit(commits: Sequence[str], rev: str) -> str | None:
     """The stored commit `rev` names (a full sha or an unambiguous prefix of 4+ characters)."""
     rev = rev.lower()

@@ -266,3 +266,17 @@ def test_runners_opening_a_new_database_at_once_migrate_it_once(db_url):
     versions = store._db.execute("SELECT version FROM schema_version ORDER BY version")
     store.close()
     assert [v for (v,) in versions] == list(range(1, hist.SCHEMA_VERSION + 1))
+
+
+def test_a_report_reads_a_series_and_its_change_point_in_one_call(db_url):
+    # 8 commits at one level, 8 at 5 % slower: the report's entry point finds the step.
+    for seed in range(16):
+        _add(db_url, make_doc(seed, slower=1.05 if seed >= 8 else 1.0))
+    found = hist.read_series_with_changes(db_url, "relu_d100_w8", "engine")
+    assert found.machine == "host0001" and len(found.points) == 16
+    (finding,) = found.findings
+    assert (finding.index, finding.before, finding.after) == (8, f"{7:040x}", f"{8:040x}")
+    assert finding.regression and 1.03 < finding.change.ratio < 1.07
+    assert finding.counters_changed == {}
+    other = hist.read_series_with_changes(db_url, "relu_d10_w8", "engine")  # slowed too
+    assert [f.index for f in other.findings] == [8]
