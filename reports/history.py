@@ -51,6 +51,8 @@ DEFAULT_DB_NAME = "history.sqlite"
 DB_ENV = "EPBENCH_DB"
 # Seconds to wait for a PostgreSQL server before calling it unreachable.
 CONNECT_TIMEOUT_S = 5
+# Seconds a SQLite writer waits for another one to finish.
+SQLITE_BUSY_S = 30
 # Any constant: the advisory lock that serializes migrations between runners.
 _MIGRATION_LOCK = 7_300_511
 
@@ -78,9 +80,10 @@ def _is_postgres(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1].strip() if text else type(exc).__name__
+def _one_line(exc: BaseException) -> str:
+    # Drivers' messages span lines (psycopg adds a hint line); the user gets one.
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- schema
@@ -166,11 +169,11 @@ class _SqliteBackend(_Backend):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE), so a
             # second writer waits for the first instead of failing at COMMIT.
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=SQLITE_BUSY_S)
             self.conn.execute("PRAGMA foreign_keys = ON")
         except (OSError, sqlite3.Error) as exc:
             raise HistoryError(
-                f"cannot open the history database {self.path}: {_first_line(exc)}; "
+                f"cannot open the history database {self.path}: {_one_line(exc)}; "
                 f"pass another --db or set {DB_ENV}"
             ) from None
 
@@ -179,11 +182,21 @@ class _SqliteBackend(_Backend):
             return self.conn.execute(sql, tuple(params)).fetchall()
         except sqlite3.IntegrityError as exc:
             raise HistoryError(
-                f"{self.path} refused a write ({_first_line(exc)}); nothing was stored"
+                f"{self.path} refused a write ({_one_line(exc)}); nothing was stored"
+            ) from None
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):
+                raise HistoryError(
+                    f"{self.path} stayed locked by another writer for {SQLITE_BUSY_S} s; "
+                    "run the command again when it is done"
+                ) from None
+            raise HistoryError(
+                f"{self.path} is not a usable history database ({_one_line(exc)}); "
+                f"pass another --db or move the file away"
             ) from None
         except sqlite3.DatabaseError as exc:
             raise HistoryError(
-                f"{self.path} is not a usable history database ({_first_line(exc)}); "
+                f"{self.path} is not a usable history database ({_one_line(exc)}); "
                 f"pass another --db or move the file away"
             ) from None
 
@@ -226,20 +239,20 @@ class _PostgresBackend(_Backend):
             text = str(exc)
             if "password authentication failed" in text or "no password supplied" in text:
                 raise HistoryError(
-                    f"PostgreSQL at {shown} refused the password: {_first_line(exc)}; "
+                    f"PostgreSQL at {shown} refused the password: {_one_line(exc)}; "
                     "check the user and password in --db or $EPBENCH_DB"
                 ) from None
             if re.search(r'database "[^"]+" does not exist', text):
                 raise HistoryError(
-                    f"PostgreSQL at {shown}: {_first_line(exc)}; create it with `createdb`"
+                    f"PostgreSQL at {shown}: {_one_line(exc)}; create it with `createdb`"
                 ) from None
             raise HistoryError(
-                f"cannot reach the PostgreSQL server at {shown}: {_first_line(exc)}; "
+                f"cannot reach the PostgreSQL server at {shown}: {_one_line(exc)}; "
                 "check that it is running and that host and port in --db are right"
             ) from None
         except psycopg.Error as exc:
             raise HistoryError(
-                f"cannot connect to {shown}: {_first_line(exc)}; check --db or $EPBENCH_DB"
+                f"cannot connect to {shown}: {_one_line(exc)}; check --db or $EPBENCH_DB"
             ) from None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -247,11 +260,11 @@ class _PostgresBackend(_Backend):
             cur = self.conn.execute(sql.replace("?", "%s"), tuple(params))
         except self._psycopg.IntegrityError as exc:
             raise HistoryError(
-                f"{self.url} refused a write ({_first_line(exc)}); nothing was stored"
+                f"{self.url} refused a write ({_one_line(exc)}); nothing was stored"
             ) from None
         except self._psycopg.OperationalError as exc:
             raise HistoryError(
-                f"lost the PostgreSQL server at {self.url}: {_first_line(exc)}; "
+                f"lost the PostgreSQL server at {self.url}: {_one_line(exc)}; "
                 "check the server and run the command again (nothing half-written is kept)"
             ) from None
         return cur.fetchall() if cur.description is not None else []
