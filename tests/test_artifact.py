@@ -170,7 +170,10 @@ def _set_case_name(name: str) -> Callable[[dict[str, Any]], None]:
 
 
 def _big_compare(folder: Path, comparison: Any) -> None:
-    write_artifact(folder, render.to_json(comparison) + " " * MAX_BYTES[COMPARE_FILE])
+    # Valid JSON, one byte over the limit (trailing whitespace).
+    write_artifact(folder, comparison)
+    data = render.to_json(comparison).encode("utf-8")
+    (folder / COMPARE_FILE).write_bytes(data.ljust(MAX_BYTES[COMPARE_FILE] + 1))
 
 
 def _big_pr_file(folder: Path, comparison: Any) -> None:
@@ -226,8 +229,13 @@ def _no_file(name: str) -> Callable[[Path, Any], None]:
 
 
 FOLDER_REFUSALS = {
-    "compare.json too big": (_big_compare, "compare.json is "),
-    "pull-request.json too big": (_big_pr_file, "pull-request.json is "),
+    "compare.json too big": (
+        _big_compare, f"compare.json is {MAX_BYTES[COMPARE_FILE] + 1} bytes, more than the "
+        f"{MAX_BYTES[COMPARE_FILE]} allowed",
+    ),
+    "pull-request.json too big": (
+        _big_pr_file, f"pull-request.json is 1048 bytes, more than the {MAX_BYTES[PR_FILE]}",
+    ),
     "compare.json a symlink": (_symlinked_compare, "'compare.json' is a symbolic link"),
     "a symlink elsewhere": (_symlink_beside, "'logs/worker.log' is a symbolic link"),
     "a named pipe": (_fifo_beside, "'pipe' is not a regular file or folder"),
@@ -334,7 +342,7 @@ ZIP_REFUSALS: dict[str, tuple[Callable[[Any], list[tuple[str, bytes]]], tuple[st
     ),
     "a big member": (
         lambda c: [(COMPARE_FILE, b" " * (MAX_BYTES[COMPARE_FILE] + 1)), *_zip_members(c)[1:]],
-        (), "compare.json is ",
+        (), f"compare.json is {MAX_BYTES[COMPARE_FILE] + 1} bytes, more than the",
     ),
     "too many members": (
         lambda c: _zip_members(c, *((f"f{i}", b"") for i in range(MAX_ENTRIES))), (),
@@ -439,3 +447,17 @@ def test_the_reader_reads_only_the_files_it_names(
     monkeypatch.setattr(artifact.os, "open", spy)
     assert read_artifact(folder).pr_number == PR
     assert sorted(opened) == [COMPARE_FILE, PR_FILE]
+
+
+def test_a_file_longer_than_its_stated_size_is_still_cut_off() -> None:
+    # A zip header or a file that grew after it was measured: the read itself is bounded.
+    limit = MAX_BYTES[COMPARE_FILE]
+    asked: list[int] = []
+
+    def read(size: int) -> bytes:
+        asked.append(size)
+        return b" " * size
+
+    with pytest.raises(ArtifactError, match=f"compare.json is more than the {limit} bytes"):
+        artifact._bounded_read(read, 10, COMPARE_FILE, "bench-out")
+    assert asked == [limit + 1]
