@@ -349,7 +349,6 @@ def comment_from_artifact(
     artifact_hint: str | None = None,
     token_source: str = "GITHUB_TOKEN",
     log: Callable[[str], None] | None = None,
-    **client_options: Any,
 ) -> tuple[int, UpsertResult]:
     """Read the artifact, render the comment, and upsert it on the PR GitHub confirms.
 
@@ -361,6 +360,6 @@ def comment_from_artifact(
     body = comment_body(artifact.comparison)
     result = upsert_sticky_comment(
         repo, artifact.pr_number, body, token, api_url, artifact_hint=artifact_hint,
-        token_source=token_source, expect_head_sha=run_head_sha, log=log, **client_options,
+        token_source=token_source, expect_head_sha=run_head_sha, log=log,
     )
     return artifact.pr_number, result
