@@ -568,6 +568,7 @@ def test_bench_uploads_its_results_even_when_the_comparison_fails(bench: Doc) ->
         # A regression exits non-zero; the artifact and the summary still happen.
         assert "!cancelled()" in all_steps[index]["if"]
     assert all_steps[upload]["with"]["path"].rstrip("/") == "bench-out"
+    assert all_steps[upload]["with"]["overwrite"] is True  # a re-run may upload it again
     assert '"number": %d' in all_steps[record]["run"] and '"$PR_NUMBER"' in all_steps[record]["run"]
     assert bench["jobs"]["bench"]["env"]["PR_NUMBER"] == "${{ github.event.pull_request.number }}"
 
