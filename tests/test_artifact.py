@@ -461,3 +461,14 @@ def test_a_file_longer_than_its_stated_size_is_still_cut_off() -> None:
     with pytest.raises(ArtifactError, match=f"compare.json is more than the {limit} bytes"):
         artifact._bounded_read(read, 10, COMPARE_FILE, "bench-out")
     assert asked == [limit + 1]
+
+
+def test_a_pr_number_that_is_no_pull_request_gets_no_comment(
+    stub: StubGitHub, tmp_path: Path, comparison: dict[str, Any]
+) -> None:
+    result = invoke(stub, write_artifact(tmp_path / "a", comparison, pr={"number": 99}))
+    assert result.exit_code == EXIT_USER_ERROR
+    assert len(result.output.splitlines()) == 1
+    assert f"GitHub found no pull request #99 in {REPO} (404 Not Found)" in result.output
+    assert [(r.method, r.path) for r in stub.requests] == [("GET", f"/repos/{REPO}/pulls/99")]
+    assert stub.comments == []

@@ -458,3 +458,20 @@ def test_command_never_shows_the_token(
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         assert TOKEN not in repr(result.exception) and TOKEN not in str(result.exception)
     assert TOKEN not in repr(sleep.waits)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "say what to post: --pr N --body FILE, or --from-artifact DIR"),
+        (["--pr", "7"], "say what to post"),
+        (["--pr", "7", "--body", "x.md", "--run-head-sha", "a" * 40],
+         "--run-head-sha goes with --from-artifact"),
+    ],
+)
+def test_command_says_what_to_pass(stub: StubGitHub, args: list[str], expected: str) -> None:
+    result = run_comment(["--repo", REPO, "--api-url", stub.base, *args],
+                         {"GITHUB_TOKEN": TOKEN})
+    assert result.exit_code == 1
+    assert expected in result.output and len(result.output.splitlines()) == 1
+    assert stub.requests == []
