@@ -13,6 +13,8 @@ before any request to GitHub:
   deep) or that does not match reports/comparison.schema.json;
 - any string, value or key, that could open or close an HTML comment (`<!--`, `-->`,
   `--!>`): it would end the hidden sticky marker early, or hide what follows it;
+  or that holds a control or format character other than newline and tab (a bidi
+  override can make a line read other than it is);
 - a pull-request.json that does not hold one positive PR number.
 
 The PR number it returns is a claim: `comment_from_artifact` posts only after GitHub

@@ -547,8 +547,9 @@ def upsert_sticky_comment(
         if head != expect_head_sha:
             raise PullRequestMismatch(
                 f"pull request #{pr} in {repo} has head {head[:12]}, but the bench run measured "
-                f"{expect_head_sha[:12]}: not commenting. Either the number in the artifact is "
-                "not that run's PR, or the PR was pushed to since (its newer run comments)"
+                f"{expect_head_sha[:12]}: not commenting; if the PR was pushed to since, its "
+                "newer bench run will comment, otherwise the artifact's PR number is not that "
+                "run's (look at what wrote it)"
             )
     text, trimmed = fit_comment_body(body, marker=marker, artifact_hint=artifact_hint)
     if trimmed:
