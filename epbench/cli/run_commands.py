@@ -318,7 +318,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Each commit is checked out in a temporary git worktree (your working tree
     and index are never touched) and built; libraries are cached by commit sha.
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
-    OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
+    OUT/report.md, OUT/report.html (with plots) and OUT/comment.md; exits 5 when a
+    verdict matches --fail-on.
     """
 
     if not grids and not case_names:
@@ -351,7 +352,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
-    click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
+    click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/report.html, "
+               f"{out}/comment.md", err=True)
 
     code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
     if result.doc["interrupted"]:

@@ -6,8 +6,9 @@ machine's drift hits both sides alike. Cases that come out inconclusive are run
 again, their new rounds added to the old, while the re-run budget lasts.
 
 Writes into the output directory: results.json (the merged run: all `compare`
-needs), results.jsonl (the first pass, streamed), report.md (the comparison)
-and comment.md (the same markdown, the body `epbench comment` posts).
+needs), results.jsonl (the first pass, streamed), report.md (the comparison),
+report.html (the same with plots, reports.html) and comment.md (the same markdown,
+the body `epbench comment` posts).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.runner import RunConfig, run
 from epbench.reports import compare as cmp
-from epbench.reports import render
+from epbench.reports import html, render
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -148,6 +149,8 @@ def compare_commits(
         out = Path(config.out_dir)
         write_results(out / "results.json", doc)
         atomic_write_text(out / "report.md", render.render_markdown(comparison))
+        atomic_write_text(out / "report.html",
+                          html.render_html(doc=doc, comparison=comparison, source=str(out)))
         atomic_write_text(out / "comment.md", render.render_markdown(comparison))
     return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 
