@@ -161,8 +161,8 @@ def round_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot
     out = []
     for i, (name, case) in enumerate(doc.get("cases", {}).items()):
         anchor = f"rounds-{i}"
-        caption = (f"Dots: rounds of {name} (red ×: unquiet); black: the median ratio to "
-                   f"{control} and its {pct} interval.")
+        caption = (f"Dots: rounds (red ×: unquiet); black: the median ratio to {control}, "
+                   f"{pct} interval.")
         if case.get("status") != "ok":
             out.append(Plot(anchor, name, caption, missing=(
                 f"The case did not finish ({case.get('status')}: "
@@ -188,9 +188,8 @@ def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plo
     out = []
     for i, (family, f) in enumerate(summary["families"].items()):
         arms = sorted(f["arms"], key=lambda a: (a != control, a))
-        caption = ("Dots: p50 time per Run at each depth; lines: the fit per-Run cost + "
-                   "per-node cost × depth (legend). Log axes: the flat left end is the "
-                   "per-Run cost, the rise at the right the per-node cost.")
+        caption = ("Dots: p50 per depth; lines: per-Run + per-node cost × depth, fitted; "
+                   "flat at the left: per-Run cost dominates.")
         family_arms = [
             plots.ArmFamily(
                 arm, [summary["cases"][c]["arms"].get(arm, {}).get("p50_ns") for c in f["cases"]],
@@ -226,9 +225,8 @@ def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plo
 
 def gate_plot(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
-    caption = ("A column per round, in run order (grey lines between cases): the worst core's "
-               "idle share before the round and of the other cores during it, steal below; "
-               "red columns are unquiet rounds.")
+    caption = ("A column per round in run order: idle of the worst core before it and of the "
+               "other cores during it, steal below; red columns: unquiet rounds.")
     rounds = [plots.GateRound(r["case"], r["idle_before"], r["idle_during"], r["steal"],
                               r["quiet"]) for r in gate_rounds(doc)]
     if not rounds:
@@ -299,7 +297,7 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "verdicts": cmp.VERDICTS,
         "colours": styles,
-        "tally": [(cmp.VERDICTS[v][0], cmp.VERDICTS[v][1], counts[v], styles[v])
+        "tally": [(cmp.VERDICTS[v][0], cmp.VERDICTS[v][1], counts[v])
                   for v in cmp.VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",

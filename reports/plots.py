@@ -194,7 +194,7 @@ def family_depths(name: str, family: str, depths: Sequence[int], arms: Sequence[
     """
     import numpy as np
 
-    fig = _figure(name, 5.4, 3.3)
+    fig = _figure(name, 5.2, 3.2 + 0.17 * len(arms))
     ax = fig.add_subplot()
     d = np.asarray(depths, dtype=np.float64)
     dense = np.geomspace(d.min(), d.max(), 120)
@@ -216,13 +216,27 @@ def family_depths(name: str, family: str, depths: Sequence[int], arms: Sequence[
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(sorted(set(depths)), [str(v) for v in sorted(set(depths))])
-    ax.minorticks_off()
+    # The measured points set the range: a fit with a negative per-Run cost dives
+    # towards 0 at small depths, and would otherwise stretch the axis by decades.
+    points = _finite([v for a in arms for v in a.p50_ns if v is not None and v > 0])
+    if points:
+        ax.set_ylim(min(points) / 1.6, max(points) * 1.6)
+    ax.yaxis.set_major_locator(_log_ticks())
     ax.yaxis.set_major_formatter(_ns_formatter())
+    ax.minorticks_off()
     ax.set_xlabel("depth (nodes in the chain)")
     ax.set_ylabel("time per Run (p50)")
     ax.set_title(family, family="monospace")
-    ax.legend(loc="upper left")
+    # Below the axes, where it can cover no point.
+    fig.legend(loc="outside lower center", ncols=1)
     return _svg(fig)
+
+
+def _log_ticks() -> Any:
+    from matplotlib.ticker import LogLocator
+
+    # 1, 2, 5 per decade: a range of less than a decade still gets labelled ticks.
+    return LogLocator(base=10.0, subs=(1.0, 2.0, 5.0), numticks=12)
 
 
 def _ns_formatter() -> Any:
@@ -324,7 +338,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
     import numpy as np
     from matplotlib.ticker import PercentFormatter
 
-    fig = _figure(name, 10.0, 4.2)
+    fig = _figure(name, 10.0, 4.4)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
     x = np.arange(len(rounds))
 
@@ -336,7 +350,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
     unquiet = np.array([not r.quiet for r in rounds])
     for ax in (top, bottom):
         for i in np.flatnonzero(unquiet):
-            ax.axvspan(i - 0.5, i + 0.5, color=UNQUIET_COLOUR, alpha=0.18, linewidth=0, zorder=0)
+            ax.axvspan(i - 0.5, i + 0.5, color=UNQUIET_COLOUR, alpha=0.13, linewidth=0, zorder=0)
     top.plot(x, before, linestyle="none", marker=".", markersize=4, color="#1f77b4",
              label="idle before the round (worst core)")
     top.plot(x, during, linestyle="none", marker=".", markersize=4, color="#ff7f0e",
@@ -347,12 +361,15 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
         top.axhline(threshold * 100.0, color="#333333", linestyle="--", linewidth=0.8,
                     label=f"gate threshold {threshold:.0%}")
     low = np.nanmin(np.concatenate([before, during, [100.0]]))
-    top.set_ylim(max(0.0, min(low, (threshold or 1.0) * 100.0) - 5.0), 101.0)
+    # Below 0 and above 100 a little, so readings of exactly 0 % or 100 % are not hidden
+    # behind the axis lines.
+    top.set_ylim(max(-4.0, min(low, (threshold or 1.0) * 100.0) - 5.0), 103.0)
     top.yaxis.set_major_formatter(PercentFormatter(decimals=0))
     top.set_ylabel("idle")
-    top.legend(loc="lower left", ncols=2)
+    fig.legend(loc="outside upper center", ncols=4)
     bottom.plot(x, steal, linestyle="none", marker=".", markersize=4, color="#8c564b")
-    bottom.set_ylim(0.0, max(1.0, float(np.nanmax(np.concatenate([steal, [0.0]]))) * 1.2))
+    most = max(1.0, float(np.nanmax(np.concatenate([steal, [0.0]]))) * 1.2)
+    bottom.set_ylim(-most * 0.06, most)
     bottom.yaxis.set_major_formatter(PercentFormatter(decimals=1))
     bottom.set_ylabel("steal")
     # Case boundaries: a thin line where each case's rounds start, its name under it.
@@ -433,8 +450,9 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
         ax.axvspan(cp.index - 1, cp.index, color=colour, alpha=0.18, linewidth=0)
         interval = (f" [{format_pct(cp.lo)}, {format_pct(cp.hi)}]"
                     if cp.lo is not None and cp.hi is not None else "")
+        before, after = series.commits[cp.index - 1], series.commits[cp.index]
         text = (f"{format_pct(cp.change)}{interval}\n"
-                f"{short_commit(series.commits[cp.index - 1])}..{short_commit(series.commits[cp.index])}")
+                f"{short_commit(before)}..{short_commit(after)}")
         ax.annotate(text, (cp.index - 0.5, top), xytext=(0, 4), textcoords="offset points",
                     ha="center", va="bottom", fontsize=7.5, color=colour)
     ax.margins(y=0.28)

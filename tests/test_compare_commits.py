@@ -54,6 +54,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
                                       str(engine_repo), *ARGS, "--out", str(out)])
     comparison_md = (out / "comment.md").read_text()
     assert comparison_md.startswith("<!-- epbench:sticky-comment -->")
+    assert '<figure id="forest">' in (out / "report.html").read_text(encoding="utf-8")
     doc = json.loads((out / "results.json").read_text())
     # The base side runs twice, the second time from its own copy: the run's A/A twin.
     assert sorted(doc["arms"]) == ["base", "base_twin", "head", "ort"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import tomllib
 from click.testing import CliRunner
 
 from epbench.cases.grids import case_by_name
@@ -333,3 +333,11 @@ def test_a_directory_without_results_and_a_newer_comparison_are_refused(tmp_path
     result = _report(newer, "--html", tmp_path / "out")
     assert result.exit_code == EXIT_USER_ERROR
     assert "newer than this epbench understands" in result.output
+
+
+def test_the_readme_shows_the_committed_screenshot():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/images/report.png)" in readme
+    image = ROOT / "docs" / "images" / "report.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert image.stat().st_size < 1024 * 1024
