@@ -466,12 +466,3 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
     ax.set_title(f"{series.case} · {series.arm}", family="monospace")
     ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), borderaxespad=0)
     return _svg(fig)
-
-
-def plot_names(names: Mapping[str, Any] | Sequence[str]) -> dict[str, str]:
-    """An SVG id prefix per name, unique in the page even when two names differ only by
-    characters that ids cannot hold (relu:a vs relu/a)."""
-    out: dict[str, str] = {}
-    for i, name in enumerate(names):
-        out[name] = f"p{i}-" + re.sub(r"[^A-Za-z0-9_-]", "-", str(name))
-    return out

@@ -7,6 +7,7 @@ shape we choose: one arm, one case, a family at a single depth, unquiet rounds.
 
 from __future__ import annotations
 
+import colorsys
 import json
 import re
 from html.parser import HTMLParser
@@ -214,10 +215,37 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
             assert (colour in forest) == (verdict in verdicts), verdict
     # The crashed case has no change: the plot says so in words (in the ❌ colour).
     assert "no change measured: failed" in forest
+    # The table's rows carry the plot's colour of their verdict.
+    for verdict in verdicts:
+        emoji, words = cmp.VERDICTS[verdict]
+        colour = plots.VERDICT_STYLE[verdict][0]
+        assert f'style="border-left-color: {colour}">{emoji} {words}</td>' in text, verdict
     # The tables of the markdown come along: every case, with its reason.
     for row in comparison["cases"]:
         assert f"<code>{row['case']}</code>" in text
         assert row["reason"].split(",")[0] in text
+
+
+def test_verdict_colours_are_the_colours_of_their_emoji():
+    def hue_saturation(colour):
+        r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        h, _, s = colorsys.rgb_to_hls(r, g, b)
+        return h * 360, s
+
+    # 🔴 ❌ red, ⚠️ amber, 🟢 ✅ green, ❔ ➖ grey (no hue).
+    expected = {"alert": (345, 15), "failed": (345, 15), "regression": (25, 55),
+                "improvement": (90, 150), "no_change": (90, 150)}
+    for verdict, (colour, _) in plots.VERDICT_STYLE.items():
+        hue, saturation = hue_saturation(colour)
+        if verdict in ("inconclusive", "not_comparable"):
+            assert saturation < 0.05, verdict
+            continue
+        lo, hi = expected[verdict]
+        assert saturation > 0.3, verdict
+        assert (lo <= hue <= hi) if lo < hi else (hue >= lo or hue <= hi), (verdict, hue)
+    # Slower points up, faster down.
+    assert plots.VERDICT_STYLE["regression"][1] == plots.VERDICT_STYLE["alert"][1] == "^"
+    assert plots.VERDICT_STYLE["improvement"][1] == "v"
 
 
 def test_forest_rows_put_the_worst_regression_on_top():
@@ -279,7 +307,8 @@ def test_history_series_with_a_change_point():
 
 
 def test_gate_rounds_follow_the_run_order_with_worst_core_readings():
-    doc = _doc({"b_case": {"ort": 1.0}, "a_case": {"ort": 1.0}}, rounds=2,
+    # The file keeps cases sorted by name; the run order is the config's list.
+    doc = _doc({"a_case": {"ort": 1.0}, "b_case": {"ort": 1.0}}, rounds=2,
                unquiet_rounds={"a_case": [1]})
     doc["config"]["case_names"] = ["b_case", "a_case"]
     doc["cases"]["b_case"]["rounds"][0]["gate"]["idle"] = {"cpu0": 0.97, "cpu1": 0.95}
