@@ -77,6 +77,8 @@ def load_source(path: str | Path) -> Source:
         raise ReportError(f"no such file or directory: {str(path)!r}; pass a results.json, "
                           "a compare JSON or the --out directory of a run")
     if path.is_file():
+        if path.suffix == ".jsonl":  # a run's stream: results, never a comparison
+            return Source(str(path), doc=load_results(path))
         text = _read_json(path)
         if str(text.get("schema", "")).startswith(cmp.SCHEMA.split("/")[0] + "/"):
             return Source(str(path), comparison=_comparison(text, path))

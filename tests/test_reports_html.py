@@ -159,6 +159,20 @@ def test_the_default_grid_page_weighs_at_most_2_mb(default_grid_page):
     assert path.stat().st_size <= 2 * 1024 * 1024
 
 
+def test_a_results_stream_is_drawn_like_its_document(tmp_path):
+    doc = _doc({"relu_d10_w8": FAMILY["relu_d10_w8"]})
+    header = {k: v for k, v in doc.items() if k not in ("cases", "interrupted")}
+    lines = [{"type": "header", **header}]
+    lines += [{"type": "case", "name": n, "result": c} for n, c in doc["cases"].items()]
+    lines.append({"type": "end", "interrupted": False})
+    stream = tmp_path / "results.jsonl"
+    stream.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = _report(stream, "--html", tmp_path / "html")
+    assert result.exit_code == EXIT_OK, result.output
+    page = check_page((tmp_path / "html" / "index.html").read_text(encoding="utf-8"))
+    assert [f["id"] for f in page.drawn()] == ["rounds-0", "gate"]
+
+
 def test_the_same_data_draws_the_same_bytes(tmp_path):
     doc = _doc(FAMILY)
     assert html.render_html(doc=doc) == html.render_html(doc=doc)
