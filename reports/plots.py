@@ -6,14 +6,15 @@ figure, ready to sit inside a page: no XML prologue, no namespace URLs, and ever
 prefixed with the figure's own name. Several SVGs share one HTML document, where an
 id defined twice would make one figure's marker or clip path resolve to another's.
 
-matplotlib is used through its object API (`matplotlib.figure.Figure`), never pyplot:
-no GUI backend is chosen, no global figure list grows, and drawing is thread-safe
-enough for a CLI. Settings that change the output live in `_STYLE`, applied per
-figure with `rc_context`, so the page does not depend on the user's matplotlibrc.
+matplotlib is used through its object API (`matplotlib.figure.Figure`, drawn by its SVG
+backend), never pyplot: no GUI backend is chosen and no global figure list grows.
+Settings that change the output live in `_STYLE`, applied per figure with
+`rc_context`, so the page does not depend on the user's matplotlibrc.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -58,21 +59,20 @@ _STYLE = {
 _FONTS = ["DejaVu Sans", "sans-serif"]
 
 
-def _figure(name: str, width: float, height: float) -> Any:
+def _figure(width: float, height: float) -> Any:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), layout="constrained")
-    fig.epbench_name = name  # the id prefix _svg uses
-    return fig
+    return Figure(figsize=(width, height), layout="constrained")
 
 
-def _svg(fig: Any) -> str:
-    """The figure as inline SVG: prologue and namespace URLs dropped, ids made unique."""
+def _svg(fig: Any, name: str) -> str:
+    """The figure as inline SVG: prologue and namespace URLs dropped, every id prefixed
+    with `name` (unique in the page)."""
     import matplotlib
 
     buf = io.StringIO()
     # A fixed hash salt: the same data draws the same bytes (no random ids).
-    with matplotlib.rc_context({**_STYLE, "svg.hashsalt": fig.epbench_name}):
+    with matplotlib.rc_context({**_STYLE, "svg.hashsalt": name}):
         fig.savefig(buf, format="svg",
                     metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
@@ -80,15 +80,14 @@ def _svg(fig: Any) -> str:
     # Inside HTML the parser puts <svg> in the SVG namespace and maps xlink:href
     # itself; the xmlns declarations are the only URLs matplotlib writes.
     text = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", text, count=2)
-    prefix = re.sub(r"[^A-Za-z0-9_-]", "-", fig.epbench_name)
-    text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', text)
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "-", name)
+    text = re.sub(r'(\s)id="([^"]+)"', rf'\1id="{prefix}-\2"', text)
     text = re.sub(r'(href="|url\()#([^")]+)', rf"\1#{prefix}-\2", text)
     return text.strip() + "\n"
 
 
 def _drawing(fn: Any) -> Any:
     """Run a drawing function under the house style (fonts, sizes, grid)."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> str:
@@ -125,7 +124,7 @@ def round_ratios(name: str, case: str, control: str, arms: Sequence[ArmRatios]) 
     the median as a bar with its interval; x is the ratio to the control."""
     import numpy as np
 
-    fig = _figure(name, 5.2, 0.8 + 0.42 * len(arms))
+    fig = _figure(5.2, 0.8 + 0.42 * len(arms))
     ax = fig.add_subplot()
     ax.grid(axis="y", visible=False)
     for i, a in enumerate(arms):
@@ -155,7 +154,7 @@ def round_ratios(name: str, case: str, control: str, arms: Sequence[ArmRatios]) 
     ax.xaxis.set_major_formatter(_times_formatter())
     ax.set_xlabel(f"time per Run / {control}'s, in the same round")
     ax.set_title(case, family="monospace")
-    return _svg(fig)
+    return _svg(fig, name)
 
 
 def _few_ticks() -> Any:
@@ -194,7 +193,7 @@ def family_depths(name: str, family: str, depths: Sequence[int], arms: Sequence[
     """
     import numpy as np
 
-    fig = _figure(name, 5.2, 3.2 + 0.17 * len(arms))
+    fig = _figure(5.2, 3.2 + 0.17 * len(arms))
     ax = fig.add_subplot()
     d = np.asarray(depths, dtype=np.float64)
     dense = np.geomspace(d.min(), d.max(), 120)
@@ -229,7 +228,7 @@ def family_depths(name: str, family: str, depths: Sequence[int], arms: Sequence[
     ax.set_title(family, family="monospace")
     # Below the axes, where it can cover no point.
     fig.legend(loc="outside lower center", ncols=1)
-    return _svg(fig)
+    return _svg(fig, name)
 
 
 def _log_ticks() -> Any:
@@ -279,7 +278,7 @@ def forest(name: str, rows: Sequence[ForestRow]) -> str:
     from matplotlib.ticker import FuncFormatter
 
     rows = forest_order(rows)
-    fig = _figure(name, 7.6, 1.1 + 0.27 * len(rows))
+    fig = _figure(7.6, 1.1 + 0.27 * len(rows))
     ax = fig.add_subplot()
     ax.grid(axis="y", visible=False)
     xs = _finite([v for r in rows for v in (r.lo, r.hi, r.change)])
@@ -315,7 +314,7 @@ def forest(name: str, rows: Sequence[ForestRow]) -> str:
                       color=VERDICT_STYLE[v][0], markeredgecolor="black",
                       markeredgewidth=0.4, label=labels[v]) for v in seen]
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(1.0, 0.0), borderaxespad=0)
-    return _svg(fig)
+    return _svg(fig, name)
 
 
 # --------------------------------------------------------------------------- gate
@@ -338,7 +337,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
     import numpy as np
     from matplotlib.ticker import PercentFormatter
 
-    fig = _figure(name, 10.0, 4.4)
+    fig = _figure(10.0, 4.4)
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
     x = np.arange(len(rounds))
 
@@ -384,7 +383,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
                       fontsize=7 if len(starts) > 12 else 8, family="monospace")
     bottom.tick_params(axis="x", length=0)
     bottom.set_xlim(-0.5, len(rounds) - 0.5)
-    return _svg(fig)
+    return _svg(fig, name)
 
 
 # --------------------------------------------------------------------------- history
@@ -426,7 +425,7 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
     import numpy as np
 
     n = len(series.ratio)
-    fig = _figure(name, 7.6, 3.0)
+    fig = _figure(7.6, 3.0)
     ax = fig.add_subplot()
     x = np.arange(n)
     y = np.asarray(series.ratio, dtype=np.float64)
@@ -465,4 +464,4 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
     ax.set_ylabel("ratio to control")
     ax.set_title(f"{series.case} · {series.arm}", family="monospace")
     ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), borderaxespad=0)
-    return _svg(fig)
+    return _svg(fig, name)
