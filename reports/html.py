@@ -400,12 +400,22 @@ def render_html(
     return environment().get_template(TEMPLATE).render(**context)
 
 
-def write_page(text: str, out_dir: str | Path, name: str = PAGE_NAME) -> Path:
-    """Write the page into `out_dir` (created if missing); one clear error if it cannot."""
+def make_out_dir(out_dir: str | Path, name: str = PAGE_NAME) -> Path:
+    """Create `out_dir` if missing and return the page's path in it; one clear error if
+    it cannot be (called before drawing, so a bad --html fails at once)."""
     out = Path(out_dir)
-    path = out / name
     try:
         out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportError(f"cannot write {out / name}: {exc.strerror or exc}; "
+                          "choose a writable --html directory") from None
+    return out / name
+
+
+def write_page(text: str, out_dir: str | Path, name: str = PAGE_NAME) -> Path:
+    """Write the page into `out_dir` (created if missing); one clear error if it cannot."""
+    path = make_out_dir(out_dir, name)
+    try:
         atomic_write_text(path, text)
     except OSError as exc:
         raise ReportError(
@@ -417,6 +427,7 @@ def write_page(text: str, out_dir: str | Path, name: str = PAGE_NAME) -> Path:
 def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
     """`epbench report INPUT --html OUT`: read INPUT, draw the page, write OUT/index.html."""
     source = load_source(input_path)
+    make_out_dir(out_dir)
     text = render_html(doc=source.doc, comparison=source.comparison, source=source.label,
                        notes=source.notes)
     return write_page(text, out_dir)
@@ -425,6 +436,7 @@ def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
 def write_history_report(db: str, out_dir: str | Path) -> Path:
     """`epbench report --history DB --html OUT`: the history store's series as a page."""
     entries = load_history(db)
+    make_out_dir(out_dir)
     return write_page(render_html(history=entries, source=db), out_dir)
 
 

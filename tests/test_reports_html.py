@@ -342,7 +342,9 @@ def test_an_unwritable_out_is_one_clear_line(tmp_path):
     results.write_text(json.dumps(_doc({"relu_d10_w8": {"ort": 3000.0, "ep": 2000.0}})))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    for out in (blocker, blocker / "html"):
+    taken = tmp_path / "taken"
+    (taken / "index.html").mkdir(parents=True)  # the page's name is held by a directory
+    for out in (blocker, blocker / "html", taken):
         result = _report(results, "--html", out)
         assert result.exit_code == EXIT_USER_ERROR
         lines = result.output.strip().splitlines()
