@@ -10,6 +10,7 @@ from __future__ import annotations
 import colorsys
 import json
 import re
+import runpy
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -386,3 +387,14 @@ def test_the_readme_shows_the_committed_screenshot():
     image = ROOT / "docs" / "images" / "report.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert image.stat().st_size < 1024 * 1024
+
+
+def test_the_screenshot_sample_has_every_kind_of_plot(tmp_path):
+    # docs/images/make_report_sample.py feeds `make report-screenshot`: the README's
+    # picture should show verdicts, rounds, a family fit and the gate, all drawn.
+    sample = runpy.run_path(str(ROOT / "docs" / "images" / "make_report_sample.py"))
+    sample["main"](str(tmp_path))
+    page = check_page(html.write_report(tmp_path, tmp_path / "html").read_text("utf-8"))
+    ids = [f["id"] for f in page.drawn()]
+    assert ids[0] == "forest" and "family-0" in ids and ids[-1] == "gate"
+    assert sum(i.startswith("rounds-") for i in ids) == 6
