@@ -11,7 +11,7 @@ OUT    ?= epbench-out
 GRID   ?= default
 ARMS   ?= --arm ort --arm engine --arm plugin:nxrt_ep_cpu
 
-.PHONY: run test setup engine lint clean asan benchmarks validation
+.PHONY: run test setup engine lint clean asan benchmarks validation report-screenshot
 
 setup: $(STAMP) $(ENGINE_STAMP)
 
@@ -56,6 +56,30 @@ benchmarks: setup
 # injected slowdown, position bias and counter exactness on this machine.
 validation: setup
 	$(VENV)/bin/epbench validate --grid quick --budget 600 --out docs/validation
+
+# docs/images/report.png: the HTML report (`epbench report`) of a seeded sample run
+# (docs/images/make_report_sample.py), rendered by headless Chromium. Chromium and an
+# emoji font (without it the verdicts show as boxes) come from apt-get when missing.
+REPORT_SAMPLE := build/report-sample
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# No sandbox for root (Chromium refuses to start otherwise); nothing fetched while rendering.
+CHROMIUM_FLAGS := --headless --disable-gpu --no-first-run --disable-background-networking \
+    --disable-component-update --disable-sync --hide-scrollbars \
+    $(shell [ "$$(id -u)" = 0 ] && echo --no-sandbox)
+
+report-screenshot: setup
+	command -v chromium >/dev/null && [ -e /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf ] \
+	    || { $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends \
+	         chromium fonts-noto-color-emoji; }
+	rm -rf $(REPORT_SAMPLE)
+	$(PY) docs/images/make_report_sample.py $(REPORT_SAMPLE)
+	$(VENV)/bin/epbench compare $(REPORT_SAMPLE)/results.json --base base --pr head \
+	    --profile tests/fixtures/results/profile.json --format json \
+	    --output $(REPORT_SAMPLE)/compare.json --fail-on never
+	$(VENV)/bin/epbench report $(REPORT_SAMPLE) --html $(REPORT_SAMPLE)/html
+	chromium $(CHROMIUM_FLAGS) --user-data-dir=$(CURDIR)/$(REPORT_SAMPLE)/chromium --window-size=1200,2300 \
+	    --screenshot=$(CURDIR)/docs/images/report.png \
+	    file://$(CURDIR)/$(REPORT_SAMPLE)/html/index.html
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -65,6 +65,35 @@ def gate_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def gate_rounds(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every round's gate readings in run order (cases as the config listed them):
+    the worst core's idle before the round and during it, the most steal seen, and
+    whether the round was quiet. A reading that was not taken is None."""
+    cases = doc.get("cases", {})
+    listed = [n for n in (doc.get("config") or {}).get("case_names") or [] if n in cases]
+    order = listed + [n for n in cases if n not in listed]
+    out = []
+    for name in order:
+        for rnd in cases[name].get("rounds", []):
+            gate = rnd.get("gate") or {}
+            during = rnd.get("interference") or {}
+            steals = [float(v) for part in (gate, during)
+                      for v in (part.get("steal") or {}).values()]
+            if during.get("own_steal") is not None:
+                steals.append(float(during["own_steal"]))
+            out.append({
+                "case": name,
+                "index": rnd.get("index"),
+                "idle_before": min((float(v) for v in (gate.get("idle") or {}).values()),
+                                   default=None),
+                "idle_during": min((float(v) for v in (during.get("idle") or {}).values()),
+                                   default=None),
+                "steal": max(steals, default=None),
+                "quiet": bool(rnd.get("quiet", True)),
+            })
+    return out
+
+
 def summarize(
     doc: Mapping[str, Any],
     *,

@@ -62,6 +62,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     jsonschema.Draft202012Validator(comparison_schema()).validate(verdicts)
     assert comparison_md == render.render_markdown(verdicts)
     assert not (out / "comment.md").exists()
+    assert '<figure id="forest">' in (out / "report.html").read_text(encoding="utf-8")
     doc = json.loads((out / "results.json").read_text())
     # The base side runs twice, the second time from its own copy: the run's A/A twin.
     assert sorted(doc["arms"]) == ["base", "base_twin", "head", "ort"]

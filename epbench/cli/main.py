@@ -32,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "Measure A/A noise on this host and write a noise profile for `compare`."),
     "export": ("epbench.cli.verdict_commands:export",
                "Export a results file for other tools (pyperf, CSV)."),
+    "report": ("epbench.cli.report_command:report",
+               "Draw one self-contained HTML page with plots of a run, a comparison or the "
+               "history."),
     "comment": ("epbench.cli.comment_command:comment",
                 "Create or update the one sticky epbench comment on a pull request."),
     "compare-commits": ("epbench.cli.run_commands:compare_commits",

@@ -321,9 +321,9 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Each commit is checked out in a temporary git worktree (your working tree
     and index are never touched) and built; libraries are cached by commit sha.
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
-    OUT/compare.json (the verdicts, as `compare --format json`) and OUT/report.md;
-    exits 5 when a verdict matches --fail-on. In GitHub Actions, flagged cases also
-    print ::error / ::warning lines.
+    OUT/compare.json (the verdicts, as `compare --format json`), OUT/report.md and
+    OUT/report.html (with plots); exits 5 when a verdict matches --fail-on. In GitHub
+    Actions, flagged cases also print ::error / ::warning lines.
     """
 
     if not grids and not case_names:
@@ -358,7 +358,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     click.echo(render.render_terminal(result.comparison), nl=False)
     if annotations_wanted(github_annotations):
         emit_annotations(result.comparison)
-    click.echo(f"wrote {out}/results.json, {out}/compare.json, {out}/report.md", err=True)
+    click.echo(f"wrote {out}/results.json, {out}/compare.json, {out}/report.md, "
+               f"{out}/report.html", err=True)
 
     code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
     if result.doc["interrupted"]:

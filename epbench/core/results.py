@@ -36,7 +36,8 @@ SCHEMA_VERSION = 2
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 # What a run writes into its --out directory (never silently replaced).
-OUTPUT_FILES = ("results.json", "results.jsonl", "results.samples.jsonl.gz", "report.md")
+OUTPUT_FILES = ("results.json", "results.jsonl", "results.samples.jsonl.gz", "report.md",
+                "report.html")
 
 
 class ResultsError(EpbenchError):

@@ -7,8 +7,9 @@ again, their new rounds added to the old, while the re-run budget lasts.
 
 Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
-form `compare --format json` prints, reports/comparison.schema.json) and report.md
-(the same verdicts as markdown, for people and the job summary). There is no
+form `compare --format json` prints, reports/comparison.schema.json), report.md
+(the same verdicts as markdown, for people and the job summary) and report.html
+(the same with plots, reports.html). There is no
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
@@ -28,7 +29,7 @@ from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.runner import RunConfig, run
 from epbench.reports import compare as cmp
-from epbench.reports import render
+from epbench.reports import html, render
 from epbench.reports.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
@@ -154,5 +155,7 @@ def compare_commits(
         write_results(out / "results.json", doc)
         atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
         atomic_write_text(out / "report.md", render.render_markdown(comparison))
+        atomic_write_text(out / "report.html",
+                          html.render_html(doc=doc, comparison=comparison, source=str(out)))
     return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 

@@ -1,0 +1,490 @@
+"""The HTML report: one self-contained page with plots of a run, a comparison or the history.
+
+`epbench report INPUT --html OUT/` writes OUT/index.html, and compare-commits writes
+report.html beside report.md. The page needs nothing but itself: its CSS is inline,
+its plots are inline SVG drawn by matplotlib (reports.plots), it has no script and
+names no URL, so it opens from a CI artifact or a mail attachment alike.
+
+The numbers are the markdown reports' own: a run through reports.summary (per-round
+medians through reports.stats.round_medians), a comparison as the dict of
+reports.compare. The page carries the markdown's tables as HTML tables too, so a
+reader never needs the markdown. A plot that cannot be drawn (one arm, a family with
+one depth, no judged case) is replaced by a sentence that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epbench.core.errors import EpbenchError
+from epbench.core.results import atomic_write_text, load_results, schema_version
+from epbench.reports import compare as cmp
+from epbench.reports import defaults, plots, render, stats
+from epbench.reports.summary import family_of, gate_rounds, summarize
+
+PAGE_NAME = "index.html"
+TEMPLATE = "report.html.j2"
+# Files in a directory that hold a comparison (`epbench compare --format json --output
+# DIR/compare.json`, compare-commits' own compare.json), looked for in this order.
+COMPARISON_FILES = ("compare.json", "comparison.json")
+# The arms compare-commits names its two sides (epbench.workflows.compare_commits's
+# BASE_ARM and HEAD_ARM; a test keeps them equal): a results file with both is a
+# two-commit run, judged base -> head when its directory holds no comparison.
+COMMITS_ARMS = ("base", "head")
+
+
+class ReportError(EpbenchError):
+    """An input the HTML report cannot read, or an output it cannot write."""
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure of the page: its SVG, or the reason it could not be drawn."""
+
+    anchor: str
+    title: str
+    caption: str  # one line: how to read it
+    svg: Any = None  # markupsafe.Markup of the inline SVG
+    missing: str | None = None
+
+
+@dataclass
+class Source:
+    """What a report is drawn from: a results document, a comparison, or both."""
+
+    label: str
+    doc: dict[str, Any] | None = None
+    comparison: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- input
+
+
+def load_source(path: str | Path) -> Source:
+    """A results file, a comparison JSON, or a directory holding either (or both).
+
+    A compare-commits directory without a comparison file is judged from its
+    results.json, base -> head, with the default settings and this host's profile.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"no such file or directory: {str(path)!r}; pass a results.json, "
+                          "a compare JSON or the --out directory of a run")
+    if path.is_file():
+        if path.suffix == ".jsonl":  # a run's stream: results, never a comparison
+            return Source(str(path), doc=load_results(path))
+        text = _read_json(path)
+        if str(text.get("schema", "")).startswith(cmp.SCHEMA.split("/")[0] + "/"):
+            return Source(str(path), comparison=_comparison(text, path))
+        return Source(str(path), doc=load_results(path))
+    comparison = None
+    for name in COMPARISON_FILES:
+        if (path / name).is_file():
+            comparison = _comparison(_read_json(path / name), path / name)
+            break
+    has_results = any((path / n).is_file() for n in ("results.json", "results.jsonl"))
+    if comparison is None and not has_results:
+        raise ReportError(
+            f"{path} holds no results.json and no {' or '.join(COMPARISON_FILES)}; pass the "
+            "--out directory of `epbench run` or `compare-commits`, or a results file"
+        )
+    source = Source(str(path), doc=load_results(path) if has_results else None,
+                    comparison=comparison)
+    doc = source.doc
+    if comparison is None and doc is not None and all(a in doc.get("arms", {})
+                                                      for a in COMMITS_ARMS):
+        base, head = COMMITS_ARMS
+        profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), None)
+        source.comparison = cmp.compare(cmp.Side("base", doc, base, str(path)),
+                                        cmp.Side("pr", doc, head, str(path)), profile=profile)
+        source.notes.append(
+            f"No comparison file in {path}: the verdicts below were judged again from its "
+            f"results.json ({base} -> {head}) with the default settings."
+        )
+    return source
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"cannot read {path} as JSON ({exc}); pass an epbench results "
+                          "file or comparison") from None
+    if not isinstance(doc, dict):
+        raise ReportError(f"{path} is not an epbench results file or comparison")
+    return doc
+
+
+def _comparison(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    name, current = cmp.SCHEMA.split("/")
+    schema_version(doc.get("schema"), name, int(current), path, "comparison", ReportError,
+                   remedy=" to draw it")
+    return doc
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _ratio_arms(case: Mapping[str, Any], summary_case: Mapping[str, Any],
+                control: str) -> list[plots.ArmRatios]:
+    import numpy as np
+
+    ctrl = stats.round_medians(case, control)
+    quiet = stats.quiet_mask(case)
+    out = []
+    for arm in case.get("arms", {}):
+        if arm == control:
+            continue
+        values = stats.round_medians(case, arm)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where((values > 0) & (ctrl > 0), values / ctrl, np.nan)
+        info = summary_case["arms"][arm]
+        lo, hi = info["ci95"]
+        out.append(plots.ArmRatios(arm, ratios.tolist(), quiet.tolist(),
+                                   info["ratio_vs_ort"], lo, hi))
+    return out
+
+
+def round_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot]:
+    """Per case, the per-round ratio of every arm to the in-run control."""
+    control = summary["control"]
+    pct = f"{summary['confidence'] * 100:g} %"
+    arms = [a for a in doc.get("arms", {}) if a != control]
+    if not arms:
+        return [Plot("rounds-none", "Rounds", "", missing=(
+            f"Only the control arm `{control}` ran, so there is no ratio to draw: run "
+            "with a second arm, e.g. --arm engine."))]
+    out = []
+    for i, (name, case) in enumerate(doc.get("cases", {}).items()):
+        anchor = f"rounds-{i}"
+        caption = (f"Dots: rounds (red ×: unquiet); black: the median ratio to {control}, "
+                   f"{pct} interval.")
+        if case.get("status") != "ok":
+            out.append(Plot(anchor, name, caption, missing=(
+                f"The case did not finish ({case.get('status')}: "
+                f"{case.get('error') or 'no detail'}), so it has no rounds to draw.")))
+            continue
+        if control not in case.get("arms", {}):
+            out.append(Plot(anchor, name, caption, missing=(
+                f"The control `{control}` did not run on this case: no ratio to draw.")))
+            continue
+        ratio_arms = _ratio_arms(case, summary["cases"][name], control)
+        if not any(math.isfinite(v) for a in ratio_arms for v in a.ratios):
+            out.append(Plot(anchor, name, caption, missing=(
+                "No round has a usable time for both an arm and the control.")))
+            continue
+        svg = plots.round_ratios(anchor, name, control, ratio_arms)
+        out.append(Plot(anchor, name, caption, _markup(svg)))
+    return out
+
+
+def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot]:
+    """Per chain family, time per Run against depth with the fitted line, per arm."""
+    control = summary["control"]
+    out = []
+    for i, (family, f) in enumerate(summary["families"].items()):
+        arms = sorted(f["arms"], key=lambda a: (a != control, a))
+        caption = ("Dots: p50 per depth; lines: per-Run + per-node cost × depth, fitted; "
+                   "flat at the left: per-Run cost dominates.")
+        family_arms = [
+            plots.ArmFamily(
+                arm, [summary["cases"][c]["arms"].get(arm, {}).get("p50_ns") for c in f["cases"]],
+                f["arms"][arm]["slope_ns"], f["arms"][arm]["intercept_ns"], arm == control)
+            for arm in arms
+            if f["arms"][arm]["slope_ns"] is not None and f["arms"][arm]["intercept_ns"] is not None
+        ]
+        anchor = f"family-{i}"
+        if not family_arms:
+            out.append(Plot(anchor, family, caption, missing="No arm has a finite fit."))
+            continue
+        svg = plots.family_depths(anchor, family, f["depths"], family_arms)
+        out.append(Plot(anchor, family, caption, _markup(svg)))
+    fitted = set(summary["families"])
+    depths: dict[str, set[int]] = {}
+    for case in doc.get("cases", {}).values():
+        family = family_of(case.get("spec", {}))
+        if family and case.get("status") == "ok":
+            depths.setdefault(family, set()).add(int(case["spec"]["depth"]))
+    for family, found in sorted(depths.items()):
+        if family in fitted:
+            continue
+        only = ", ".join(str(d) for d in sorted(found))
+        out.append(Plot(f"family-single-{family}", family, "", missing=(
+            f"Family `{family}` ran at depth {only} only: a per-node slope needs at least two "
+            "depths of one family; add cases of other depths (the default grid has them).")))
+    if not out:
+        out.append(Plot("families-none", "Chain families", "", missing=(
+            "No case of this run is a chain family (a chain of one op at several depths), so "
+            "there is no per-node cost to fit; run e.g. --grid default.")))
+    return out
+
+
+def gate_plot(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> Plot:
+    """Idle and steal per round over the run, unquiet rounds marked."""
+    caption = ("A column per round in run order: idle of the worst core before it and of the "
+               "other cores during it, steal below; red columns: unquiet rounds.")
+    rounds = [plots.GateRound(r["case"], r["idle_before"], r["idle_during"], r["steal"],
+                              r["quiet"]) for r in gate_rounds(doc)]
+    if not rounds:
+        return Plot("gate", "Idle gate", caption, missing="No round was measured in this run.")
+    if all(r.idle_before is None and r.idle_during is None and r.steal is None
+           for r in rounds):
+        return Plot("gate", "Idle gate", caption, missing=(
+            "No gate reading was recorded for any round (the gate was off and the rounds were "
+            "too short for a reading during them)."))
+    threshold = summary["gate"].get("threshold")
+    svg = plots.gate("gate", rounds, float(threshold) if threshold is not None else None)
+    return Plot("gate", "Idle gate over the run", caption, _markup(svg))
+
+
+def run_context(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the page shows of one run: its tables and its plots."""
+    summary = summary if summary is not None else summarize(doc)
+    control = summary["control"]
+    cases = []
+    for name, case in summary["cases"].items():
+        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        cases.append({"name": name, **case, "arm_rows": arms})
+    drifts = [(abs(c["control_drift"]), n, c["control_drift"])
+              for n, c in summary["cases"].items() if c.get("control_drift") is not None]
+    return {
+        "doc": doc, "s": summary, "control": control, "cases": cases,
+        "cfg": doc.get("config") or {},
+        "worst_drift": max(drifts) if drifts else None,
+        "failures": [c for c in cases if c["status"] != "ok" or not c["verified"]],
+        "round_plots": round_plots(doc, summary),
+        "family_plots": family_plots(doc, summary),
+        "gate_plot": gate_plot(doc, summary),
+        "host": _host_rows(doc.get("host") or {}),
+    }
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def forest_plot(comparison: Mapping[str, Any]) -> Plot:
+    """Each case's change with its interval against its ±t band, in the verdict's colour."""
+    pct = f"{comparison['settings']['confidence'] * 100:g} %"
+    caption = (f"A row per case, regressions on top: the change of PR vs base, its {pct} "
+               "interval in the verdict's colour (▲ slower, ▼ faster); grey band: ±t.")
+    rows = [
+        plots.ForestRow(
+            case=r["case"], verdict=r["verdict"], label=cmp.VERDICTS[r["verdict"]][1],
+            change=_number(r.get("change")), lo=_number(r["ci"][0]), hi=_number(r["ci"][1]),
+            threshold=_number(r.get("threshold")), alert=_number(r.get("alert")),
+        )
+        for r in comparison["cases"]
+    ]
+    if not any(r.change is not None for r in rows):
+        return Plot("forest", "Changes", caption, missing=(
+            "No case could be judged, so there is no change to draw; the table says why for "
+            "each case."))
+    return Plot("forest", "Changes against their thresholds", caption,
+                _markup(plots.forest("forest", rows)))
+
+
+def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparison's headline, tables and forest plot."""
+    rows = list(comparison["cases"])
+    counts = comparison["counts"]
+    styles = {v: plots.VERDICT_STYLE[v][0] for v in cmp.VERDICTS}
+    return {
+        "c": comparison,
+        "rows": rows,
+        "verdicts": cmp.VERDICTS,
+        "colours": styles,
+        "tally": [(cmp.VERDICTS[v][0], cmp.VERDICTS[v][1], counts[v])
+                  for v in cmp.VERDICTS if counts.get(v)],
+        "sentence": render.overall_sentence(comparison),
+        "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
+        "alert_factor": f"{defaults.ALERT_FACTOR:g}",
+        "rounds_text": render.rounds_text(comparison),
+        "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
+        "drifts": [r for r in rows if r.get("control_drift") is not None],
+        "forest_plot": forest_plot(comparison),
+        "host": _host_rows(comparison.get("host") or {}),
+    }
+
+
+# --------------------------------------------------------------------------- history
+
+
+def history_plots(
+    entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
+) -> list[Plot]:
+    """Per series, the ratio over commits with its band, change points over their range."""
+    out = []
+    for i, (series, change_points) in enumerate(entries):
+        anchor = f"history-{i}"
+        title = f"{series.case} · {series.arm}"
+        caption = ("A point per commit: the arm's time over the in-run control's, band its "
+                   "interval; shaded spans are change points, dashed lines the level between "
+                   "them.")
+        if len(series.ratio) < 2:
+            out.append(Plot(anchor, title, caption, missing=(
+                f"Only {len(series.ratio)} run of this series is stored: a history needs two; "
+                "add more runs to the store.")))
+            continue
+        out.append(Plot(anchor, title, caption,
+                        _markup(plots.history(anchor, series, change_points))))
+    return out
+
+
+def history_rows(
+    entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
+) -> list[dict[str, Any]]:
+    """The change points as table rows: case, arm, change, interval, commit range."""
+    rows = []
+    for series, change_points in entries:
+        for cp in change_points:
+            if not 0 < cp.index < len(series.commits):
+                continue
+            rows.append({
+                "case": series.case, "arm": series.arm, "change": cp.change,
+                "ci": [cp.lo, cp.hi],
+                "first": plots.short_commit(series.commits[cp.index - 1]),
+                "last": plots.short_commit(series.commits[cp.index]),
+            })
+    return rows
+
+
+def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
+    """The series and change points of a history store, for `report --history DB`.
+
+    The store (issue 11) is not part of this epbench yet; when it lands, this reads
+    each series and its detected change points and hands them to history_plots.
+    """
+    raise ReportError(
+        f"cannot read history {db!r}: the history store is not available in this epbench "
+        "yet; draw a results file or a comparison directory instead (epbench report INPUT "
+        "--html OUT)"
+    )
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render_html(
+    *,
+    doc: Mapping[str, Any] | None = None,
+    comparison: Mapping[str, Any] | None = None,
+    history: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]] | None = None,
+    source: str | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The page: a comparison (with its run, when the results document is given), a run,
+    or a history, each with its plots and tables."""
+    if doc is None and comparison is None and history is None:
+        raise ReportError("nothing to report: pass a results file, a comparison or a history")
+    context: dict[str, Any] = {
+        "source": source, "notes": list(notes), "run": None, "cmp": None, "history": None,
+    }
+    if comparison is not None:
+        context["cmp"] = comparison_context(comparison)
+    if doc is not None:
+        context["run"] = run_context(doc)
+    if history is not None:
+        context["history"] = {"plots": history_plots(history), "rows": history_rows(history)}
+    if comparison is not None:
+        context["title"] = f"{comparison['overall']['headline']} · epbench comparison"
+    elif doc is not None:
+        context["title"] = "epbench run report"
+    else:
+        context["title"] = "epbench history"
+    return environment().get_template(TEMPLATE).render(**context)
+
+
+def make_out_dir(out_dir: str | Path, name: str = PAGE_NAME) -> Path:
+    """Create `out_dir` if missing and return the page's path in it; one clear error if
+    it cannot be (called before drawing, so a bad --html fails at once)."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReportError(f"cannot write {out / name}: {exc.strerror or exc}; "
+                          "choose a writable --html directory") from None
+    return out / name
+
+
+def write_page(text: str, out_dir: str | Path, name: str = PAGE_NAME) -> Path:
+    """Write the page into `out_dir` (created if missing); one clear error if it cannot."""
+    path = make_out_dir(out_dir, name)
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise ReportError(
+            f"cannot write {path}: {exc.strerror or exc}; choose a writable --html directory"
+        ) from None
+    return path
+
+
+def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
+    """`epbench report INPUT --html OUT`: read INPUT, draw the page, write OUT/index.html."""
+    source = load_source(input_path)
+    make_out_dir(out_dir)
+    text = render_html(doc=source.doc, comparison=source.comparison, source=source.label,
+                       notes=source.notes)
+    return write_page(text, out_dir)
+
+
+def write_history_report(db: str, out_dir: str | Path) -> Path:
+    """`epbench report --history DB --html OUT`: the history store's series as a page."""
+    entries = load_history(db)
+    make_out_dir(out_dir)
+    return write_page(render_html(history=entries, source=db), out_dir)
+
+
+def environment() -> Any:
+    """jinja2 over reports/templates with HTML autoescaping and the reports' number formats."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).with_name("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        ns=render.format_ns, pct=render.format_pct, share=render.format_share,
+        ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
+    )
+    return env
+
+
+def _markup(svg: str) -> Any:
+    import markupsafe
+
+    return markupsafe.Markup(svg)  # matplotlib's own SVG, not user text
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _dash(value: Any) -> Any:
+    """Missing values as "-" (never "None" or "nan" on the page)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return value
+
+
+def _ratio_text(value: float | None) -> str:
+    return f"{value:.3f}×" if value is not None and math.isfinite(value) else "-"
+
+
+def _host_rows(host: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for key, value in sorted(host.items()):
+        if isinstance(value, Mapping):
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(str(v) for v in value)
+        rows.append((key, "-" if value is None else str(value)))
+    return rows
