@@ -176,7 +176,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert calls == [list(names)]
 
 
-def test_the_output_folder_holds_compare_json_and_one_markdown_report(tmp_path, monkeypatch):
+def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,
+                                                                              monkeypatch):
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.commits import BuiltSide
@@ -210,4 +211,5 @@ def test_the_output_folder_holds_compare_json_and_one_markdown_report(tmp_path, 
     assert doc["schema"] == "epbench.comparison/1"
     assert [r["verdict"] for r in doc["cases"]] == ["alert"]  # 30 % slower, little noise
     assert (out / "report.md").read_text(encoding="utf-8") == render.render_markdown(doc)
-    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "report.md", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "report.html", "report.md",
+                                                    "results.json"]
