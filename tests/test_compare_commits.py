@@ -113,8 +113,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
-    from epbench.reports.synthetic import NoiseModel, results_doc
     from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
 
     calls = []
     noisy = NoiseModel(arm_sigma=0.03, machine_sigma=0.0, spike_prob=0.0)

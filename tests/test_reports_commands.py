@@ -18,8 +18,9 @@ from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.reports import calibrate, synthetic
+from epbench.reports import calibrate
 from epbench.workflows import calibrate as calibration
+from tests.support import synthetic
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
