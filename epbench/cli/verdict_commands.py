@@ -145,8 +145,8 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
               show_default=True, help="A/A runs; the noise is the spread across them.")
 @rounds_option(run_defaults()["rounds"])
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              metavar="FILE", help="Where to write the profile [default: the user cache folder, "
-                                   "~/.cache/epbench/profiles/HOSTKEY.json].")
+              metavar="FILE", help="Where to write the profile [default: profiles/HOSTKEY.json in "
+                                   "$EPBENCH_CACHE_DIR, else in ~/.cache/epbench].")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run once in a fixed arm order, to show what counterbalancing removes.")
 @click.option("--seed", type=int, default=defaults.SEED, show_default=True)
