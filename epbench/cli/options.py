@@ -1,4 +1,20 @@
-"""Command-line options shared by several commands, declared once and stacked."""
+"""Command-line options shared by several commands, declared once and stacked.
+
+Two conventions hold across every command:
+
+- **Where output goes: `--out PATH`**, always that spelling. A command that writes
+  several files takes a directory (`run`, `compare-commits`, `validate`, `cases build`);
+  one that writes one document takes a file (`compare`; without `--out` it prints to
+  stdout), and `export` a file name that pyperf's suites are derived from. There is no
+  `--output`, `-o`, or option named after a format. The one file named for what it holds
+  is the noise profile: `calibrate --profile FILE` writes what `compare --profile FILE`
+  reads.
+- **How output looks: `--format`**, from one vocabulary, FORMATS: `text` (for a
+  terminal, the default), `json` (for programs), `markdown` (for a PR or a report),
+  `csv` (a tidy table); each command offers the ones that make sense for it, plus
+  `pyperf` (pyperf's JSON suite) for `export` only. `table`, the old name of `text`, is
+  still accepted and hidden.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +24,34 @@ from typing import Any
 import click
 
 F = Callable[..., Any]
+
+FORMATS = ("text", "json", "markdown", "csv", "pyperf")
+# Old spellings still accepted (not listed in --help): old -> current.
+FORMAT_ALIASES = {"table": "text"}
+
+
+class FormatChoice(click.Choice):
+    """A click.Choice of FORMATS that also takes the hidden old spellings."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        current = FORMAT_ALIASES.get(value, value)
+        if current in self.choices:
+            return current
+        return super().convert(value, param, ctx)
+
+
+def format_option(*choices: str, default: str = "text") -> Callable[[F], F]:
+    """`--format`, offering ``choices`` (a subset of FORMATS), into the `fmt` argument."""
+    unknown = set(choices) - set(FORMATS)
+    if unknown or default not in choices:
+        raise ValueError(f"formats {sorted(unknown)} (default {default!r}) not in {FORMATS}")
+
+    def deco(f: F) -> F:
+        return click.option("--format", "fmt", type=FormatChoice(choices), default=default,
+                            show_default=True, help="How the output looks.")(f)
+
+    return deco
 
 
 def grid_option(f: F) -> F:
@@ -57,14 +101,25 @@ def rounds_option(default: int) -> Callable[[F], F]:
     return deco
 
 
-def out_option(f: F) -> F:
-    return click.option(
-        "--out",
-        type=click.Path(file_okay=False),
-        default="epbench-out",
-        show_default=True,
-        help="Output directory: results.jsonl, results.json and the report.",
-    )(f)
+def out_option(*, help_text: str, directory: bool, default: str | None = None,
+               required: bool = False) -> Callable[[F], F]:
+    """`--out PATH`, the one spelling of "where output goes": a directory or a file."""
+
+    # No default=None when there is none: click 8.3 counts an explicit None as a value,
+    # and `required` would then never fire.
+    given = {} if default is None else {"default": default, "show_default": True}
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--out",
+            type=click.Path(file_okay=not directory, dir_okay=directory),
+            required=required,
+            metavar="DIR" if directory else "FILE",
+            help=help_text,
+            **given,
+        )(f)
+
+    return deco
 
 
 def processes_option(default: int) -> Callable[[F], F]:

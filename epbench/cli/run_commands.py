@@ -16,6 +16,7 @@ from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
     arm_option,
     case_option,
+    format_option,
     grid_option,
     out_option,
     processes_option,
@@ -116,7 +117,8 @@ _RUN = run_defaults()
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
-@out_option
+@out_option(directory=True, default="epbench-out",
+            help_text="Output directory: results.jsonl, results.json and the report.")
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True,
               help="No progress (a bar on a terminal, else one line per process).")
@@ -172,8 +174,7 @@ def cases() -> None:
 @cases.command("list")
 @grid_option
 @case_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
 
@@ -191,8 +192,8 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
 @cases.command("build")
 @grid_option
 @case_option
-@click.option("--out", type=click.Path(file_okay=False), required=True,
-              help="Directory for NAME.onnx and NAME.inputs.npz.")
+@out_option(directory=True, required=True,
+            help_text="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
 
@@ -210,8 +211,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
 @click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for the gate to pass.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
 
@@ -228,8 +228,7 @@ def gate(threshold: float, fmt: str) -> None:
 
 
 @click.command(cls=Command)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
 
@@ -247,8 +246,7 @@ def host(fmt: str) -> None:
 
 @click.command(cls=Command)
 @click.argument("results", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
-              default="table", show_default=True)
+@format_option("text", "json", "markdown")
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
 
@@ -294,7 +292,8 @@ def summary(results: str, fmt: str) -> None:
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
 @click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
               default=_RUN["gate_policy"], show_default=True, help="Idle-gate policy.")
-@out_option
+@out_option(directory=True, default="epbench-out",
+            help_text="Output directory: results.json, report.md and comment.md.")
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @verdict_options

@@ -6,7 +6,7 @@ import click
 
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
-from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.cli.options import case_option, format_option, grid_option, out_option, rounds_option
 from epbench.harness.instructions import availability
 from epbench.harness.overhead import measure_overhead
 from epbench.reports.render import format_overhead, to_json
@@ -32,8 +32,8 @@ from epbench.workflows import validate as val
 @click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
               default="wait", show_default=True, help="Idle-gate policy of the runs.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), default="epbench-validation",
-              show_default=True, help="Output directory: validation.md and validation.json.")
+@out_option(directory=True, default="epbench-validation",
+            help_text="Output directory: validation.md and validation.json.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
 def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_test,
              profile_path, gate_policy, seed, out, quiet) -> None:
@@ -78,8 +78,7 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
 @click.option("--samples", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Timed calls per measurement (medians are reported).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json")
 def overhead(samples, threads, fmt) -> None:
     """Print the harness's own cost per timed call (recorded in every results file too).
 

@@ -16,7 +16,7 @@ import click
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.exit_codes import exit_code_for
-from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.cli.options import case_option, format_option, grid_option, out_option, rounds_option
 from epbench.cli.progress import progress_for
 from epbench.core.errors import EpbenchError
 from epbench.core.results import atomic_write_text, load_results
@@ -26,8 +26,6 @@ from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
 from epbench.workflows.calibrate import calibrate as run_calibration
-
-FORMATS = ("text", "markdown", "json")
 
 
 def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -78,19 +76,15 @@ def settings_from(*, floor: float, k: float, alert: float | None, confidence: fl
                         resamples=resamples, seed=seed, force=force)
 
 
-def _emit(text: str, output: str | None) -> None:
-    if output is None:
+def _emit(text: str, out: str | None) -> None:
+    if out is None:
         click.echo(text, nl=False)
         return
-
     try:
-        atomic_write_text(Path(output), text)
+        atomic_write_text(Path(out), text)
     except OSError as exc:
-
-        raise EpbenchError(
-            f"cannot write {output}: {exc.strerror}; choose another --output"
-        ) from None
-    click.echo(f"wrote {output}", err=True)
+        raise EpbenchError(f"cannot write {out}: {exc.strerror}; choose another --out") from None
+    click.echo(f"wrote {out}", err=True)
 
 
 @click.command(cls=Command)
@@ -102,11 +96,10 @@ def _emit(text: str, output: str | None) -> None:
 @verdict_options
 @click.option("--force", is_flag=True,
               help="Compare results (or a profile) from different hosts anyway, with a warning.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the report to this file instead of stdout.")
+@format_option("text", "markdown", "json")
+@out_option(directory=False, help_text="Write the report to this file instead of stdout.")
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
-            resamples, seed, force, fmt, output, fail_on) -> None:
+            resamples, seed, force, fmt, out, fail_on) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
 
     \b
@@ -130,7 +123,7 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     )
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
-    _emit(renderers[fmt](comparison), output)
+    _emit(renderers[fmt](comparison), out)
     click.get_current_context().exit(
         exit_code_for(comparison=comparison, fail_on=fail_on)[0])
 
@@ -181,24 +174,23 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
 
 @click.command(cls=Command)
 @click.argument("results", type=click.Path())
-@click.option("--pyperf", "pyperf_out", type=click.Path(dir_okay=False), metavar="OUT.json",
-              help="Write one pyperf suite per arm: OUT.<arm>.json.")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), metavar="OUT.csv",
-              help="Write a tidy table: one row per case x arm x round.")
+@format_option("pyperf", "csv", default="pyperf")
+@out_option(directory=False, required=True,
+            help_text="pyperf: one suite per arm, FILE.<arm>.json (FILE ends in .json); "
+                      "csv: a tidy table in FILE, one row per case x arm x round.")
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
-def export(results, pyperf_out, csv_out, overwrite) -> None:
+def export(results, fmt, out, overwrite) -> None:
     """Export a results file for other tools (pyperf, CSV).
 
     \b
-    Example:  epbench export results.json --pyperf out.json
+    Example:  epbench export results.json --out out.json
               python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
+              epbench export results.json --format csv --out rounds.csv
     """
 
-    if not pyperf_out and not csv_out:
-        raise EpbenchError("nothing to export: pass --pyperf OUT.json and/or --csv OUT.csv")
     doc = load_results(results)
-    if pyperf_out:
-        for arm, path in exp.to_pyperf(doc, pyperf_out, overwrite=overwrite).items():
+    if fmt == "pyperf":
+        for arm, path in exp.to_pyperf(doc, out, overwrite=overwrite).items():
             click.echo(f"{arm}: {path}")
-    if csv_out:
-        click.echo(f"csv: {exp.to_csv(doc, csv_out, overwrite=overwrite)}")
+    else:
+        click.echo(f"csv: {exp.to_csv(doc, out, overwrite=overwrite)}")
