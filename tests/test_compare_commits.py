@@ -68,7 +68,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     rounds = doc["cases"]["relu_d10_w8"]["rounds"]
     if row.startswith("| ❔ |"):
         # The one honest way to miss a 5x slowdown: load seen during the rounds, which
-        # may never make a 🔴 (DESIGN.md). The counters above flagged it regardless.
+        # may never make a 🔴 (docs/design.md). The counters above flagged it regardless.
         assert not all(r["quiet"] for r in rounds), row
         assert result.exit_code == 0
     else:
