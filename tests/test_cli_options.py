@@ -74,3 +74,15 @@ def test_a_format_outside_the_vocabulary_is_a_programming_error():
         format_option("text", "yaml")
     with pytest.raises(ValueError, match="not in"):
         format_option("json", default="text")
+
+
+def test_shared_options_read_the_same_in_every_command():
+    # Declared once in epbench/cli/options.py: each appears with one help text and type.
+    shared = ("--gate", "--quiet", "--overwrite", "--grid", "--case", "--rounds", "--fail-on")
+    seen: dict[str, set[tuple[str, str]]] = {name: set() for name in shared}
+    for command in _commands().values():
+        for p in command.params:
+            for name in shared:
+                if name in p.opts:
+                    seen[name].add((p.help or "", repr(getattr(p.type, "choices", p.type))))
+    assert {name: len(forms) for name, forms in seen.items()} == dict.fromkeys(shared, 1)

@@ -1,5 +1,8 @@
 """Command-line options shared by several commands, declared once and stacked.
 
+Every option that more than one command takes is declared here (`--grid`, `--case`,
+`--arm`, `--rounds`, `--gate`, `--quiet`, `--overwrite`, `--out`, `--format`, and the
+verdict options of `compare` and `compare-commits`), so it reads the same everywhere.
 Two conventions hold across every command:
 
 - **Where output goes: `--out PATH`**, always that spelling. A command that writes
@@ -22,6 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
+from epbench.harness.gate import POLICIES
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports import defaults
 
 F = Callable[..., Any]
 
@@ -150,3 +157,64 @@ def sessions_option(default: int) -> Callable[[F], F]:
         )(f)
 
     return deco
+
+
+def gate_option(f: F) -> F:
+    return click.option(
+        "--gate",
+        "gate_policy",
+        type=click.Choice(list(POLICIES)),
+        default=run_defaults()["gate_policy"],
+        show_default=True,
+        help="Idle gate before each round: wait for quiet cores (then run the round marked "
+             "unquiet), stop the case with exit 3 (strict), or skip it (off).",
+    )(f)
+
+
+def quiet_option(f: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress output.")(f)
+
+
+def overwrite_option(f: F) -> F:
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace output already at --out.")(f)
+
+
+def verdict_options(f: F) -> F:
+    """How verdicts are judged: shared by `compare` and `compare-commits`.
+
+    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
+    `settings_from` turns them into reports.compare.Settings.
+    """
+    options = [
+        click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
+                     help="Noise profile to judge with [default: this host's, from "
+                          "`epbench calibrate`]."),
+        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
+                     show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
+        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
+                     show_default=True,
+                     help="Threshold t = max(floor, k x calibrated A/A noise)."),
+        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Change that makes an alert (🔴), as a fraction; never below t "
+                          f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
+        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.CONFIDENCE, show_default=True,
+                     help="Confidence of the intervals."),
+        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.FDR, show_default=True,
+                     help="Benjamini-Hochberg false-discovery rate across the grid."),
+        click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),
+                     default=defaults.RESAMPLES, show_default=True,
+                     help="Bootstrap resamples of the per-node vs per-Run decomposition "
+                          "(verdicts use exact intervals, no resampling)."),
+        click.option("--seed", type=int, default=defaults.SEED, show_default=True,
+                     help="Seed of the decomposition's resampling."),
+        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
+                     default=defaults.FAIL_ON, show_default=True,
+                     help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
+                          "or never."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f

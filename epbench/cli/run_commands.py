@@ -17,18 +17,22 @@ from epbench.cli.options import (
     arm_option,
     case_option,
     format_option,
+    gate_option,
     grid_option,
     out_option,
+    overwrite_option,
     processes_option,
+    quiet_option,
     rounds_option,
     sessions_option,
+    verdict_options,
 )
 from epbench.cli.progress import progress_for
-from epbench.cli.verdict_commands import settings_from, verdict_options
+from epbench.cli.verdict_commands import settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.gate import POLICIES, current_gate_state, format_gate_reading
+from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.instructions import valgrind_available
@@ -98,10 +102,7 @@ _RUN = run_defaults()
                    "to the quietest core).")
 @click.option("--seed", type=int, default=_RUN["seed"], show_default=True,
               help="Seed of the round orders (recorded in the results).")
-@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
-              default=_RUN["gate_policy"], show_default=True,
-              help="Idle gate before each round: wait for quiet cores (then run the round "
-                   "marked unquiet), stop the case with exit 3 (strict), or skip it (off).")
+@gate_option
 @click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
@@ -119,9 +120,8 @@ _RUN = run_defaults()
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.jsonl, results.json and the report.")
-@click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
-@click.option("--quiet", "-q", is_flag=True,
-              help="No progress (a bar on a terminal, else one line per process).")
+@overwrite_option
+@quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
         sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float,
@@ -290,12 +290,11 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
               show_default=True,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
-@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
-              default=_RUN["gate_policy"], show_default=True, help="Idle-gate policy.")
+@gate_option
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.json, report.md and comment.md.")
-@click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@overwrite_option
+@quiet_option
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
                     grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,

@@ -7,7 +7,6 @@ library and shown by click as one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,17 @@ import click
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.exit_codes import exit_code_for
-from epbench.cli.options import case_option, format_option, grid_option, out_option, rounds_option
+from epbench.cli.options import (
+    case_option,
+    format_option,
+    gate_option,
+    grid_option,
+    out_option,
+    overwrite_option,
+    quiet_option,
+    rounds_option,
+    verdict_options,
+)
 from epbench.cli.progress import progress_for
 from epbench.core.errors import EpbenchError
 from epbench.core.results import atomic_write_text, load_results
@@ -26,46 +35,6 @@ from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
 from epbench.workflows.calibrate import calibrate as run_calibration
-
-
-def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """How verdicts are judged: shared by `compare` and `compare-commits`.
-
-    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
-    `settings_from` turns them into reports.compare.Settings.
-    """
-    options = [
-        click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
-                     help="Noise profile to judge with [default: this host's, from "
-                          "`epbench calibrate`]."),
-        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
-                     show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
-        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
-                     show_default=True,
-                     help="Threshold t = max(floor, k x calibrated A/A noise)."),
-        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Change that makes an alert (🔴), as a fraction; never below t "
-                          f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
-        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                     default=defaults.CONFIDENCE, show_default=True,
-                     help="Confidence of the intervals."),
-        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                     default=defaults.FDR, show_default=True,
-                     help="Benjamini-Hochberg false-discovery rate across the grid."),
-        click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),
-                     default=defaults.RESAMPLES, show_default=True,
-                     help="Bootstrap resamples of the per-node vs per-Run decomposition "
-                          "(verdicts use exact intervals, no resampling)."),
-        click.option("--seed", type=int, default=defaults.SEED, show_default=True,
-                     help="Seed of the decomposition's resampling."),
-        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
-                     default=defaults.FAIL_ON, show_default=True,
-                     help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
-                          "or never."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
@@ -143,9 +112,8 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run once in a fixed arm order, to show what counterbalancing removes.")
 @click.option("--seed", type=int, default=defaults.SEED, show_default=True)
-@click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
-              default="wait", show_default=True, help="Idle-gate policy of the A/A runs.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@gate_option
+@quiet_option
 def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, position_test, seed,
               gate_policy, quiet) -> None:
     """Measure A/A noise on this host and write a noise profile for `compare`.
@@ -178,7 +146,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
 @out_option(directory=False, required=True,
             help_text="pyperf: one suite per arm, FILE.<arm>.json (FILE ends in .json); "
                       "csv: a tidy table in FILE, one row per case x arm x round.")
-@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+@overwrite_option
 def export(results, fmt, out, overwrite) -> None:
     """Export a results file for other tools (pyperf, CSV).
 
