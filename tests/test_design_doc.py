@@ -35,7 +35,7 @@ def test_the_quoted_numbers_are_the_code():
         f"`--confidence` {defaults.CONFIDENCE:g}",
         f"`--fdr` {defaults.FDR:g}",
         f"floor {defaults.FLOOR:g}, k {defaults.K:g}",
-        f"Without a profile the noise is {defaults.NOISE_WITHOUT_PROFILE:g}, so t = "
+        f"Without either the noise is {defaults.NOISE_WITHOUT_PROFILE:g}, so t = "
         f"{max(defaults.FLOOR, defaults.K * defaults.NOISE_WITHOUT_PROFILE):.0%}".replace(
             "%", " %"),
         f"`--alert` or {defaults.ALERT_FACTOR:g}t",
