@@ -8,6 +8,7 @@ skip it: `make engine` builds the library in place next to engine/__init__.py.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -23,7 +24,10 @@ class BuildPyWithEngine(build_py):
         if getattr(self, "editable_mode", False):
             return
         # Load engine/build.py by path: the package's __init__ is not importable here
-        # (its dependencies are not in the isolated build environment).
+        # (its dependencies are not in the isolated build environment). build.py imports
+        # epbench.core.paths (standard library only) for the cache root: from this tree.
+        if str(HERE) not in sys.path:
+            sys.path.insert(0, str(HERE))
         spec = importlib.util.spec_from_file_location("_epbench_engine_build",
                                                       HERE / "engine" / "build.py")
         module = importlib.util.module_from_spec(spec)

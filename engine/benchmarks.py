@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine.benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, help="an epbench results.json")
-    parser.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    parser.add_argument("-o", "--out", dest="output", type=Path,
+                        help="write here instead of stdout")
     args = parser.parse_args(argv)
     try:
         doc = json.loads(args.results.read_text())

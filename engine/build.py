@@ -11,7 +11,9 @@ hash, and only the `Headers/*.h` files are extracted into a cache folder that la
 reuse. `ORT_INCLUDE_DIR` overrides the fetch (any ORT >= 1.29 include folder).
 
 This module runs inside setuptools' isolated build environment too, so it imports only the
-standard library.
+standard library and `epbench.core.paths` (the one cache-root rule, itself standard library
+only): setup.py puts the source tree on sys.path first, and `python -m engine.build` run in
+another commit's worktree finds it through that worktree's PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from epbench.core.paths import cache_dir
 
 NPM_PACKAGE = "com.github.asus4.onnxruntime"
 NPM_VERSION = "0.4.9"
@@ -66,8 +70,8 @@ class EngineBuildError(RuntimeError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "epbench" / "ort-headers"
+    """Where fetched ORT headers are kept: the epbench cache root's ort-headers/."""
+    return cache_dir("ort-headers")
 
 
 def integrity_of(path: Path) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import EpbenchError
-from epbench.core.paths import cache_dir as default_cache
+from epbench.core.paths import cache_dir as cache_root
 
 METHODS = ("perf", "valgrind")
 # Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
@@ -163,7 +163,7 @@ def helper_library(cache_dir: Path | None = None) -> Path:
     """The callgrind toggle helper, compiled once per source and cached."""
 
     digest = hashlib.sha256(_HELPER_SOURCE.encode()).hexdigest()[:12]
-    folder = Path(cache_dir) if cache_dir is not None else default_cache() / "callgrind"
+    folder = Path(cache_dir) if cache_dir is not None else cache_root("callgrind")
     target = folder / f"epbench_callgrind_{digest}.so"
     if target.is_file():
         return target

@@ -1,7 +1,7 @@
 """Sessions for one case: the same SessionOptions for every arm but the EP.
 
 Runs inside a worker process only: it loads EP libraries, so a crash here kills
-the worker, never the harness. Measurement rules (DESIGN.md): equal thread
+the worker, never the harness. Measurement rules (docs/design.md): equal thread
 counts, no spinning, the case's optimization level for every arm; a plugin arm
 must run every node itself unless fallback was allowed.
 """

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.paths import cache_dir
 from epbench.core.results import atomic_write_text, schema_version
 from epbench.reports import defaults, stats
 
@@ -49,9 +49,8 @@ class ProfileError(EpbenchError):
 
 
 def default_profile_dir() -> Path:
-    """The user cache folder for profiles: $XDG_CACHE_HOME/epbench/profiles or ~/.cache/..."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "epbench" / "profiles"
+    """Where this host's noise profiles live: the epbench cache root's profiles/."""
+    return cache_dir("profiles")
 
 
 def default_profile_path(host_key: str) -> Path:

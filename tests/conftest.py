@@ -17,3 +17,10 @@ def pg_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_user_cache_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    # EPBENCH_CACHE_DIR outranks XDG_CACHE_HOME (epbench/core/paths.py): a developer's own
+    # setting would steer the tests that point XDG_CACHE_HOME at a temporary folder.
+    monkeypatch.delenv("EPBENCH_CACHE_DIR", raising=False)

@@ -77,7 +77,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     rounds = doc["cases"]["relu_d10_w8"]["rounds"]
     if row.startswith("| ❔ |"):
         # The one honest way to miss a 5x slowdown: load seen during the rounds, which
-        # may never make a 🔴 (DESIGN.md). The counters above flagged it regardless.
+        # may never make a 🔴 (docs/design.md). The counters above flagged it regardless.
         assert not all(r["quiet"] for r in rounds), row
         assert result.exit_code == 0
     else:
@@ -122,8 +122,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
-    from epbench.reports.synthetic import NoiseModel, results_doc
     from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
 
     calls = []
     noisy = NoiseModel(arm_sigma=0.03, machine_sigma=0.0, spike_prob=0.0)
@@ -179,11 +179,12 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,
                                                                               monkeypatch):
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
+    from epbench.reports.synthetic import NoiseModel, results_doc
+
     from epbench.cases.grids import case_by_name
     from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
-    from epbench.reports.synthetic import NoiseModel, results_doc
     from epbench.workflows import compare_commits as cc
 
     def fake_run(config):

@@ -118,7 +118,7 @@ def fake_npm(tmp_path: Path, monkeypatch) -> dict:
                       f"cp {package} ./com.github.asus4.onnxruntime-0.4.9.tgz\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
     integrity = "sha512-" + base64.b64encode(hashlib.sha512(package.read_bytes()).digest()).decode()
     return {"calls": calls, "integrity": integrity}
@@ -144,7 +144,7 @@ def test_fetch_extracts_only_the_headers_and_reuses_the_cache(fake_npm, monkeypa
 
 def test_no_npm_and_no_include_dir_gives_both_ways_out(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
     with pytest.raises(engine_build.EngineBuildError) as caught:
         engine_build.ort_include_dir()

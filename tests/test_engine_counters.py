@@ -15,7 +15,7 @@ import pytest
 
 from epbench.engine import library_path
 from epbench.engine.probe import counter_names, read_counters, reset_counters
-from epbench.engine.testing import engine_session
+from tests.support.engine_sessions import engine_session
 
 
 def _library() -> str:
@@ -225,7 +225,7 @@ def test_an_option_meant_for_a_dotted_ep_name_is_not_read_by_its_prefix() -> Non
     """`ep.ebe_dot.x.partition` belongs to an EP named `ebe_dot.x`, not to `ebe_dot`."""
     import onnxruntime as ort
 
-    from epbench.engine.testing import partitions_by_ep, register, session_options
+    from tests.support.engine_sessions import partitions_by_ep, register, session_options
 
     spec, built = _case("relu_d100_w8")
     options = session_options("disabled")
@@ -238,7 +238,7 @@ def test_an_option_meant_for_a_dotted_ep_name_is_not_read_by_its_prefix() -> Non
 
 def test_options_reach_an_ep_whose_name_has_capitals() -> None:
     """ORT lower-cases the name in `ep.<name>.<key>`: the engine must look for that."""
-    from epbench.engine.testing import partitions_by_ep
+    from tests.support.engine_sessions import partitions_by_ep
 
     spec, built = _case("relu_d100_w8")
     session = engine_session(built.model_bytes, _library(), "Ebe_Caps",

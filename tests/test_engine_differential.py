@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epbench import engine
-from epbench.engine.testing import (
+from tests.support.engine_sessions import (
     CPU_EP,
     assert_same_bits,
     cpu_session,

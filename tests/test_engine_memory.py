@@ -80,7 +80,7 @@ VALGRIND_SCRIPT = """
 import sys
 import numpy as np
 from epbench.cases.builders import binary_chain, chain, matmul
-from epbench.engine.testing import engine_session
+from tests.support.engine_sessions import engine_session
 
 library = sys.argv[1]
 for partition in ("fused", "per_node"):

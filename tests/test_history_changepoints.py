@@ -11,7 +11,7 @@ import pytest
 
 from epbench.cli.history_commands import history
 from epbench.reports import changepoints as cp
-from epbench.reports import synthetic
+from tests.support import synthetic
 
 
 def _definition(z: np.ndarray, w: np.ndarray, tau: int) -> float:

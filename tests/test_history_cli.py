@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.results import SCHEMA, write_results
-from epbench.reports import synthetic
+from tests.support import synthetic
 from tests.support.gitrepo import git, init_repo
 from tests.support.postgres import PgServer
 

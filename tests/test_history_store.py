@@ -15,7 +15,8 @@ import pytest
 
 from epbench.core.results import ResultsError, write_results
 from epbench.reports import history as hist
-from epbench.reports import stats, synthetic
+from epbench.reports import stats
+from tests.support import synthetic
 from tests.support.postgres import PgServer
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,11 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from epbench.cli.main import cli
-from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_USER_ERROR
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.reports import calibrate, synthetic
+from epbench.reports import calibrate
 from epbench.workflows import calibrate as calibration
+from tests.support import synthetic
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -58,7 +59,7 @@ def test_compare_same_run_fail_on_regression_and_json(files):
 def test_compare_markdown_to_a_file(files):
     out = files / "comment.md"
     result = _invoke("compare", files / "base.json", files / "pr.json", "--profile",
-                     files / "profile.json", "--format", "markdown", "--output", out,
+                     files / "profile.json", "--format", "markdown", "--out", out,
                      "--fail-on", "never")
     assert result.exit_code == EXIT_OK
     assert out.read_text(encoding="utf-8").startswith("<!-- epbench:sticky-comment -->")
@@ -105,7 +106,7 @@ def test_compare_refusals_are_one_line_exit_1(files, args, message):
 
 def test_export_pyperf_works_with_pyperf_compare_to(files):
     out = files / "out.json"
-    result = _invoke("export", files / "base.json", "--pyperf", out)
+    result = _invoke("export", files / "base.json", "--out", out)  # pyperf: the default
     assert result.exit_code == EXIT_OK, result.output
     ort, ep = files / "out.ort.json", files / "out.plugin_ep.json"
     assert ort.is_file() and ep.is_file()
@@ -117,7 +118,7 @@ def test_export_pyperf_works_with_pyperf_compare_to(files):
     assert compared.stderr == ""
     assert "relu_d100_w8" in compared.stdout and "faster" in compared.stdout
     # Never overwrite silently.
-    again = _invoke("export", files / "base.json", "--pyperf", out)
+    again = _invoke("export", files / "base.json", "--format", "pyperf", "--out", out)
     assert again.exit_code == EXIT_USER_ERROR and "--overwrite" in again.output
 
 
@@ -139,7 +140,8 @@ def test_export_csv_is_tidy(files):
     import pandas as pd
 
     out = files / "rounds.csv"
-    assert _invoke("export", files / "base.json", "--csv", out).exit_code == EXIT_OK
+    result = _invoke("export", files / "base.json", "--format", "csv", "--out", out)
+    assert result.exit_code == EXIT_OK
     frame = pd.read_csv(out)
     # 5 cases x 2 arms x 20 rounds, one row each.
     assert len(frame) == 5 * 2 * 20
@@ -150,7 +152,7 @@ def test_export_csv_is_tidy(files):
 
 def test_export_needs_a_target(files):
     result = _invoke("export", files / "base.json")
-    assert result.exit_code == EXIT_USER_ERROR and "nothing to export" in result.output
+    assert result.exit_code == EXIT_USAGE and "Missing option '--out'" in result.output
 
 
 # --------------------------------------------------------------------------- calibrate

@@ -1,6 +1,6 @@
 """reports.compare: verdicts, their error rates under a stated noise model, and refusals.
 
-Noise model (reports/synthetic.py, REALISTIC): per round and arm, log-normal block
+Noise model (tests/support/synthetic.py, REALISTIC): per round and arm, log-normal block
 noise with sigma 1.5 %, a machine factor with sigma 3 % shared by the arms of a
 round, and a 5 % chance per block of an interference spike making it 5-30 %
 slower. Thresholds come from a simulated calibration (5 A/A repeats per case)
@@ -18,8 +18,9 @@ import pytest
 
 from epbench.cli.exit_codes import exit_code_for
 from epbench.core.numbers import block_summary
-from epbench.reports import calibrate, compare, defaults, render, stats, synthetic
+from epbench.reports import calibrate, compare, defaults, render, stats
 from epbench.reports.compare import CompareError, Settings, Side
+from tests.support import synthetic
 
 GRID = 20
 ROUNDS = 30

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from epbench.core.results import load_results
-from epbench.reports import calibrate, compare, render, run_report, summary, synthetic
+from epbench.reports import calibrate, compare, render, run_report, summary
 from epbench.reports.compare import Side
+from tests.support import synthetic
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "results"

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from epbench.reports import defaults, render, stats, summary, synthetic
+from epbench.reports import defaults, render, stats, summary
+from tests.support import synthetic
 
 
 def _scaled(summary: dict, factor: float) -> dict:

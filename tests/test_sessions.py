@@ -7,7 +7,7 @@ import pytest
 
 from epbench.harness.sessions import bind, max_abs_error, session_options, timed_call
 
-# Config entries every arm must share (DESIGN.md's measurement rules).
+# Config entries every arm must share (docs/design.md's measurement rules).
 SHARED_ENTRIES = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning",
                   "session.record_ep_graph_assignment_info")
 

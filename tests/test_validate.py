@@ -3,7 +3,7 @@
 The fake turns each arm's engine options into its true time per Run (base +
 inject_delay_ns_per_run + nodes x inject_delay_ns_per_node) and its counters
 (ort_api_calls = 5 + inject_api_calls_per_run), then draws rounds from
-reports.synthetic with very little noise, so every verdict is known in advance:
+tests/support/synthetic.py with very little noise, so every verdict is known in advance:
 without a profile t = max(1 %, 2 x 2 %) = 4 %, so 1-3 % stay within noise,
 5 % is a regression and 10 % an alert.
 """
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from epbench.cases.grids import case_by_name
-from epbench.reports.synthetic import NoiseModel, results_doc
 from epbench.workflows import validate as val
+from tests.support.synthetic import NoiseModel, results_doc
 
 CASES = ("relu_d1_w8", "relu_d10_w8", "matmul_64x64")
 BASE_NS = {"relu_d1_w8": 3000.0, "relu_d10_w8": 4000.0, "matmul_64x64": 9000.0}

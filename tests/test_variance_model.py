@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from epbench.reports import compare, stats, synthetic
+from epbench.reports import compare, stats
 from epbench.reports.compare import Settings, Side
+from tests.support import synthetic
 
 CONFIDENCE = 0.95
 

@@ -1,4 +1,23 @@
-"""Command-line options shared by several commands, declared once and stacked."""
+"""Command-line options shared by several commands, declared once and stacked.
+
+Every option that more than one command takes is declared here (`--grid`, `--case`,
+`--arm`, `--rounds`, `--gate`, `--quiet`, `--overwrite`, `--out`, `--format`, and the
+verdict options of `compare` and `compare-commits`), so it reads the same everywhere.
+Two conventions hold across every command:
+
+- **Where output goes: `--out PATH`**, always that spelling. A command that writes
+  several files takes a directory (`run`, `compare-commits`, `validate`, `cases build`);
+  one that writes one document takes a file (`compare`; without `--out` it prints to
+  stdout), and `export` a file name that pyperf's suites are derived from. There is no
+  `--output`, `-o`, or option named after a format. The one file named for what it holds
+  is the noise profile: `calibrate --profile FILE` writes what `compare --profile FILE`
+  reads.
+- **How output looks: `--format`**, from one vocabulary, FORMATS: `text` (for a
+  terminal, the default), `json` (for programs), `markdown` (for a PR or a report),
+  `csv` (a tidy table); each command offers the ones that make sense for it, plus
+  `pyperf` (pyperf's JSON suite) for `export` only. `table`, the old name of `text`, is
+  still accepted and hidden.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +27,39 @@ from typing import Any
 
 import click
 
+from epbench.harness.gate import POLICIES
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports import defaults
+
 F = Callable[..., Any]
+
+FORMATS = ("text", "json", "markdown", "csv", "pyperf")
+# Old spellings still accepted (not listed in --help): old -> current.
+FORMAT_ALIASES = {"table": "text"}
+
+
+class FormatChoice(click.Choice):
+    """A click.Choice of FORMATS that also takes the hidden old spellings."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        current = FORMAT_ALIASES.get(value, value)
+        if current in self.choices:
+            return current
+        return super().convert(value, param, ctx)
+
+
+def format_option(*choices: str, default: str = "text") -> Callable[[F], F]:
+    """`--format`, offering ``choices`` (a subset of FORMATS), into the `fmt` argument."""
+    unknown = set(choices) - set(FORMATS)
+    if unknown or default not in choices:
+        raise ValueError(f"formats {sorted(unknown)} (default {default!r}) not in {FORMATS}")
+
+    def deco(f: F) -> F:
+        return click.option("--format", "fmt", type=FormatChoice(choices), default=default,
+                            show_default=True, help="How the output looks.")(f)
+
+    return deco
 
 
 def grid_option(f: F) -> F:
@@ -58,14 +109,25 @@ def rounds_option(default: int) -> Callable[[F], F]:
     return deco
 
 
-def out_option(f: F) -> F:
-    return click.option(
-        "--out",
-        type=click.Path(file_okay=False),
-        default="epbench-out",
-        show_default=True,
-        help="Output directory: results.jsonl, results.json and the report.",
-    )(f)
+def out_option(*, help_text: str, directory: bool, default: str | None = None,
+               required: bool = False) -> Callable[[F], F]:
+    """`--out PATH`, the one spelling of "where output goes": a directory or a file."""
+
+    # No default=None when there is none: click 8.3 counts an explicit None as a value,
+    # and `required` would then never fire.
+    given = {} if default is None else {"default": default, "show_default": True}
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--out",
+            type=click.Path(file_okay=not directory, dir_okay=directory),
+            required=required,
+            metavar="DIR" if directory else "FILE",
+            help=help_text,
+            **given,
+        )(f)
+
+    return deco
 
 
 def processes_option(default: int) -> Callable[[F], F]:
@@ -114,3 +176,64 @@ def annotations_wanted(flag: bool | None) -> bool:
     if flag is not None:
         return flag
     return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def gate_option(f: F) -> F:
+    return click.option(
+        "--gate",
+        "gate_policy",
+        type=click.Choice(list(POLICIES)),
+        default=run_defaults()["gate_policy"],
+        show_default=True,
+        help="Idle gate before each round: wait for quiet cores (then run the round marked "
+             "unquiet), stop the case with exit 3 (strict), or skip it (off).",
+    )(f)
+
+
+def quiet_option(f: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress output.")(f)
+
+
+def overwrite_option(f: F) -> F:
+    return click.option("--overwrite", is_flag=True,
+                        help="Replace output already at --out.")(f)
+
+
+def verdict_options(f: F) -> F:
+    """How verdicts are judged: shared by `compare` and `compare-commits`.
+
+    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
+    `settings_from` turns them into reports.compare.Settings.
+    """
+    options = [
+        click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
+                     help="Noise profile to judge with [default: this host's, from "
+                          "`epbench calibrate`]."),
+        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
+                     show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
+        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
+                     show_default=True,
+                     help="Threshold t = max(floor, k x calibrated A/A noise)."),
+        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Change that makes an alert (🔴), as a fraction; never below t "
+                          f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
+        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.CONFIDENCE, show_default=True,
+                     help="Confidence of the intervals."),
+        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                     default=defaults.FDR, show_default=True,
+                     help="Benjamini-Hochberg false-discovery rate across the grid."),
+        click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),
+                     default=defaults.RESAMPLES, show_default=True,
+                     help="Bootstrap resamples of the per-node vs per-Run decomposition "
+                          "(verdicts use exact intervals, no resampling)."),
+        click.option("--seed", type=int, default=defaults.SEED, show_default=True,
+                     help="Seed of the decomposition's resampling."),
+        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
+                     default=defaults.FAIL_ON, show_default=True,
+                     help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
+                          "or never."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f

@@ -17,19 +17,24 @@ from epbench.cli.options import (
     annotations_wanted,
     arm_option,
     case_option,
+    format_option,
+    gate_option,
     github_annotations_option,
     grid_option,
     out_option,
+    overwrite_option,
     processes_option,
+    quiet_option,
     rounds_option,
     sessions_option,
+    verdict_options,
 )
 from epbench.cli.progress import progress_for
-from epbench.cli.verdict_commands import emit_annotations, settings_from, verdict_options
+from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.gate import POLICIES, current_gate_state, format_gate_reading
+from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.instructions import valgrind_available
@@ -99,10 +104,7 @@ _RUN = run_defaults()
                    "to the quietest core).")
 @click.option("--seed", type=int, default=_RUN["seed"], show_default=True,
               help="Seed of the round orders (recorded in the results).")
-@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
-              default=_RUN["gate_policy"], show_default=True,
-              help="Idle gate before each round: wait for quiet cores (then run the round "
-                   "marked unquiet), stop the case with exit 3 (strict), or skip it (off).")
+@gate_option
 @click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
@@ -118,10 +120,10 @@ _RUN = run_defaults()
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
-@out_option
-@click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
-@click.option("--quiet", "-q", is_flag=True,
-              help="No progress (a bar on a terminal, else one line per process).")
+@out_option(directory=True, default="epbench-out",
+            help_text="Output directory: results.jsonl, results.json and the report.")
+@overwrite_option
+@quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
         sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float,
@@ -174,8 +176,7 @@ def cases() -> None:
 @cases.command("list")
 @grid_option
 @case_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
 
@@ -193,8 +194,8 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
 @cases.command("build")
 @grid_option
 @case_option
-@click.option("--out", type=click.Path(file_okay=False), required=True,
-              help="Directory for NAME.onnx and NAME.inputs.npz.")
+@out_option(directory=True, required=True,
+            help_text="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
 
@@ -212,8 +213,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
 @click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for the gate to pass.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
 
@@ -230,8 +230,7 @@ def gate(threshold: float, fmt: str) -> None:
 
 
 @click.command(cls=Command)
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
-              show_default=True)
+@format_option("text", "json")
 def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
 
@@ -249,8 +248,7 @@ def host(fmt: str) -> None:
 
 @click.command(cls=Command)
 @click.argument("results", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
-              default="table", show_default=True)
+@format_option("text", "json", "markdown")
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
 
@@ -294,11 +292,11 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
               show_default=True,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
-@click.option("--gate", "gate_policy", type=click.Choice(list(POLICIES)),
-              default=_RUN["gate_policy"], show_default=True, help="Idle-gate policy.")
-@out_option
-@click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@gate_option
+@out_option(directory=True, default="epbench-out",
+            help_text="Output directory: results.json, compare.json, report.md and report.html.")
+@overwrite_option
+@quiet_option
 @github_annotations_option
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,

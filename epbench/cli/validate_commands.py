@@ -6,7 +6,15 @@ import click
 
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
-from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.cli.options import (
+    case_option,
+    format_option,
+    gate_option,
+    grid_option,
+    out_option,
+    quiet_option,
+    rounds_option,
+)
 from epbench.harness.instructions import availability
 from epbench.harness.overhead import measure_overhead
 from epbench.reports.render import format_overhead, to_json
@@ -29,12 +37,11 @@ from epbench.workflows import validate as val
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
               metavar="FILE", help="Noise profile to judge with [default: this host's, as "
                                    "`epbench compare` does].")
-@click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
-              default="wait", show_default=True, help="Idle-gate policy of the runs.")
+@gate_option
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), default="epbench-validation",
-              show_default=True, help="Output directory: validation.md and validation.json.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines.")
+@out_option(directory=True, default="epbench-validation",
+            help_text="Output directory: validation.md and validation.json.")
+@quiet_option
 def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_test,
              profile_path, gate_policy, seed, out, quiet) -> None:
     """Measure this harness on this machine: false-positive rate, power, MDE, bias.
@@ -78,8 +85,7 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
 @click.option("--samples", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Timed calls per measurement (medians are reported).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json")
 def overhead(samples, threads, fmt) -> None:
     """Print the harness's own cost per timed call (recorded in every results file too).
 

@@ -7,7 +7,6 @@ library and shown by click as one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,15 @@ from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
     annotations_wanted,
     case_option,
+    format_option,
+    gate_option,
     github_annotations_option,
     grid_option,
+    out_option,
+    overwrite_option,
+    quiet_option,
     rounds_option,
+    verdict_options,
 )
 from epbench.cli.progress import progress_for
 from epbench.core.errors import EpbenchError
@@ -33,48 +38,6 @@ from epbench.reports import defaults, render
 from epbench.reports import export as exp
 from epbench.reports.annotations import annotation_lines
 from epbench.workflows.calibrate import calibrate as run_calibration
-
-FORMATS = ("text", "markdown", "json")
-
-
-def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """How verdicts are judged: shared by `compare` and `compare-commits`.
-
-    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
-    `settings_from` turns them into reports.compare.Settings.
-    """
-    options = [
-        click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
-                     help="Noise profile to judge with [default: this host's, from "
-                          "`epbench calibrate`]."),
-        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
-                     show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
-        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
-                     show_default=True,
-                     help="Threshold t = max(floor, k x calibrated A/A noise)."),
-        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
-                     help="Change that makes an alert (🔴), as a fraction; never below t "
-                          f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
-        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                     default=defaults.CONFIDENCE, show_default=True,
-                     help="Confidence of the intervals."),
-        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                     default=defaults.FDR, show_default=True,
-                     help="Benjamini-Hochberg false-discovery rate across the grid."),
-        click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),
-                     default=defaults.RESAMPLES, show_default=True,
-                     help="Bootstrap resamples of the per-node vs per-Run decomposition "
-                          "(verdicts use exact intervals, no resampling)."),
-        click.option("--seed", type=int, default=defaults.SEED, show_default=True,
-                     help="Seed of the decomposition's resampling."),
-        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
-                     default=defaults.FAIL_ON, show_default=True,
-                     help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
-                          "or never."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def emit_annotations(comparison: Any, *, err: bool = False) -> None:
@@ -91,19 +54,15 @@ def settings_from(*, floor: float, k: float, alert: float | None, confidence: fl
                         resamples=resamples, seed=seed, force=force)
 
 
-def _emit(text: str, output: str | None) -> None:
-    if output is None:
+def _emit(text: str, out: str | None) -> None:
+    if out is None:
         click.echo(text, nl=False)
         return
-
     try:
-        atomic_write_text(Path(output), text)
+        atomic_write_text(Path(out), text)
     except OSError as exc:
-
-        raise EpbenchError(
-            f"cannot write {output}: {exc.strerror}; choose another --output"
-        ) from None
-    click.echo(f"wrote {output}", err=True)
+        raise EpbenchError(f"cannot write {out}: {exc.strerror}; choose another --out") from None
+    click.echo(f"wrote {out}", err=True)
 
 
 @click.command(cls=Command)
@@ -115,12 +74,11 @@ def _emit(text: str, output: str | None) -> None:
 @verdict_options
 @click.option("--force", is_flag=True,
               help="Compare results (or a profile) from different hosts anyway, with a warning.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the report to this file instead of stdout.")
+@format_option("text", "markdown", "json")
+@out_option(directory=False, help_text="Write the report to this file instead of stdout.")
 @github_annotations_option
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
-            resamples, seed, force, fmt, output, github_annotations, fail_on) -> None:
+            resamples, seed, force, fmt, out, github_annotations, fail_on) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
 
     \b
@@ -147,10 +105,10 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     )
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
-    _emit(renderers[fmt](comparison), output)
+    _emit(renderers[fmt](comparison), out)
     if annotations_wanted(github_annotations):
         # GitHub reads workflow commands from both streams; JSON on stdout stays parseable.
-        emit_annotations(comparison, err=fmt == "json" and output is None)
+        emit_annotations(comparison, err=fmt == "json" and out is None)
     click.get_current_context().exit(
         exit_code_for(comparison=comparison, fail_on=fail_on)[0])
 
@@ -165,14 +123,13 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
               show_default=True, help="A/A runs; the noise is the spread across them.")
 @rounds_option(run_defaults()["rounds"])
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              metavar="FILE", help="Where to write the profile [default: the user cache folder, "
-                                   "~/.cache/epbench/profiles/HOSTKEY.json].")
+              metavar="FILE", help="Where to write the profile [default: profiles/HOSTKEY.json in "
+                                   "$EPBENCH_CACHE_DIR, else in ~/.cache/epbench].")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run once in a fixed arm order, to show what counterbalancing removes.")
 @click.option("--seed", type=int, default=defaults.SEED, show_default=True)
-@click.option("--gate", "gate_policy", type=click.Choice(["wait", "strict", "off"]),
-              default="wait", show_default=True, help="Idle-gate policy of the A/A runs.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@gate_option
+@quiet_option
 def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, position_test, seed,
               gate_policy, quiet) -> None:
     """Measure A/A noise on this host and write a noise profile for `compare`.
@@ -201,24 +158,23 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
 
 @click.command(cls=Command)
 @click.argument("results", type=click.Path())
-@click.option("--pyperf", "pyperf_out", type=click.Path(dir_okay=False), metavar="OUT.json",
-              help="Write one pyperf suite per arm: OUT.<arm>.json.")
-@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), metavar="OUT.csv",
-              help="Write a tidy table: one row per case x arm x round.")
-@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
-def export(results, pyperf_out, csv_out, overwrite) -> None:
+@format_option("pyperf", "csv", default="pyperf")
+@out_option(directory=False, required=True,
+            help_text="pyperf: one suite per arm, FILE.<arm>.json (FILE ends in .json); "
+                      "csv: a tidy table in FILE, one row per case x arm x round.")
+@overwrite_option
+def export(results, fmt, out, overwrite) -> None:
     """Export a results file for other tools (pyperf, CSV).
 
     \b
-    Example:  epbench export results.json --pyperf out.json
+    Example:  epbench export results.json --out out.json
               python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
+              epbench export results.json --format csv --out rounds.csv
     """
 
-    if not pyperf_out and not csv_out:
-        raise EpbenchError("nothing to export: pass --pyperf OUT.json and/or --csv OUT.csv")
     doc = load_results(results)
-    if pyperf_out:
-        for arm, path in exp.to_pyperf(doc, pyperf_out, overwrite=overwrite).items():
+    if fmt == "pyperf":
+        for arm, path in exp.to_pyperf(doc, out, overwrite=overwrite).items():
             click.echo(f"{arm}: {path}")
-    if csv_out:
-        click.echo(f"csv: {exp.to_csv(doc, csv_out, overwrite=overwrite)}")
+    else:
+        click.echo(f"csv: {exp.to_csv(doc, out, overwrite=overwrite)}")

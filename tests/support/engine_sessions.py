@@ -1,7 +1,8 @@
 """Small helpers to run a model on the engine and on ORT's CPU EP in this process.
 
-Used by the engine's tests and self-checks. The harness has its own, stricter session
-code (harness/sessions.py); this module only needs to be correct, not measured.
+Used by the engine's tests only, so it lives in tests/support, outside the installed
+package. The harness has its own, stricter session code (harness/sessions.py); this
+module only needs to be correct, not measured.
 """
 
 from __future__ import annotations

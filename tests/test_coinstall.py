@@ -1,0 +1,132 @@
+"""epbench installs beside PyPI's `harness`, `reports` and `cases`, and both sides import.
+
+Those three names are other people's distributions. epbench installs one top-level
+package, `epbench`, so its parts (`epbench.harness`, ...) cannot shadow them, nor they it.
+The test builds a wheel the way a user would (`pip wheel .`, which also compiles the
+engine through setup.py), installs it into a fresh venv next to the three PyPI
+distributions, and imports both sides from a folder outside the repository.
+
+Cost: the PyPI sdists are built into wheels once and then come from pip's cache; the
+runtime dependencies are not installed again but borrowed from this venv through a
+`.pth` line. That line only adds a folder to sys.path, so the `.pth` files inside it (the
+editable finder that serves `epbench` from this checkout) never run there; the test
+checks that `epbench` came from the wheel all the same. Needs the network to PyPI only
+(the project's CI has it); offline, it skips, except under CI=true where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# The PyPI distributions whose names epbench's parts would have taken, pinned so that
+# pip's wheel cache answers; and the one PyPI module each installs.
+PYPI = {"harness==0.1.0": "harness", "reports==0.4.1": "reports", "cases==0.1.13": "cases"}
+# What `import reports` (0.4.1) needs beyond epbench's own dependencies.
+PYPI_DEPENDENCIES = ("easydev==0.15.0", "colorlog==6.12.0", "colorama==0.4.6",
+                        "pexpect==4.9.0", "ptyprocess==0.7.0", "platformdirs==4.14.9",
+                        "line-profiler==5.1.0", "colormap==1.3.0")
+# The source a wheel is built from; copied, so that the build leaves nothing in the
+# checkout (build/, *.egg-info) and never packs an in-place engine library.
+SOURCE = ("pyproject.toml", "setup.py", "README.md", "epbench", "cases", "engine", "harness",
+          "reports")
+# How pip says that it could not reach the index.
+OFFLINE_SIGNS = ("No matching distribution", "NewConnectionError", "Could not fetch",
+                 "Temporary failure in name resolution", "Network is unreachable")
+PROBE = """
+import importlib.util, json, sys, traceback
+import epbench.harness.runner, epbench.reports.compare, epbench.cases.catalog
+import epbench.engine
+import harness, reports
+try:
+    import cases
+    cases_failed_in = []
+except Exception as exc:  # cases 0.1.13 and its dependency AllPairs are Python 2 code
+    cases_failed_in = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+print(json.dumps({
+    "epbench": epbench.__file__,
+    "epbench.harness.runner": epbench.harness.runner.__file__,
+    "epbench.reports.compare": epbench.reports.compare.__file__,
+    "epbench.cases.catalog": epbench.cases.catalog.__file__,
+    "engine library": epbench.engine.library_path(),
+    "harness": harness.__file__,
+    "reports": reports.__file__,
+    "cases": importlib.util.find_spec("cases").origin,
+    "cases failed in": cases_failed_in,
+    "meta_path": [type(f).__name__ if not isinstance(f, type) else f.__name__
+                  for f in sys.meta_path],
+}))
+"""
+
+
+def _run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True,
+                          text=True)
+
+
+def _pip(*args: str | Path, cwd: Path) -> None:
+    done = _run(sys.executable, "-m", "pip", *args, cwd=cwd)
+    if done.returncode != 0:
+        offline = any(sign in done.stderr for sign in OFFLINE_SIGNS)
+        if offline and os.environ.get("CI") != "true":
+            pytest.skip(f"PyPI unreachable: {done.stderr.strip().splitlines()[-1]}")
+        raise AssertionError(f"pip {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
+
+
+def _copy_source(dest: Path) -> Path:
+    dest.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "_build")
+    for name in SOURCE:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, dest / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(path, dest / name)
+    return dest
+
+
+@pytest.mark.slow
+def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) -> None:
+    source = _copy_source(tmp_path / "source")
+    wheels = tmp_path / "wheels"
+    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
+    (wheel,) = wheels.glob("epbench-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    _pip("--python", python, "install", "--quiet", "--no-deps", wheel, *PYPI,
+         *PYPI_DEPENDENCIES, cwd=tmp_path)
+    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
+                     cwd=tmp_path).stdout.strip())
+    (site / "zz_epbench_test_dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n")
+
+    outside = tmp_path / "elsewhere"  # not the repository: no `harness/` folder here
+    outside.mkdir()
+    probe = _run(python, "-c", PROBE, cwd=outside)
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout)
+
+    # epbench's side: every module from the wheel in the fresh venv, none from the checkout.
+    for name in ("epbench", "epbench.harness.runner", "epbench.reports.compare",
+                 "epbench.cases.catalog", "engine library"):
+        assert Path(found[name]).is_relative_to(site / "epbench"), (name, found[name])
+    assert not any("editable" in finder.lower() for finder in found["meta_path"])
+    # The wheel carries the engine that setup.py compiled.
+    assert Path(found["engine library"]).name == "libepbench_engine.so"
+    # PyPI's side: each name is the PyPI distribution's own package.
+    for name in PYPI.values():
+        assert Path(found[name]) == site / name / "__init__.py", (name, found[name])
+    # cases 0.1.13 installs but cannot import on Python 3 (it and its dependency are Python 2
+    # code); its failure comes from PyPI's package, so the name reached it and not epbench.
+    assert str(site / "cases" / "__init__.py") in found["cases failed in"]

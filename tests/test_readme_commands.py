@@ -1,0 +1,58 @@
+"""Every epbench command line in the README's code blocks parses against the real CLI.
+
+Parsing only (click's make_context): unknown options, wrong choices and renamed commands
+fail here, at no cost; running them takes minutes of measurement and stays a manual check.
+`a|b|c` in a line stands for each alternative.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+
+from epbench.cli.main import cli
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+# Placeholders the README writes where a typed value goes.
+PLACEHOLDERS = {"N": "1"}
+
+
+def _command_lines() -> list[str]:
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    lines = []
+    for block in blocks:
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if re.match(r"^(\.venv/bin/)?epbench ", line):
+                lines.append(line.split("epbench ", 1)[1])
+    return lines
+
+
+def _expanded(line: str) -> list[list[str]]:
+    words = [w.split("|") if "|" in w else [w] for w in shlex.split(line)]
+    return [list(choice) for choice in itertools.product(*words)]
+
+
+def _parse(args: list[str]) -> click.Context:
+    command: click.Command | None = cli
+    while isinstance(command, click.Group):
+        name, *args = args
+        command = command.get_command(None, name)
+        assert command is not None, f"no command {name!r}"
+    args = [PLACEHOLDERS.get(a, a) for a in args]
+    return command.make_context(name, args)
+
+
+def test_the_readme_lists_commands():
+    assert len(_command_lines()) >= 15
+
+
+@pytest.mark.parametrize("line", _command_lines())
+def test_readme_command_parses(line):
+    for args in _expanded(line):
+        _parse(args)
