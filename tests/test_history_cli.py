@@ -148,20 +148,21 @@ def test_add_twice_show_list_and_export(history_repo, tmp_path):
     marked = [x for x in shown.splitlines() if "<- change" in x]
     assert len(marked) == 1 and marked[0].split()[0] == measured[BEFORE][:7]
     out = tmp_path / "all.csv"
-    assert invoke("export", "--db", db, "--csv", out).exit_code == 0
+    assert invoke("export", "--db", db, "--out", out).exit_code == 0
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 20 * 4 and {r["arm"] for r in rows} == {"ort", "engine"}
     assert len(json.loads(rows[0]["round_medians_ns"])) == 8
 
 
 def test_parquet_export_needs_pyarrow_and_says_so(tmp_path):
-    result = invoke("export", "--db", tmp_path / "h.sqlite", "--parquet", tmp_path / "x.pq")
+    result = invoke("export", "--db", tmp_path / "h.sqlite", "--format", "parquet",
+                    "--out", tmp_path / "x.pq")
     try:
         import pyarrow  # noqa: F401
     except ImportError:
         assert result.exit_code == EXIT_USER_ERROR
-        assert result.output.strip() == ("Error: --parquet needs pyarrow, which is not "
-                                         "installed; `pip install pyarrow`, or use --csv")
+        assert result.output.strip() == ("Error: --format parquet needs pyarrow, which is not "
+                                         "installed; `pip install pyarrow`, or use --format csv")
     else:
         assert result.exit_code == 0 and (tmp_path / "x.pq").is_file()
 

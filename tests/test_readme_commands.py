@@ -2,7 +2,7 @@
 
 Parsing only (click's make_context): unknown options, wrong choices and renamed commands
 fail here, at no cost; running them takes minutes of measurement and stays a manual check.
-`a|b|c` in a line stands for each alternative.
+`a|b|c` in a line stands for each alternative; `[optional parts]` of a synopsis are left out.
 """
 
 from __future__ import annotations
@@ -28,8 +28,20 @@ def _command_lines() -> list[str]:
     for block in blocks:
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
-            if re.match(r"^(\.venv/bin/)?epbench ", line):
-                lines.append(line.split("epbench ", 1)[1])
+            # A synopsis's [optional parts] are left out; `a && b` is two commands; a
+            # redirection is the shell's.
+            line = re.sub(r"\s*\[[^\]]*\]", "", line)
+            if not re.match(r"^(\.venv/bin/)?epbench ", line):
+                continue
+            words, part = shlex.split(line), []
+            for word in [*words, "&&"]:
+                if word == "&&":
+                    if part and part[0].endswith("epbench"):
+                        lines.append(shlex.join(part[1:part.index(">")] if ">" in part
+                                                else part[1:]))
+                    part = []
+                else:
+                    part.append(word)
     return lines
 
 

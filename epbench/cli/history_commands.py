@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from epbench.cli.base import Group
+from epbench.cli.options import case_option, format_option, out_option
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
 from epbench.reports import changepoints
 from epbench.reports import history as hist
@@ -132,7 +133,7 @@ def list_(show_series: bool, db_url: str | None) -> None:
 @click.option("--arm", required=True, metavar="ARM")
 @click.option("--machine", metavar="KEY", help="Machine key or class (needed when the case "
               "has several).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@format_option(*FORMATS)
 @db_option
 def show(case_name: str, arm: str, machine: str | None, fmt: str, db_url: str | None) -> None:
     """Show one series, a commit per line, and its change points."""
@@ -195,7 +196,7 @@ def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 
 @history.command("detect")
-@click.option("--case", "cases", multiple=True, metavar="CASE", help="Only this case. Repeatable.")
+@case_option
 @click.option("--arm", "arms", multiple=True, metavar="ARM", help="Only this arm. Repeatable.")
 @click.option("--machine", "machines", multiple=True, metavar="KEY",
               help="Only this machine key or class. Repeatable.")
@@ -206,11 +207,11 @@ def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
 @click.option("--weighted", is_flag=True,
               help="Weigh each point by 1 / its interval's width^2 (off: it lowered "
                    "detection on synthetic series, see docs/history.md).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@format_option(*FORMATS)
 @click.option("--fail-on", type=click.Choice(FAIL_ON), default="regression", show_default=True,
               help="Exit 5 when a change point is a regression, any change point, or never.")
 @db_option
-def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, ...],
+def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, ...],
            since: str | None, repo: str, weighted: bool, fmt: str, fail_on: str,
            db_url: str | None) -> None:
     """Find change points in each series, in commit order, and name the commits around them.
@@ -225,7 +226,7 @@ def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, .
     repo_path = Path(repo)
     with hist.HistoryStore.open(db_url) as store:
         since_sha = None if since is None else _resolve_since(store, since, repo_path)
-        found = hist.detect(store, cases=cases, arms=arms, machines=machines, since=since_sha,
+        found = hist.detect(store, cases=case_names, arms=arms, machines=machines, since=since_sha,
                             weighted=weighted)
     if found.tested == 0:
         raise hist.HistoryError(found.too_short[0] if len(found.too_short) == 1 else
@@ -263,29 +264,24 @@ def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, .
 
 
 @history.command("export")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), metavar="PATH",
-              help="Write every stored point as CSV.")
-@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False), metavar="PATH",
-              help="Write every stored point as Parquet (needs pyarrow).")
+@out_option(directory=False, required=True, help_text="The file to write.")
+@format_option("csv", "parquet", default="csv")
 @db_option
-def export(csv_path: str | None, parquet_path: str | None, db_url: str | None) -> None:
+def export(out: str, fmt: str, db_url: str | None) -> None:
     """Export every stored point (run x case x arm) as CSV or Parquet."""
-    if not csv_path and not parquet_path:
-        raise EpbenchError("nothing to write; pass --csv PATH and/or --parquet PATH")
-    if parquet_path:
+    if fmt == "parquet":
         try:
             import pyarrow  # noqa: F401 -- only to say clearly that it is missing
         except ImportError:
-            raise EpbenchError("--parquet needs pyarrow, which is not installed; "
-                               "`pip install pyarrow`, or use --csv") from None
+            raise EpbenchError("--format parquet needs pyarrow, which is not installed; "
+                               "`pip install pyarrow`, or use --format csv") from None
     with hist.HistoryStore.open(db_url) as store:
         frame = hist.all_points_frame(store)
-    for path, write in ((csv_path, lambda p: frame.to_csv(p, index=False)),
-                        (parquet_path, lambda p: frame.to_parquet(p, index=False))):
-        if path:
-            try:
-                write(path)
-            except OSError as exc:
-                raise EpbenchError(f"cannot write {path}: {exc.strerror}; choose another path")\
-                    from None
-            click.echo(f"wrote {len(frame)} rows to {path}")
+    try:
+        if fmt == "parquet":
+            frame.to_parquet(out, index=False)
+        else:
+            frame.to_csv(out, index=False)
+    except OSError as exc:
+        raise EpbenchError(f"cannot write {out}: {exc.strerror}; choose another path") from None
+    click.echo(f"wrote {len(frame)} rows to {out}")

@@ -33,7 +33,7 @@ from epbench.reports import defaults
 
 F = Callable[..., Any]
 
-FORMATS = ("text", "json", "markdown", "csv", "pyperf")
+FORMATS = ("text", "json", "markdown", "csv", "pyperf", "parquet")
 # Old spellings still accepted (not listed in --help): old -> current.
 FORMAT_ALIASES = {"table": "text"}
 
