@@ -277,15 +277,19 @@ def test_load_runs_only_while_a_run_measures():
 
 def test_load_is_stopped_when_a_run_is_interrupted_by_ctrl_c():
     fake = FakeRunner()
+    load_when_interrupted = []
 
     def run(config: Any) -> dict[str, Any]:
         if len(fake.configs) == 3:
+            load_when_interrupted.append(fake.active_load)
             raise KeyboardInterrupt
         return fake(config)
 
     with pytest.raises(KeyboardInterrupt):
         val.validate(small(loads=("sustained",)), run=run, clock=fake.clock,
                      load_factory=fake.load, settings=SETTINGS)
+    # The load ran under the interrupted run, and was stopped on the way out.
+    assert load_when_interrupted == ["sustained"]
     assert fake.active_load is None
 
 
