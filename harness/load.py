@@ -92,6 +92,8 @@ class BackgroundLoad:
                 child.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 _signal_group(child.pid, signal.SIGKILL)
+                # By pid too: should the child not lead its group, killpg reached nothing.
+                child.kill()
                 child.wait()
 
 
