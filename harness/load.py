@@ -54,7 +54,7 @@ def parse_loads(text: str) -> tuple[str, ...]:
 def _child_setup() -> None:
     # Runs in the child between fork and exec: its own process group (a terminal's
     # Ctrl-C goes to the harness, which stops the load in order), and death with the parent.
-    pass
+    os.setpgid(0, 0)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
