@@ -53,9 +53,11 @@ benchmarks: setup
 	$(PY) -m epbench.engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
 
 # docs/validation: the harness's own false-positive rate, detection power per
-# injected slowdown, position bias and counter exactness on this machine.
+# injected slowdown, position bias and counter exactness on this machine, on both paths
+# (same-process, separate runs) and under each background load validate makes itself.
 validation: setup
-	$(VENV)/bin/epbench validate --grid quick --budget 600 --out docs/validation
+	$(VENV)/bin/epbench validate --grid quick --load none,bursty,sustained --budget 600 \
+	    --out docs/validation
 
 # docs/images/report.png: the HTML report (`epbench report`) of a seeded sample run
 # (docs/images/make_report_sample.py), rendered by headless Chromium. Chromium and an

@@ -179,13 +179,12 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,
                                                                               monkeypatch):
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
-    from epbench.reports.synthetic import NoiseModel, results_doc
-
     from epbench.cases.grids import case_by_name
     from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
 
     def fake_run(config):
         truth = {"ort": 1000.0, "base": 1000.0, "head": 1300.0}

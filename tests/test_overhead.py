@@ -92,15 +92,21 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
 
     def with_fake(plan, **kw):
         plans.append(plan)
-        return real(plan, run=fake, clock=fake.clock, **kw)
+        return real(plan, run=fake, clock=fake.clock, load_factory=fake.load, **kw)
 
     monkeypatch.setattr(val, "validate", with_fake)
     out = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--budget", "100",
-                                   "--rounds", "10", "--out", str(tmp_path / "v"), "-q"])
+                                   "--rounds", "10", "--processes", "2", "--sessions", "1",
+                                   "--load", "none,sustained", "--out", str(tmp_path / "v"),
+                                   "-q"])
     assert out.exit_code == 0, out.output
-    assert plans[0].budget_s == 100.0 and plans[0].rounds == 10
-    assert [c.name for c in plans[0].cases] == ["relu_d1_w8"]
-    assert "false-positive rate: 0/" in out.output
-    assert "MDE relu_d1_w8: 5%" in out.output
+    p = plans[0]
+    assert (p.budget_s, p.rounds, p.processes, p.sessions) == (100.0, 10, 2, 1)
+    assert p.loads == ("none", "sustained") and p.aa_twin is True
+    assert [c.name for c in p.cases] == ["relu_d1_w8"]
+    for path in ("same-process", "separate-runs"):
+        for load in ("none", "sustained"):
+            assert f"{path}, {load} load, without profile: 0/1 A/A flagged" in out.output
     assert (tmp_path / "v" / "validation.md").is_file()
-    assert json.loads((tmp_path / "v" / "validation.json").read_text())["plan"]["rounds"] == 10
+    doc = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert doc["plan"]["loads"] == ["none", "sustained"] and doc["plan"]["processes"] == 2

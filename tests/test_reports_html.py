@@ -24,9 +24,10 @@ from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
 from epbench.harness.commits import BuiltSide
 from epbench.harness.runner import RunConfig
 from epbench.reports import compare as cmp
-from epbench.reports import html, plots, render, synthetic
+from epbench.reports import html, plots, render
 from epbench.reports.summary import gate_rounds
 from epbench.workflows import compare_commits
+from tests.support import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "results"

@@ -4,25 +4,33 @@ The fake turns each arm's engine options into its true time per Run (base +
 inject_delay_ns_per_run + nodes x inject_delay_ns_per_node) and its counters
 (ort_api_calls = 5 + inject_api_calls_per_run), then draws rounds from
 tests/support/synthetic.py with very little noise, so every verdict is known in advance:
-without a profile t = max(1 %, 2 x 2 %) = 4 %, so 1-3 % stay within noise,
-5 % is a regression and 10 % an alert.
+every run has an A/A twin measuring ~0.2 % noise, so with --floor 4 % (SETTINGS)
+t = max(4 %, 2 x 0.2 %) = 4 %: 1-3 % stay within noise, 5 % is a regression and
+10 % an alert, on both paths. The fake load records when it is active.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from epbench.cases.grids import case_by_name
+from epbench.core.errors import EpbenchError
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports import compare as cmp
 from epbench.workflows import validate as val
+from epbench.workflows.compare_commits import COMMITS_PROCESSES, COMMITS_ROUNDS
 from tests.support.synthetic import NoiseModel, results_doc
 
 CASES = ("relu_d1_w8", "relu_d10_w8", "matmul_64x64")
 BASE_NS = {"relu_d1_w8": 3000.0, "relu_d10_w8": 4000.0, "matmul_64x64": 9000.0}
 QUIET = NoiseModel(machine_sigma=0.0, arm_sigma=0.002, spike_prob=0.0)
+SETTINGS = cmp.Settings(floor=0.04)
 
 
 @dataclass
@@ -31,25 +39,46 @@ class FakeRunner:
 
     seconds_per_run: float = 10.0
     ignore_delay: frozenset[str] = frozenset()  # cases whose EP ignores the injected delay
-    twin_bias: dict[str, float] = field(default_factory=dict)  # A/A twin slower by this
+    twin_bias: dict[str, float] = field(default_factory=dict)  # same-process a2 slower by this
+    # Separate runs: the second plain base run of a case (the A/A pair's PR side) slower by this.
+    again_bias: dict[str, float] = field(default_factory=dict)
     fixed_order_bias: float = 0.0  # the second arm's penalty when the order is fixed
     miscount: dict[tuple[str, int], int] = field(default_factory=dict)  # (case, call) -> calls
     unquiet: dict[str, list[int]] = field(default_factory=dict)  # case -> rounds failing the gate
     now: float = 0.0
     configs: list[Any] = field(default_factory=list)
+    loads_seen: list[str | None] = field(default_factory=list)  # the load active in each run
+    active_load: str | None = None
+    plain_runs: dict[str, int] = field(default_factory=dict)
 
     def clock(self) -> float:
         return self.now
 
+    @contextmanager
+    def load(self, kind: str, seed: int) -> Iterator[None]:
+        """The fake load: records when it is active; stopped however the block ends."""
+        assert self.active_load is None, "a load started while another ran"
+        self.active_load = kind
+        try:
+            yield
+        finally:
+            self.active_load = None
+
     def __call__(self, config: Any) -> dict[str, Any]:
         self.now += self.seconds_per_run
         self.configs.append(config)
+        self.loads_seen.append(self.active_load)
         call = len(self.configs) - 1
+        keys = [a.key for a in config.arms]
         cases, counters = {}, {}
         for spec in config.cases:
             base = BASE_NS[spec.name]
             nodes = spec.depth or 1
             true = {"ort": base * 0.8}
+            again = False
+            if keys == [val.BASE_ARM] and config.rounds != val.PILOT_ROUNDS:
+                self.plain_runs[spec.name] = self.plain_runs.get(spec.name, 0) + 1
+                again = self.plain_runs[spec.name] % 2 == 0
             counters[spec.name] = {}
             for arm in config.arms:
                 opts = {k: float(v) for k, v in arm.options}
@@ -61,18 +90,29 @@ class FakeRunner:
                     ns *= 1.0 + self.twin_bias.get(spec.name, 0.0)
                     if config.fixed_order:
                         ns *= 1.0 + self.fixed_order_bias
+                if again:
+                    ns *= 1.0 + self.again_bias.get(spec.name, 0.0)
                 true[arm.key] = ns
                 extra = opts.get("inject_api_calls_per_run", 0.0)
                 if extra:
                     extra = self.miscount.get((spec.name, call), extra)
                 counters[spec.name][arm.key] = {"ort_api_calls": 5.0 + extra,
                                                 "heap_allocs": 0.0}
+            twin = None
+            if config.aa_twin is not None:
+                twin = {"of": config.aa_twin, "key": config.aa_twin + "_twin"}
+                true[twin["key"]] = true[config.aa_twin]
             cases[spec.name] = true
         doc = results_doc(cases, rounds=config.rounds, seed=config.seed, noise=QUIET,
-                          counters=counters, unquiet_rounds=self.unquiet)
-        doc["floor"] = {"timer_ns": 50.0, "noop_call_ns": 70.0, "ort_trivial_run_ns": 2000.0,
-                        "case": "relu_d1_w8", "loop": "python"}
+                          counters=counters, unquiet_rounds=self.unquiet,
+                          processes=config.processes, twin=twin)
+        doc["overhead"] = {"timer_ns": 50.0, "noop_call_ns": 70.0, "ort_trivial_run_ns": 2000.0,
+                           "case": "relu_d1_w8", "loop": "python"}
         return doc
+
+    def validate(self, the_plan: val.Plan, **kw: Any) -> dict[str, Any]:
+        return val.validate(the_plan, run=self, clock=self.clock, load_factory=self.load,
+                            settings=SETTINGS, **kw)
 
 
 @pytest.fixture(autouse=True)
@@ -82,44 +122,93 @@ def _no_host_profile(tmp_path, monkeypatch):
 
 
 def plan(**kw: Any) -> val.Plan:
-    return val.Plan(cases=tuple(case_by_name(n) for n in CASES), **{
-        "budget_s": 200.0, "rounds": 20, **kw})
+    return val.Plan(cases=tuple(case_by_name(n) for n in CASES), **{"budget_s": 600.0, **kw})
 
 
-def test_known_effects_give_known_rates_and_mde():
+def result_for(result: dict[str, Any], path: str, load: str = "none",
+               profile: str = "without") -> dict[str, Any]:
+    [found] = [r for r in result["results"]
+               if (r["path"], r["load"], r["profile"]) == (path, load, profile)]
+    return found
+
+
+def small(**kw: Any) -> val.Plan:
+    """Fewer processes and rounds than compare-commits' defaults: the same logic, faster."""
+    return plan(**{"processes": 3, "rounds": 12, **kw})
+
+
+def test_known_effects_give_known_rates_and_mde_on_both_paths():
     fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
-    result = val.validate(plan(), run=fake, clock=fake.clock)
-    s = result["summary"]
-    n = s["repeats"]
-    assert n == 5
-    assert s["false_positive_rate"]["hits"] == 0
-    assert s["false_positive_rate"]["n"] == 3 * n
-    assert s["mde"] == {"relu_d1_w8": 0.05, "relu_d10_w8": 0.05, "matmul_64x64": None}
-    relu = result["cases"]["relu_d1_w8"]
-    assert [relu["detection"][val.level_arm(v)]["hits"] for v in val.LEVELS] == [0, 0, 0, n, n]
-    assert relu["detection"]["d5"]["verdicts"] == ["regression"] * n
-    assert relu["detection"]["d10"]["verdicts"] == ["alert"] * n
-    assert relu["detection"]["d5"]["measured_change"] == pytest.approx(0.05, abs=0.003)
+    result = fake.validate(small(max_repeats=3))
+    assert [(r["path"], r["load"], r["profile"]) for r in result["results"]] == [
+        ("same-process", "none", "without"), ("separate-runs", "none", "without")]
+    for path in val.PATHS:
+        r = result_for(result, path)
+        assert r["repeats"] == 3
+        assert r["false_positive_rate"]["hits"] == 0
+        assert r["false_positive_rate"]["n"] == 3 * 3
+        assert r["mde"] == {"relu_d1_w8": 0.05, "relu_d10_w8": 0.05, "matmul_64x64": None}
+        assert r["median_mde"] == 0.05
+        relu = r["cases"]["relu_d1_w8"]
+        assert [relu["detection"][val.level_arm(v)]["hits"] for v in val.LEVELS] == [0, 0, 0, 3, 3]
+        assert relu["detection"]["d5"]["verdicts"] == ["regression"] * 3
+        assert relu["detection"]["d10"]["verdicts"] == ["alert"] * 3
+        assert relu["detection"]["d5"]["measured_change"] == pytest.approx(0.05, abs=0.004)
+        # The twin measured the noise; t is the floor because the twin saw ~0.2 %.
+        assert relu["threshold"] == pytest.approx(0.04)
+        assert relu["noise_sources"] == ["in-run A/A twin"]
+        assert r["detection"]["d10"]["hits"] == 2 * 3 and r["detection"]["d10"]["n"] == 3 * 3
+    same = result_for(result, val.SAME_PROCESS)
     # The per-node arm spreads 5 % over 10 nodes of relu_d10_w8 and is seen like d5.
-    assert result["cases"]["relu_d10_w8"]["per_node"]["hits"] == n
-    assert result["cases"]["relu_d10_w8"]["per_node"]["measured_change"] == pytest.approx(
-        0.05, abs=0.003)
-    assert result["cases"]["matmul_64x64"]["detection"]["d10"]["hits"] == 0
-    assert s["detection"]["d10"]["hits"] == 2 * n and s["detection"]["d10"]["n"] == 3 * n
-    assert s["counters"] == {"exact": 3 * n, "n": 3 * n, "all_exact": True}
+    assert same["cases"]["relu_d10_w8"]["per_node"]["hits"] == 3
+    assert "per_node" not in result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]
+    assert result["counters"] == {"exact": 3 * 3, "n": 3 * 3, "all_exact": True}
+    assert result["profile"] == {"path": None, "used": False, "judged": ["without"]}
+
+
+def test_each_path_compares_what_users_compare():
+    fake = FakeRunner()
+    result = fake.validate(small(max_repeats=1, position_test=False))
+    # The pilot, then per case: the same-process run, two plain base runs, the PR run.
+    assert len(fake.configs) == 1 + 4 * len(CASES) == result["plan"]["runs"]
+    runs = fake.configs[1:5]
+    assert all(c.cases == (case_by_name("relu_d1_w8"),) for c in runs)
+    same, base, again, pr = ([a.key for a in c.arms] for c in runs)
+    assert same == ["a", "a2", "d1", "d2", "d3", "d5", "d10", "n5", "c"]
+    assert base == again == ["a"]
+    assert pr == ["d1", "d2", "d3", "d5", "d10"]
+    assert [c.aa_twin for c in runs] == ["a", "a", "a", "d1"]
+    assert len({c.seed for c in runs}) == 4  # four separate runs, not one run reused
+    rep = val.Repeat("none", *(fake(c) for c in runs))
+    same_pairs = val.comparisons(rep, val.SAME_PROCESS)
+    assert [(w, b.doc is rep.same_process, p.doc is rep.same_process, b.arm, p.arm)
+            for w, b, p in same_pairs][:2] == [("aa", True, True, "a", "a2"),
+                                               ("d1", True, True, "a", "d1")]
+    assert [w for w, _, _ in same_pairs] == ["aa", "d1", "d2", "d3", "d5", "d10", "n5"]
+    separate = val.comparisons(rep, val.SEPARATE_RUNS)
+    assert [(w, b.doc is rep.base, p.doc is rep.base_again, p.doc is rep.pr, b.arm, p.arm)
+            for w, b, p in separate] == [
+        ("aa", True, True, False, "a", "a"),
+        *((val.level_arm(v), True, False, True, "a", val.level_arm(v)) for v in val.LEVELS)]
+
+
+def test_runs_use_compare_commits_defaults():
+    fake = FakeRunner()
+    fake.validate(plan(max_repeats=1, position_test=False))
+    pilot, *measured = fake.configs
+    assert (pilot.processes, pilot.rounds) == (1, val.PILOT_ROUNDS)
+    assert {(c.processes, c.sessions, c.rounds, c.block_target_ms) for c in measured} == {
+        (COMMITS_PROCESSES, run_defaults()["sessions"], COMMITS_ROUNDS,
+         run_defaults()["block_target_ms"])}
+    assert all(c.aa_twin is not None for c in measured)
 
 
 def test_delays_are_the_levels_of_the_pilot_time():
     fake = FakeRunner()
-    val.validate(plan(max_repeats=1, position_test=False), run=fake, clock=fake.clock)
-    # The pilot, then one run per case with every arm.
-    assert len(fake.configs) == 1 + len(CASES)
-    pilot = fake.configs[0]
-    assert [a.key for a in pilot.arms] == [val.BASE_ARM]
+    result = fake.validate(small(max_repeats=1, position_test=False))
     by_case = {c.cases[0].name: {a.key: dict(a.options) for a in c.arms}
-               for c in fake.configs[1:]}
+               for c in fake.configs[1:] if c.arms[0].key == "a" and len(c.arms) > 1}
     relu10 = by_case["relu_d10_w8"]
-    assert list(relu10) == ["a", "a2", "d1", "d2", "d3", "d5", "d10", "n5", "c"]
     got = {k: int(v["inject_delay_ns_per_run"]) for k, v in relu10.items()
            if "inject_delay_ns_per_run" in v}
     # The pilot measured ~4000 ns (synthetic noise of 0.2 %).
@@ -129,61 +218,130 @@ def test_delays_are_the_levels_of_the_pilot_time():
                                                                           rel=0.01)
     assert relu10["c"] == {"inject_api_calls_per_run": str(val.API_CALLS)}
     assert relu10["a"] == {} and relu10["a2"] == {}
+    # The separate-runs PR side gets the very same delays.
+    assert result["plan"]["pr_arms"]["relu_d10_w8"] == result["plan"]["arms"][
+        "relu_d10_w8"][2:7]
 
 
-def test_false_positives_counted_per_case_and_per_grid():
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.06})
-    result = val.validate(plan(), run=fake, clock=fake.clock)
-    s = result["summary"]
-    n = s["repeats"]
-    assert result["cases"]["relu_d1_w8"]["false_positives"]["hits"] == n
-    assert result["cases"]["relu_d10_w8"]["false_positives"]["hits"] == 0
-    assert s["false_positive_rate"]["hits"] == n and s["false_positive_rate"]["n"] == 3 * n
-    assert s["familywise_false_positive_rate"]["hits"] == n
-    assert s["familywise_false_positive_rate"]["n"] == n
+def test_false_positives_are_counted_per_path():
+    # a2 slower in the same-process runs of relu_d1_w8 only; the second plain base run of
+    # relu_d10_w8 slower only on the separate-runs path: each path sees its own.
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.06}, again_bias={"relu_d10_w8": 0.06})
+    result = fake.validate(small(max_repeats=2))
+    same, separate = (result_for(result, p) for p in val.PATHS)
+    assert same["cases"]["relu_d1_w8"]["false_positives"]["hits"] == 2
+    assert same["cases"]["relu_d10_w8"]["false_positives"]["hits"] == 0
+    assert separate["cases"]["relu_d1_w8"]["false_positives"]["hits"] == 0
+    assert separate["cases"]["relu_d10_w8"]["false_positives"]["hits"] == 2
+    for r in (same, separate):
+        assert r["false_positive_rate"]["hits"] == 2 and r["false_positive_rate"]["n"] == 3 * 2
+        assert r["familywise_false_positive_rate"]["hits"] == 2
+        assert r["familywise_false_positive_rate"]["n"] == 2
 
 
-def test_budget_decides_the_repeats():
-    # Pilot 10 s, a repeat is 3 runs = 30 s, the position test 10 s, 5 s reserved:
-    # 10 + 30 + 10 + 4 x 30 = 170, and a sixth repeat would end at 200 > 195.
+def test_budget_is_shared_between_loads():
+    # Pilot 10 s; a repeat is 4 runs x 3 cases = 120 s; the position test 10 s; 5 s reserved.
+    # none gets (600 - 5 - 10) / 2 = 292.5 s: repeat 1 and the position test end at 130 s
+    # in, a second repeat at 250 s, a third would end at 370 s > 292.5. sustained gets what
+    # is left, 600 - 5 - 260 = 335 s: two repeats (240 s), a third would end at 360 s.
     fake = FakeRunner()
-    result = val.validate(plan(budget_s=200.0), run=fake, clock=fake.clock)
+    result = fake.validate(small(loads=("none", "sustained")))
     # Seconds on FakeRunner's clock (no real time passes): the budget accounting, exactly.
-    expected_plan = {"repeats": 5, "elapsed_s": 170.0}
-    assert {key: result["plan"][key] for key in expected_plan} == expected_plan
-    assert result["plan"]["runs"] == 1 + 5 * 3 + 1
+    assert result["plan"]["repeats"] == {"none": 2, "sustained": 2}
+    assert result["plan"]["elapsed_s"] == 500.0
+    assert result["plan"]["runs"] == 1 + 4 * 12 + 1 == len(fake.configs)
     assert not any("over budget" in note for note in result["notes"])
+    assert [(r["path"], r["load"]) for r in result["results"]] == [
+        (p, k) for p in val.PATHS for k in ("none", "sustained")]
+
+
+def test_a_small_budget_still_measures_every_load_once_and_says_so():
     fake = FakeRunner()
-    small = val.validate(plan(budget_s=30.0), run=fake, clock=fake.clock)
-    assert small["plan"]["repeats"] == 1
-    # The position test comes right after the first repeat, so even this budget keeps it.
-    assert small["plan"]["position_test"] is True
-    assert small["summary"]["position_bias"] is not None
-    assert any("over budget" in note for note in small["notes"])
+    result = fake.validate(small(budget_s=30.0, loads=("none", "bursty")))
+    assert result["plan"]["repeats"] == {"none": 1, "bursty": 1}
+    # The position test comes right after the first unloaded repeat, so it is kept.
+    assert result["plan"]["position_test"] is True
+    assert any("over budget" in note for note in result["notes"])
+
+
+def test_load_runs_only_while_a_run_measures():
+    fake = FakeRunner()
+    fake.validate(small(loads=("bursty", "none", "sustained"), max_repeats=1,
+                        position_test=False))
+    per_repeat = 4 * len(CASES)
+    # The pilot is unloaded; then each repeat's runs under its load, in the order asked.
+    assert fake.loads_seen == [None] + ["bursty"] * per_repeat + ["none"] * per_repeat + [
+        "sustained"] * per_repeat
+    assert fake.active_load is None  # stopped after the last run
+
+
+def test_load_is_stopped_when_a_run_is_interrupted_by_ctrl_c():
+    fake = FakeRunner()
+    load_when_interrupted = []
+
+    def run(config: Any) -> dict[str, Any]:
+        if len(fake.configs) == 3:
+            load_when_interrupted.append(fake.active_load)
+            raise KeyboardInterrupt
+        return fake(config)
+
+    with pytest.raises(KeyboardInterrupt):
+        val.validate(small(loads=("sustained",)), run=run, clock=fake.clock,
+                     load_factory=fake.load, settings=SETTINGS)
+    # The load ran under the interrupted run, and was stopped on the way out.
+    assert load_when_interrupted == ["sustained"]
+    assert fake.active_load is None
+
+
+def test_profile_results_with_and_without(tmp_path, monkeypatch):
+    # A profile standing for 3 % noise on every case: with it t = 2 x 3 % = 6 %, so the
+    # 5 % level is no longer flagged; without it, t comes from the twin (the floor, 4 %).
+    fake = FakeRunner()
+    profile = {"path": str(tmp_path / "p.json"), "cases": {}}
+    monkeypatch.setattr(val.cmp, "load_profile_for", lambda key, path: profile)
+    monkeypatch.setattr(val.cmp, "compare", _compare_with_noise(0.03))
+    result = fake.validate(small(max_repeats=2, position_test=False))
+    assert result["profile"]["judged"] == ["without", "with"]
+    assert [(r["path"], r["profile"]) for r in result["results"]] == [
+        (p, label) for p in val.PATHS for label in ("without", "with")]
+    for path in val.PATHS:
+        assert result_for(result, path)["mde"]["relu_d1_w8"] == 0.05
+        assert result_for(result, path, profile="with")["mde"]["relu_d1_w8"] == 0.10
+
+
+def _compare_with_noise(noise: float):
+    """compare(), with any profile standing for one that measured ``noise`` on every case."""
+    real = cmp.compare
+
+    def compare(base, pr, *, settings=None, profile=None):
+        if profile is None:
+            return real(base, pr, settings=settings, profile=None)
+        return real(base, pr, settings=cmp.Settings(floor=2 * noise), profile=None)
+
+    return compare
 
 
 def test_position_bias_shows_what_counterbalancing_removes():
     fake = FakeRunner(fixed_order_bias=0.03)
-    result = val.validate(plan(max_repeats=3), run=fake, clock=fake.clock)
+    result = fake.validate(small(max_repeats=3))
     fixed_runs = [c for c in fake.configs if c.fixed_order]
     assert len(fixed_runs) == 1
     assert [a.key for a in fixed_runs[0].arms] == ["a", "a2"]
     bias = result["cases"]["relu_d1_w8"]["position_bias"]
     assert bias["fixed_order_change"] == pytest.approx(0.03, abs=0.003)
     assert abs(bias["counterbalanced_change"]) < 0.003
-    summary = result["summary"]["position_bias"]
-    assert summary["median_abs_fixed_order"] == pytest.approx(0.03, abs=0.003)
+    assert result["position_bias"]["median_abs_fixed_order"] == pytest.approx(0.03, abs=0.003)
 
 
 def test_counter_miscount_is_reported_not_hidden():
-    # Run 2 is the second case (relu_d10_w8) of the first repeat: it reports 4 calls, not 5.
-    fake = FakeRunner(miscount={("relu_d10_w8", 2): 4.0})
-    result = val.validate(plan(max_repeats=2), run=fake, clock=fake.clock)
+    # Run 5 is relu_d10_w8's same-process run in the first repeat: it reports 4 calls, not 5.
+    fake = FakeRunner(miscount={("relu_d10_w8", 5): 4.0})
+    result = fake.validate(small(max_repeats=2, position_test=False))
     counters = result["cases"]["relu_d10_w8"]["counters"]
     assert counters["exact"] == 1 and counters["n"] == 2 and not counters["all_exact"]
     assert any("expected +5" in d for d in counters["details"])
     assert result["cases"]["relu_d1_w8"]["counters"]["all_exact"]
-    assert result["summary"]["counters"]["all_exact"] is False
+    assert result["counters"]["all_exact"] is False
 
 
 def test_counter_check_rules():
@@ -208,19 +366,20 @@ def test_wilson_interval():
 
 def test_outputs_written_and_rendered(tmp_path):
     fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
-    result = val.validate(plan(max_repeats=2), run=fake, clock=fake.clock)
+    result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = val.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA
-    assert doc["summary"]["mde"]["matmul_64x64"] is None
+    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/2"
+    assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
-    assert "| False-positive rate (A/A, per case and repeat) | 0.0% (0/6) |" in md
-    assert "| Detection of a 5% slowdown (per case and repeat) | 66.7% (4/6) |" in md
-    assert "| `relu_d1_w8` | 3.00 µs | 0.16% | 4.0% | 5% (+4.9%) | 0/2 | 0/2 (+1.0%) |" in md
-    assert "| `matmul_64x64` | 9.00 µs | 0.18% | 4.0% | > 10 % | 0/2 |" in md
-    assert "| Counter table exact (+5 ORT calls/Run) | 6/6 | |" in md
-    assert "without a calibration profile" in md
-    assert "that means in every one of them" in md
+    assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
+            "0% (0/6) | 67% (4/6) | 67% (4/6) | 5% | > 10 % |") in md
+    assert "| separate-runs | sustained | without | 2 | 0.0% (0/6) | 39.0% |" in md
+    assert "## separate-runs, sustained load, without profile" in md
+    assert "| `relu_d1_w8` | 3.00 µs | 4.0% | in-run A/A twin | 5% (+5.0%) | 0/2 |" in md
+    assert "| `matmul_64x64` | 9.00 µs | 4.0% | in-run A/A twin | > 10 % | 0/2 |" in md
+    assert "other change, in every repeat: 12/12 exact." in md
+    assert "judged **without** one" in md
 
 
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
@@ -233,29 +392,29 @@ def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
             doc["cases"]["matmul_64x64"]["error"] = "not claimed"
         return doc
 
-    result = val.validate(plan(max_repeats=1), run=run, clock=fake.clock)
+    result = val.validate(small(max_repeats=1), run=run, clock=fake.clock,
+                          load_factory=fake.load, settings=SETTINGS)
     assert set(result["cases"]) == {"relu_d1_w8", "relu_d10_w8"}
     assert any(n.startswith("matmul_64x64 left out") for n in result["notes"])
 
 
 def test_plan_refuses_nonsense():
-    from epbench.core.errors import EpbenchError
-
     with pytest.raises(EpbenchError, match="--budget"):
         plan(budget_s=0)
+    with pytest.raises(EpbenchError, match="--processes"):
+        plan(processes=0)
+    with pytest.raises(EpbenchError, match="--load"):
+        plan(loads=("heavy",))
     with pytest.raises(EpbenchError, match="no cases"):
         val.Plan(cases=())
 
 
 def test_a_would_be_alert_on_a_loaded_machine_is_inconclusive_not_detected():
-    # 17 of relu_d1_w8's 20 rounds failed the idle gate, too many for the quiet ones alone to
+    # 10 of relu_d1_w8's 12 rounds failed the idle gate, too many for the quiet ones alone to
     # make an alert: its 10 % slowdown (>= 2t) becomes ❔ by the comparator's rule, while
     # 5 % (a regression) is still detected.
-    fake = FakeRunner(unquiet={"relu_d1_w8": list(range(17))})
-    result = val.validate(plan(max_repeats=2), run=fake, clock=fake.clock)
-    d = result["cases"]["relu_d1_w8"]["detection"]
+    fake = FakeRunner(unquiet={"relu_d1_w8": list(range(10))})
+    result = fake.validate(small(max_repeats=2, position_test=False))
+    d = result_for(result, val.SAME_PROCESS)["cases"]["relu_d1_w8"]["detection"]
     assert (d["d10"]["hits"], d["d10"]["inconclusive"]) == (0, 2)
     assert (d["d5"]["hits"], d["d5"]["inconclusive"]) == (2, 0)
-    assert result["summary"]["detection"]["d10"]["inconclusive"] == 2
-    assert "| Detection of a 10% slowdown (per case and repeat) | 66.7% (4/6; ❔ 2) |" in (
-        val.render_markdown(result))

@@ -1,6 +1,6 @@
 """Write the sample run behind docs/images/report.png (`make report-screenshot`).
 
-Synthetic and seeded (reports.synthetic), so that every plot of the HTML report has
+Synthetic and seeded (tests/support/synthetic.py), so that every plot of the HTML report has
 something to show and the picture is the same on every machine: a two-commit run
 (arms `base` and `head` beside the `ort` control, as compare-commits names them)
 where head costs 10 % more per node on the relu_w8 chain family, is 6 % faster on
@@ -15,7 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from epbench.reports import synthetic
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tests.support
+
+from tests.support import synthetic  # noqa: E402
 
 NOISE = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.01, spike_prob=0.03)
 

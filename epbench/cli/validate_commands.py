@@ -12,10 +12,13 @@ from epbench.cli.options import (
     gate_option,
     grid_option,
     out_option,
+    processes_option,
     quiet_option,
     rounds_option,
+    sessions_option,
 )
 from epbench.harness.instructions import availability
+from epbench.harness.load import LOAD_KINDS, parse_loads
 from epbench.harness.overhead import measure_overhead
 from epbench.reports.render import format_overhead, to_json
 from epbench.workflows import validate as val
@@ -27,40 +30,57 @@ from epbench.workflows import validate as val
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=600.0,
               show_default=True, help="Seconds the whole validation may take; the number of "
                                       "repeats is planned from it.")
-@rounds_option(20)
-@click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1), default=10.0,
-              show_default=True, help="Target duration of one arm's block in a round.")
+@rounds_option(val.Plan.rounds)
+@processes_option(val.Plan.processes)
+@sessions_option(val.Plan.sessions)
+@click.option("--aa-twin/--no-aa-twin", "aa_twin", default=True, show_default=True,
+              help="An A/A twin in every run, as compare-commits has (its noise sets the "
+                   "thresholds when no profile does).")
+@click.option("--load", "load_text", default="none", show_default=True, metavar="KINDS",
+              help=f"Background load validate creates while each run measures: a comma "
+                   f"list of {', '.join(LOAD_KINDS)} (bursty: random 50-400 ms busy/sleep "
+                   "bursts; sustained: one core kept busy).")
+@click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
+              default=val.Plan.block_target_ms, show_default=True,
+              help="Target duration of one arm's block in a round.")
 @click.option("--max-repeats", type=click.IntRange(min=1), default=50, show_default=True,
               help="Stop after this many repeats even if the budget allows more.")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run A/A in a fixed arm order, to show the bias counterbalancing removes.")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,
-              metavar="FILE", help="Noise profile to judge with [default: this host's, as "
-                                   "`epbench compare` does].")
+              metavar="FILE", help="Noise profile to judge with too [default: this host's, as "
+                                   "`epbench compare` does]; results without a profile (the "
+                                   "CI situation) are always reported.")
 @gate_option
 @click.option("--seed", type=int, default=0, show_default=True)
 @out_option(directory=True, default="epbench-validation",
             help_text="Output directory: validation.md and validation.json.")
 @quiet_option
-def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_test,
-             profile_path, gate_policy, seed, out, quiet) -> None:
+def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, load_text,
+             block_ms, max_repeats, position_test, profile_path, gate_policy, seed, out,
+             quiet) -> None:
     """Measure this harness on this machine: false-positive rate, power, MDE, bias.
 
     \b
     The bundled engine runs against itself (A/A), and against copies of itself
-    slowed down by 1, 2, 3, 5 and 10 % of each case's time per Run; every pair is
-    judged by `epbench compare`'s rules. Also checks that the counter table shows
-    injected ORT calls exactly, and the position bias of a fixed arm order.
+    slowed down by 1, 2, 3, 5 and 10 % of each case's time per Run, on two paths:
+    arms of one run (same-process) and two separate runs compared through the
+    double ratio; under each --load; at compare-commits' default settings; judged
+    by `epbench compare`'s rules without a profile (and with one when there is
+    one). Also checks that the counter table shows injected ORT calls exactly,
+    and the position bias of a fixed arm order.
 
     \b
-    Example:  epbench validate --grid quick --budget 600
+    Example:  epbench validate --grid quick --load none,sustained --budget 600
     """
 
     if not grids and not case_names:
         grids = ("quick",)
     plan = val.Plan(cases=tuple(select_cases(grids, case_names)), budget_s=budget, rounds=rounds,
-                    block_target_ms=block_ms, max_repeats=max_repeats, seed=seed,
-                    position_test=position_test, gate_policy=gate_policy, grids=tuple(grids))
+                    processes=processes, sessions=sessions, aa_twin=aa_twin,
+                    loads=parse_loads(load_text), block_target_ms=block_ms,
+                    max_repeats=max_repeats, seed=seed, position_test=position_test,
+                    gate_policy=gate_policy, grids=tuple(grids))
 
     def status(text: str) -> None:
         if not quiet:
@@ -68,17 +88,23 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
 
     result = val.validate(plan, profile_path=profile_path, on_status=status)
     json_path, md_path = val.write_outputs(result, out)
-    s = result["summary"]
-    fp = s["false_positive_rate"]
-    click.echo(f"false-positive rate: {fp['hits']}/{fp['n']} A/A comparisons flagged")
-    for name, mde in s["mde"].items():
-        click.echo(f"MDE {name}: {'> 10 %' if mde is None else f'{mde:.0%}'}")
-    bias = s.get("position_bias")
+    for r in result["results"]:
+        fp = r["false_positive_rate"]
+        mde = r["median_mde"]
+        click.echo(f"{r['path']}, {r['load']} load, {r['profile']} profile: "
+                   f"{fp['hits']}/{fp['n']} A/A flagged (upper 95 % "
+                   f"{_share(fp['ci'][1])}), median MDE "
+                   f"{'> 10 %' if mde is None else f'{mde:.0%}'} over {r['repeats']} repeat(s)")
+    bias = result.get("position_bias")
     if bias:
         click.echo(f"position bias: fixed order {bias['median_abs_fixed_order']:.2%}, "
                    f"counterbalanced {bias['median_abs_counterbalanced']:.2%} (median |A/A|)")
-    click.echo(f"counters exact: {s['counters']['exact']}/{s['counters']['n']}")
+    click.echo(f"counters exact: {result['counters']['exact']}/{result['counters']['n']}")
     click.echo(f"wrote {md_path} and {json_path}")
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 @click.command(cls=Command)

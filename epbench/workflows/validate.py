@@ -1,24 +1,30 @@
 """`epbench validate`: the harness measures its own false-positive rate and power.
 
 On this machine and within a time budget, the bundled engine runs against
-itself in one interleaved run per case, as several arms that differ only in
-the engine's test knobs:
+itself, as arms that differ only in the engine's test knobs, on the two paths
+users take, under background load that validate creates itself:
 
-- ``a`` and ``a2``: identical (A/A): any ⚠️/🔴 between them is a false positive;
-- ``d1`` .. ``d10``: ``inject_delay_ns_per_run`` set to 1, 2, 3, 5, 10 % of the
-  case's engine time per Run, measured first (the pilot): a verdict ⚠️/🔴 against
-  ``a`` is a detection; the minimum detectable effect (MDE) of a case is the
-  smallest level detected in >= 95 % of repeats;
-- ``n5``: the same 5 % spread over the nodes (``inject_delay_ns_per_node``);
-- ``c``: ``inject_api_calls_per_run`` = API_CALLS: the comparator's counter table
-  must show exactly that many more ORT calls per Run, in every repeat.
+- **same-process** (`compare-commits`, `compare --base A --pr B` on one file): one
+  run per case holds every arm: ``a`` and ``a2`` identical (A/A: any ⚠️/🔴 between
+  them is a false positive), ``d1`` .. ``d10`` with ``inject_delay_ns_per_run`` set
+  to 1, 2, 3, 5, 10 % of the case's engine time per Run (measured first, by the
+  pilot), ``n5`` the same 5 % spread over the nodes, ``c`` with
+  ``inject_api_calls_per_run`` = API_CALLS (the counter table must show exactly
+  that many more ORT calls per Run);
+- **separate-runs** (`epbench run` on the base, again on the PR, then `compare
+  a.json b.json`): per case and repeat, two separate runs of the plain arm ``a``
+  (the A/A pair) and one run of the delayed arms only (the PR side); each pair is
+  judged through the double ratio to each run's own ORT control.
 
-Putting every arm in one run per case shares the worker start, the warm-up and
-the in-run control between all comparisons, which is what makes enough repeats
-fit a 10-minute budget on 2 cores. Every comparison is `reports.compare.compare`
-itself, with the host's calibration profile when there is one (as `compare`
-would judge a real PR). A last run with a fixed arm order (``ort``, ``a``,
-``a2`` every round) shows the position bias that counterbalancing removes.
+Every run uses compare-commits' default processes, sessions, rounds and A/A twin
+(read from its code), so the figures are those of the settings a PR gets. Every
+comparison is `reports.compare.compare` itself: without a calibration profile
+(the CI situation: thresholds from the run's twin) and, when this host has one or
+``--profile`` names one, with it too. A case's MDE is the smallest level flagged in
+>= 95 % of repeats. Loads (harness.load) run only while a run measures.
+
+A last run with a fixed arm order (``ort``, ``a``, ``a2`` every round) shows the
+position bias that counterbalancing removes.
 
 Writes validation.json (VALIDATION_SCHEMA) and validation.md (through the
 reports' jinja2 environment).
@@ -29,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,17 +44,24 @@ from epbench.core.errors import EpbenchError
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text
 from epbench.harness.arms import parse_arm
+from epbench.harness.load import LOAD_KINDS, background_load
 from epbench.harness.runner import RunConfig
+from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as real_run
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import stats
 from epbench.reports.render import environment, to_json
+from epbench.workflows.compare_commits import COMMITS_PROCESSES, COMMITS_ROUNDS
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
 
-VALIDATION_SCHEMA = "epbench.validation/1"
+# 2: results per (path, load, profile); compare-commits' replication settings.
+VALIDATION_SCHEMA = "epbench.validation/2"
+SAME_PROCESS = "same-process"
+SEPARATE_RUNS = "separate-runs"
+PATHS = (SAME_PROCESS, SEPARATE_RUNS)
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
@@ -65,8 +78,9 @@ COUNTER_ARM = "c"
 PER_NODE_ARM = "n5"
 # Seconds kept back at the end for comparing and writing the report.
 RESERVE_S = 5.0
-# Rounds of the pilot that measures each case's engine time.
+# Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
+_RUN = run_defaults()
 
 
 def level_arm(level: float) -> str:
@@ -76,36 +90,54 @@ def level_arm(level: float) -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """What validate runs, from its options; recorded in validation.json."""
+    """What validate runs, from its options; recorded in validation.json.
+
+    The replication defaults are compare-commits' own (its module constants and the
+    runner's defaults), so validation measures the settings a PR is judged with.
+    """
 
     cases: tuple[CaseSpec, ...]
     budget_s: float = 600.0
-    rounds: int = 20
-    block_target_ms: float = 10.0
+    rounds: int = COMMITS_ROUNDS
+    processes: int = COMMITS_PROCESSES
+    sessions: int = _RUN["sessions"]
+    aa_twin: bool = True
+    block_target_ms: float = _RUN["block_target_ms"]
     max_repeats: int = 50
     seed: int = 0
     position_test: bool = True
-    gate_policy: str = "wait"
-    grids: tuple[str, ...] = ()
+    gate_policy: str = _RUN["gate_policy"]
+    loads: tuple[str, ...] = ("none",)
+    grids: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.budget_s <= 0 or self.rounds < 5 or self.max_repeats < 1:
             raise EpbenchError("--budget must be > 0, --rounds >= 5 and --max-repeats >= 1; "
-                               "e.g. --budget 600 --rounds 20")
+                               "e.g. --budget 600 --rounds 48")
+        if self.processes < 1 or self.sessions < 1:
+            raise EpbenchError("--processes and --sessions must be at least 1; "
+                               f"e.g. compare-commits' --processes {COMMITS_PROCESSES}")
+        if not self.loads or any(k not in LOAD_KINDS for k in self.loads):
+            raise EpbenchError(f"--load takes a comma list of {', '.join(LOAD_KINDS)}; "
+                               "e.g. --load none,sustained")
         if not self.cases:
             raise EpbenchError("no cases to validate with: pass --grid NAME or --case NAME")
 
 
 def arm_specs(engine_ns: float, n_nodes: int) -> list[str]:
-    """The arm specs of one case: A/A twins, one arm per level, per-node, counters."""
+    """The arm specs of one case's same-process run: A/A, levels, per-node, counters."""
     specs = [f"engine:name={BASE_ARM}", f"engine:name={TWIN_ARM}"]
-    for level in LEVELS:
-        delay = max(1, round(level * engine_ns))
-        specs.append(f"engine:name={level_arm(level)},inject_delay_ns_per_run={delay}")
+    specs.extend(delay_specs(engine_ns))
     per_node = max(1, round(PER_NODE_LEVEL * engine_ns / max(1, n_nodes)))
     specs.append(f"engine:name={PER_NODE_ARM},inject_delay_ns_per_node={per_node}")
     specs.append(f"engine:name={COUNTER_ARM},inject_api_calls_per_run={API_CALLS}")
     return specs
+
+
+def delay_specs(engine_ns: float) -> list[str]:
+    """One arm per injected level: the PR side of the separate-runs path."""
+    return [f"engine:name={level_arm(level)},inject_delay_ns_per_run="
+            f"{max(1, round(level * engine_ns))}" for level in LEVELS]
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None]:
@@ -166,6 +198,25 @@ def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+
+
+@dataclass
+class Repeat:
+    """One repeat under one load: per path, the documents (cases merged) it compares."""
+
+    load: str
+    same_process: dict[str, Any]
+    # Separate runs: the two plain base runs (the A/A pair) and the PR run (delayed arms).
+    base: dict[str, Any]
+    base_again: dict[str, Any]
+    pr: dict[str, Any]
+
+    @property
+    def interrupted(self) -> bool:
+        return any(d.get("interrupted") for d in (self.same_process, self.base,
+                                                   self.base_again, self.pr))
+
+
 def validate(
     plan: Plan,
     *,
@@ -174,23 +225,24 @@ def validate(
     run: Callable[[Any], dict[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_status: Callable[[str], None] = lambda _: None,
+    load_factory: Callable[[str, int], Any] = background_load,
 ) -> dict[str, Any]:
     """Run the validation within ``plan.budget_s`` and return the validation document.
 
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
-    the budget (a test injects a fake one).
+    the budget and ``load_factory`` makes the background load's context manager
+    (a test injects fakes of both).
     """
 
     if run is None:
-
         run = real_run
     settings = settings or cmp.Settings()
     start = clock()
     notes: list[str] = []
     base_config = RunConfig(
         cases=plan.cases, arms=(parse_arm(f"engine:name={BASE_ARM}"),), rounds=PILOT_ROUNDS,
-        block_target_ms=plan.block_target_ms, seed=plan.seed, gate_policy=plan.gate_policy,
-        out_dir=None, grids=plan.grids,
+        processes=1, sessions=1, block_target_ms=plan.block_target_ms, seed=plan.seed,
+        gate_policy=plan.gate_policy, out_dir=None, grids=plan.grids,
     )
     on_status(f"pilot: measuring the engine's time per Run on {len(plan.cases)} case(s)")
     pilot = run(base_config)
@@ -203,72 +255,109 @@ def validate(
         raise EpbenchError("the engine ran none of the cases in the pilot, so there is nothing "
                            "to validate with; check `epbench run --arm engine` on them first")
     nodes = {name: _nodes(pilot["cases"][name]) for name in engine_ns}
-    arms_by_case = {c.name: tuple(parse_arm(s) for s in arm_specs(engine_ns[c.name],
-                                                                  nodes[c.name]))
-                    for c in specs}
+    same_arms = {c.name: tuple(parse_arm(s) for s in arm_specs(engine_ns[c.name], nodes[c.name]))
+                 for c in specs}
+    pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
+               for c in specs}
+    measured = replace(base_config, rounds=plan.rounds, processes=plan.processes,
+                       sessions=plan.sessions)
     pilot_s = clock() - start
+    runs = 1
 
-    def one_repeat(index: int) -> dict[str, Any]:
-        docs = []
+    def measure(config: RunConfig, load: str, seed: int) -> dict[str, Any]:
+        nonlocal runs
+        runs += 1
+        # The load runs only while this run measures, and is stopped however the run ends.
+        with load_factory(load, seed):
+            return run(config)
+
+    def one_repeat(load: str, index: int) -> Repeat:
+        seed = plan.seed + 1000 * (index + 1) + 100_000 * LOAD_KINDS.index(load)
+        docs: dict[str, list[dict[str, Any]]] = {"same": [], "base": [], "again": [], "pr": []}
         for offset, spec in enumerate(specs):
-            on_status(f"repeat {index + 1}: {spec.name}")
-            docs.append(run(replace(
-                base_config, cases=(spec,), arms=arms_by_case[spec.name], rounds=plan.rounds,
-                seed=plan.seed + 1000 * (index + 1) + offset,
-            )))
-        return merge_docs(docs)
+            on_status(f"{load} load, repeat {index + 1}: {spec.name}")
+            s = seed + 10 * offset
+            twin_a = BASE_ARM if plan.aa_twin else None
+            docs["same"].append(measure(replace(
+                measured, cases=(spec,), arms=same_arms[spec.name], aa_twin=twin_a, seed=s,
+            ), load, s))
+            for key, arms, twin, extra in (
+                ("base", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 1),
+                ("again", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 2),
+                # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
+                ("pr", pr_arms[spec.name], level_arm(LEVELS[0]) if plan.aa_twin else None, 3),
+            ):
+                docs[key].append(measure(replace(
+                    measured, cases=(spec,), arms=arms, aa_twin=twin, seed=s + extra,
+                ), load, s + extra))
+        return Repeat(load, *(merge_docs(docs[k]) for k in ("same", "base", "again", "pr")))
 
-    repeats: list[dict[str, Any]] = []
+    repeats: list[Repeat] = []
     fixed_doc = None
-    repeats_s = 0.0
-    budget_end = plan.budget_s - RESERVE_S
-    while len(repeats) < plan.max_repeats:
-        elapsed = clock() - start
-        if repeats:
-            per_repeat = repeats_s / len(repeats)
-            if elapsed + per_repeat > budget_end:
+    interrupted = False
+    for position, load in enumerate(plan.loads):
+        # Each load gets an equal share of what is left, so an early one cannot starve the rest.
+        left = plan.budget_s - RESERVE_S - (clock() - start)
+        share = left / (len(plan.loads) - position)
+        load_start = clock()
+        done, spent = 0, 0.0
+        while done < plan.max_repeats:
+            if done and (clock() - load_start) + spent / done > share:
                 break
-        began = clock()
-        doc = one_repeat(len(repeats))
-        repeats_s += clock() - began
-        repeats.append(doc)
-        if doc["interrupted"]:
-            notes.append("interrupted: the report covers the repeats finished before it")
+            began = clock()
+            rep = one_repeat(load, done)
+            spent += clock() - began
+            repeats.append(rep)
+            done += 1
+            if rep.interrupted:
+                interrupted = True
+                notes.append("interrupted: the report covers the repeats finished before it")
+                break
+            if fixed_doc is None and plan.position_test and load == "none":
+                # Right after the first unloaded repeat, so the budget cannot squeeze it out.
+                on_status("position test: A/A in a fixed arm order")
+                fixed_doc = measure(replace(
+                    base_config, cases=tuple(specs),
+                    arms=(parse_arm(f"engine:name={BASE_ARM}"),
+                          parse_arm(f"engine:name={TWIN_ARM}")),
+                    rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
+                ), "none", plan.seed + 999)
+        if interrupted:
             break
-        if len(repeats) == 1 and plan.position_test:
-            # Right after the first repeat, so the budget can never squeeze it out.
-            on_status("position test: A/A in a fixed arm order")
-            fixed_doc = run(replace(
-                base_config, cases=tuple(specs),
-                arms=(parse_arm(f"engine:name={BASE_ARM}"), parse_arm(f"engine:name={TWIN_ARM}")),
-                rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
-            ))
     elapsed = clock() - start
     if elapsed > plan.budget_s:
         notes.append(f"over budget: {elapsed:.0f} s for a budget of {plan.budget_s:.0f} s "
-                     "(one repeat took longer than the budget left); raise --budget or "
-                     "validate fewer cases")
+                     "(every load gets at least one repeat, and one took longer than its "
+                     "share); raise --budget, validate fewer cases or fewer loads")
     on_status(f"comparing {len(repeats)} repeat(s)")
-    host_key = (repeats[0].get("host") or {}).get("key")
-    profile = cmp.load_profile_for(host_key, profile_path)
-    result = summarize(repeats, fixed_doc, engine_ns, settings=settings, profile=profile)
+    host = repeats[0].same_process.get("host") or {}
+    profile = cmp.load_profile_for(host.get("key"), profile_path)
+    result = summarize(repeats, fixed_doc, engine_ns, settings=settings, profile=profile,
+                       loads=[k for k in plan.loads if any(r.load == k for r in repeats)])
+    per_load = {k: sum(r.load == k for r in repeats) for k in plan.loads}
     result.update({
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": repeats[0].get("host"),
-        "floor": repeats[0].get("floor"),
+        "host": repeats[0].same_process.get("host"),
+        # The harness's own cost per timed call, as the first run measured it.
+        "overhead": repeats[0].same_process.get("overhead"),
         "plan": {
             "grids": list(plan.grids), "cases": [c.name for c in specs],
-            "budget_s": plan.budget_s, "rounds": int(repeats[0]["config"]["rounds"]),
-            "rounds_requested": plan.rounds, "block_target_ms": plan.block_target_ms,
-            "repeats": len(repeats), "max_repeats": plan.max_repeats,
+            "budget_s": plan.budget_s,
+            "rounds": int(repeats[0].same_process["config"]["rounds"]),
+            "rounds_requested": plan.rounds, "processes": plan.processes,
+            "sessions": plan.sessions, "aa_twin": plan.aa_twin,
+            "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),
+            "repeats": per_load, "max_repeats": plan.max_repeats,
             "position_test": fixed_doc is not None, "gate_policy": plan.gate_policy,
             "levels": list(LEVELS), "per_node_level": PER_NODE_LEVEL, "api_calls": API_CALLS,
-            "arms": {name: [a.spec for a in arms] for name, arms in arms_by_case.items()},
-            "runs": 1 + len(repeats) * len(specs) + (fixed_doc is not None),
-            "pilot_s": round(pilot_s, 1), "repeat_s": round(repeats_s / len(repeats), 1),
+            "arms": {name: [a.spec for a in arms] for name, arms in same_arms.items()},
+            "pr_arms": {name: [a.spec for a in arms] for name, arms in pr_arms.items()},
+            "runs": runs, "pilot_s": round(pilot_s, 1),
+            "repeat_s": round((elapsed - pilot_s) / len(repeats), 1),
             "elapsed_s": round(elapsed, 1),
         },
-        "profile": {"path": (profile or {}).get("path"), "used": profile is not None},
+        "profile": {"path": (profile or {}).get("path"), "used": profile is not None,
+                    "judged": ["without", "with"] if profile is not None else ["without"]},
         "notes": notes + result.pop("notes"),
     })
     return result
@@ -279,51 +368,116 @@ def _nodes(case: Mapping[str, Any]) -> int:
     return int(arm.get("nodes_executed") or 1)
 
 
+def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
+    """What one repeat compares on one path: (what, base side, PR side).
+
+    ``what`` is "aa", a level's arm key, or the per-node arm. Same-process: arms of
+    one run. Separate runs: the A/A pair is two runs of ``a``; a level is the plain
+    base run against the PR run's delayed arm (the double ratio).
+    """
+    if path == SAME_PROCESS:
+        doc = rep.same_process
+        base = cmp.Side("base", doc, BASE_ARM)
+        out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
+        out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in LEVELS]
+        return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
+    base = cmp.Side("base", rep.base, BASE_ARM)
+    out = [("aa", base, cmp.Side("pr", rep.base_again, BASE_ARM))]
+    return out + [(level_arm(v), base, cmp.Side("pr", rep.pr, level_arm(v))) for v in LEVELS]
+
+
 def summarize(
-    repeats: Sequence[Mapping[str, Any]],
+    repeats: Sequence[Repeat],
     fixed_doc: Mapping[str, Any] | None,
     engine_ns: Mapping[str, float],
     *,
     settings: Any,
     profile: Mapping[str, Any] | None,
+    loads: Sequence[str],
 ) -> dict[str, Any]:
     """The validation statistics from the repeats' documents (no measuring here)."""
 
-    names = [n for n in engine_ns if all(n in d.get("cases", {}) for d in repeats)]
-    pr_arms = [TWIN_ARM] + [level_arm(v) for v in LEVELS] + [PER_NODE_ARM]
-    verdicts: dict[str, dict[str, list[str]]] = {n: {a: [] for a in pr_arms} for n in names}
-    changes: dict[str, dict[str, list[float | None]]] = {n: {a: [] for a in pr_arms}
-                                                         for n in names}
-    counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
-    thresholds: dict[str, list[float]] = {n: [] for n in names}
+    names = [n for n in engine_ns
+             if all(n in r.same_process.get("cases", {}) for r in repeats)]
     warnings: set[str] = set()
-    for doc in repeats:
-        base = cmp.Side("base", doc, BASE_ARM)
-        for arm in pr_arms:
-            comparison = cmp.compare(base, cmp.Side("pr", doc, arm), settings=settings,
-                                     profile=profile)
-            warnings.update(comparison.get("warnings", []))
-            rows = {r["case"]: r for r in comparison["cases"]}
-            for n in names:
-                verdicts[n][arm].append(rows[n]["verdict"])
-                changes[n][arm].append(rows[n]["change"])
-                if arm == TWIN_ARM:
-                    thresholds[n].append(rows[n]["threshold"])
-        counter_rows = cmp.counter_changes(base, cmp.Side("pr", doc, COUNTER_ARM), names)
+    judged = [("without", None)] + ([("with", profile)] if profile is not None else [])
+    results = []
+    for path in PATHS:
+        for load in loads:
+            mine = [r for r in repeats if r.load == load]
+            for label, prof in judged:
+                results.append(_judge_path(mine, path, load, label, prof, names, engine_ns,
+                                           settings, warnings))
+    counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
+    for rep in repeats:
+        doc = rep.same_process
+        rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
+                                   cmp.Side("pr", doc, COUNTER_ARM), names)
         for n in names:
-            counters[n].append(counter_check(counter_rows, n))
-
+            counters[n].append(counter_check(rows, n))
     position = None
-    if fixed_doc is not None:
+    unloaded = [r.same_process for r in repeats if r.load == "none"]
+    if fixed_doc is not None and unloaded:
         ran = [n for n in names if (fixed_doc.get("cases", {}).get(n) or {}).get("status") == "ok"]
         if ran:
-            trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in repeats]
+            trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in unloaded]
             fixed = {**fixed_doc, "cases": {n: fixed_doc["cases"][n] for n in ran}}
             position = cal.profile_from_runs(trimmed, fixed, BASE_ARM, TWIN_ARM,
                                              arm_spec="engine", seed=settings.seed)
     cases: dict[str, Any] = {}
     for n in names:
-        aa = verdicts[n][TWIN_ARM]
+        exact = [ok for ok, _ in counters[n]]
+        calibrated = (position or {}).get("cases", {}).get(n, {})
+        cases[n] = {
+            "engine_ns": engine_ns[n],
+            "counters": {"exact": sum(exact), "n": len(exact), "all_exact": all(exact),
+                         "details": sorted({why for _, why in counters[n]})},
+            "position_bias": calibrated.get("position_bias"),
+            # The unloaded same-process A/A noise (as `calibrate` computes it): what a
+            # profile from this run would set t from.
+            "aa_noise": (calibrated.get("same-run") or {}).get("noise"),
+        }
+    counters_n = sum(c["counters"]["n"] for c in cases.values())
+    counters_exact = sum(c["counters"]["exact"] for c in cases.values())
+    return {
+        "schema": VALIDATION_SCHEMA,
+        "results": results,
+        "cases": cases,
+        "counters": {"exact": counters_exact, "n": counters_n,
+                     "all_exact": counters_exact == counters_n},
+        "position_bias": (position or {}).get("position_bias"),
+        "settings": {"floor": settings.floor, "k": settings.k, "fdr": settings.fdr,
+                     "confidence": settings.confidence},
+        "notes": sorted(warnings),
+    }
+
+
+def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
+                profile: Mapping[str, Any] | None, names: Sequence[str],
+                engine_ns: Mapping[str, float], settings: Any,
+                warnings: set[str]) -> dict[str, Any]:
+    """False positives, detection and MDE of one (path, load, profile) over its repeats."""
+    whats = [what for what, _, _ in comparisons(repeats[0], path)] if repeats else []
+    verdicts = {n: {w: [] for w in whats} for n in names}
+    changes = {n: {w: [] for w in whats} for n in names}
+    thresholds: dict[str, list[float]] = {n: [] for n in names}
+    sources: dict[str, set[str]] = {n: set() for n in names}
+    for rep in repeats:
+        for what, base, pr in comparisons(rep, path):
+            comparison = cmp.compare(base, pr, settings=settings, profile=profile)
+            warnings.update(f"{path}, {load} load, {label} profile: {w}"
+                            for w in comparison.get("warnings", []))
+            rows = {r["case"]: r for r in comparison["cases"]}
+            for n in names:
+                row = rows.get(n)
+                verdicts[n][what].append(row["verdict"] if row else "failed")
+                changes[n][what].append(row["change"] if row else None)
+                if what == "aa" and row:
+                    thresholds[n].append(row["threshold"])
+                    sources[n].add(row["noise_source"])
+    cases = {}
+    for n in names:
+        aa = verdicts[n]["aa"]
         detection = {}
         for level in LEVELS:
             got = verdicts[n][level_arm(level)]
@@ -336,46 +490,27 @@ def summarize(
             }
         mde = next((lvl for lvl in LEVELS
                     if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
-        per_node = verdicts[n][PER_NODE_ARM]
-        exact = [ok for ok, _ in counters[n]]
-        calibrated = (position or {}).get("cases", {}).get(n, {})
-        pos = calibrated.get("position_bias")
         cases[n] = {
             "engine_ns": engine_ns[n],
             "threshold": _finite_median(thresholds[n]),
+            "noise_sources": sorted(sources[n]),
             "false_positives": {**proportion(sum(v in FLAGGED for v in aa), len(aa)),
-                                "verdicts": aa, "changes": changes[n][TWIN_ARM]},
+                                "verdicts": aa, "changes": changes[n]["aa"]},
             "detection": detection,
             "mde": mde,
             # What the comparator saw at that level: the effect the injected delay really had.
             "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
-            "per_node": {"level": PER_NODE_LEVEL,
-                         **proportion(sum(v in FLAGGED for v in per_node), len(per_node)),
-                         "measured_change": _finite_median(changes[n][PER_NODE_ARM])},
-            "counters": {"exact": sum(exact), "n": len(exact), "all_exact": all(exact),
-                         "details": sorted({why for _, why in counters[n]})},
-            "position_bias": pos,
-            # The A/A noise these repeats measured (as `calibrate` computes it): what a
-            # profile from this run would set t from.
-            "aa_noise": (calibrated.get("same-run") or {}).get("noise"),
         }
-    return {
-        "schema": VALIDATION_SCHEMA,
-        "cases": cases,
-        "summary": _grid_summary(cases, verdicts, names, len(repeats), position),
-        "settings": {"floor": settings.floor, "k": settings.k, "fdr": settings.fdr,
-                     "confidence": settings.confidence},
-        "notes": sorted(warnings),
-    }
-
-
-def _grid_summary(cases: Mapping[str, Any], verdicts: Mapping[str, Any], names: Sequence[str],
-                  n_repeats: int, position: Mapping[str, Any] | None) -> dict[str, Any]:
+        if PER_NODE_ARM in verdicts[n]:
+            got = verdicts[n][PER_NODE_ARM]
+            cases[n]["per_node"] = {"level": PER_NODE_LEVEL,
+                                    **proportion(sum(v in FLAGGED for v in got), len(got)),
+                                    "measured_change": _finite_median(changes[n][PER_NODE_ARM])}
     fp_hits = sum(c["false_positives"]["hits"] for c in cases.values())
     fp_n = sum(c["false_positives"]["n"] for c in cases.values())
     # Family-wise: a repeat counts once if any case of the grid was flagged.
-    any_fp = sum(any(verdicts[n][TWIN_ARM][r] in FLAGGED for n in names)
-                 for r in range(n_repeats))
+    any_fp = sum(any(verdicts[n]["aa"][r] in FLAGGED for n in names)
+                 for r in range(len(repeats)))
     detection = {}
     for level in LEVELS:
         key = level_arm(level)
@@ -384,17 +519,19 @@ def _grid_summary(cases: Mapping[str, Any], verdicts: Mapping[str, Any], names: 
         detection[key] = {"level": level, **proportion(hits, total),
                           "inconclusive": sum(c["detection"][key]["inconclusive"]
                                               for c in cases.values())}
-    counters_n = sum(c["counters"]["n"] for c in cases.values())
-    counters_exact = sum(c["counters"]["exact"] for c in cases.values())
+    mdes = [cases[n]["mde"] for n in names]
+    known = sorted(m for m in mdes if m is not None)
     return {
-        "repeats": n_repeats,
+        "path": path, "load": load, "profile": label,
+        "repeats": len(repeats),
         "false_positive_rate": proportion(fp_hits, fp_n),
-        "familywise_false_positive_rate": proportion(any_fp, n_repeats),
+        "familywise_false_positive_rate": proportion(any_fp, len(repeats)),
         "detection": detection,
         "mde": {n: cases[n]["mde"] for n in names},
-        "position_bias": (position or {}).get("position_bias"),
-        "counters": {"exact": counters_exact, "n": counters_n,
-                     "all_exact": counters_exact == counters_n},
+        # The median case's MDE, None (> 10 %) when half the cases or more saw no level.
+        "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
+                       else None) if mdes else None,
+        "cases": cases,
     }
 
 

@@ -1,0 +1,147 @@
+"""The background load validate creates: started, stopped, and never left behind.
+
+Liveness is read from /proc: a pid whose /proc entry is gone (or a zombie, which
+runs nothing) is not a stray process. Waits are bounded polls for an event, never
+assertions about how long something took.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from epbench.core.errors import EpbenchError
+from epbench.harness import load as bg
+
+# Upper bound on waiting for an event that normally takes milliseconds (not a timing test).
+WAIT_S = 30.0
+
+
+def running(pid: int) -> bool:
+    """Is ``pid`` a live (non-zombie) process?"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X")
+
+
+def stat_fields(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def load_children_of(parent: int) -> list[int]:
+    """Live processes whose parent is ``parent`` and that run the load module."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int(stat_fields(int(entry.name))[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if ppid == parent and b"epbench.harness.load" in cmdline and running(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", ["bursty", "sustained"])
+def test_start_runs_children_in_their_own_group_and_stop_leaves_none(kind):
+    load = bg.BackgroundLoad(kind, seed=1)
+    try:
+        load.start()
+        load.start()  # idempotent: still one child
+        [pid] = load.pids
+        assert running(pid)
+        assert load_children_of(os.getpid()) == [pid]
+        # Its own process group (pgid == its pid), not ours: a terminal's Ctrl-C misses it.
+        assert int(stat_fields(pid)[2]) == pid != os.getpgid(0)
+    finally:
+        load.stop()
+    assert not running(pid)
+    assert load_children_of(os.getpid()) == []
+    assert load.pids == []
+    load.stop()  # idempotent
+
+
+def test_none_starts_nothing():
+    with bg.background_load("none") as load:
+        assert load.pids == []
+        assert load_children_of(os.getpid()) == []
+
+
+def test_context_manager_stops_the_load_when_the_block_raises():
+    pids: list[int] = []
+    with pytest.raises(KeyboardInterrupt), bg.background_load("sustained") as load:
+        pids.extend(load.pids)
+        raise KeyboardInterrupt
+    assert len(pids) == 1 and not running(pids[0])
+    assert load_children_of(os.getpid()) == []
+
+
+DRIVER = """
+import sys, time
+from epbench.harness.load import background_load
+with background_load(sys.argv[1], 3) as load:
+    print(*load.pids, flush=True)
+    time.sleep(600)
+"""
+
+
+def start_driver(kind: str) -> tuple[subprocess.Popen[str], int]:
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind], stdout=subprocess.PIPE,
+                              text=True)
+    assert driver.stdout is not None
+    pid = int(driver.stdout.readline())
+    wait_until(lambda: load_children_of(driver.pid) == [pid], "the load to start")
+    return driver, pid
+
+
+@pytest.mark.parametrize("kind", ["bursty", "sustained"])
+def test_ctrl_c_of_the_harness_leaves_no_stray_load(kind):
+    driver, pid = start_driver(kind)
+    try:
+        driver.send_signal(signal.SIGINT)
+        driver.wait(timeout=WAIT_S)
+        assert driver.returncode != 0  # it was interrupted, not finished
+        # The driver's finally reaped its child before it exited: nothing left over.
+        assert not running(pid)
+        assert load_children_of(driver.pid) == []
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
+def test_a_killed_harness_takes_its_load_along():
+    # SIGKILL runs no finally: PR_SET_PDEATHSIG is what kills the orphaned busy loop.
+    driver, pid = start_driver("sustained")
+    driver.kill()
+    driver.wait()
+    wait_until(lambda: not running(pid), "the orphaned load to die")
+
+
+def test_parse_loads():
+    assert bg.parse_loads("none,bursty, sustained") == ("none", "bursty", "sustained")
+    with pytest.raises(EpbenchError, match="--load takes a comma list"):
+        bg.parse_loads("none,heavy")
+    with pytest.raises(EpbenchError, match="names a kind twice"):
+        bg.parse_loads("none,none")
+    with pytest.raises(EpbenchError, match="--load"):
+        bg.parse_loads(" , ")
