@@ -24,7 +24,7 @@ from typing import Any
 from epbench.core.errors import EpbenchError
 from epbench.core.results import atomic_write_text, load_results, schema_version
 from epbench.reports import compare as cmp
-from epbench.reports import defaults, plots, render, stats
+from epbench.reports import defaults, history, plots, render, stats
 from epbench.reports.summary import family_of, gate_rounds, summarize
 
 PAGE_NAME = "index.html"
@@ -355,16 +355,23 @@ def history_rows(
 
 
 def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
-    """The series and change points of a history store, for `report --history DB`.
-
-    The store (issue 11) is not part of this epbench yet; when it lands, this reads
-    each series and its detected change points and hands them to history_plots.
-    """
-    raise ReportError(
-        f"cannot read history {db!r}: the history store is not available in this epbench "
-        "yet; draw a results file or a comparison directory instead (epbench report INPUT "
-        "--html OUT)"
-    )
+    """Every series of a history store with its change points, for `report --history DB`."""
+    out = []
+    with history.HistoryStore.open(db) as store:
+        for case, arm, machine in store.series_keys():
+            found = history.series_with_changes(store, case, arm, machine)
+            series = plots.HistorySeries(
+                case=case, arm=f"{arm} ({machine})" if machine else arm,
+                commits=[p.commit for p in found.points], ratio=[p.ratio for p in found.points],
+                lo=[p.lo for p in found.points], hi=[p.hi for p in found.points])
+            changes = [plots.ChangePoint(index=f.index, change=f.change.ratio - 1.0,
+                                         lo=f.change.lo - 1.0, hi=f.change.hi - 1.0)
+                       for f in found.findings]
+            out.append((series, changes))
+    if not out:
+        raise ReportError(f"the history at {db!r} holds no series yet; add runs with "
+                          "`epbench history add RESULTS.json`")
+    return out
 
 
 # --------------------------------------------------------------------------- page

@@ -200,3 +200,18 @@ def test_epbench_db_selects_the_store(tmp_path, monkeypatch):
     monkeypatch.setenv("EPBENCH_DB", str(tmp_path / "env.sqlite"))
     assert invoke("add", tmp_path / "results.json").exit_code == 0
     assert (tmp_path / "env.sqlite").is_file()
+
+
+def test_the_html_report_draws_the_stored_history(history_repo, tmp_path):
+    _, measured, runs = history_repo
+    db = str(tmp_path / "h.sqlite")
+    assert invoke("import", runs, "--db", db).exit_code == 0
+    out = tmp_path / "pages"
+    result = CliRunner().invoke(cli, ["report", "--history", db, "--html", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "index.html").read_text(encoding="utf-8")
+    # One figure per stored series (two cases of the engine arm), each an inline SVG.
+    assert page.count('<figure id="history-') == 2
+    assert page.count("<svg") >= 2
+    assert "relu_d100_w8" in page and measured[0][:7] in page
+    assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page

@@ -359,8 +359,7 @@ def test_an_unwritable_out_is_one_clear_line(tmp_path):
     [
         (["--html", "x"], "give INPUT or --history DB (one of them)"),
         (["missing.json", "--html", "x"], "no such file or directory: 'missing.json'"),
-        (["--history", "h.db", "--html", "x"],
-         "the history store is not available in this epbench yet"),
+        (["--history", "h.db", "--html", "x"], "holds no series yet"),
     ],
 )
 def test_bad_input_is_one_clear_line(tmp_path, monkeypatch, args, message):
