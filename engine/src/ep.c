@@ -121,9 +121,11 @@ static int ebe_binary_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
   return a->has_shape && b->has_shape;
 }
 
+/* numpy.matmul shapes: ranks >= 1 (1-D operands too), k equal where both are known. */
 static int ebe_matmul_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
-  if (!a->has_shape || !b->has_shape || a->rank < 2 || b->rank < 2) return 0;
-  const int64_t ka = a->dims[a->rank - 1], kb = b->dims[b->rank - 2];
+  if (!a->has_shape || !b->has_shape || a->rank < 1 || b->rank < 1) return 0;
+  const int64_t ka = a->dims[a->rank - 1];
+  const int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
   return !(ka >= 0 && kb >= 0 && ka != kb);
 }
 
