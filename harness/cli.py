@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "compare-commits": "harness.commands:compare_commits",
     "validate": "harness.validate_commands:validate",
     "floor": "harness.validate_commands:floor",
+    "conformance": "harness.conformance_command:conformance",
 }
 
 

@@ -233,6 +233,13 @@ class Worker:
             self.setup_arms()
             self.emit({"event": "done"})
             return
+        if self.request.get("mode") == "conformance":
+            # ONNX's node test cases on one arm, one event per case (harness.conformance).
+            from harness.conformance import run_in_worker
+
+            run_in_worker(self)
+            self.emit({"event": "done"})
+            return
         if self.request.get("mode") == "instructions":
             # An extra, untimed pass that counts instructions per Run (harness.instructions).
             from harness.instructions import count_in_worker
