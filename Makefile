@@ -43,11 +43,13 @@ asan: $(STAMP)
 	ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=$(CURDIR)/build/asan/libepbench_engine.so \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py
 
-# BENCHMARKS.md: the default grid for ORT, the engine in both partition modes and
-# nxrt-ep-cpu, in one interleaved run, rendered with the targets it is held to.
+# BENCHMARKS.md: the default grid for ORT, the engine in its three designs (fused,
+# per_node, kernel) and nxrt-ep-cpu, in one interleaved run, rendered with the targets it
+# is held to.
 benchmarks: setup
 	$(VENV)/bin/epbench run --grid default --arm ort --arm engine \
-	    --arm engine:partition=per_node,name=engine_per_node --arm plugin:nxrt_ep_cpu \
+	    --arm engine:partition=per_node,name=engine_per_node \
+	    --arm engine:partition=kernel,name=engine_kernel --arm plugin:nxrt_ep_cpu \
 	    --out $(OUT)/benchmarks --overwrite
 	$(PY) -m engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
 

@@ -93,7 +93,7 @@ def test_unknown_op_is_one_line_listing_the_ops_with_cases() -> None:
 
 # ---- the engine passes all of it --------------------------------------------------------------
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_engine_claims_and_passes_every_float32_case_of_its_ops(partition: str) -> None:
     result = run_conformance(f"engine:partition={partition},name=ebe_conf_{partition}",
                              ENGINE_OPS)

@@ -70,6 +70,12 @@ PINNED = [
     ("relu_d1_w8", {"partition": "per_node"}, (1, 0), 1, 1, 1),
     ("relu_d100_w8", {"partition": "per_node"}, (1, 0), 1, 100, 100),
     ("add_d10_w8", {"partition": "per_node"}, (2, 0), 1, 10, 10),
+    # kernel: every node is a registered kernel running the same one-node plan, so the
+    # same calls per node as per_node (what differs is ORT's dispatch around them).
+    ("relu_d1_w8", {"partition": "kernel"}, (1, 0), 1, 1, 1),
+    ("relu_d100_w8", {"partition": "kernel"}, (1, 0), 1, 100, 100),
+    ("add_d10_w8", {"partition": "kernel"}, (2, 0), 1, 10, 10),
+    ("matmul_128x128_dyn", {"partition": "kernel"}, (1, 1), 1, 1, 1),
 ]
 
 
@@ -91,6 +97,23 @@ def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes
     assert per_run["compute_errors"] == 0
     assert per_run["scratch_overflows"] == 0
     assert per_run["strided_broadcasts"] == 0  # the grid's Adds take the fast kernels
+    if options.get("partition") != "kernel":
+        assert per_run["in_place_steps"] == 0  # only a registered kernel can be given one
+
+
+@pytest.mark.parametrize(("case_name", "in_place"), [
+    ("relu_d100_w8", 98),        # all but the first (reads the graph input) and the last
+    ("identity_d10_w4096", 8),   # (writes the bound graph output)
+    ("sigmoid_d10_w4096", 8),
+    ("add_d10_w8", 0),           # binary ops declare no alias
+])
+def test_kernel_mode_runs_unary_ops_in_place_where_ort_allows(case_name, in_place) -> None:
+    spec, built = _case(case_name)
+    session = engine_session(built.model_bytes, _library(), "ebe_inplace",
+                             {"partition": "kernel"}, spec.opt_level)
+    per_run = _per_run(session, built.inputs, "ebe_inplace")
+    assert per_run["in_place_steps"] == in_place
+    assert per_run["heap_allocs"] == 0
 
 
 def _graph(nodes, inputs, outputs) -> bytes:
@@ -271,7 +294,7 @@ def test_symbolic_inputs_ask_for_their_shape_and_static_ones_do_not() -> None:
         1, 1, symbolic_inputs=1)
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 @pytest.mark.parametrize(("fed", "dtype"), [((1, 9), np.float32), ((3, 8), np.float32),
                                             ((8,), np.float32), ((1, 1, 8), np.float32),
                                             ((1, 8), np.float64)])

@@ -59,7 +59,7 @@ def _grid_cases() -> list[str]:
     return [spec.name for spec in load_grid("default")]
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 @pytest.mark.parametrize("case_name", _grid_cases())
 def test_grid_case_matches_ort_and_runs_every_node(case_name: str, partition: str) -> None:
     from cases.grids import case_by_name
@@ -167,7 +167,7 @@ def _binary_model(op: str, a_shape: list, b_shape: list, symbolic: bool) -> byte
 
 @_SHAPE_SETTINGS
 @given(shapes=broadcast_pair(), op=st.sampled_from(["Add", "Mul"]), symbolic=st.booleans(),
-       partition=st.sampled_from(["fused", "per_node"]), seed=st.integers(0, 2**16))
+       partition=st.sampled_from(["fused", "per_node", "kernel"]), seed=st.integers(0, 2**16))
 def test_every_numpy_broadcast_gives_orts_bits(shapes, op, symbolic, partition, seed) -> None:
     a_shape, b_shape = shapes
     rng = np.random.default_rng(seed)
@@ -184,7 +184,7 @@ def test_every_numpy_broadcast_gives_orts_bits(shapes, op, symbolic, partition, 
 
 @_SHAPE_SETTINGS
 @given(shapes=matmul_pair(), symbolic=st.booleans(),
-       partition=st.sampled_from(["fused", "per_node"]), seed=st.integers(0, 2**16))
+       partition=st.sampled_from(["fused", "per_node", "kernel"]), seed=st.integers(0, 2**16))
 def test_matmul_is_numpy_matmul(shapes, symbolic, partition, seed) -> None:
     a_shape, b_shape = shapes
     rng = np.random.default_rng(seed)
@@ -345,7 +345,7 @@ _DAG_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
 
 
 @_DAG_SETTINGS
-@given(case=dags(), partition=st.sampled_from(["fused", "per_node"]))
+@given(case=dags(), partition=st.sampled_from(["fused", "per_node", "kernel"]))
 def test_random_dag_matches_ort_with_every_node_on_the_engine(case, partition) -> None:
     model, feeds, n_nodes, _ = case
     session, got, want = _run_both(model, feeds, options={"partition": partition},
@@ -357,7 +357,7 @@ def test_random_dag_matches_ort_with_every_node_on_the_engine(case, partition) -
 
 
 @_DAG_SETTINGS
-@given(case=dags(ops=EXACT_OPS), partition=st.sampled_from(["fused", "per_node"]))
+@given(case=dags(ops=EXACT_OPS), partition=st.sampled_from(["fused", "per_node", "kernel"]))
 def test_random_dag_of_exact_ops_gives_orts_bits(case, partition) -> None:
     model, feeds, n_nodes, _ = case
     session, got, want = _run_both(model, feeds, options={"partition": partition},

@@ -138,7 +138,7 @@ def test_nan_and_infinities_give_orts_result(op: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_empty_tensor_with_a_zero_dim_gives_an_empty_result(partition: str) -> None:
     session = engine_session(MIXED, _library(), EP_NAME, {"partition": partition})
     feeds = {"x": np.ones((0, 64), np.float32), "y": np.ones((0, 64), np.float32),
@@ -222,7 +222,7 @@ def test_an_input_of_unknown_rank_is_not_claimed() -> None:
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum(x, 0))
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_sigmoid_is_accurate_over_the_whole_float_range(partition: str) -> None:
     """The vectorized exp: every input from -120 to 120 (both tails, the -87 cutoff)."""
     x = np.linspace(-120, 120, 64 * 1024, dtype=np.float32).reshape(-1, 1024)

@@ -43,15 +43,6 @@ typedef struct ebe_bcast {
   size_t period;   /* fast kernel: the small operand's repeat length */
 } ebe_bcast;
 
-/* A fused input whose declared shape has no symbolic or unknown dim. ORT checks a graph
- * input's dims against it before Run and every kernel's output against inference, so a Run
- * need not ask for the shape (nor the element type, checked the same way). */
-typedef struct ebe_static_shape {
-  int is_static;
-  int32_t rank;
-  int64_t dims[EBE_MAX_RANK];
-} ebe_static_shape;
-
 typedef struct ebe_scratch {
   _Atomic int busy;
   ebe_bcast *bcast;   /* [n_steps] */
@@ -248,18 +239,12 @@ static OrtStatus *ebe_value_name(const ebe_plan_config *cfg, const OrtValueInfo 
   return EBE_CALL(cfg->counters, cfg->api, GetValueInfoName, info, name);
 }
 
-/* Fill *shape from a value's declared type when it is a float32 tensor whose dims are all
- * known; otherwise leave shape->is_static 0 (the Run then asks ORT). */
-static OrtStatus *ebe_read_static_shape(const ebe_plan_config *cfg, const OrtValueInfo *info,
-                                        ebe_static_shape *shape) {
-  const OrtApi *api = cfg->api;
-  ebe_counters *c = cfg->counters;
+OrtStatus *ebe_static_shape_from_type(const OrtApi *api, ebe_counters *c,
+                                      const OrtTypeInfo *type, ebe_static_shape *shape) {
   memset(shape, 0, sizeof *shape);
-  const OrtTypeInfo *type = NULL;
   const OrtTensorTypeAndShapeInfo *tensor = NULL;
   ONNXTensorElementDataType element = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   size_t rank = 0;
-  EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetValueInfoTypeInfo, info, &type));
   if (type == NULL) return NULL;
   EBE_RETURN_IF_ERROR(EBE_CALL(c, api, CastTypeInfoToTensorInfo, type, &tensor));
   if (tensor == NULL || !EBE_CALL(c, api, TensorTypeAndShape_HasShape, tensor)) return NULL;
@@ -272,6 +257,15 @@ static OrtStatus *ebe_read_static_shape(const ebe_plan_config *cfg, const OrtVal
   shape->rank = (int32_t)rank;
   shape->is_static = 1;
   return NULL;
+}
+
+/* The static shape of a value info (see ebe_static_shape_from_type). */
+static OrtStatus *ebe_read_static_shape(const ebe_plan_config *cfg, const OrtValueInfo *info,
+                                        ebe_static_shape *shape) {
+  const OrtTypeInfo *type = NULL;
+  memset(shape, 0, sizeof *shape);
+  EBE_RETURN_IF_ERROR(EBE_CALL(cfg->counters, cfg->api, GetValueInfoTypeInfo, info, &type));
+  return ebe_static_shape_from_type(cfg->api, cfg->counters, type, shape);
 }
 
 /* Allocate the per-Run tables of one scratch (the arena grows later, in Runs). On failure
@@ -520,6 +514,49 @@ fail:
   ebe_free(c, names.ids);
   ebe_plan_free(plan);
   return status;
+}
+
+OrtStatus *ebe_plan_build_node(const ebe_plan_config *cfg, ebe_op op, const char *name,
+                               const ebe_static_shape *shapes, ebe_plan **out) {
+  *out = NULL;
+  ebe_counters *c = cfg->counters;
+  const size_t arity = ebe_op_arity(op);
+  ebe_plan *plan = ebe_calloc(c, 1, sizeof *plan);
+  if (plan == NULL)
+    return ebe_error(cfg->api, c, ORT_FAIL, "engine: out of memory building a kernel");
+  plan->api = cfg->api;
+  plan->counters = c;
+  plan->delay_ns_per_node = cfg->delay_ns_per_node;
+  plan->n_inputs = arity;
+  plan->n_outputs = 1;
+  plan->n_steps = 1;
+  plan->n_values = arity + 1;
+  plan->steps = ebe_calloc(c, 1, sizeof *plan->steps);
+  plan->values = ebe_calloc(c, arity + 1, sizeof *plan->values);
+  plan->input_values = ebe_calloc(c, arity, sizeof *plan->input_values);
+  plan->output_values = ebe_calloc(c, 1, sizeof *plan->output_values);
+  plan->input_shapes = ebe_calloc(c, arity, sizeof *plan->input_shapes);
+  if (plan->steps != NULL) plan->steps[0].name = ebe_strdup(c, name);
+  if (!plan->steps || !plan->values || !plan->input_values || !plan->output_values ||
+      !plan->input_shapes || !plan->steps[0].name) {
+    ebe_plan_free(plan);
+    return ebe_error(cfg->api, c, ORT_FAIL, "engine: out of memory building a kernel");
+  }
+  ebe_step *step = &plan->steps[0];
+  step->op = op;
+  step->n_in = (uint32_t)arity;
+  for (size_t k = 0; k < arity; k++) {
+    plan->values[k] = (ebe_value){EBE_LOC_INPUT, (uint32_t)k, -1, 0};
+    plan->input_values[k] = (uint32_t)k;
+    plan->input_shapes[k] = shapes[k];
+    step->in[k] = (uint32_t)k;
+  }
+  plan->values[arity] = (ebe_value){EBE_LOC_OUTPUT, 0, 0, -1};
+  plan->output_values[0] = (uint32_t)arity;
+  step->out = (uint32_t)arity;
+  plan->single = 1; /* ebe_plan_run_single: no scratch pool, no slots */
+  *out = plan;
+  return NULL;
 }
 
 /* ---- running ----------------------------------------------------------------------------- */
@@ -835,6 +872,8 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
       return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, result);
   }
   EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
+  if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
+    ebe_probe_add(plan->counters, EBE_C_IN_PLACE_STEPS, 1);
   ebe_exec(step->op, a, b, &out, &bc, plan->counters);
   ebe_busy_wait_ns(plan->delay_ns_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
