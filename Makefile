@@ -43,13 +43,15 @@ test: setup $(if $(filter true,$(CI)),cross-toolchain)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
-# The engine's differential and run-time tests against an ASan+UBSan build of it,
-# under Python: libasan must be preloaded into the interpreter (see engine/README.md).
+# The engine's differential and run-time tests, and ONNX's node test cases of its ops in
+# every partition mode, against an ASan+UBSan build of it, under Python: libasan must be
+# preloaded into the interpreter (see engine/README.md).
 asan: $(STAMP)
 	$(PY) -m engine.build --sanitize --out build/asan
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=$(CURDIR)/build/asan/libepbench_engine.so \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py \
+	    "tests/test_conformance.py::test_engine_claims_and_passes_every_float32_case_of_its_ops"
 
 # BENCHMARKS.md: the default grid for ORT, the engine in its three designs (fused,
 # per_node, kernel) and nxrt-ep-cpu, in one interleaved run, rendered with the targets it

@@ -184,12 +184,10 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[bool, float]
         return same, 0.0 if same else math.inf
     with np.errstate(all="ignore"):
         g, w = got.astype(np.float64), want.astype(np.float64)
-        if not np.array_equal(np.isnan(g), np.isnan(w)):
-            return False, math.inf
         close = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
         finite = np.isfinite(g) & np.isfinite(w)
         error = float(np.max(np.abs(g - w), where=finite, initial=0.0))
-        if not np.all(close | finite):  # an infinity against anything else
+        if not np.all(close | finite):  # NaN or an infinity against anything else
             error = math.inf
     return bool(np.all(close)), error
 

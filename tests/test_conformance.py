@@ -76,10 +76,12 @@ def test_compare_shape_type_and_sequences() -> None:
 # ---- selecting cases --------------------------------------------------------------------------
 
 def test_cases_are_selected_by_the_op_they_test() -> None:
-    names = {c.name: c.op for c in load_cases(("MatMul", "Relu"))}
-    assert {"test_matmul_1d_1d", "test_matmul_bcast", "test_relu"} <= set(names)
+    names = {c.name: c.op for c in load_cases(("MatMul", "Relu", "Identity", "Clip"))}
+    assert {"test_matmul_1d_1d", "test_matmul_bcast", "test_relu", "test_identity"} <= set(names)
     assert names["test_relu_expanded_ver18"] == "Relu"  # the function body tests Relu too
-    assert not any(n.startswith("test_clip") for n in names)  # a lone Identity inside Clip
+    # An expanded Clip whose body is one Identity node still tests Clip.
+    assert names["test_clip_default_inbounds_expanded"] == "Clip"
+    assert names["test_identity"] == "Identity"
 
 
 def test_unknown_op_is_one_line_listing_the_ops_with_cases() -> None:
@@ -95,7 +97,13 @@ def test_unknown_op_is_one_line_listing_the_ops_with_cases() -> None:
 
 @pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_engine_claims_and_passes_every_float32_case_of_its_ops(partition: str) -> None:
-    result = run_conformance(f"engine:partition={partition},name=ebe_conf_{partition}",
+    import os
+
+    # `make asan` points EBE_TEST_LIBRARY at the sanitizer build (the workers inherit the
+    # preloaded libasan with the environment).
+    library = os.environ.get("EBE_TEST_LIBRARY")
+    engine = f"engine@{library}" if library else "engine"
+    result = run_conformance(f"{engine}:partition={partition},name=ebe_conf_{partition}",
                              ENGINE_OPS)
     by_name = {c.name: c for c in result.cases}
     float32 = [c for c in load_cases(ENGINE_OPS) if _float32_single_node(c)]
@@ -154,6 +162,26 @@ def test_wrong_output_fails_with_its_largest_error_and_exit_4(monkeypatch) -> No
     assert case["cpu_passes"] is True  # ORT alone gets it right: the EP is wrong
     assert doc["summary"]["failed"] == 1
     assert (doc["by_op"]["Mul"]["passed"], doc["by_op"]["Mul"]["failed"]) == (2, 1)
+
+
+def test_an_infinite_error_is_reported_not_a_crash(monkeypatch) -> None:
+    """JSON has no infinity: an output off by inf is a failed data set with a message."""
+    _faulty(monkeypatch, "skew:test_relu:inf")
+    result = run_conformance("engine:name=ebe_conf_inf", ("Relu",))
+    case = next(c for c in result.cases if c.name == "test_relu")
+    assert case.status == "failed"
+    assert case.data_sets[0].max_abs_error is None
+    assert case.data_sets[0].message == "wrong shape, NaN or infinity"
+
+
+def test_numpy_scalar_inputs_are_fed_as_rank_0_tensors() -> None:
+    """CumSum's axis arrives as np.int32(0): ORT's Python API takes only arrays."""
+    from harness.conformance import run_case
+
+    (case,) = [c for c in load_cases(("CumSum",)) if c.name == "test_cumsum_1d"]
+    assert isinstance(case.data_sets[0][0][1], np.generic)
+    result = run_case(case, None, "CPUExecutionProvider", {})
+    assert result.status == "passed", result
 
 
 def test_a_bad_arm_is_the_users_error() -> None:
