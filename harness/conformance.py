@@ -36,6 +36,7 @@ from harness.errors import EXIT_CASE_FAILED, EXIT_OK, EpbenchError
 STATUSES = ("passed", "failed", "not_claimed", "crashed", "skipped")
 # The EP sees the nodes as the test wrote them: no fusion, no constant folding.
 OPT_LEVEL = "disabled"
+# Seconds a case may run silent (a worker's start-up counts toward its first case).
 DEFAULT_CASE_TIMEOUT_S = 60.0
 # Suffixes of the function-expanded variants: their op is the un-expanded twin's.
 _EXPANDED = ("_expanded_ver18", "_expanded")
@@ -348,6 +349,11 @@ def run_conformance(arm_spec: str, ops: tuple[str, ...] = (),
                 if errors and not started:  # the arm did not load
                     raise ArmError(errors[0]["message"])
                 if not started:  # no progress: do not loop
+                    if outcome.timed_out:
+                        raise EpbenchError(
+                            f"the conformance worker reported nothing within {case_timeout_s:g} "
+                            "s of starting (a busy machine, or an EP that hangs while "
+                            "loading); raise --case-timeout")
                     raise EpbenchError("the conformance worker stopped before any case: "
                                        + outcome.stderr_tail.strip()[-500:])
                 remaining = [n for n in remaining if n not in results]

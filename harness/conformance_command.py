@@ -21,7 +21,8 @@ from harness.conformance import DEFAULT_CASE_TIMEOUT_S
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=DEFAULT_CASE_TIMEOUT_S, show_default=True,
               help="Seconds one case may take before its worker is taken for hung "
-                   "(the case is reported crashed).")
+                   "(the case is reported crashed); a worker's start-up counts toward "
+                   "its first case.")
 def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, case_timeout: float) -> None:
     """Run ONNX's own node test cases through ORT with the arm's EP.
 
