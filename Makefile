@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 
 # The engine is C: rebuilt when any of its sources change.
 $(ENGINE_STAMP): $(STAMP) $(wildcard engine/src/*.c engine/src/*.h engine/src/*.map) engine/build.py
-	$(PY) -m engine.build --inplace
+	$(PY) -m epbench.engine.build --inplace
 	touch $@
 
 engine: $(ENGINE_STAMP)
@@ -41,13 +41,14 @@ cross-toolchain:
 
 test: setup $(if $(filter true,$(CI)),cross-toolchain)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The engine's differential and run-time tests, and ONNX's node test cases of its ops in
 # every partition mode, against an ASan+UBSan build of it, under Python: libasan must be
 # preloaded into the interpreter (see engine/README.md).
 asan: $(STAMP)
-	$(PY) -m engine.build --sanitize --out build/asan
+	$(PY) -m epbench.engine.build --sanitize --out build/asan
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=$(CURDIR)/build/asan/libepbench_engine.so \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py \
@@ -61,7 +62,7 @@ benchmarks: setup
 	    --arm engine:partition=per_node,name=engine_per_node \
 	    --arm engine:partition=kernel,name=engine_kernel --arm plugin:nxrt_ep_cpu \
 	    --out $(OUT)/benchmarks --overwrite
-	$(PY) -m engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
+	$(PY) -m epbench.engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
 
 # docs/validation: the harness's own false-positive rate, detection power per
 # injected slowdown, position bias and counter exactness on this machine.
@@ -70,6 +71,7 @@ validation: setup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info engine/*.so engine/_build

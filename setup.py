@@ -29,7 +29,7 @@ class BuildPyWithEngine(build_py):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         try:
-            module.build(Path(self.build_lib) / "engine")
+            module.build(Path(self.build_lib) / "epbench" / "engine")
         except module.EngineBuildError as exc:
             raise SystemExit(f"error: {exc}") from None
 

@@ -3,10 +3,10 @@
 Nothing here imports onnx, onnxruntime or numpy at import time.
 """
 
-from cases.catalog import describe_cases, write_cases
-from cases.grids import case_by_name, grid_description, grid_names, load_grid
-from cases.spec import BuiltCase, CaseSpec
-from cases.usermodel import model_case
+from epbench.cases.built import BuiltCase
+from epbench.cases.catalog import describe_cases, write_cases
+from epbench.cases.grids import case_by_name, grid_description, grid_names, load_grid
+from epbench.cases.spec import CaseSpec, model_case
 
 __all__ = [
     "BuiltCase",

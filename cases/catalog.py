@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cases.spec import CaseSpec
-from harness.errors import CaseError
+from epbench.cases.grids import case_by_name, load_grid
+from epbench.cases.spec import CaseSpec, model_case
+from epbench.core.errors import CaseError
 
 MANIFEST_NAME = "cases.json"
 
@@ -84,8 +85,6 @@ def select_cases(grids: tuple[str, ...] | list[str], case_names: tuple[str, ...]
     file name) is refused rather than silently measured once; a --dim that no
     model uses is refused as a likely typo.
     """
-    from cases.grids import case_by_name, load_grid
-    from cases.usermodel import model_case
 
     dims = dims or {}
     specs: list[CaseSpec] = []

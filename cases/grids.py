@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cases.spec import CaseSpec, binary_case, chain_case, matmul_case
-from harness.errors import CaseError
+from epbench.cases.spec import CaseSpec, binary_case, chain_case, matmul_case
+from epbench.core.errors import CaseError
 
 GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 

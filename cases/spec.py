@@ -8,14 +8,15 @@ canonical: a spec's name is computed from its fields (`case_name`) and
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cases.builders import BINARY_OPS, UNARY_OPS
-from harness.errors import CaseError
+from epbench.cases import builders, usermodel
+from epbench.cases.builders import BINARY_OPS, UNARY_OPS
+from epbench.cases.built import MAX_TENSOR_ELEMENTS, BuiltCase
+from epbench.core.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +28,6 @@ OPT_LEVELS = ("all", "disabled")
 # refused, not built for minutes. Add's exactness (see `_binary_inputs`) also
 # needs depth < 2**17.
 MAX_DEPTH = 100_000
-MAX_TENSOR_ELEMENTS = 2**26  # 256 MiB of float32 per input
 
 # float32 machine epsilon (2**-23), written out so this module needs no numpy.
 FLOAT32_EPS = 2.0**-23
@@ -102,31 +102,6 @@ def graph_optimization_level(opt_level: str) -> Any:
     if opt_level not in levels:
         raise ValueError(f"opt_level must be one of {OPT_LEVELS}, got {opt_level!r}")
     return levels[opt_level]
-
-
-@dataclass(frozen=True, eq=False)
-class BuiltCase:
-    """A case ready to run: serialized model, its inputs, and how many nodes it has."""
-
-    model_bytes: bytes
-    inputs: dict[str, np.ndarray]
-    n_nodes: int
-
-    @property
-    def definition_sha256(self) -> str:
-        """Hash of the model bytes and every input (name, dtype, shape, data).
-
-        Two results files measured the same thing for a case iff these agree.
-        """
-        digest = hashlib.sha256()
-        digest.update(b"model\0")
-        digest.update(self.model_bytes)
-        for name in sorted(self.inputs):
-            array = self.inputs[name]
-            header = f"\0input\0{name}\0{array.dtype.str}\0{list(array.shape)}\0"
-            digest.update(header.encode())
-            digest.update(array.tobytes(order="C"))
-        return digest.hexdigest()
 
 
 def _positive_int(value: Any) -> bool:
@@ -291,9 +266,7 @@ class CaseSpec:
             return int(self.depth or 0)
         if self.kind == "matmul":
             return 1
-        from cases.usermodel import count_model_nodes
-
-        return count_model_nodes(str(self.path))
+        return usermodel.count_model_nodes(str(self.path))
 
     @property
     def rows(self) -> int:
@@ -311,12 +284,8 @@ class CaseSpec:
 
     def build(self) -> BuiltCase:
         """Serialize the model and draw its inputs from `default_rng(seed)`."""
-        from cases import builders
-
         if self.kind == "model":
-            from cases.usermodel import build_model_case
-
-            return build_model_case(self)
+            return usermodel.build_model_case(str(self.path), dict(self.dims), self.seed)
         if self.kind == "chain":
             model = builders.chain(str(self.op), int(self.depth or 0), int(self.width or 0),
                                    self.dynamic)
@@ -428,4 +397,25 @@ def matmul_case(m: int, k: int, n: int, dynamic: bool = False, *, seed: int = 0)
         kind="matmul", op="MatMul", m=m, k=k, n=n, dynamic=dynamic,
         tolerance=tolerance_for("MatMul", k), opt_level=opt_level_for("MatMul"),
         seed=seed, batch=m if dynamic else 1,
+    )
+
+
+def model_case(
+    path: str | Path, dims: dict[str, int], *, tolerance: float = MODEL_TOLERANCE, seed: int = 0
+) -> CaseSpec:
+    """The case `model:<stem>` for the ONNX file at `path`.
+
+    Raises CaseError if the file is missing or unreadable, fails the checker,
+    has an input type we cannot synthesize, or a symbolic dim missing from `dims`.
+    Only the dims the model's inputs use are recorded in the spec.
+    """
+    resolved, used = usermodel.inspect_model(path, dims)
+    return CaseSpec(
+        name=case_name("model", path=str(resolved)),
+        kind="model",
+        path=str(resolved),
+        dims=tuple(sorted(used.items())),
+        tolerance=tolerance,
+        opt_level="all",
+        seed=seed,
     )

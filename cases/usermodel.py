@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cases.spec import MAX_TENSOR_ELEMENTS, MODEL_TOLERANCE, BuiltCase, CaseSpec, case_name
-from harness.errors import CaseError
+from epbench.cases.built import MAX_TENSOR_ELEMENTS, BuiltCase
+from epbench.core.errors import CaseError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -150,14 +150,11 @@ def _validate_dims(dims: dict[str, int]) -> None:
                             f"pass --dim {name}=N with N >= 1")
 
 
-def model_case(
-    path: str | Path, dims: dict[str, int], *, tolerance: float = MODEL_TOLERANCE, seed: int = 0
-) -> CaseSpec:
-    """The case `model:<stem>` for the ONNX file at `path`.
+def inspect_model(path: str | Path, dims: dict[str, int]) -> tuple[Path, dict[str, int]]:
+    """The model's resolved path and the dims its inputs use (spec.model_case's checks).
 
     Raises CaseError if the file is missing or unreadable, fails the checker,
     has an input type we cannot synthesize, or a symbolic dim missing from `dims`.
-    Only the dims the model's inputs use are recorded in the spec.
     """
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
@@ -165,15 +162,7 @@ def model_case(
     _validate_dims(dims)
     _check(resolved)
     _, used = _feed_specs(_load_graph_only(resolved), dims)
-    return CaseSpec(
-        name=case_name("model", path=str(resolved)),
-        kind="model",
-        path=str(resolved),
-        dims=tuple(sorted(used.items())),
-        tolerance=tolerance,
-        opt_level="all",
-        seed=seed,
-    )
+    return resolved, used
 
 
 def count_model_nodes(path: str) -> int:
@@ -205,15 +194,15 @@ def synthesize_inputs(
     return inputs
 
 
-def build_model_case(spec: CaseSpec) -> BuiltCase:
-    """Model bytes and synthesized inputs for a `model` spec."""
+def build_model_case(model_path: str, dims: dict[str, int], seed: int) -> BuiltCase:
+    """Model bytes and synthesized inputs for a `model` case."""
     import onnx
 
-    path = Path(str(spec.path))
+    path = Path(model_path)
     if not path.is_file():
         raise CaseError(f"model file {path} not found: check the path")
     model = _load_graph_only(path)
-    feeds, _ = _feed_specs(model, dict(spec.dims))
+    feeds, _ = _feed_specs(model, dims)
     if _uses_external_data(model):
         # ORT gets bytes, which cannot point at side files: inline the tensors.
         model_bytes = onnx.load(str(path)).SerializeToString()
@@ -221,6 +210,6 @@ def build_model_case(spec: CaseSpec) -> BuiltCase:
         model_bytes = path.read_bytes()
     return BuiltCase(
         model_bytes=model_bytes,
-        inputs=synthesize_inputs(feeds, spec.seed),
+        inputs=synthesize_inputs(feeds, seed),
         n_nodes=len(model.graph.node),
     )

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-LIBRARY_NAME = "libepbench_engine.so"
+from epbench.engine import probe
+from epbench.engine.library import LIBRARY_NAME, library_path
 
 # EP options the engine accepts (passed per session through add_provider_for_devices).
 # partition: "fused" (default) claims maximal connected groups of supported nodes as one
@@ -23,19 +24,6 @@ EP_OPTIONS = (
     "inject_delay_ns_per_node",
     "inject_api_calls_per_run",
 )
-
-
-def library_path() -> str:
-    """Absolute path of the built engine library inside this package.
-
-    Raises ArmError (with the command that builds it) when the library is absent.
-    """
-    path = Path(__file__).resolve().parent / LIBRARY_NAME
-    if not path.is_file():
-        from harness.errors import ArmError
-
-        raise ArmError(f"the engine is not built ({path} is missing): run `make engine`")
-    return str(path)
 
 
 def build_info(library: str | None = None) -> dict:
@@ -54,9 +42,5 @@ def build_info(library: str | None = None) -> dict:
     info = json.loads(function().decode("utf-8"))
     info["library"] = str(Path(path).resolve())
     return info
-
-
-# `engine.probe()` (counters of this build) and `engine.probe.read_counters(path, ep)`.
-from engine import probe  # noqa: E402
 
 __all__ = ["EP_OPTIONS", "LIBRARY_NAME", "build_info", "library_path", "probe"]

@@ -14,11 +14,12 @@ stays in the table, marked, with the reason we know of.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from epbench.core.numbers import median
 
 CONTROL = "ort"
 
@@ -74,8 +75,6 @@ MISS_REASONS: dict[str, str] = {
 }
 
 
-def _median(values: list[float]) -> float:
-    return float(statistics.median(values))
 
 
 # Beside a number measured with no quiet round at all (shown, but marked and explained).
@@ -104,7 +103,7 @@ def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
     for rnd in measured_rounds(case):
         samples = rnd.get("samples_ns", {})
         if samples.get(arm) and samples.get(CONTROL):
-            ratios.append(_median(samples[arm]) / _median(samples[CONTROL]))
+            ratios.append(median(samples[arm]) / median(samples[CONTROL]))
     return ratios
 
 
@@ -131,7 +130,7 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
         case = doc.get("cases", {}).get(target.case)
         arm = arms.get(target.mode)
         ratios = round_ratios(case, arm) if case and arm and case.get("status") == "ok" else []
-        measured = _median(ratios) if ratios else None
+        measured = median(ratios) if ratios else None
         status = "not run" if measured is None else ("met" if measured <= target.bound
                                                       else "missed")
         reason = None
@@ -150,48 +149,105 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
 DISPATCH_FAMILY = "relu_w8"
 
 
-def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
-    """Per chain family (≥ 2 depths): each arm's per-node and per-Run cost from epbench's
-    fit (reports.stats.fit_family: p50 = per-Run + per-node × depth, rounds bootstrapped
-    paired across arms), and the engine's ORT calls per node from its counters."""
+def family_of(spec: dict[str, Any]) -> str | None:
+    """The chain family of a case spec dict: cases.spec.CaseSpec.family's rule, restated
+    here because the engine layer sits below cases (a test keeps the two equal)."""
+    if spec.get("kind") not in ("chain", "binary"):
+        return None
+    family = f"{str(spec.get('op')).lower()}_w{spec.get('width')}"
+    if spec.get("dynamic"):
+        family += "_dyn" if spec.get("batch", 1) == 1 else f"_dyn_b{spec.get('batch')}"
+    return family
+
+
+def fit_family(depths: list[int], per_case_rounds: list[dict[str, Any]], arms: list[str],
+               resamples: int = 2000, confidence: float = 0.95,
+               seed: int = 0) -> dict[str, dict[str, Any]]:
+    """epbench's per-node/per-Run fit (reports.stats.fit_family, restated: the engine layer
+    cannot import reports; a test keeps the two equal): time per Run = per-Run +
+    per-node x depth, least squares over each case's median of per-round medians, rounds
+    resampled per case with one index draw for all arms (they ran side by side)."""
     import numpy as np
 
-    from reports import defaults, stats
-    from reports.summary import family_members
+    d = np.asarray(depths, dtype=np.float64)
+    dc = d - d.mean()
+
+    def lines(y: Any) -> tuple[Any, Any]:
+        slope = (y * dc).sum(axis=-1) / (dc * dc).sum()
+        return slope, y.mean(axis=-1) - slope * d.mean()
+
+    rng = np.random.default_rng(seed)
+    boot = {arm: np.empty((resamples, len(depths))) for arm in arms}
+    point = {arm: np.empty(len(depths)) for arm in arms}
+    for j, rounds in enumerate(per_case_rounds):
+        n = min(len(rounds[arm]) for arm in arms)
+        idx = rng.integers(0, n, size=(resamples, n))
+        for arm in arms:
+            values = np.asarray(rounds[arm], dtype=np.float64)[:n]
+            point[arm][j] = np.median(values)
+            boot[arm][:, j] = np.median(values[idx], axis=1)
+    tail = (1 - confidence) / 2
+    fits = {}
+    for arm in arms:
+        slope, intercept = lines(point[arm])
+        b_slope, b_intercept = lines(boot[arm])
+        fits[arm] = {"slope": float(slope), "intercept": float(intercept),
+                     "slope_ci": tuple(float(q) for q in np.quantile(b_slope, [tail, 1 - tail])),
+                     "intercept_ci": tuple(float(q) for q in
+                                           np.quantile(b_intercept, [tail, 1 - tail])),
+                     "boot_slope": b_slope}
+    return fits
+
+
+def _round_medians(case: dict[str, Any], arm: str) -> list[float]:
+    return [median(r["samples_ns"][arm]) for r in case.get("rounds", [])
+            if r.get("samples_ns", {}).get(arm)]
+
+
+def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
+    """Per chain family (≥ 2 depths): each arm's per-node and per-Run cost from epbench's
+    fit (fit_family), and the engine's ORT calls per node from its counters."""
+    import numpy as np
 
     engine = engine_arm_keys(doc)
     labels = {CONTROL: "ort", **{key: f"engine ({mode})" for mode, key in engine.items()}}
+    families: dict[str, list[tuple[int, str]]] = {}
+    for name, case in doc.get("cases", {}).items():
+        family = family_of(case.get("spec") or {})
+        if family and case.get("status") == "ok":
+            families.setdefault(family, []).append((int(case["spec"]["depth"]), name))
     out = []
-    for family, members in family_members(doc).items():
-        cases = [doc["cases"][name] for _, name in members]
+    for family, members in sorted(families.items()):
+        members.sort()
         depths = [d for d, _ in members]
-        arms = [a for a in labels if all(a in c.get("arms", {}) for c in cases)]
+        if len(set(depths)) < 2:
+            continue
+        cases = [doc["cases"][name] for _, name in members]
+        arms = [a for a in labels if all(_round_medians(c, a) for c in cases)]
         if CONTROL not in arms:
             continue
-        rounds = [{arm: stats.round_medians(c, arm) for arm in arms} for c in cases]
-        fits = stats.fit_family(depths, rounds, arms, seed=seed)
+        rounds = [{arm: _round_medians(c, arm) for arm in arms} for c in cases]
+        fits = fit_family(depths, rounds, arms, seed=seed)
         rows = []
         for arm in arms:
-            calls = [((c["arms"][arm] or {}).get("counters_per_run") or {}).get("ort_api_calls")
-                     for c in cases]
+            calls = [((c["arms"].get(arm) or {}).get("counters_per_run") or {})
+                     .get("ort_api_calls") for c in cases]
             per_node_calls = None
             if all(x is not None for x in calls):
                 per_node_calls = (calls[-1] - calls[0]) / (depths[-1] - depths[0])
             fit = fits[arm]
-            rows.append({"arm": arm, "label": labels[arm], "slope": fit.slope,
-                         "slope_ci": fit.slope_ci, "intercept": fit.intercept,
-                         "intercept_ci": fit.intercept_ci, "calls_per_node": per_node_calls,
-                         "calls_at_min": calls[0]})
+            rows.append({"arm": arm, "label": labels[arm], "slope": fit["slope"],
+                         "slope_ci": fit["slope_ci"], "intercept": fit["intercept"],
+                         "intercept_ci": fit["intercept_ci"], "calls_per_node": per_node_calls})
         entry = {"family": family, "depths": depths, "rows": rows, "dispatch": None}
-        if "kernel" in engine and "per_node" in engine and engine["kernel"] in arms \
-                and engine["per_node"] in arms:
+        if engine.get("kernel") in arms and engine.get("per_node") in arms:
             k, p = fits[engine["kernel"]], fits[engine["per_node"]]
-            diff = k.boot_slope - p.boot_slope  # paired: one resampling for both arms
-            tail = (1 - defaults.CONFIDENCE) / 2
-            lo, hi = np.quantile(diff, [tail, 1 - tail])
-            entry["dispatch"] = {"kernel": k.slope, "per_node": p.slope,
-                                 "diff": k.slope - p.slope, "diff_ci": (float(lo), float(hi)),
-                                 "met": k.slope <= p.slope}
+            diff = k["boot_slope"] - p["boot_slope"]  # paired: one resampling for both arms
+            lo, hi = np.quantile(diff, [0.025, 0.975])
+            entry["dispatch"] = {"kernel": k["slope"], "per_node": p["slope"],
+                                 "diff": k["slope"] - p["slope"],
+                                 "diff_ci": (float(lo), float(hi)),
+                                 "met": k["slope"] <= p["slope"]}
         out.append(entry)
     return out
 
@@ -312,9 +368,9 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         if case.get("status") != "ok":
             lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
             continue
-        control = [_median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
+        control = [median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
                    if r.get("samples_ns", {}).get(CONTROL)]
-        cells = [_fmt_ratio(_median(ratios) if (ratios := round_ratios(case, key)) else None)
+        cells = [_fmt_ratio(median(ratios) if (ratios := round_ratios(case, key)) else None)
                  for _, key in columns]
         counts = []
         for key in engine_keys.values():
@@ -324,7 +380,7 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
                               f"{per_run.get('heap_allocs', 0):g}")
         mark = "" if has_quiet_round(case) else f" {UNQUIET_MARK}"
         unquiet_cases = unquiet_cases or bool(mark)
-        lines.append(f"| `{name}`{mark} | {_fmt_ns(_median(control) if control else None)} | "
+        lines.append(f"| `{name}`{mark} | {_fmt_ns(median(control) if control else None)} | "
                      + " | ".join(cells) + f" | {', '.join(counts) or '—'} |")
     lines.append("")
     if unquiet_cases:

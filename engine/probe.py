@@ -11,6 +11,8 @@ import ctypes
 import sys
 import types
 
+from epbench.engine.library import library_path
+
 # The most counters any build exports; a snapshot reports the true count.
 _MAX_COUNTERS = 64
 
@@ -76,8 +78,6 @@ class _CallableModule(types.ModuleType):
     the module the harness imports read_counters from."""
 
     def __call__(self, ep_name: str | None = None) -> dict[str, int] | None:
-        from engine import library_path
-
         return read_counters(library_path(), ep_name)
 
 

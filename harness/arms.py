@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import ArmError
+from epbench import engine
+from epbench.core.errors import ArmError
+from epbench.engine import EP_OPTIONS
 
 CONTROL_KEY = "ort"
 KINDS = ("ort", "engine", "plugin")
@@ -146,7 +148,6 @@ def with_control(arms: list[ArmSpec]) -> list[ArmSpec]:
                 f"{name!r}: give one of them another name=ALIAS"
             )
         if arm.kind == "engine":
-            from engine import EP_OPTIONS
 
             unknown = sorted(k for k, _ in arm.options if k not in EP_OPTIONS)
             if unknown:
@@ -170,7 +171,6 @@ def resolve_library(arm: ArmSpec) -> str | None:
     if arm.kind == "engine":
         if arm.target:
             return _existing_file(arm.target, arm.spec)
-        import engine
 
         return engine.library_path()
     target = arm.target or ""

@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import EpbenchError
-from harness.paths import cache_dir
+from epbench.core.errors import EpbenchError
+from epbench.core.paths import cache_dir
 
 # Lines of a failed build's output shown to the user.
 BUILD_TAIL_LINES = 25

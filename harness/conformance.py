@@ -15,23 +15,27 @@ says whether the EP claimed the case. Each case ends as one of:
 - ``skipped``: ORT cannot run or pass it even without the EP (too new an opset, a type
   its Python API cannot feed, a result of its own CPU EP out of tolerance): not the EP's.
 
-The parent never loads the EP library (harness.runner's rule). Library code only: it
-returns a ConformanceResult; the command prints it.
+This module is the worker's side (select, run and judge cases) and the result with its
+renderings; epbench.workflows.conformance runs the workers (the parent never loads the EP
+library: harness.runner's rule). Library code only: it returns a ConformanceResult; the
+command prints it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import pickle
-import tempfile
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import EXIT_CASE_FAILED, EXIT_OK, EpbenchError
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from epbench.core.errors import EXIT_CASE_FAILED, EXIT_OK, EpbenchError
+from epbench.harness.sessions import CPU_EP, nodes_by_ep, session_options
 
 STATUSES = ("passed", "failed", "not_claimed", "crashed", "skipped")
 # The EP sees the nodes as the test wrote them: no fusion, no constant folding.
@@ -165,8 +169,6 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> tuple[bool, float]
     NaN must meet NaN and an infinity the same infinity; a shape or type mismatch is an
     infinite error. Sequences compare element by element.
     """
-    import numpy as np
-
     if want is None or got is None:
         return (got is None and want is None), (0.0 if got is None and want is None else math.inf)
     if isinstance(want, (list, tuple)):
@@ -201,8 +203,6 @@ def _message(exc: BaseException) -> str:
 def _feeds(model: Any, inputs: list[Any]) -> dict[str, Any]:
     initializers = {t.name for t in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in initializers]
-    import numpy as np
-
     # A numpy scalar (np.int32(3)) is a rank-0 tensor to ONNX; ORT's Python API wants it as
     # an array.
     return {n: np.asarray(v) if isinstance(v, np.generic) else v
@@ -233,11 +233,6 @@ def _run_data_sets(session: Any, model: Any, case: NodeCase) -> list[DataSetResu
 def run_case(case: NodeCase, registration: Any, ep_name: str,
              ep_options: dict[str, str]) -> CaseResult:
     """Run one case with the EP (CPU fallback allowed); inside a worker only."""
-    import onnx
-    import onnxruntime as ort
-
-    from harness.sessions import CPU_EP, nodes_by_ep, session_options
-
     model = onnx.load_from_string(case.model)
 
     def cpu_session() -> Any:
@@ -288,96 +283,11 @@ def run_in_worker(worker: Any) -> None:
         worker.emit({"event": "case_result", "result": asdict(result)})
 
 
-# ---- orchestration (parent) -----------------------------------------------------------------
-
-
-def _case_from_dict(data: dict[str, Any]) -> CaseResult:
+def case_from_dict(data: dict[str, Any]) -> CaseResult:
+    """A CaseResult from its asdict() form (the worker's event)."""
     data = dict(data)
     data["data_sets"] = tuple(DataSetResult(**d) for d in data["data_sets"])
     return CaseResult(**data)
-
-
-def run_conformance(arm_spec: str, ops: tuple[str, ...] = (),
-                    case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
-                    on_case: Callable[[CaseResult], None] | None = None) -> ConformanceResult:
-    """Run every ONNX node test case of ``ops`` (all ops when empty) on the arm's EP.
-
-    Raises EpbenchError for a bad arm or an unknown op; an EP that fails to load is an
-    ArmError. A crash or a hang costs the case it happened on only.
-    """
-    import onnx
-    import onnxruntime as ort
-
-    from harness.arms import parse_arm, resolve_library, with_control
-    from harness.errors import ArmError
-    from harness.runner import _signal_name, run_worker
-
-    arm = parse_arm(arm_spec)
-    with_control([arm])  # validates engine options and names
-    library = resolve_library(arm)
-    cases = load_cases(tuple(ops))
-    results: dict[str, CaseResult] = {}
-    ep: dict[str, Any] = {}
-    by_name = {c.name: c for c in cases}
-    remaining = [c.name for c in cases]
-    with tempfile.TemporaryDirectory(prefix="epbench-conformance-") as tmp:
-        cases_file = os.path.join(tmp, "cases.pickle")
-        with open(cases_file, "wb") as fh:
-            pickle.dump(cases, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        while remaining:
-            started: list[str] = []
-
-            def collect(event: dict[str, Any], started: list[str] = started) -> None:
-                kind = event.get("event")
-                if kind == "arm":
-                    ep.update(event)
-                elif kind == "case_start":
-                    started.append(event["name"])
-                elif kind == "case_result":
-                    result = _case_from_dict(event["result"])
-                    results[result.name] = result
-                    if on_case is not None:
-                        on_case(result)
-
-            request = {"mode": "conformance", "config": {}, "cases_file": cases_file,
-                       "names": remaining,
-                       "arms": [{"arm": arm.to_dict(), "library": library}]}
-            outcome = run_worker(request, collect, case_timeout_s)
-            errors = [e for e in outcome.events if e.get("event") == "error"]
-            unfinished = [n for n in started if n not in results]
-            if not unfinished:
-                if errors and not started:  # the arm did not load
-                    raise ArmError(errors[0]["message"])
-                if not started:  # no progress: do not loop
-                    if outcome.timed_out:
-                        raise EpbenchError(
-                            f"the conformance worker reported nothing within {case_timeout_s:g} "
-                            "s of starting (a busy machine, or an EP that hangs while "
-                            "loading); raise --case-timeout")
-                    raise EpbenchError("the conformance worker stopped before any case: "
-                                       + outcome.stderr_tail.strip()[-500:])
-                remaining = [n for n in remaining if n not in results]
-                continue
-            victim = unfinished[0]
-            if outcome.timed_out:
-                why = f"no result within {case_timeout_s:g} s (a hung EP?); worker killed"
-            elif outcome.returncode < 0:
-                why = f"worker killed by {_signal_name(-outcome.returncode)}"
-            elif errors:
-                why = f"worker failed: {errors[0]['message']}"
-            else:
-                why = f"worker exited with status {outcome.returncode}"
-            tail = outcome.stderr_tail.strip()[-300:]
-            results[victim] = CaseResult(victim, by_name[victim].op, "crashed",
-                                         message=why + (f"; {tail}" if tail else ""))
-            if on_case is not None:
-                on_case(results[victim])
-            remaining = [n for n in remaining if n not in results]
-    return ConformanceResult(
-        arm=arm.spec, ep_name=ep.get("ep_name", "CPUExecutionProvider"),
-        ep_version=ep.get("ep_version"), ops=tuple(ops),
-        versions={"onnx": onnx.__version__, "onnxruntime": ort.__version__},
-        cases=tuple(results[c.name] for c in cases))
 
 
 # ---- rendering (strings; the command prints them) -------------------------------------------

@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from harness.errors import GateError
+from epbench.core.errors import GateError
 
 PROC_STAT = "/proc/stat"
 DEFAULT_THRESHOLD = 0.93

@@ -27,7 +27,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EpbenchError
+from epbench.cases.spec import CaseSpec
+from epbench.core.errors import EpbenchError
+from epbench.core.paths import cache_dir as default_cache
 
 METHODS = ("perf", "valgrind")
 # Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
@@ -117,7 +119,7 @@ def perf_available() -> tuple[bool, str]:
     try:
         counter = PerfCounter()
     except InstructionsError as exc:
-        return False, exc.format_message()
+        return False, str(exc)
     try:
         counter.start()
         count = counter.stop()
@@ -159,7 +161,6 @@ def availability() -> dict[str, dict[str, Any]]:
 
 def helper_library(cache_dir: Path | None = None) -> Path:
     """The callgrind toggle helper, compiled once per source and cached."""
-    from harness.paths import cache_dir as default_cache
 
     digest = hashlib.sha256(_HELPER_SOURCE.encode()).hexdigest()[:12]
     folder = Path(cache_dir) if cache_dir is not None else default_cache() / "callgrind"
@@ -210,7 +211,6 @@ def count_in_worker(worker: Any) -> None:
     The request's ``instructions`` field names the method; for valgrind,
     ``helper`` is the toggle library and ``dump_dir`` where callgrind writes.
     """
-    from cases.spec import CaseSpec
 
     request = worker.request
     spec = CaseSpec.from_dict(request["case"])
@@ -297,41 +297,3 @@ def add_counts(arms_info: dict[str, Any], per_run: dict[str, float]) -> None:
         counters = dict(record.get("counters_per_run") or {})
         counters[COUNTER_NAME] = value
         record["counters_per_run"] = counters
-
-
-def count_case(request: dict[str, Any], worker_config: dict[str, Any],
-               result: dict[str, Any]) -> None:
-    """Run the instruction-count pass of one case and add its counts to ``result``.
-
-    A failed pass does not fail the case (its times stand); the reason is kept
-    in ``result["instructions"]["error"]``.
-    """
-    import tempfile
-
-    from harness.runner import run_worker
-
-    method = worker_config["instructions"]
-    record: dict[str, Any] = {"method": method, "runs": COUNT_RUNS, "error": None}
-    result["instructions"] = record
-    with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
-        try:
-            pass_request, prefix = worker_request(request, method, Path(dump_dir))
-        except InstructionsError as exc:
-            record["error"] = exc.format_message()
-            return
-        found: dict[str, Any] = {}
-        errors: list[str] = []
-
-        def collect(event: dict[str, Any]) -> None:
-            if event.get("event") == "instructions":
-                found.update(event["per_run"])
-            elif event.get("event") == "error":
-                errors.append(event["message"])
-
-        outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
-    if found:
-        add_counts(result["arms"], found)
-        return
-    record["error"] = (errors[0] if errors else
-                       f"the {method} pass ended with status {outcome.returncode}: "
-                       f"{outcome.stderr_tail.strip()[-300:]}")

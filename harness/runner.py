@@ -20,29 +20,28 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cases.spec import CaseSpec
-from harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
-from harness.errors import (
-    EXIT_CASE_FAILED,
-    EXIT_GATE,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
+import epbench
+from epbench.cases.spec import CaseSpec
+from epbench.core.errors import (
     ArmError,
     EpbenchError,
 )
-from harness.gate import (
+from epbench.core.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from epbench.harness import instructions
+from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
+from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
     DEFAULT_MAX_WAIT_S,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_S,
     POLICIES,
 )
-from harness.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
-from harness.sessions import CPU_EP
-from harness.worker import COUNTER_RUNS, REWARM_CALLS
+from epbench.harness.host import fingerprint_key, host_fingerprint
+from epbench.harness.sessions import CPU_EP
+from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 
 # The module each worker process runs; tests point it at a worker that crashes.
-WORKER_MODULE = "harness.worker"
+WORKER_MODULE = "epbench.harness.worker"
 # How much of a dead worker's stderr is kept for the error message.
 STDERR_TAIL_BYTES = 4000
 
@@ -51,7 +50,7 @@ STDERR_TAIL_BYTES = 4000
 class RunConfig:
     """Everything a run needs; recorded whole in the results file.
 
-    These defaults are the CLI's defaults too (harness.commands reads them).
+    These defaults are the CLI's defaults too (epbench.cli.run_commands reads them).
     """
 
     cases: tuple[CaseSpec, ...]
@@ -148,7 +147,9 @@ def fixed_order(keys: list[str], rounds: int) -> list[list[str]]:
 
 
 def _worker_env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parent.parent)
+    # The folder that holds the `epbench` package (the checkout, or site-packages);
+    # not resolved, since the package's parts are links in a checkout.
+    root = str(Path(epbench.__file__).parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -201,24 +202,31 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
                 proc.stdin.close()
             except BrokenPipeError:
                 pass  # the worker died at start; its exit status says why
-            with os.fdopen(read_fd, "r", encoding="utf-8") as pipe, \
+            # Raw reads, split here: a buffered readline could keep a second line that
+            # arrived in the same read out of select()'s sight, so an event written just
+            # before a hang was lost with the killed worker (and noticed only at the next
+            # write, or never).
+            with os.fdopen(read_fd, "rb", buffering=0) as pipe, \
                     selectors.DefaultSelector() as selector:
                 selector.register(pipe, selectors.EVENT_READ)
+                pending = b""
                 while True:
                     if not selector.select(silence_timeout_s):
                         timed_out = True
                         proc.kill()
                         break
-                    line = pipe.readline()
-                    if not line:
+                    chunk = pipe.read(1 << 16)
+                    if not chunk:
                         break
-                    try:
-                        event = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a crash mid-write
-                    events.append(event)
-                    if on_event is not None:
-                        on_event(event)
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        try:
+                            event = json.loads(line)
+                        except ValueError:
+                            continue  # a line cut by a crash mid-write
+                        events.append(event)
+                        if on_event is not None:
+                            on_event(event)
             returncode = proc.wait()
         except BaseException:
             proc.kill()
@@ -291,7 +299,7 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
             result["core"] = event["core"]
         elif kind == "floor":
             result["floor"] = event["floor"]
-        elif kind in ("verified", "calibrated"):
+        elif kind in ("verified", "sized"):
             result["arms"] = event["arms"]
         elif kind == "round":
             result["rounds"].append(event["round"])
@@ -332,10 +340,42 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
                            f"before finishing: {tail}")
     if worker_config.get("instructions") and result["status"] == "ok":
-        from harness.instructions import count_case
-
-        count_case(request, worker_config, result)
+        count_instructions(request, worker_config, result)
     return result
+
+
+def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
+               result: dict[str, Any]) -> None:
+    """Run the instruction-count pass of one case and add its counts to ``result``.
+
+    A failed pass does not fail the case (its times stand); the reason is kept
+    in ``result["instructions"]["error"]``.
+    """
+    method = worker_config["instructions"]
+    record: dict[str, Any] = {"method": method, "runs": instructions.COUNT_RUNS, "error": None}
+    result["instructions"] = record
+    with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
+        try:
+            pass_request, prefix = instructions.worker_request(request, method, Path(dump_dir))
+        except instructions.InstructionsError as exc:
+            record["error"] = str(exc)
+            return
+        found: dict[str, Any] = {}
+        errors: list[str] = []
+
+        def collect(event: dict[str, Any]) -> None:
+            if event.get("event") == "instructions":
+                found.update(event["per_run"])
+            elif event.get("event") == "error":
+                errors.append(event["message"])
+
+        outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
+    if found:
+        instructions.add_counts(result["arms"], found)
+        return
+    record["error"] = (errors[0] if errors else
+                       f"the {method} pass ended with status {outcome.returncode}: "
+                       f"{outcome.stderr_tail.strip()[-300:]}")
 
 
 class _Interrupted(Exception):
@@ -415,12 +455,9 @@ def run(config: RunConfig) -> dict[str, Any]:
     Ctrl-C stops at once, keeps what was measured, and returns a document
     marked ``interrupted``. Arms are checked before anything is written.
     """
-    from harness.host import fingerprint_key, host_fingerprint
 
     if config.instructions is not None:
-        from harness.instructions import check_method
-
-        check_method(config.instructions)  # before anything runs or is written
+        instructions.check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))
     libraries = {a.key: resolve_library(a) for a in arms}
     probed = probe_arms(arms, libraries)
@@ -485,15 +522,3 @@ def run(config: RunConfig) -> dict[str, Any]:
     if out is not None:
         write_results(out / "results.json", doc)
     return doc
-
-
-def exit_code_for(doc: dict[str, Any]) -> tuple[int, str | None]:
-    """The exit code a finished run maps to, and the line that explains it."""
-    if doc["interrupted"]:
-        return EXIT_INTERRUPTED, "interrupted: everything measured so far is on disk"
-    bad = [n for n, c in doc["cases"].items() if c["status"] != "ok"]
-    if not bad:
-        return EXIT_OK, None
-    gated = any(doc["cases"][n].get("error_kind") == "gate" for n in bad)
-    return (EXIT_GATE if gated else EXIT_CASE_FAILED,
-            f"{len(bad)} case(s) did not finish: {', '.join(bad)}")

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import ArmSpec
-from harness.errors import ArmError, CaseError
+from epbench.cases.spec import graph_optimization_level
+from epbench.core.errors import ArmError, CaseError
+from epbench.harness.arms import ArmSpec
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -73,7 +74,6 @@ def session_options(
     """The SessionOptions for one arm: identical across arms except the EP."""
     import onnxruntime as ort
 
-    from cases.spec import graph_optimization_level
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads

@@ -7,25 +7,40 @@ crashes, this process dies and the parent keeps every round already reported;
 if the parent dies, the kernel kills this process (PR_SET_PDEATHSIG).
 
 Events, in order: ``pinned``, ``arm`` (one per plugin arm), ``verified``,
-``calibrated``, then per round ``gate`` and ``round`` (with its samples), then
+``sized``, then per round ``gate`` and ``round`` (with its samples), then
 ``done``; or ``error`` at any point (after the per-arm facts known so far).
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.arms import CONTROL_KEY, ArmSpec
-from harness.errors import CaseError, EpbenchError
-from harness.results import dumps
-from harness.sessions import CPU_EP, BoundRun, Registration
+from epbench.cases.spec import CaseSpec
+from epbench.core.errors import CaseError, EpbenchError, GateError
+from epbench.core.numbers import median
+from epbench.core.results import dumps
+from epbench.engine.probe import read_counters
+from epbench.harness.arms import CONTROL_KEY, ArmSpec
+from epbench.harness.conformance import run_in_worker
+from epbench.harness.gate import IdleGate, InterferenceMeter, format_gate_reading, quietest_core
+from epbench.harness.instructions import count_in_worker
+from epbench.harness.overhead import measure_overhead
+from epbench.harness.sessions import (
+    CPU_EP,
+    BoundRun,
+    Registration,
+    bind,
+    create_session,
+    max_abs_error,
+    nodes_by_ep,
+    register_arm,
+)
+from epbench.harness.timing import block_iterations, time_block
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
 COUNTER_RUNS = 16
@@ -34,30 +49,6 @@ COUNTER_RUNS = 16
 REWARM_CALLS = 2
 
 Emit = Callable[[dict[str, Any]], None]
-
-
-def time_block(run: Callable[[], object], iterations: int,
-               clock: Callable[[], int] = time.perf_counter_ns) -> list[int]:
-    """Time ``iterations`` calls of ``run``, one sample per call, GC off inside the block."""
-    samples = [0] * iterations
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for i in range(iterations):
-            t0 = clock()
-            run()
-            samples[i] = clock() - t0
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return samples
-
-
-def block_iterations(ns_per_run: float, target_ms: float, max_iters: int) -> int:
-    """Iterations so one block lasts about ``target_ms``, at least 1, at most ``max_iters``."""
-    if ns_per_run <= 0:
-        return max_iters
-    return max(1, min(max_iters, int(target_ms * 1e6 / ns_per_run)))
 
 
 @dataclass
@@ -80,7 +71,6 @@ def pin_to_quietest(threads: int, emit: Emit) -> tuple[list[int], int | None]:
     or None when ``threads`` > 1: ORT's pool threads inherit this affinity, so a
     multi-threaded run keeps every allowed core.
     """
-    from harness.gate import quietest_core
 
     allowed = sorted(os.sched_getaffinity(0))
     core = None
@@ -99,7 +89,6 @@ class Worker:
         self.cores: list[int] = []
 
     def setup_arms(self) -> list[ArmRun]:
-        from harness.sessions import register_arm
 
         arms = []
         for item in self.request["arms"]:
@@ -122,7 +111,6 @@ class Worker:
         compared with the control's; the per-arm facts are reported even when a
         check fails, so a failed case still says what it found.
         """
-        from harness.sessions import bind, create_session, max_abs_error, nodes_by_ep
 
         info: dict[str, Any] = {}
         expected: list[Any] = []
@@ -159,7 +147,7 @@ class Worker:
             self.emit({"event": "verified", "arms": info})
         return info
 
-    def calibrate(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
+    def size_blocks(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
         """Warm up every arm, then size its block to last about the target time."""
         warmup_ns = self.config["warmup_ms"] * 1e6
         for state in arms:
@@ -169,7 +157,7 @@ class Worker:
                 samples = time_block(state.bound.run, 8)
                 spent += sum(samples)
                 runs += len(samples)
-            ns_per_run = sorted(time_block(state.bound.run, 31))[15]
+            ns_per_run = median(time_block(state.bound.run, 31))
             state.iterations = block_iterations(
                 ns_per_run, self.config["block_target_ms"], self.config["max_block_iters"])
             info[state.arm.key]["block_iters"] = state.iterations
@@ -177,7 +165,6 @@ class Worker:
 
     def count(self, arms: list[ArmRun], info: dict[str, Any]) -> None:
         """Deterministic counters per Run, for libraries that export epbench's probe."""
-        from engine.probe import read_counters
 
         for state in arms:
             if state.library is None:
@@ -194,7 +181,6 @@ class Worker:
             }
 
     def rounds(self, arms: list[ArmRun], core: int | None) -> None:
-        from harness.gate import IdleGate, InterferenceMeter, format_gate_reading
 
         by_key = {s.arm.key: s for s in arms}
         gate_cfg = self.config["gate"]
@@ -226,7 +212,6 @@ class Worker:
             }})
 
     def run(self) -> None:
-        from cases.spec import CaseSpec
 
         if self.request.get("mode") == "probe":
             # Preflight: load and register every arm, report EP names, run nothing.
@@ -235,30 +220,26 @@ class Worker:
             return
         if self.request.get("mode") == "conformance":
             # ONNX's node test cases on one arm, one event per case (harness.conformance).
-            from harness.conformance import run_in_worker
-
             run_in_worker(self)
             self.emit({"event": "done"})
             return
         if self.request.get("mode") == "instructions":
             # An extra, untimed pass that counts instructions per Run (harness.instructions).
-            from harness.instructions import count_in_worker
 
             count_in_worker(self)
             self.emit({"event": "done"})
             return
         self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
-        from harness.floor import measure_floor
 
         # The harness's own cost per timed call, on this core, recorded with the case.
-        self.emit({"event": "floor", "floor": measure_floor(threads=self.config["threads"])})
+        self.emit({"event": "floor", "floor": measure_overhead(threads=self.config["threads"])})
         spec = CaseSpec.from_dict(self.request["case"])
         built = spec.build()
         arms = self.setup_arms()
         info = self.build_sessions(arms, built, spec)
-        self.calibrate(arms, info)
+        self.size_blocks(arms, info)
         self.count(arms, info)
-        self.emit({"event": "calibrated", "arms": info})
+        self.emit({"event": "sized", "arms": info})
         self.rounds(arms, core)
         self.emit({"event": "done"})
 
@@ -292,10 +273,9 @@ def main(argv: list[str]) -> int:
     try:
         Worker(request, emit).run()
     except EpbenchError as exc:
-        from harness.errors import GateError
 
         kind = "gate" if isinstance(exc, GateError) else "case"
-        emit({"event": "error", "kind": kind, "message": exc.format_message()})
+        emit({"event": "error", "kind": kind, "message": str(exc)})
         return 0
     except Exception as exc:  # an unexpected failure inside one case, reported as such
         import traceback

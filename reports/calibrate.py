@@ -24,16 +24,17 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import EpbenchError
-from reports import defaults, stats
+from epbench.core.errors import EpbenchError
+from epbench.core.results import atomic_write_text, schema_version
+from epbench.reports import defaults, stats
 
 if TYPE_CHECKING:
-    from cases.spec import CaseSpec
+    pass
 
 PROFILE_NAME = "epbench.noise-profile"
 PROFILE_VERSION = 1
@@ -84,20 +85,6 @@ def _guess_separate(same_run: dict[str, Any]) -> dict[str, Any]:
         "changes": [], "p95_abs": None, "ci_half_width": None,
         "noise": None if noise is None else noise * math.sqrt(2.0), "estimated": True,
     }
-
-
-def aa_arms(arm_spec: str) -> tuple[Any, Any]:
-    """The two A/A arms for `arm_spec`: `ort` and a second ORT session, or the arm twice.
-
-    The name goes into the spec string itself, because the worker re-parses specs.
-    """
-    from harness.arms import parse_arm
-
-    arm = parse_arm(arm_spec)
-    if arm.kind == "ort":
-        return parse_arm("ort"), parse_arm("ort:name=ort_b")
-    separator = "," if (arm.options or arm.name) else ":"
-    return tuple(parse_arm(f"{arm.spec}{separator}name={name}") for name in AA_NAMES)
 
 
 def profile_from_runs(
@@ -187,60 +174,10 @@ def _position_bias_summary(cases: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def calibrate(
-    cases: Sequence[CaseSpec],
-    *,
-    arm: str = "ort",
-    repeats: int = defaults.CALIBRATION_REPEATS,
-    rounds: int | None = None,  # default: the run's default round count
-    seed: int = defaults.SEED,
-    position_test: bool = True,
-    run: Callable[[Any], dict[str, Any]] | None = None,
-    runner_options: Mapping[str, Any] | None = None,
-    on_repeat: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
-    """Run A/A `repeats` times (plus the fixed-order self-test) and return the profile.
-
-    `run` is harness.runner.run unless a test injects a fake.
-    """
-    from harness.runner import RunConfig
-    from harness.runner import defaults as run_defaults
-
-    rounds = run_defaults()["rounds"] if rounds is None else rounds
-    if repeats < 1:
-        raise ProfileError("--repeats must be at least 1 (5 or more gives a steadier profile)")
-    if run is None:
-        from harness.runner import run as real_run
-
-        run = real_run
-    arm_a, arm_b = aa_arms(arm)
-    options = dict(runner_options or {})
-    total = repeats + (1 if position_test else 0)
-    docs = []
-    for i in range(repeats):
-        if on_repeat is not None:
-            on_repeat(i, total)
-        config = RunConfig(
-            cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + i,
-            fixed_order=False, out_dir=None, **options,
-        )
-        docs.append(run(config))
-    fixed_doc = None
-    if position_test:
-        if on_repeat is not None:
-            on_repeat(repeats, total)
-        fixed_doc = run(RunConfig(
-            cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
-            fixed_order=True, out_dir=None, **options,
-        ))
-    return profile_from_runs(docs, fixed_doc, arm_a.key, arm_b.key, arm_spec=arm, seed=seed)
-
-
 def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
     """Write the profile atomically (sorted keys), creating the folder."""
     import json
 
-    from harness.results import atomic_write_text
 
     path = Path(path)
     try:
@@ -268,7 +205,6 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         raise ProfileError(
             f"{path} is not valid JSON ({exc}); re-run `epbench calibrate`"
         ) from None
-    from harness.results import schema_version
 
     schema = doc.get("schema") if isinstance(doc, dict) else None
     schema_version(schema, PROFILE_NAME, PROFILE_VERSION, path, "noise profile",

@@ -28,9 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.errors import EpbenchError
-from reports import defaults, stats
-from reports.summary import family_members, gate_summary
+from epbench.core.errors import EpbenchError
+from epbench.core.numbers import median
+from epbench.core.results import load_results
+from epbench.reports import defaults, stats
+from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
+from epbench.reports.summary import family_members, family_of, gate_summary
 
 SCHEMA = "epbench.comparison/1"
 
@@ -348,7 +351,6 @@ def compare_files(
     profile, and compare. Raises CompareError with a remedy for any unusable input."""
     from pathlib import Path
 
-    from harness.results import load_results
 
     if not 1 <= len(paths) <= 2:
         raise CompareError("compare takes one results file (with --base/--pr) or two (BASE PR)")
@@ -423,7 +425,6 @@ def _load_profile_noise(
 def _case_noise(
     profile: Mapping[str, Any] | None, name: str, definition: str | None, rounds: int, mode: str
 ) -> tuple[float | None, str]:
-    from reports.calibrate import profile_noise
 
     if profile is None:
         return None, "no profile"
@@ -442,7 +443,6 @@ def compare(
     Returns the comparison document that render.py turns into markdown, text or JSON.
     Raises CompareError when the two sides cannot be compared honestly.
     """
-    import numpy as np
 
     settings = settings or Settings()
     warnings: list[str] = []
@@ -566,7 +566,7 @@ def compare(
         shown = change if j.verdict != "not_comparable" else stats.NAN_CHANGE
         rows.append(CaseRow(
             case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
-            base_ns=_median(np, b_vals), pr_ns=_median(np, p_vals),
+            base_ns=_median_ns(b_vals), pr_ns=_median_ns(p_vals),
             change=stats.finite(shown.ratio - 1.0),
             ci=[stats.finite(shown.lo - 1.0), stats.finite(shown.hi - 1.0)],
             p=stats.finite(shown.p), q=stats.finite(j.q), significant=j.significant,
@@ -617,13 +617,12 @@ def compare(
     }
 
 
-def _median(np: Any, values: Any) -> float | None:
-    values = values[np.isfinite(values) & (values > 0)]  # the same rounds the ratios use
-    return float(np.median(values)) if len(values) else None
+def _median_ns(values: Any) -> float | None:
+    # the same rounds the ratios use: finite, positive
+    return median(float(v) for v in values if math.isfinite(v) and v > 0)
 
 
 def _family(case: Mapping[str, Any]) -> str | None:
-    from reports.summary import family_of
 
     return family_of(case.get("spec", {}))
 
@@ -681,16 +680,6 @@ def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
 def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
     """Cases worth re-running (❔): more rounds can settle them, a budget permitting."""
     return [row["case"] for row in comparison["cases"] if row["verdict"] == "inconclusive"]
-
-
-def exit_code_for(comparison: Mapping[str, Any], fail_on: str) -> int:
-    """EXIT_REGRESSION when a verdict matches `--fail-on`, else EXIT_OK."""
-    from harness.errors import EXIT_OK, EXIT_REGRESSION
-
-    if fail_on not in FAIL_ON:
-        raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-    hit = any(row["verdict"] in FAIL_ON[fail_on] for row in comparison["cases"])
-    return EXIT_REGRESSION if hit else EXIT_OK
 
 
 # --------------------------------------------------------------------------- counters
@@ -886,7 +875,6 @@ def cannot_catch(
 
 def load_profile_for(host_key: str | None, path: str | None) -> dict[str, Any] | None:
     """The calibration profile to judge with: --profile FILE, else the host's cached one."""
-    from reports.calibrate import default_profile_path, load_profile
 
     if path is not None:
         return load_profile(path)

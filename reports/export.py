@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EpbenchError
-from reports import stats
+from epbench.core.errors import EpbenchError
+from epbench.reports import stats
 
 
 class ExportError(EpbenchError):

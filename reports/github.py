@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 
 # The one definition of the marker; the comment templates import it from here.
 STICKY_MARKER = "<!-- epbench:sticky-comment -->"

@@ -11,12 +11,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reports import stats
+from epbench.reports import defaults, stats
+from epbench.reports.compare import VERDICTS
+from epbench.reports.github import STICKY_MARKER
 
 
 def sticky_marker() -> str:
     """The hidden line that lets the GitHub client find and update its one comment."""
-    from reports.github import STICKY_MARKER
 
     return STICKY_MARKER
 
@@ -146,8 +147,6 @@ def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
 
 
 def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
-    from reports import defaults
-    from reports.compare import VERDICTS
 
     rows = list(comparison["cases"])
     shown, folded = _split_rows(rows)
@@ -248,3 +247,78 @@ def render_calibration(profile: Mapping[str, Any]) -> str:
 
 def _pct_or_dash(value: float | None) -> str:
     return format_share(value, 2)
+
+
+def format_overhead(overhead: dict[str, Any]) -> str:
+    """The harness's overhead (`epbench overhead`) as a few lines for the terminal."""
+    lines = [
+        f"timer (two clock reads)        {format_ns(overhead['timer_ns'])}",
+        f"timed no-op call               {format_ns(overhead['noop_call_ns'])}",
+        f"ORT CPU, {overhead['case']:<21} {format_ns(overhead['ort_trivial_run_ns'])}"
+        "  (run_with_iobinding, one node)",
+        f"timing loop                    {overhead['loop']}"
+        + ("" if overhead["loops"].get("c") is not None else f" ({overhead['c_loop_note']})"),
+        f"medians of {overhead['samples']} calls, {overhead['threads']} thread(s)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_summary_table(summary: Mapping[str, Any]) -> str:
+    """The summary as fixed-width text for the terminal."""
+    lines: list[str] = []
+    rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
+             "nodes", "status")]
+    control = summary.get("control", "ort")
+    for name, case in summary["cases"].items():
+        status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
+        # The control first: every other arm's ratio is relative to it.
+        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        for arm, a in arms:
+            nodes = a.get("nodes_by_ep") or {}
+            split = (
+                " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
+                if len(nodes) > 1 else ""
+            )
+            ratio, ci = format_ratio_ci(a["ratio_vs_ort"], a["ci95"])
+            rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
+                         f"{a['nodes_executed']}{split}", status))
+            name, status = "", ""
+    lines.extend(align_columns(rows))
+    drifts = [
+        (abs(c["control_drift"]), n, c["control_drift"])
+        for n, c in summary["cases"].items() if c.get("control_drift") is not None
+    ]
+    if drifts:
+        _, worst_case, worst = max(drifts)
+        lines.append("")
+        lines.append(
+            f"control drift: worst {worst:+.1%} ({worst_case}), "
+            "last third of the rounds vs the first third"
+        )
+    if summary.get("families"):
+        lines.append("")
+        frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
+        for family, f in summary["families"].items():
+            label = f"{family} (d={','.join(map(str, f['depths']))})"
+            for arm, fit in sorted(f["arms"].items(), key=lambda item: item[0] != control):
+                frows.append((
+                    label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
+                    format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
+                ))
+                label = ""
+        lines.extend(align_columns(frows))
+    g = summary.get("gate") or {}
+    if g:
+        lines.append("")
+        lines.append(
+            f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
+            f"{g.get('quiet')}/{g.get('rounds')} "
+            f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ci_ns(ci: list[float | None]) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
+        return "-"
+    return f"[{format_ns(ci[0])}, {format_ns(ci[1])}]"

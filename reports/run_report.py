@@ -10,13 +10,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from epbench.core.results import atomic_write_text
+from epbench.reports.render import environment, render_summary_table
+from epbench.reports.summary import summarize
+
 REPORT_NAME = "report.md"
 
 
 def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
     """The run as markdown: per case p50 and ratio to ort, families, gate, host, arms."""
-    from reports.render import environment
-    from reports.summary import summarize
 
     summary = summary if summary is not None else summarize(doc)
     control = summary.get("control", "ort")
@@ -36,8 +38,6 @@ def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None 
 
 def write_run_report(doc: Mapping[str, Any], out_dir: str | Path) -> str:
     """Write OUT/report.md and return the summary table for the terminal."""
-    from harness.results import atomic_write_text
-    from reports.summary import render_summary_table, summarize
 
     summary = summarize(doc)
     path = Path(out_dir) / REPORT_NAME

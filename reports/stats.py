@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reports import defaults
+from epbench.reports import defaults
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from reports import defaults, stats
+from epbench.cases.spec import CaseSpec
+from epbench.core.errors import CaseError
+from epbench.reports import defaults, stats
 
 CHAIN_KINDS = ("chain", "binary")
 
@@ -23,8 +25,6 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
     The rule lives in cases.spec.CaseSpec.family alone; a spec that does not read
     back (damaged or foreign) has no family rather than a guessed one.
     """
-    from cases.spec import CaseSpec
-    from harness.errors import CaseError
 
     try:
         return CaseSpec.from_dict(dict(spec)).family
@@ -178,71 +178,3 @@ def _json_number(value: Any) -> Any:
     if isinstance(value, list):
         return [stats.finite(v) for v in value]
     return stats.finite(value)
-
-
-# --------------------------------------------------------------------------- terminal
-
-
-def render_summary_table(summary: Mapping[str, Any]) -> str:
-    """The summary as fixed-width text for the terminal."""
-    from reports.render import align_columns, format_ns, format_ratio_ci
-
-    lines: list[str] = []
-    rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
-             "nodes", "status")]
-    control = summary.get("control", "ort")
-    for name, case in summary["cases"].items():
-        status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
-        # The control first: every other arm's ratio is relative to it.
-        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
-        for arm, a in arms:
-            nodes = a.get("nodes_by_ep") or {}
-            split = (
-                " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
-                if len(nodes) > 1 else ""
-            )
-            ratio, ci = format_ratio_ci(a["ratio_vs_ort"], a["ci95"])
-            rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
-                         f"{a['nodes_executed']}{split}", status))
-            name, status = "", ""
-    lines.extend(align_columns(rows))
-    drifts = [
-        (abs(c["control_drift"]), n, c["control_drift"])
-        for n, c in summary["cases"].items() if c.get("control_drift") is not None
-    ]
-    if drifts:
-        _, worst_case, worst = max(drifts)
-        lines.append("")
-        lines.append(
-            f"control drift: worst {worst:+.1%} ({worst_case}), "
-            "last third of the rounds vs the first third"
-        )
-    if summary.get("families"):
-        lines.append("")
-        frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
-        for family, f in summary["families"].items():
-            label = f"{family} (d={','.join(map(str, f['depths']))})"
-            for arm, fit in sorted(f["arms"].items(), key=lambda item: item[0] != control):
-                frows.append((
-                    label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
-                    format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
-                ))
-                label = ""
-        lines.extend(align_columns(frows))
-    g = summary.get("gate") or {}
-    if g:
-        lines.append("")
-        lines.append(
-            f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
-            f"{g.get('quiet')}/{g.get('rounds')} "
-            f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _ci_ns(ci: list[float | None]) -> str:
-    from reports.render import format_ns
-
-    if not ci or ci[0] is None or ci[1] is None:
-        return "-"
-    return f"[{format_ns(ci[0])}, {format_ns(ci[1])}]"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.arms import ArmSpec, parse_arm, resolve_library, with_control
-from harness.errors import ArmError
+from epbench.core.errors import ArmError
+from epbench.harness.arms import ArmSpec, parse_arm, resolve_library, with_control
 
 
 @pytest.mark.parametrize(

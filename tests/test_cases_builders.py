@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from cases import builders
+from epbench.cases import builders
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases import grids
-from cases.grids import case_by_name, grid_description, grid_names, load_grid
-from cases.spec import (
+from epbench.cases import grids
+from epbench.cases.grids import case_by_name, grid_description, grid_names, load_grid
+from epbench.cases.spec import (
     MAX_DEPTH,
     CaseSpec,
     binary_case,
@@ -21,7 +21,7 @@ from cases.spec import (
     graph_optimization_level,
     matmul_case,
 )
-from harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 ISSUE_DEFAULT = (
     [f"relu_d{d}_w8" for d in (1, 10, 100, 1000)]

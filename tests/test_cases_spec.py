@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from cases.spec import (
+from epbench.cases.spec import (
     FLOAT32_EPS,
     MAX_DEPTH,
     SIGMOID_TOLERANCE,
@@ -20,7 +20,7 @@ from cases.spec import (
     matmul_case,
     matmul_tolerance,
 )
-from harness.errors import CaseError
+from epbench.core.errors import CaseError
 
 
 def _run(built, opt_level: str) -> np.ndarray:

@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from cases import describe_cases, load_grid, model_case, write_cases
-from cases.spec import MODEL_TOLERANCE, CaseSpec
-from cases.usermodel import INTEGER_INPUT_HIGH
-from harness.errors import CaseError
+from epbench.cases import describe_cases, load_grid, model_case, write_cases
+from epbench.cases.spec import MODEL_TOLERANCE, CaseSpec
+from epbench.cases.usermodel import INTEGER_INPUT_HIGH
+from epbench.core.errors import CaseError
 
 
 def _save(

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import cli
-from harness.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
 
 FAST = ["--rounds", "2", "--block-ms", "0.2", "--max-block-iters", "10", "--warmup-ms", "1",
         "--gate", "off", "--quiet"]
@@ -134,7 +134,7 @@ def test_existing_results_are_not_overwritten(tmp_path) -> None:
 
 
 def test_gate_exit_code_follows_the_reading(monkeypatch) -> None:
-    from harness import gate
+    from epbench.harness import gate
 
     busy = gate.GateReading(passed=False, idle={"cpu0": 0.2}, steal={"cpu0": 0.0},
                             waited_s=0.0, attempts=1, threshold=0.93)
@@ -170,7 +170,7 @@ def test_cases_list_and_build(tmp_path) -> None:
     listed = invoke("cases", "list", "--grid", "quick", "--format", "json")
     assert listed.exit_code == 0
     names = [row["name"] for row in json.loads(listed.output)]
-    from cases.grids import load_grid
+    from epbench.cases.grids import load_grid
 
     assert names == [c.name for c in load_grid("quick")]
     built = invoke("cases", "build", "--grid", "quick", "--out", str(tmp_path))
@@ -184,14 +184,14 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     pytest.importorskip("nxrt_ep_cpu")
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "run", "--grid", "quick", "--arm", "ort",
+        [sys.executable, "-m", "epbench.cli.main", "run", "--grid", "quick", "--arm", "ort",
          "--arm", "plugin:nxrt_ep_cpu", "--out", str(out), *FAST[:-1], "--quiet"],
         capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    from cases.grids import load_grid
-    from harness.results import load_results, validate_schema
+    from epbench.cases.grids import load_grid
+    from epbench.core.results import load_results, validate_schema
 
     doc = load_results(out / "results.json")
     validate_schema(doc)
@@ -211,13 +211,13 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     stream = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert [x["type"] for x in stream] == ["header"] + ["case"] * len(quick) + ["end"]
     assert doc["interrupted"] is False and stream[-1]["interrupted"] is False
-    from harness.arms import file_sha256
+    from epbench.harness.arms import file_sha256
 
     plugin = doc["arms"]["plugin:nxrt_ep_cpu"]
     assert plugin["sha256"] == file_sha256(plugin["library"])
     assert plugin["ep_name"] == "cpu_ep"
     summary = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "summary", str(out / "results.json"),
+        [sys.executable, "-m", "epbench.cli.main", "summary", str(out / "results.json"),
          "--format", "json"], capture_output=True, text=True, timeout=120,
         cwd=Path(__file__).parent.parent,
     )
@@ -272,7 +272,7 @@ def test_gate_threshold_zero_is_a_usage_error() -> None:
 
 
 def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
-    from reports import defaults
+    from epbench.reports import defaults
 
     readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
     documented = defaults.documented()
@@ -282,13 +282,13 @@ def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
     assert f"(default `{defaults.FAIL_ON}`)" in readme
     assert f"noise is taken as {documented['no-profile noise']}" in readme
     assert f"at least {documented['alert']}" in readme
-    from harness.compare_commits import DEFAULT_BUDGET_S
+    from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
 
     assert f"`--budget` seconds last (default {DEFAULT_BUDGET_S:g})" in readme
 
 
 def test_instructions_method_unavailable_is_one_line(tmp_path) -> None:
-    from harness.instructions import perf_available
+    from epbench.harness.instructions import perf_available
 
     ok, _ = perf_available()
     if ok:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commits import (
+from epbench.harness.commits import (
     CommitError,
     build_commit,
     repo_root,
@@ -82,7 +82,7 @@ def test_last_line_must_be_a_library(repo, build, needle) -> None:
 
 
 def test_interrupt_during_the_build_removes_the_worktree(repo, monkeypatch) -> None:
-    import harness.commits as commits
+    import epbench.harness.commits as commits
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import cli
-from harness.compare_commits import merge_rounds
-from harness.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.workflows.compare_commits import merge_rounds
 from tests.support.gitrepo import git, init_repo
 
 ROOT = Path(__file__).parent.parent
@@ -104,12 +104,12 @@ def test_reruns_append_rounds_with_fresh_indices() -> None:
 
 def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -> None:
     """The re-run loop against a fake runner: ❔ cases get more rounds, others do not."""
-    from cases.grids import case_by_name
-    from harness import compare_commits as cc
-    from harness.commits import BuiltSide
-    from harness.runner import RunConfig
-    from reports.compare import Settings
-    from reports.synthetic import NoiseModel, results_doc
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.commits import BuiltSide
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.reports.synthetic import NoiseModel, results_doc
+    from epbench.workflows import compare_commits as cc
 
     calls = []
     noisy = NoiseModel(arm_sigma=0.03, machine_sigma=0.0, spike_prob=0.0)

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import cli
-from harness.conformance import (
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_CASE_FAILED, EpbenchError
+from epbench.harness.conformance import (
+    CPU_EP,
     CaseResult,
     ConformanceResult,
     DataSetResult,
@@ -23,9 +25,9 @@ from harness.conformance import (
     load_cases,
     render_markdown,
     render_text,
-    run_conformance,
+    run_case,
 )
-from harness.errors import EXIT_CASE_FAILED, EpbenchError
+from epbench.workflows.conformance import run_conformance
 
 pytestmark = pytest.mark.slow
 
@@ -123,7 +125,7 @@ def test_engine_claims_and_passes_every_float32_case_of_its_ops(partition: str) 
 # ---- failures and crashes ---------------------------------------------------------------------
 
 def _faulty(monkeypatch, fault: str) -> None:
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.conformance_faults")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.conformance_faults")
     monkeypatch.setenv("EPBENCH_CONFORMANCE_FAULT", fault)
 
 
@@ -176,11 +178,9 @@ def test_an_infinite_error_is_reported_not_a_crash(monkeypatch) -> None:
 
 def test_numpy_scalar_inputs_are_fed_as_rank_0_tensors() -> None:
     """CumSum's axis arrives as np.int32(0): ORT's Python API takes only arrays."""
-    from harness.conformance import run_case
-
     (case,) = [c for c in load_cases(("CumSum",)) if c.name == "test_cumsum_1d"]
     assert isinstance(case.data_sets[0][0][1], np.generic)
-    result = run_case(case, None, "CPUExecutionProvider", {})
+    result = run_case(case, None, CPU_EP, {})
     assert result.status == "passed", result
 
 

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import json
 
-from engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
+import numpy as np
+
+from epbench.cases.grids import case_by_name, load_grid
+from epbench.engine.benchmarks import (
+    TARGETS,
+    decompose,
+    evaluate,
+    family_of,
+    fit_family,
+    main,
+    render,
+    round_ratios,
+)
+from epbench.reports import stats
 
 
 def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:
@@ -88,8 +101,6 @@ def test_a_case_with_no_quiet_round_is_marked_where_its_numbers_are_shown() -> N
 
 def _family_doc(kernel_per_node: float) -> dict:
     """relu_w8 at depths 1, 10, 100 with exact lines: time = per-Run + per-node x depth."""
-    from cases.grids import case_by_name
-
     lines = {"ort": (1000, 10), "engine": (800, 1), "pn": (500, 30),
              "kn": (500, kernel_per_node)}
     calls = {"engine": lambda d: 4, "pn": lambda d: 4 * d, "kn": lambda d: 4 * d}
@@ -109,8 +120,6 @@ def _family_doc(kernel_per_node: float) -> dict:
 
 
 def test_per_node_costs_come_from_the_family_fit_with_calls_per_node() -> None:
-    from engine.benchmarks import decompose
-
     (family,) = decompose(_family_doc(kernel_per_node=20))
     assert family["family"] == "relu_w8" and family["depths"] == [1, 10, 100]
     rows = {r["label"]: r for r in family["rows"]}
@@ -134,3 +143,23 @@ def test_a_slower_kernel_dispatch_is_a_visible_miss_with_its_reason() -> None:
     text = render(_family_doc(kernel_per_node=40))
     assert "| +10 ns [+10, +10] | ❌ missed [k] |" in text
     assert "[k] a registered plugin kernel is still called through ORT's plugin ABI" in text
+
+
+def test_the_restated_family_rule_is_the_cases_own() -> None:
+    for spec in load_grid("full"):
+        assert family_of(spec.to_dict()) == spec.family, spec.name
+
+
+def test_the_restated_fit_is_epbenchs_fit() -> None:
+    """Same points as reports.stats.fit_family, intervals within bootstrap noise."""
+    rng = np.random.default_rng(1)
+    depths = [1, 10, 100, 1000]
+    rounds = [{arm: 500 + slope * d + rng.normal(0, 40, 30)
+               for arm, slope in (("a", 20.0), ("b", 31.0))} for d in depths]
+    ours = fit_family(depths, rounds, ["a", "b"])
+    theirs = stats.fit_family(depths, rounds, ["a", "b"])
+    for arm in ("a", "b"):
+        assert ours[arm]["slope"] == np.float64(theirs[arm].slope)
+        assert ours[arm]["intercept"] == np.float64(theirs[arm].intercept)
+        width = theirs[arm].slope_ci[1] - theirs[arm].slope_ci[0]
+        assert np.allclose(ours[arm]["slope_ci"], theirs[arm].slope_ci, atol=0.2 * width)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import engine
-from engine import build as engine_build
+from epbench import engine
+from epbench.engine import build as engine_build
 
 EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
            "epbench_probe_snapshot_ep", "epbench_probe_reset", "epbench_probe_name",
@@ -73,7 +73,7 @@ def test_build_info_describes_the_file(built_out: Path) -> None:
 
 
 def test_library_path_names_the_make_target_when_absent(monkeypatch) -> None:
-    from harness.errors import ArmError
+    from epbench.core.errors import ArmError
 
     monkeypatch.setattr(engine, "LIBRARY_NAME", "libnot_built_here.so")
     with pytest.raises(ArmError, match="run `make engine`"):

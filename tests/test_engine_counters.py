@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import library_path
-from engine.probe import counter_names, read_counters, reset_counters
-from engine.testing import engine_session
+from epbench.engine import library_path
+from epbench.engine.probe import counter_names, read_counters, reset_counters
+from epbench.engine.testing import engine_session
 
 
 def _library() -> str:
@@ -47,7 +47,7 @@ def _per_run(session, feeds: dict, ep_name: str, runs: int = MEASURED_RUNS) -> d
 
 
 def _case(name: str):
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     spec = case_by_name(name)
     return spec, spec.build()
@@ -236,7 +236,7 @@ def test_bad_options_fail_session_creation_with_the_option_named(options, messag
 
 
 def test_engine_probe_is_the_same_view_as_read_counters() -> None:
-    import engine
+    from epbench import engine
 
     spec, built = _case("relu_d1_w8")
     session = engine_session(built.model_bytes, library_path(), "ebe_probe_view")
@@ -252,7 +252,7 @@ def test_an_option_meant_for_a_dotted_ep_name_is_not_read_by_its_prefix() -> Non
     """`ep.ebe_dot.x.partition` belongs to an EP named `ebe_dot.x`, not to `ebe_dot`."""
     import onnxruntime as ort
 
-    from engine.testing import partitions_by_ep, register, session_options
+    from epbench.engine.testing import partitions_by_ep, register, session_options
 
     spec, built = _case("relu_d100_w8")
     options = session_options("disabled")
@@ -265,7 +265,7 @@ def test_an_option_meant_for_a_dotted_ep_name_is_not_read_by_its_prefix() -> Non
 
 def test_options_reach_an_ep_whose_name_has_capitals() -> None:
     """ORT lower-cases the name in `ep.<name>.<key>`: the engine must look for that."""
-    from engine.testing import partitions_by_ep
+    from epbench.engine.testing import partitions_by_ep
 
     spec, built = _case("relu_d100_w8")
     session = engine_session(built.model_bytes, _library(), "Ebe_Caps",

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine
-from engine.testing import (
+from epbench import engine
+from epbench.engine.testing import (
     CPU_EP,
     assert_same_bits,
     cpu_session,
@@ -53,7 +53,7 @@ def _run_both(model: bytes, feeds: dict, *, options: dict | None = None,
 
 def _grid_cases() -> list[str]:
     try:
-        from cases.grids import load_grid
+        from epbench.cases.grids import load_grid
     except ImportError:  # cases/ not there yet: a fixed smoke list still runs
         return SMOKE_CASES
     return [spec.name for spec in load_grid("default")]
@@ -62,7 +62,7 @@ def _grid_cases() -> list[str]:
 @pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 @pytest.mark.parametrize("case_name", _grid_cases())
 def test_grid_case_matches_ort_and_runs_every_node(case_name: str, partition: str) -> None:
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     spec = case_by_name(case_name)
     built = spec.build()

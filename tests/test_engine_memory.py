@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-import engine
+from epbench import engine
 
 ROOT = Path(engine.__file__).resolve().parent.parent
 
@@ -49,7 +49,7 @@ def _preload() -> str | None:
 
 @pytest.fixture(scope="module")
 def sanitized_library(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from engine.build import EngineBuildError, build
+    from epbench.engine.build import EngineBuildError, build
 
     if _preload() is None:
         pytest.skip("no libasan.so/libstdc++.so next to the C compiler: cannot run ASan")
@@ -79,8 +79,8 @@ def test_differential_and_runtime_tests_pass_under_asan_and_ubsan(sanitized_libr
 VALGRIND_SCRIPT = """
 import sys
 import numpy as np
-from cases.builders import binary_chain, chain, matmul
-from engine.testing import engine_session
+from epbench.cases.builders import binary_chain, chain, matmul
+from epbench.engine.testing import engine_session
 
 library = sys.argv[1]
 for partition in ("fused", "per_node", "kernel"):

@@ -13,9 +13,9 @@ import threading
 import numpy as np
 import pytest
 
-import engine
-from engine.probe import read_counters, reset_counters
-from engine.testing import cpu_session, engine_session
+from epbench import engine
+from epbench.engine.probe import read_counters, reset_counters
+from epbench.engine.testing import cpu_session, engine_session
 
 EP_NAME = "ebe_runtime"
 
@@ -143,7 +143,7 @@ def test_nan_and_infinities_give_orts_result(op: str) -> None:
         got = engine_session(model, _library(), EP_NAME, opt_level="disabled").run(
             None, feeds)[0]
     if op in ("Identity", "Relu", "Add", "Mul"):  # exact ops: -0.0 stays -0.0, NaN stays NaN
-        from engine.testing import assert_same_bits
+        from epbench.engine.testing import assert_same_bits
 
         assert_same_bits(got, want)
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
@@ -171,7 +171,7 @@ def test_dtypes_the_engine_does_not_compute_are_not_claimed() -> None:
         [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2])],
         [helper.make_tensor_value_info("out", TensorProto.DOUBLE, [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    from engine.testing import nodes_by_ep
+    from epbench.engine.testing import nodes_by_ep
 
     session = engine_session(model.SerializeToString(), _library(), EP_NAME,
                              allow_fallback=True)
@@ -202,7 +202,7 @@ BROADCASTS = [
 @pytest.mark.parametrize(("a_decl", "b_decl", "a_feed", "b_feed", "strided"), BROADCASTS)
 def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_feed, strided,
                                                      op, chain) -> None:
-    from engine.testing import assert_same_bits, nodes_by_ep
+    from epbench.engine.testing import assert_same_bits, nodes_by_ep
 
     if chain:  # Relu -> op -> Identity: the broadcast inside a fused plan, from a slot
         nodes = [("Relu", ["a"], "r"), (op, ["r", "b"], "s"), ("Identity", ["s"], "out")]
@@ -223,7 +223,7 @@ def test_any_broadcast_at_run_time_gives_orts_result(a_decl, b_decl, a_feed, b_f
 
 def test_an_input_of_unknown_rank_is_not_claimed() -> None:
     """A plan holds at most 8 dims; without a declared rank the input could bring more."""
-    from engine.testing import nodes_by_ep
+    from epbench.engine.testing import nodes_by_ep
 
     model = _model([("Relu", ["x"], "r"), ("Relu", ["r"], "out")], {"x": None}, ["out"])
     session = engine_session(model, _library(), EP_NAME, opt_level="disabled",

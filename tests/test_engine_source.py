@@ -19,7 +19,7 @@ import functools
 import re
 from pathlib import Path
 
-import engine
+from epbench import engine
 
 SOURCE_DIR = Path(engine.__file__).resolve().parent / "src"
 RAW_HEAP = re.compile(r"\b(malloc|calloc|realloc|free|strdup|strndup|aligned_alloc|"
@@ -57,7 +57,7 @@ def _normalized(text: str) -> str:
 @functools.cache
 def ort_member_names() -> frozenset[str]:
     """Every member of OrtApiBase, OrtApi and OrtEpApi, read from the fetched headers."""
-    from engine.build import ort_include_dir
+    from epbench.engine.build import ort_include_dir
 
     include = ort_include_dir()
     names: set[str] = set()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import EXIT_GATE, GateError
-from harness.gate import (
+from epbench.core.errors import EXIT_GATE, GateError
+from epbench.harness.gate import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
     CoreUsage,

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from harness.errors import EpbenchError
-from reports import github
-from reports.github import (
+from epbench.cli.comment_command import comment
+from epbench.core.errors import EpbenchError
+from epbench.reports import github
+from epbench.reports.github import (
     COMMENT_LIMIT,
     STICKY_MARKER,
     GitHubClient,
@@ -33,7 +34,6 @@ from reports.github import (
     parse_link_header,
     upsert_sticky_comment,
 )
-from reports.github_command import comment
 
 TOKEN = "ghs_SeCrEtToKeN1234567890abcdef"
 REPO = "octo/widgets"

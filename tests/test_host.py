@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.host import (
+from epbench.harness.host import (
     IDENTITY_FIELDS,
     KEY_LENGTH,
     cpu_model_from_cpuinfo,

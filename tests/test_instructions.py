@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import instructions as ins
+from epbench.harness import instructions as ins
 
 FIXTURES = Path(__file__).parent / "fixtures" / "callgrind"
 VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
@@ -68,10 +68,10 @@ def test_valgrind_prefix_collects_nothing_until_asked(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not VALGRIND_OK, reason=f"callgrind unavailable: {VALGRIND_WHY}")
 def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeypatch):
-    from cases.grids import case_by_name
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig, run
-    from reports import compare as cmp
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, run
+    from epbench.reports import compare as cmp
 
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -90,8 +90,12 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
         counts.append({k: v["counters_per_run"]["instructions"]
                        for k, v in case["arms"].items()})
     assert set(counts[0]) == {"ort", "a", "c"}
-    # Identical from run to run on the same binary.
-    assert counts[0] == counts[1]
+    # Nearly identical from process to process on the same binary: seen to differ by up
+    # to 9 of ~20,000 instructions per Run (0.05 %) between two worker processes when the
+    # suite runs on a busy machine (object addresses steer Python's dict probes), far
+    # below the 1 % at which a change in instructions is marked.
+    for key in counts[0]:
+        assert abs(counts[0][key] - counts[1][key]) <= 0.001 * counts[0][key], (key, counts)
     # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
     assert counts[0]["c"] > counts[0]["a"]
     rows = cmp.counter_changes(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, "c"),

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.arms import parse_arm
-from harness.cli import cli
-from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
-from reports import calibrate, synthetic
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.harness.arms import parse_arm
+from epbench.reports import calibrate, synthetic
+from epbench.workflows import calibrate as calibration
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -122,7 +123,7 @@ def test_export_pyperf_works_with_pyperf_compare_to(files):
 def test_export_pyperf_values_are_round_medians_in_seconds(files):
     import pyperf
 
-    from reports import export, stats
+    from epbench.reports import export, stats
 
     doc = json.loads((files / "base.json").read_text())
     paths = export.to_pyperf(doc, files / "x.json")
@@ -176,11 +177,11 @@ class FakeRunner:
 
 
 def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     fake = FakeRunner()
     specs = [case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")]
-    profile = calibrate.calibrate(specs, repeats=4, rounds=12, run=fake)
+    profile = calibration.calibrate(specs, repeats=4, rounds=12, run=fake)
     assert [c.fixed_order for c in fake.configs] == [False] * 4 + [True]
     assert [c.seed for c in fake.configs] == [0, 1, 2, 3, 4]
     assert [a.key for a in fake.configs[0].arms] == ["ort", "ort_b"]
@@ -202,24 +203,24 @@ def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
 
 
 def test_calibrate_a_plugin_arm_uses_two_names_of_it():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     fake = FakeRunner()
-    calibrate.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
+    calibration.calibrate([case_by_name("relu_d1_w8")], arm="plugin:/x/libep.so", repeats=1,
                         rounds=6, position_test=False, run=fake)
     arms = fake.configs[0].arms
     assert [parse_arm(a.spec).key for a in arms] == ["aa_a", "aa_b"]
     assert {a.target for a in arms} == {"/x/libep.so"}
-    assert calibrate.aa_arms("engine:partition=per_node")[1].spec == (
+    assert calibration.aa_arms("engine:partition=per_node")[1].spec == (
         "engine:partition=per_node,name=aa_b"
     )
-    assert dict(calibrate.aa_arms("engine:partition=per_node")[1].options) == {
+    assert dict(calibration.aa_arms("engine:partition=per_node")[1].options) == {
         "partition": "per_node"
     }
 
 
 def test_calibrate_refuses_runs_where_no_case_ran():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     def failing(config):
         doc = FakeRunner()(config)
@@ -228,19 +229,19 @@ def test_calibrate_refuses_runs_where_no_case_ran():
         return doc
 
     with pytest.raises(calibrate.ProfileError, match="no case ran.*KeyError"):
-        calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)
+        calibration.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)
 
 
 def test_calibrate_refuses_zero_repeats():
     with pytest.raises(calibrate.ProfileError, match="at least 1"):
-        calibrate.calibrate([], repeats=0, run=FakeRunner())
+        calibration.calibrate([], repeats=0, run=FakeRunner())
 
 
 def test_calibrate_command_writes_the_profile_to_the_cache(monkeypatch, tmp_path):
-    import harness.runner
+    import epbench.harness.runner
 
     fake = FakeRunner()
-    monkeypatch.setattr(harness.runner, "run", fake)
+    monkeypatch.setattr(epbench.harness.runner, "run", fake)
     result = _invoke("calibrate", "--case", "relu_d1_w8", "--repeats", "2", "--rounds", "8",
                      "--quiet", env={"XDG_CACHE_HOME": str(tmp_path)})
     assert result.exit_code == EXIT_OK, result.output
@@ -269,9 +270,9 @@ def test_load_profile_refusals(tmp_path):
 
 
 def test_one_repeat_estimates_the_two_run_noise():
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
-    profile = calibrate.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
+    profile = calibration.calibrate([case_by_name("relu_d1_w8")], repeats=1, rounds=10,
                                   position_test=False, run=FakeRunner())
     entry = profile["cases"]["relu_d1_w8"]
     assert entry["separate-runs"]["estimated"] is True

@@ -16,8 +16,9 @@ import re
 import numpy as np
 import pytest
 
-from reports import calibrate, compare, defaults, render, stats, synthetic
-from reports.compare import CompareError, Settings, Side
+from epbench.cli.exit_codes import exit_code_for
+from epbench.reports import calibrate, compare, defaults, render, stats, synthetic
+from epbench.reports.compare import CompareError, Settings, Side
 
 GRID = 20
 ROUNDS = 30
@@ -210,8 +211,8 @@ def test_same_run_flags_the_slowed_case_and_only_it():
     assert result["cases"][0]["case"] == "relu_d100_w8"  # worst first
     assert {by_case[c]["verdict"] for c in CASES if c != "relu_d100_w8"} == {"no_change"}
     assert result["overall"]["headline"] == "🔴 Regression"
-    assert compare.exit_code_for(result, "alert") == 5
-    assert compare.exit_code_for(result, "never") == 0
+    assert exit_code_for(comparison=result, fail_on="alert")[0] == 5
+    assert exit_code_for(comparison=result, fail_on="never")[0] == 0
 
 
 def _profile_for(doc, noise, rounds=30):
@@ -325,7 +326,7 @@ def test_failed_pr_case_is_failed_and_base_failure_is_not_comparable():
     by_case = {r["case"]: r for r in result["cases"]}
     assert by_case["relu_d1_w8"]["verdict"] == "failed"
     assert "pr crashed" in by_case["relu_d1_w8"]["reason"]
-    assert compare.exit_code_for(result, "alert") == 5
+    assert exit_code_for(comparison=result, fail_on="alert")[0] == 5
     result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
     by_case = {r["case"]: r for r in result["cases"]}
     assert by_case["relu_d1_w8"]["verdict"] == "not_comparable"
@@ -485,7 +486,7 @@ def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
 def test_documented_defaults_match_the_constants():
     from click.testing import CliRunner
 
-    from harness.cli import cli
+    from epbench.cli.main import cli
 
     text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
     for option in ("--confidence", "--resamples", "--floor", "--k", "--fdr", "--fail-on"):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import calibrate, compare, render, run_report, summary, synthetic
-from reports.compare import Side
+from epbench.reports import calibrate, compare, render, run_report, summary, synthetic
+from epbench.reports.compare import Side
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "results"
@@ -90,7 +90,7 @@ def _check_golden(name: str, text: str) -> None:
         ("compare_same_run.txt", lambda: render.render_terminal(_same_run())),
         ("calibration.txt", lambda: render.render_calibration(_profile())),
         ("summary_same_run.txt",
-         lambda: summary.render_summary_table(summary.summarize(_load("same_run.json")))),
+         lambda: render.render_summary_table(summary.summarize(_load("same_run.json")))),
         ("run_report_pr.md", lambda: run_report.render_run_report(_load("pr.json"))),
         ("compare_verdicts.md", lambda: render.render_markdown(_verdicts())),
         ("compare_verdicts.txt", lambda: render.render_terminal(_verdicts())),
@@ -110,7 +110,7 @@ def test_json_format_is_stable_and_strict():
 
 
 def test_comment_starts_with_the_sticky_marker_of_the_github_client():
-    from reports.github import STICKY_MARKER
+    from epbench.reports.github import STICKY_MARKER
 
     text = render.render_markdown(_separate())
     assert text.splitlines()[0] == STICKY_MARKER

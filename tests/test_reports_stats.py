@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from reports import defaults, stats, summary, synthetic
+from epbench.reports import defaults, render, stats, summary, synthetic
 
 
 def test_benjamini_hochberg_hand_worked_step_up():
@@ -272,7 +272,7 @@ def test_summary_has_the_documented_shape():
         "policy": "wait", "threshold": 0.93, "rounds": 90, "quiet": 90, "unquiet": 0,
         "max_steal": 0.0, "waited_s": 0.0,
     }
-    text = summary.render_summary_table(s)
+    text = render.render_summary_table(s)
     assert "matmul_128x128" in text and "1.200x" in text and "relu_w8 (d=1,10)" in text
 
 

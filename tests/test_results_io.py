@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.results import (
+from epbench.core.results import (
     SCHEMA,
     JsonlWriter,
     ResultsError,
@@ -68,7 +68,7 @@ def test_atomic_write_leaves_no_partial_file_on_failure(tmp_path, monkeypatch) -
     def failing_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("harness.results.os.replace", failing_replace)
+    monkeypatch.setattr("epbench.core.results.os.replace", failing_replace)
     with pytest.raises(OSError):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"

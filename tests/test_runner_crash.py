@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from cases.grids import case_by_name
-from harness.arms import parse_arm
-from harness.results import load_results
-from harness.runner import RunConfig, run
+from epbench.cases.grids import case_by_name
+from epbench.core.results import load_results
+from epbench.harness.arms import parse_arm
+from epbench.harness.runner import RunConfig, run
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def _config(tmp_path, **kw) -> RunConfig:
 
 @pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT"])
 def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypatch, signame):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", f"crash:relu_d10_w8:2:{signame}")
     doc = run(_config(tmp_path))
     import signal
@@ -53,9 +53,9 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
 def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from harness.cli import cli
+    from epbench.cli.main import cli
 
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "crash:relu_d1_w8:1:SIGSEGV")
     result = CliRunner().invoke(cli, [
         "run", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--arm", "ort:name=ort_b",
@@ -68,7 +68,7 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
 
 
 def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "exit:relu_d10_w8:1:7")
     doc = run(_config(tmp_path))
     case = doc["cases"]["relu_d10_w8"]
@@ -77,7 +77,7 @@ def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch)
 
 
 def test_a_hung_worker_is_killed_after_the_silence_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "hang:relu_d10_w8:3")
     # Long enough for a loaded machine's worker start-up between two events.
     doc = run(_config(tmp_path, silence_timeout_s=5.0))
@@ -103,7 +103,7 @@ def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_pat
     import shutil
     import subprocess
 
-    from harness.errors import ArmError
+    from epbench.core.errors import ArmError
 
     if shutil.which("cc") is None:
         pytest.skip("no C compiler to build the crashing library")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import cli
-from harness.errors import EXIT_GATE
-from harness.results import load_results
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_GATE
+from epbench.core.results import load_results
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ ARGS = ["run", "--case", "relu_d1_w8", "--arm", "ort:name=ort_b", "--rounds", "2
 
 @pytest.fixture
 def busy_machine(monkeypatch):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "busy:steal_vm")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import EXIT_INTERRUPTED
+from epbench.core.errors import EXIT_INTERRUPTED
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
@@ -20,7 +20,7 @@ ROOT = Path(__file__).parent.parent
 def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", "--case", "relu_d1_w8",
+        [sys.executable, "-m", "epbench.cli.main", "run", "--case", "relu_d1_w8",
          "--case", "relu_d1000_w8", "--arm", "ort:name=ort_b", "--rounds", "2000",
          "--block-ms", "5", "--max-block-iters", "50", "--warmup-ms", "1", "--gate", "off",
          "--quiet", "--out", str(out)],
@@ -66,8 +66,8 @@ def _children(pid: int) -> list[int]:
 # The harness's CLI with a worker that stalls for the second case: a stuck EP
 # writes nothing, so only the kernel's parent-death signal can stop it.
 STALLING_HARNESS = (
-    "import sys, harness.runner as r; r.WORKER_MODULE = 'tests.support.faulty_worker'; "
-    "from harness.cli import main; sys.argv[0] = 'epbench'; main()"
+    "import sys, epbench.harness.runner as r; r.WORKER_MODULE = 'tests.support.faulty_worker'; "
+    "from epbench.cli.main import main; sys.argv[0] = 'epbench'; main()"
 )
 
 
@@ -97,7 +97,7 @@ def test_a_killed_harness_leaves_no_worker_and_no_complete_looking_results(tmp_p
     while time.monotonic() < deadline and any(_alive(w) for w in workers):
         time.sleep(0.05)
     assert not any(_alive(w) for w in workers), "a worker outlived the harness"
-    from harness.results import load_results
+    from epbench.core.results import load_results
 
     for source in (out, out / "results.jsonl"):
         doc = load_results(source)

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.runner import balanced_rounds, counterbalanced_order, fixed_order, williams_rows
+from epbench.harness.runner import (
+    balanced_rounds,
+    counterbalanced_order,
+    fixed_order,
+    williams_rows,
+)
 
 
 @given(n=st.integers(min_value=1, max_value=7), blocks=st.integers(1, 5), seed=st.integers(0, 99))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.sessions import bind, max_abs_error, session_options, timed_call
+from epbench.harness.sessions import bind, max_abs_error, session_options, timed_call
 
 # Config entries every arm must share (DESIGN.md's measurement rules).
 SHARED_ENTRIES = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning",
@@ -18,8 +18,8 @@ def _entries(so) -> dict[str, str]:
 
 def test_every_arm_gets_the_same_options_but_the_ep() -> None:
     nxrt = pytest.importorskip("nxrt_ep_cpu")
-    from harness.arms import parse_arm
-    from harness.sessions import register_arm
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.sessions import register_arm
 
     registration = register_arm(parse_arm("plugin:nxrt_ep_cpu:name=nx_opts"),
                                 nxrt.get_library_path())
@@ -71,7 +71,7 @@ def test_the_timed_call_is_the_native_bound_run() -> None:
 def test_outputs_are_prebound_and_written_by_the_timed_call() -> None:
     import onnxruntime as ort
 
-    from cases.grids import case_by_name
+    from epbench.cases.grids import case_by_name
 
     built = case_by_name("relu_d10_w8").build()
     session = ort.InferenceSession(built.model_bytes, providers=["CPUExecutionProvider"])

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cases.grids import case_by_name
-from harness import validate as val
-from reports.synthetic import NoiseModel, results_doc
+from epbench.cases.grids import case_by_name
+from epbench.reports.synthetic import NoiseModel, results_doc
+from epbench.workflows import validate as val
 
 CASES = ("relu_d1_w8", "relu_d10_w8", "matmul_64x64")
 BASE_NS = {"relu_d1_w8": 3000.0, "relu_d10_w8": 4000.0, "matmul_64x64": 9000.0}
@@ -239,7 +239,7 @@ def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
 
 
 def test_plan_refuses_nonsense():
-    from harness.errors import EpbenchError
+    from epbench.core.errors import EpbenchError
 
     with pytest.raises(EpbenchError, match="--budget"):
         plan(budget_s=0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cases.grids import case_by_name
-from harness.arms import parse_arm
-from harness.runner import RunConfig, run
+from epbench.cases.grids import case_by_name
+from epbench.harness.arms import parse_arm
+from epbench.harness.runner import RunConfig, run
 
 pytestmark = pytest.mark.slow
 nxrt = pytest.importorskip("nxrt_ep_cpu")
@@ -36,7 +36,7 @@ def _config(specs, tmp_path, **kw) -> RunConfig:
 
 
 def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
-    from cases.usermodel import model_case
+    from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
     doc = run(_config([spec], tmp_path / "out"))
@@ -51,7 +51,7 @@ def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
 
 
 def test_allow_fallback_records_the_split(tmp_path):
-    from cases.usermodel import model_case
+    from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
     doc = run(_config([spec], tmp_path / "out", allow_fallback=True))
@@ -64,7 +64,7 @@ def test_allow_fallback_records_the_split(tmp_path):
 
 
 def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.25")
     doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out"))
     case = doc["cases"]["relu_d10_w8"]
@@ -78,7 +78,7 @@ def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeyp
 
 def test_outputs_are_judged_against_the_control_whatever_the_arm_order(tmp_path, monkeypatch):
     # The plugin arm is named first; the reference must still be ORT's outputs.
-    monkeypatch.setattr("harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.5")
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
                        arms=(parse_arm("plugin:nxrt_ep_cpu"), parse_arm("ort")), rounds=2,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reports.github_command import comment
+from epbench.cli.comment_command import comment
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"

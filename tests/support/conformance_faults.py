@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from harness import conformance, worker
+from epbench.harness import conformance, worker
 
 
 def _on_case(name: str, action) -> None:

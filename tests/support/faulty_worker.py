@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import gate, sessions, worker
+from epbench.harness import gate, sessions, worker
 
 
 def _after_rounds(case: str, rounds: int, action) -> None:

@@ -34,10 +34,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
+from epbench.core.numbers import median
+from epbench.core.results import atomic_write_text
+from epbench.harness.arms import parse_arm
+from epbench.harness.runner import RunConfig
+from epbench.harness.runner import run as real_run
+from epbench.reports import calibrate as cal
+from epbench.reports import compare as cmp
+from epbench.reports import stats
+from epbench.reports.render import environment, to_json
 
 if TYPE_CHECKING:
-    from cases.spec import CaseSpec
+    from epbench.cases.spec import CaseSpec
 
 VALIDATION_SCHEMA = "epbench.validation/1"
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
@@ -114,23 +123,18 @@ def proportion(hits: int, n: int) -> dict[str, Any]:
     return {"hits": hits, "n": n, "rate": hits / n if n else None, "ci": wilson_interval(hits, n)}
 
 
-def _median(values: Sequence[float]) -> float | None:
-    finite = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not finite:
-        return None
-    mid = len(finite) // 2
-    return finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2.0
+def _finite_median(values: Sequence[float | None]) -> float | None:
+    return median(v for v in values if v is not None and math.isfinite(v))
 
 
 def engine_times(doc: Mapping[str, Any], arm: str) -> dict[str, float]:
     """Median ns per Run of ``arm`` per case that ran (the pilot's measurement)."""
-    from reports import stats
 
     out = {}
     for name, case in doc.get("cases", {}).items():
         if case.get("status") != "ok":
             continue
-        ns = _median(list(stats.round_medians(case, arm)))
+        ns = _finite_median(list(stats.round_medians(case, arm)))
         if ns is not None and ns > 0:
             out[name] = ns
     return out
@@ -176,12 +180,8 @@ def validate(
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
     the budget (a test injects a fake one).
     """
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig
-    from reports import compare as cmp
 
     if run is None:
-        from harness.runner import run as real_run
 
         run = real_run
     settings = settings or cmp.Settings()
@@ -288,8 +288,6 @@ def summarize(
     profile: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The validation statistics from the repeats' documents (no measuring here)."""
-    from reports import calibrate as cal
-    from reports import compare as cmp
 
     names = [n for n in engine_ns if all(n in d.get("cases", {}) for d in repeats)]
     pr_arms = [TWIN_ARM] + [level_arm(v) for v in LEVELS] + [PER_NODE_ARM]
@@ -331,7 +329,7 @@ def summarize(
             got = verdicts[n][level_arm(level)]
             detection[level_arm(level)] = {
                 "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
-                "measured_change": _median(changes[n][level_arm(level)]),
+                "measured_change": _finite_median(changes[n][level_arm(level)]),
                 # ❔ is not a detection: e.g. a would-be 🔴 from rounds that failed the gate.
                 "inconclusive": sum(v == "inconclusive" for v in got),
                 "verdicts": got,
@@ -344,7 +342,7 @@ def summarize(
         pos = calibrated.get("position_bias")
         cases[n] = {
             "engine_ns": engine_ns[n],
-            "threshold": _median(thresholds[n]),
+            "threshold": _finite_median(thresholds[n]),
             "false_positives": {**proportion(sum(v in FLAGGED for v in aa), len(aa)),
                                 "verdicts": aa, "changes": changes[n][TWIN_ARM]},
             "detection": detection,
@@ -353,7 +351,7 @@ def summarize(
             "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
             "per_node": {"level": PER_NODE_LEVEL,
                          **proportion(sum(v in FLAGGED for v in per_node), len(per_node)),
-                         "measured_change": _median(changes[n][PER_NODE_ARM])},
+                         "measured_change": _finite_median(changes[n][PER_NODE_ARM])},
             "counters": {"exact": sum(exact), "n": len(exact), "all_exact": all(exact),
                          "details": sorted({why for _, why in counters[n]})},
             "position_bias": pos,
@@ -402,7 +400,6 @@ def _grid_summary(cases: Mapping[str, Any], verdicts: Mapping[str, Any], names: 
 
 def render_markdown(result: Mapping[str, Any]) -> str:
     """validation.md, through the reports' templates."""
-    from reports.render import environment
 
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in LEVELS], power=POWER_TARGET,
@@ -412,8 +409,6 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     """validation.json and validation.md into ``out_dir`` (atomic writes)."""
-    from harness.results import atomic_write_text
-    from reports.render import to_json
 
     out = Path(out_dir)
     try:

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EpbenchError
+from epbench.core.errors import EpbenchError
 
 SCHEMA_NAME = "epbench.results"
 SCHEMA_VERSION = 1

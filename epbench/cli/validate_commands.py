@@ -1,13 +1,19 @@
-"""Thin click commands that prove the harness: `validate` and `floor`."""
+"""Thin click commands that prove the harness: `validate` and `overhead`."""
 
 from __future__ import annotations
 
 import click
 
-from harness.options import case_option, grid_option, rounds_option
+from epbench.cases.catalog import select_cases
+from epbench.cli.base import Command
+from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.harness.instructions import availability
+from epbench.harness.overhead import measure_overhead
+from epbench.reports.render import format_overhead, to_json
+from epbench.workflows import validate as val
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=600.0,
@@ -42,8 +48,6 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
     \b
     Example:  epbench validate --grid quick --budget 600
     """
-    from cases.catalog import select_cases
-    from harness import validate as val
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -70,13 +74,13 @@ def validate(grids, case_names, budget, rounds, block_ms, max_repeats, position_
     click.echo(f"wrote {md_path} and {json_path}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--samples", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Timed calls per measurement (medians are reported).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-def floor(samples, threads, fmt) -> None:
+def overhead(samples, threads, fmt) -> None:
     """Print the harness's own cost per timed call (recorded in every results file too).
 
     \b
@@ -84,17 +88,13 @@ def floor(samples, threads, fmt) -> None:
     run_with_iobinding on a one-node graph on ORT's CPU EP; plus whether
     instruction counts are available here (perf_event_open, valgrind).
     """
-    from harness.floor import format_floor, measure_floor
-    from harness.instructions import availability
 
-    result = measure_floor(samples=samples, threads=threads)
+    result = measure_overhead(samples=samples, threads=threads)
     result["instructions"] = availability()
     if fmt == "json":
-        from reports.render import to_json
-
         click.echo(to_json(result), nl=False)
         return
-    text = format_floor(result)
+    text = format_overhead(result)
     for method, info in result["instructions"].items():
         text += f"instructions via {method:<8} {'yes' if info['available'] else 'no'}: " \
                 f"{info['detail']}\n"

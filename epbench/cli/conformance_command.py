@@ -1,4 +1,4 @@
-"""`epbench conformance`: the thin command over harness.conformance."""
+"""`epbench conformance`: the thin command over epbench.workflows.conformance."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import json
 
 import click
 
-from harness.conformance import DEFAULT_CASE_TIMEOUT_S
+from epbench.cli.base import Command
+from epbench.harness.conformance import DEFAULT_CASE_TIMEOUT_S, render_markdown, render_text
+from epbench.workflows.conformance import run_conformance
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--arm", "arm_spec", required=True, metavar="SPEC",
               help="The arm whose EP is checked: engine[:K=V,...], engine@LIB, "
                    "plugin:PATH_OR_MODULE[:K=V,...] or ort.")
@@ -34,11 +36,9 @@ def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, case_timeout: flo
     Every case runs in a worker process with ORT's CPU EP allowed to take the nodes
     the EP declines. Per op and per data set: passed (on the EP), failed (largest
     error, or ORT's or the EP's message), not claimed (ORT ran it), crashed (the
-    worker died or hung; only that case is lost), skipped (ORT cannot run it at all).
-    Exits 4 when any case failed or crashed.
+    worker died or hung; only that case is lost), skipped (ORT cannot run or pass it
+    even without the EP). Exits 4 when any case failed or crashed.
     """
-    from harness.conformance import render_markdown, render_text, run_conformance
-
     result = run_conformance(arm_spec, tuple(ops), case_timeout_s=case_timeout)
     if fmt == "json":
         click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True, default=str))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
-from harness.errors import EpbenchError
-from reports.github import DEFAULT_API_URL, upsert_sticky_comment
+from epbench.cli.base import Command
+from epbench.core.errors import EpbenchError
+from epbench.reports.github import DEFAULT_API_URL, upsert_sticky_comment
 
 
 def _read_body(path: Path) -> str:
@@ -28,7 +29,7 @@ def _read_body(path: Path) -> str:
         raise EpbenchError(f"cannot read {path} ({exc.strerror}): check the path") from None
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option(
     "--repo",
     envvar="GITHUB_REPOSITORY",

@@ -13,9 +13,18 @@ from typing import Any
 
 import click
 
-from harness.options import case_option, grid_option, rounds_option
-from harness.runner import defaults as run_defaults
-from reports import defaults
+from epbench.cases.catalog import select_cases
+from epbench.cli.base import Command
+from epbench.cli.exit_codes import exit_code_for
+from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.core.errors import EpbenchError
+from epbench.core.results import atomic_write_text, load_results
+from epbench.harness.runner import defaults as run_defaults
+from epbench.reports import calibrate as cal
+from epbench.reports import compare as cmp
+from epbench.reports import defaults, render
+from epbench.reports import export as exp
+from epbench.workflows.calibrate import calibrate as run_calibration
 
 FORMATS = ("text", "markdown", "json")
 
@@ -63,7 +72,6 @@ def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
                   resamples: int, seed: int, force: bool = False) -> Any:
     """reports.compare.Settings from the verdict options."""
-    from reports import compare as cmp
 
     return cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                         resamples=resamples, seed=seed, force=force)
@@ -73,12 +81,10 @@ def _emit(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    from harness.results import atomic_write_text
 
     try:
         atomic_write_text(Path(output), text)
     except OSError as exc:
-        from harness.errors import EpbenchError
 
         raise EpbenchError(
             f"cannot write {output}: {exc.strerror}; choose another --output"
@@ -86,7 +92,7 @@ def _emit(text: str, output: str | None) -> None:
     click.echo(f"wrote {output}", err=True)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", nargs=-1, required=True, type=click.Path())
 @click.option("--base", "base_arm", metavar="ARM", help="Arm key of the base side.")
 @click.option("--pr", "pr_arm", metavar="ARM", help="Arm key of the PR side.")
@@ -114,8 +120,6 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
       ➖ not comparable (base failed, or too few usable rounds)
     Exit codes: 0 nothing matched --fail-on, 5 a verdict matched it, 1 bad input.
     """
-    from reports import compare as cmp
-    from reports import render
 
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                              resamples=resamples, seed=seed, force=force)
@@ -126,10 +130,11 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
     _emit(renderers[fmt](comparison), output)
-    click.get_current_context().exit(cmp.exit_code_for(comparison, fail_on))
+    click.get_current_context().exit(
+        exit_code_for(comparison=comparison, fail_on=fail_on)[0])
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--arm", "arm_spec", default="ort", show_default=True, metavar="SPEC",
@@ -154,9 +159,6 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     \b
     Example:  epbench calibrate --grid default --repeats 5
     """
-    from cases.catalog import select_cases
-    from reports import calibrate as cal
-    from reports import render
 
     if not grids and not case_names:
         grids = ("default",)  # calibrate what `make run` measures
@@ -166,7 +168,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
         if not quiet:
             click.echo(f"A/A run {i + 1}/{total}", err=True)
 
-    profile = cal.calibrate(
+    profile = run_calibration(
         specs, arm=arm_spec, repeats=repeats, rounds=rounds, seed=seed,
         position_test=position_test, on_repeat=announce,
         runner_options={"gate_policy": gate_policy, "progress": not quiet},
@@ -176,7 +178,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     click.echo(render.render_calibration(profile), nl=False)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", type=click.Path())
 @click.option("--pyperf", "pyperf_out", type=click.Path(dir_okay=False), metavar="OUT.json",
               help="Write one pyperf suite per arm: OUT.<arm>.json.")
@@ -190,9 +192,6 @@ def export(results, pyperf_out, csv_out, overwrite) -> None:
     Example:  epbench export results.json --pyperf out.json
               python -m pyperf compare_to out.ort.json out.plugin_nxrt_ep_cpu.json
     """
-    from harness.errors import EpbenchError
-    from harness.results import load_results
-    from reports import export as exp
 
     if not pyperf_out and not csv_out:
         raise EpbenchError("nothing to export: pass --pyperf OUT.json and/or --csv OUT.csv")

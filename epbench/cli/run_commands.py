@@ -8,13 +8,27 @@ from pathlib import Path
 
 import click
 
-from harness.compare_commits import DEFAULT_BUDGET_S
-from harness.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
-from harness.gate import POLICIES
-from harness.instructions import METHODS as INSTRUCTION_METHODS
-from harness.options import arm_option, case_option, grid_option, out_option, rounds_option
-from harness.runner import defaults as run_defaults
-from reports.commands import verdict_options
+from epbench.cases.catalog import describe_cases, select_cases, write_cases
+from epbench.cases.grids import grid_names
+from epbench.cli.base import Command, Group
+from epbench.cli.exit_codes import exit_code_for
+from epbench.cli.options import arm_option, case_option, grid_option, out_option, rounds_option
+from epbench.cli.verdict_commands import settings_from, verdict_options
+from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
+from epbench.core.results import load_results
+from epbench.harness.arms import parse_arm
+from epbench.harness.gate import POLICIES, current_gate_state, format_gate_reading
+from epbench.harness.host import fingerprint_key, host_fingerprint
+from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
+from epbench.harness.runner import RunConfig
+from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.runner import run as run_grid
+from epbench.reports import render
+from epbench.reports.render import render_summary_table
+from epbench.reports.run_report import render_run_report, write_run_report
+from epbench.reports.summary import summarize
+from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
+from epbench.workflows.compare_commits import compare_commits as run_comparison
 
 
 def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -34,7 +48,7 @@ def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
 _RUN = run_defaults()
 
 
-@click.command()
+@click.command(cls=Command)
 @grid_option
 @case_option
 @click.option("--model", "models", multiple=True, metavar="PATH.onnx",
@@ -96,11 +110,6 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     (a line per case as it ends), OUT/results.json and OUT/report.md, then prints
     the summary table. Rounds are rounded up to whole counterbalanced designs.
     """
-    from cases.catalog import select_cases
-    from harness.arms import parse_arm
-    from harness.runner import RunConfig, exit_code_for
-    from harness.runner import run as run_grid
-    from reports.run_report import write_run_report
 
     if not grids and not case_names and not models:
         grids = ("quick",)
@@ -120,13 +129,13 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
     click.echo(write_run_report(doc, Path(out)))
-    code, message = exit_code_for(doc)
+    code, message = exit_code_for(run=doc)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)
     click.get_current_context().exit(code)
 
 
-@click.group()
+@click.group(cls=Group)
 def cases() -> None:
     """List or build the cases of a grid."""
 
@@ -138,8 +147,6 @@ def cases() -> None:
               show_default=True)
 def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
-    from cases.catalog import describe_cases, select_cases
-    from cases.grids import grid_names
 
     if not grids and not case_names:
         grids = tuple(grid_names())
@@ -159,7 +166,6 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
               help="Directory for NAME.onnx and NAME.inputs.npz.")
 def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -> None:
     """Write each case's model and inputs to a directory (for other tools)."""
-    from cases.catalog import select_cases, write_cases
 
     if not grids and not case_names:
         raise EpbenchError("nothing to build: pass --grid NAME or --case NAME")
@@ -171,7 +177,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
     click.echo(f"wrote {len(paths)} files to {out}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for the gate to pass.")
@@ -179,7 +185,6 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
               show_default=True)
 def gate(threshold: float, fmt: str) -> None:
     """Per-core idle and steal right now. Exit 0 if the gate would pass, 3 if not."""
-    from harness.gate import current_gate_state, format_gate_reading
 
     reading = current_gate_state(threshold)
     if fmt == "json":
@@ -193,12 +198,11 @@ def gate(threshold: float, fmt: str) -> None:
         click.get_current_context().exit(EXIT_GATE)
 
 
-@click.command()
+@click.command(cls=Command)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 def host(fmt: str) -> None:
     """The host fingerprint that goes into every results file."""
-    from harness.host import fingerprint_key, host_fingerprint
 
     fp = host_fingerprint()
     fp["key"] = fingerprint_key(fp)
@@ -212,15 +216,12 @@ def host(fmt: str) -> None:
         click.echo(f"{key:>16}: {value}")
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("results", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]),
               default="table", show_default=True)
 def summary(results: str, fmt: str) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
-    from harness.results import load_results
-    from reports.run_report import render_run_report
-    from reports.summary import render_summary_table, summarize
 
     doc = load_results(results)
     data = summarize(doc)
@@ -233,7 +234,7 @@ def summary(results: str, fmt: str) -> None:
         click.echo(render_summary_table(data))
 
 
-@click.command("compare-commits")
+@click.command("compare-commits", cls=Command)
 @click.argument("base_rev", metavar="BASE")
 @click.argument("head_rev", metavar="HEAD")
 @click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
@@ -274,11 +275,6 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
     OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
     """
-    from cases.catalog import select_cases
-    from harness.compare_commits import compare_commits as run_comparison
-    from harness.runner import RunConfig
-    from reports import render
-    from reports.commands import settings_from
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -300,9 +296,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
     click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
-    from reports.compare import exit_code_for
 
-    code = exit_code_for(result.comparison, fail_on)
+    code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
     if result.doc["interrupted"]:
         code = EXIT_INTERRUPTED
     click.get_current_context().exit(code)

@@ -1,4 +1,4 @@
-"""The measurement floor: its shape, the `floor` and `validate` commands, its place in results."""
+"""The harness's overhead: its shape, the `overhead` and `validate` commands, its record."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from itertools import count
 import pytest
 from click.testing import CliRunner
 
-from harness import floor as fl
-from harness.cli import cli
+from epbench.cli.main import cli
+from epbench.core.numbers import median
+from epbench.harness import overhead as fl
 
 FLOOR_KEYS = {"samples", "timer_ns", "noop_call_ns", "ort_trivial_run_ns", "case", "threads",
               "loop", "loops", "c_loop_note"}
@@ -22,7 +23,7 @@ def ticking_clock(step: int):
 
 
 def test_floor_medians_come_from_the_clock():
-    result = fl.measure_floor(samples=9, clock=ticking_clock(7))
+    result = fl.measure_overhead(samples=9, clock=ticking_clock(7))
     assert set(result) == FLOOR_KEYS
     assert result["timer_ns"] == 7.0
     assert result["noop_call_ns"] == 7.0
@@ -32,12 +33,13 @@ def test_floor_medians_come_from_the_clock():
 
 
 def test_median_of_even_and_odd():
-    assert fl._median([5, 1, 3]) == 3.0
-    assert fl._median([4, 1, 3, 2]) == 2.5
+    assert median([5, 1, 3]) == 3.0
+    assert median([4, 1, 3, 2]) == 2.5
+    assert median([]) is None
 
 
 def test_floor_command_json_shape():
-    out = CliRunner().invoke(cli, ["floor", "--samples", "50", "--format", "json"])
+    out = CliRunner().invoke(cli, ["overhead", "--samples", "50", "--format", "json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert FLOOR_KEYS | {"instructions"} == set(doc)
@@ -48,7 +50,7 @@ def test_floor_command_json_shape():
 
 
 def test_floor_command_text_lines():
-    out = CliRunner().invoke(cli, ["floor", "--samples", "50"])
+    out = CliRunner().invoke(cli, ["overhead", "--samples", "50"])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert [line.split()[0] for line in lines] == [
@@ -58,18 +60,18 @@ def test_floor_command_text_lines():
 
 
 def test_floor_refuses_no_samples():
-    from harness.errors import EpbenchError
+    from epbench.core.errors import EpbenchError
 
     with pytest.raises(EpbenchError, match="--samples"):
-        fl.measure_floor(samples=0)
+        fl.measure_overhead(samples=0)
 
 
 @pytest.mark.slow
 def test_every_results_file_records_the_floor(tmp_path):
-    from cases.grids import case_by_name
-    from harness.arms import parse_arm
-    from harness.results import load_results
-    from harness.runner import RunConfig, run
+    from epbench.cases.grids import case_by_name
+    from epbench.core.results import load_results
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, run
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
                   warmup_ms=5.0, gate_policy="off", progress=False, out_dir=tmp_path / "o"))
@@ -80,7 +82,7 @@ def test_every_results_file_records_the_floor(tmp_path):
 
 def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     """The thin command: options reach the plan, files are written, the numbers printed."""
-    from harness import validate as val
+    from epbench.workflows import validate as val
     from tests.test_validate import FakeRunner
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

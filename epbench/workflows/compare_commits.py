@@ -18,11 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.arms import parse_arm
-from harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
-from harness.commits import uncommitted_changes as has_uncommitted_changes
-from harness.results import atomic_write_text, write_results
-from harness.runner import RunConfig, run
+from epbench.core.results import atomic_write_text, write_results
+from epbench.harness.arms import parse_arm
+from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
+from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
+from epbench.harness.runner import RunConfig, run
+from epbench.reports import compare as cmp
+from epbench.reports import render
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -81,8 +83,6 @@ def compare_commits(
     ``config`` holds the cases, rounds, gate and output directory; its arms are
     replaced by the two sides (the ORT control is added by the runner).
     """
-    from reports import compare as cmp
-    from reports import render
 
     root = repo_root(repo)
     notes = []

@@ -1,13 +1,11 @@
-"""The user's mistakes, as one exception family caught once by click.
+"""The user's mistakes, as one family of plain exceptions that carry their exit code.
 
-Library code raises these; the CLI never prints-and-exits on its own. Every
-message ends with what to do about it. Exit codes live here, once, and the
-README's table is checked against them by a test.
+Library code raises these; only the command layer (epbench.cli) turns them into
+click's error output, once. Every message ends with what to do about it. Exit codes
+live here, once, and the README's table is checked against them by a test.
 """
 
 from __future__ import annotations
-
-import click
 
 # Exit codes a CI job can gate on.
 EXIT_OK = 0
@@ -29,10 +27,14 @@ EXIT_CODES: dict[int, str] = {
 }
 
 
-class EpbenchError(click.ClickException):
+class EpbenchError(Exception):
     """A mistake the user can fix; the message says how."""
 
     exit_code = EXIT_USER_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class GateError(EpbenchError):
