@@ -101,10 +101,14 @@ def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
     """Per (quiet) round: median ns per Run of `arm` over the control's."""
     ratios = []
     for rnd in measured_rounds(case):
-        samples = rnd.get("samples_ns", {})
-        if samples.get(arm) and samples.get(CONTROL):
-            ratios.append(median(samples[arm]) / median(samples[CONTROL]))
+        arm_ns, control_ns = _round_median(rnd, arm), _round_median(rnd, CONTROL)
+        if arm_ns and control_ns:
+            ratios.append(arm_ns / control_ns)
     return ratios
+
+
+def _round_median(rnd: dict[str, Any], arm: str) -> float | None:
+    return ((rnd.get("summary_ns") or {}).get(arm) or {}).get("median")
 
 
 MODES = ("fused", "per_node", "kernel")
@@ -166,7 +170,9 @@ def fit_family(depths: list[int], per_case_rounds: list[dict[str, Any]], arms: l
     """epbench's per-node/per-Run fit (reports.stats.fit_family, restated: the engine layer
     cannot import reports; a test keeps the two equal): time per Run = per-Run +
     per-node x depth, least squares over each case's median of per-round medians, rounds
-    resampled per case with one index draw for all arms (they ran side by side)."""
+    resampled per case with one index draw for all arms (they ran side by side). It
+    resamples rounds only, as reports.stats.fit_family does without process labels; the
+    intervals do not carry the between-process term its hierarchical mode adds."""
     import numpy as np
 
     d = np.asarray(depths, dtype=np.float64)
@@ -200,8 +206,7 @@ def fit_family(depths: list[int], per_case_rounds: list[dict[str, Any]], arms: l
 
 
 def _round_medians(case: dict[str, Any], arm: str) -> list[float]:
-    return [median(r["samples_ns"][arm]) for r in case.get("rounds", [])
-            if r.get("samples_ns", {}).get(arm)]
+    return [m for r in case.get("rounds", []) if (m := _round_median(r, arm))]
 
 
 def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
@@ -368,8 +373,7 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         if case.get("status") != "ok":
             lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
             continue
-        control = [median(r["samples_ns"][CONTROL]) for r in measured_rounds(case)
-                   if r.get("samples_ns", {}).get(CONTROL)]
+        control = [ns for r in measured_rounds(case) if (ns := _round_median(r, CONTROL))]
         cells = [_fmt_ratio(median(ratios) if (ratios := round_ratios(case, key)) else None)
                  for _, key in columns]
         counts = []

@@ -16,7 +16,8 @@ import hashlib
 import importlib.util
 import os
 import re
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from epbench import engine
@@ -215,3 +216,29 @@ def file_sha256(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+TWIN_SUFFIX = "_twin"
+
+
+def twin_arm(arm: ArmSpec) -> ArmSpec:
+    """The A/A twin of ``arm``: the same arm under the key ``<key>_twin``.
+
+    Its registration name follows from the key, so ORT sees a second, separately
+    registered EP; the runner gives it its own copy of the library (own path), so the
+    loader maps it a second time instead of handing back the first mapping.
+    """
+    return replace(arm, name=f"{arm.key}{TWIN_SUFFIX}")
+
+
+def copy_library(path: str | None, folder: Path) -> str | None:
+    """A private copy of a library (None for ORT's CPU EP), for the A/A twin."""
+    if path is None:
+        return None
+    target = folder / f"twin-{Path(path).name}"
+    try:
+        shutil.copy2(path, target)
+    except OSError as exc:
+        raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror}); free space in "
+                       f"{folder.parent} or run without --aa-twin") from None
+    return str(target)

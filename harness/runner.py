@@ -1,13 +1,18 @@
-"""The interleaved runner: cases x arms x rounds, each case in a worker process.
+"""The interleaved runner: cases x arms x processes x sessions x rounds.
 
 The parent never loads an EP library. It resolves arms, preflights them in a
-throw-away worker, then runs one worker per case, streaming each round back over
-a pipe. Results go to disk as each case ends; a crash or Ctrl-C keeps everything
-measured so far.
+throw-away worker, then runs each case in ``processes`` worker processes (each with
+its own memory layout, which shifts an arm's speed by a fixed offset for the
+process's whole life), interleaved in time across cases: case A process 1, case B
+process 1, ..., case A process 2, ... so that a slow drift of the machine spreads
+over every case and process. Rounds stream back over a pipe; results go to disk as
+each process ends; a crash costs only that process's rounds, and Ctrl-C keeps
+everything measured so far.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 import signal
@@ -18,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import epbench
 from epbench.cases.spec import CaseSpec
@@ -26,9 +31,24 @@ from epbench.core.errors import (
     ArmError,
     EpbenchError,
 )
-from epbench.core.results import SCHEMA, JsonlWriter, dumps, prepare_out_dir, write_results
+from epbench.core.results import (
+    SCHEMA,
+    JsonlWriter,
+    dumps,
+    merge_process,
+    prepare_out_dir,
+    write_results,
+)
 from epbench.harness import instructions
-from epbench.harness.arms import CONTROL_KEY, ArmSpec, file_sha256, resolve_library, with_control
+from epbench.harness.arms import (
+    CONTROL_KEY,
+    ArmSpec,
+    copy_library,
+    file_sha256,
+    resolve_library,
+    twin_arm,
+    with_control,
+)
 from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
     DEFAULT_MAX_WAIT_S,
@@ -55,7 +75,16 @@ class RunConfig:
 
     cases: tuple[CaseSpec, ...]
     arms: tuple[ArmSpec, ...]
-    rounds: int = 30
+    rounds: int = 30  # in all, spread over the processes
+    # Worker processes per case, and sessions per arm inside each (rotated over rounds).
+    processes: int = 3
+    sessions: int = 2
+    # The key of an arm to run twice, the second time as an A/A twin from its own copy
+    # of the library under its own registration name: the run's own noise measurement.
+    aa_twin: str | None = None
+    # Raw per-iteration samples into results.samples.jsonl.gz (the results file keeps
+    # per-block summaries only).
+    keep_samples: bool = False
     block_target_ms: float = 20.0
     # Bounds the raw samples kept per block: fast cases get shorter blocks.
     max_block_iters: int = 2000
@@ -73,12 +102,18 @@ class RunConfig:
     instructions: str | None = None
     out_dir: Path | None = None
     overwrite: bool = False
-    progress: bool = True
+    progress: Progress | None = None
     grids: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise EpbenchError("--rounds must be at least 1; rounds are the unit of replication")
+        if self.processes < 1:
+            raise EpbenchError("--processes must be at least 1 (3 or more let the interval "
+                               "cover what two processes differ by)")
+        if self.sessions < 1:
+            raise EpbenchError("--sessions must be at least 1 (2 or more let the interval "
+                               "cover what two sessions differ by)")
         if not self.cases:
             raise EpbenchError("no cases to run: pass --grid NAME, --case NAME or --model PATH")
         if self.gate_policy not in POLICIES:
@@ -112,6 +147,11 @@ def williams_rows(n: int) -> list[list[int]]:
     if n % 2:
         rows += [list(reversed(row)) for row in rows]
     return rows
+
+
+def rounds_per_process(rounds: int, n_arms: int, processes: int) -> int:
+    """Each process's share of ``rounds``, rounded up to whole counterbalanced designs."""
+    return balanced_rounds(-(-rounds // processes), n_arms)
 
 
 def balanced_rounds(rounds: int, n_arms: int) -> int:
@@ -160,6 +200,19 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+class Progress(Protocol):
+    """What the runner tells whoever shows progress (the command layer decides how)."""
+
+    def start(self, total_rounds: int) -> None: ...
+
+    def event(self, case: str, process: int, event: dict[str, Any]) -> None: ...
+
+    def process_done(self, case: str, process: int, record: dict[str, Any],
+                     skipped_rounds: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -282,23 +335,27 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
 
 def _empty_case(spec: CaseSpec) -> dict[str, Any]:
     return {"spec": spec.to_dict(), "definition_sha256": None, "status": "ok", "error": None,
-            "error_kind": None, "signal": None, "core": None, "floor": None, "arms": {},
-            "rounds": []}
+            "error_kind": None, "signal": None, "core": None, "overhead": None, "arms": {},
+            "rounds": [], "processes": []}
 
 
-def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
-             orders: list[list[str]], worker_config: dict[str, Any],
-             on_event: OnEvent | None = None) -> dict[str, Any]:
-    """Run one case in a worker and return its results record, crash or not."""
+def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
+                orders: list[list[str]], worker_config: dict[str, Any],
+                on_event: OnEvent | None = None) -> dict[str, Any]:
+    """Run one process of a case in a worker; return what it measured, crash or not.
+
+    The record has the case record's fields (status, error, core, arms, rounds, ...);
+    ``merge_process`` adds it to the case.
+    """
     result = _empty_case(spec)
-    result["definition_sha256"] = spec.definition_sha256
+    del result["processes"]
 
     def collect(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "pinned":
             result["core"] = event["core"]
-        elif kind == "floor":
-            result["floor"] = event["floor"]
+        elif kind == "overhead":
+            result["overhead"] = event["overhead"]
         elif kind in ("verified", "sized"):
             result["arms"] = event["arms"]
         elif kind == "round":
@@ -339,8 +396,6 @@ def run_case(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | Non
         result["error_kind"] = "crash"
         result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
                            f"before finishing: {tail}")
-    if worker_config.get("instructions") and result["status"] == "ok":
-        count_instructions(request, worker_config, result)
     return result
 
 
@@ -384,9 +439,11 @@ class _Interrupted(Exception):
         self.partial = partial
 
 
-def _config_record(config: RunConfig, rounds: int) -> dict[str, Any]:
+def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
     return {
-        "rounds": rounds, "rounds_requested": config.rounds,
+        "rounds": per_process * config.processes, "rounds_requested": config.rounds,
+        "processes": config.processes, "sessions": config.sessions,
+        "rounds_per_process": per_process, "keep_samples": config.keep_samples,
         "block_target_ms": config.block_target_ms, "max_block_iters": config.max_block_iters,
         "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
         "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
@@ -400,43 +457,6 @@ def _config_record(config: RunConfig, rounds: int) -> dict[str, Any]:
     }
 
 
-class _Progress:
-    """A progress bar over all rounds of all cases, with the gate's state live."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.bar = None
-        self.text = ""
-        if enabled:
-            import click
-
-            self.bar = click.progressbar(
-                length=total, file=sys.stderr, show_pos=True, width=24,
-                item_show_func=lambda _: self.text,
-            )
-            self.bar.__enter__()
-
-    def event(self, case: str, event: dict[str, Any], rounds: int) -> None:
-        if self.bar is None:
-            return
-        kind = event.get("event")
-        if kind == "gate":
-            self.text = f"{case} r{event['index'] + 1}/{rounds} {event.get('text', '')}"
-            self.bar.update(0, self.text)
-        elif kind == "round":
-            self.bar.update(1, self.text)
-        elif kind == "pinned":
-            self.text = f"{case}: setting up on core {event['core']}"
-            self.bar.update(0, self.text)
-
-    def skip(self, n: int) -> None:
-        if self.bar is not None and n > 0:
-            self.bar.update(n, self.text)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-
 def _iter_cases(config: RunConfig) -> Iterator[CaseSpec]:
     seen = set()
     for spec in config.cases:
@@ -446,75 +466,153 @@ def _iter_cases(config: RunConfig) -> Iterator[CaseSpec]:
         yield spec
 
 
+SAMPLES_FILE = "results.samples.jsonl.gz"
+
+
+class _NoProgress:
+    def start(self, total_rounds: int) -> None:
+        pass
+
+    def event(self, case: str, process: int, event: dict[str, Any]) -> None:
+        pass
+
+    def process_done(self, case: str, process: int, record: dict[str, Any],
+                     skipped_rounds: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def run(config: RunConfig) -> dict[str, Any]:
     """Run every case of ``config``; return the results document.
 
-    With ``out_dir``, results.jsonl gets a line per case as it ends (and an
+    With ``out_dir``, results.jsonl gets a line per process as it ends (and an
     ``end`` line when the run finishes), and results.json is rewritten
-    atomically after each case, marked ``interrupted`` until the run is whole.
+    atomically after each, marked ``interrupted`` until the run is whole.
     Ctrl-C stops at once, keeps what was measured, and returns a document
     marked ``interrupted``. Arms are checked before anything is written.
     """
-
     if config.instructions is not None:
         instructions.check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))
-    libraries = {a.key: resolve_library(a) for a in arms}
-    probed = probe_arms(arms, libraries)
+    with tempfile.TemporaryDirectory(prefix="epbench-twin-") as twin_dir:
+        libraries = {a.key: resolve_library(a) for a in arms}
+        twin = None
+        if config.aa_twin is not None:
+            base = next((a for a in arms if a.key == config.aa_twin), None)
+            if base is None:
+                raise ArmError(f"--aa-twin {config.aa_twin!r} names no arm of this run; "
+                               f"name one of {', '.join(a.key for a in arms)}")
+            twin = twin_arm(base)
+            arms = with_control([*arms, twin])
+            libraries[twin.key] = copy_library(libraries[base.key], Path(twin_dir))
+        try:
+            probed = probe_arms(arms, libraries)
+        except ArmError as exc:
+            if twin is None:
+                raise
+            # Which one failed: the library alone, or the library loaded a second time?
+            probe_arms([a for a in arms if a.key != twin.key], libraries)
+            raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
+                           f"it ({exc}); the library cannot be loaded twice in one process: "
+                           "run without --aa-twin") from None
+        return _run_arms(config, arms, libraries, probed, twin)
+
+
+def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
+              probed: dict[str, dict], twin: ArmSpec | None) -> dict[str, Any]:
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     host = host_fingerprint()
     host["key"] = fingerprint_key(host)
     keys = [a.key for a in arms]
-    rounds = balanced_rounds(config.rounds, len(keys)) if not config.fixed_order else config.rounds
+    per_process = (config.rounds if config.fixed_order
+                   else rounds_per_process(config.rounds, len(keys), config.processes))
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": host, "config": _config_record(config, rounds),
+        "host": host, "config": _config_record(config, per_process),
         "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
+        "twin": ({"of": config.aa_twin, "key": twin.key} if twin is not None else None),
         "cases": {}, "interrupted": True,  # until the last case is in
-        "floor": None,  # the harness's own cost, from the first case that measured it
+        "overhead": None,  # the harness's own cost, from the first process that measured it
     }
     worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
                      "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
                      "max_block_iters": config.max_block_iters,
                      "silence_timeout_s": config.silence_timeout_s,
-                     "instructions": config.instructions,
+                     "instructions": config.instructions, "sessions": config.sessions,
+                     "keep_samples": config.keep_samples,
                      "gate": doc["config"]["gate"]}
-    jsonl = None
+    jsonl = samples_out = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
         jsonl = JsonlWriter(out / "results.jsonl")
         jsonl.write({"type": "header",
                      **{k: v for k, v in doc.items() if k not in ("cases", "interrupted")}})
+        if config.keep_samples:
+            samples_out = gzip.open(out / SAMPLES_FILE, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
     rng = random.Random(config.seed)
     specs = list(_iter_cases(config))
-    progress = _Progress(config.progress, total=len(specs) * rounds)
+    for spec in specs:
+        doc["cases"][spec.name] = _empty_case(spec)
+        doc["cases"][spec.name]["definition_sha256"] = spec.definition_sha256
+    progress = config.progress or _NoProgress()
+    progress.start(len(specs) * per_process * config.processes)
     stopped = False
     try:
-        for spec in specs:
-            orders = (fixed_order(keys, rounds) if config.fixed_order
-                      else counterbalanced_order(keys, rounds, rng))
-            try:
-                result = run_case(spec, arms, libraries, orders, worker_config,
-                                  lambda e, n=spec.name: progress.event(n, e, rounds))
-            except _Interrupted as stop:
-                result, stopped = stop.partial, True
-            progress.skip(rounds - len(result["rounds"]))
-            doc["cases"][spec.name] = result
-            if doc["floor"] is None:
-                doc["floor"] = result.get("floor")
-            if jsonl is not None:
-                jsonl.write({"type": "case", "name": spec.name, "result": result})
+        # Process p of every case before process p + 1 of any: drifts spread evenly.
+        for process in range(config.processes):
+            for spec in specs:
+                case = doc["cases"][spec.name]
+                if case["status"] in ("failed", "interrupted"):
+                    progress.process_done(spec.name, process, case, per_process)
+                    continue
+                orders = (fixed_order(keys, per_process) if config.fixed_order
+                          else counterbalanced_order(keys, per_process, rng))
+                process_config = {**worker_config, "measure_overhead": process == 0,
+                                  "process": process,
+                                  "layout_seed": rng.getrandbits(32)}
+                try:
+                    record = run_process(
+                        spec, arms, libraries, orders, process_config,
+                        lambda e, n=spec.name, p=process: progress.event(n, p, e))
+                except _Interrupted as stop:
+                    record, stopped = stop.partial, True
+                if samples_out is not None:
+                    _write_samples(samples_out, spec.name, process, record["rounds"])
+                record["definition_sha256"] = case["definition_sha256"]
+                merge_process(case, process, record, per_process)
+                progress.process_done(spec.name, process, case,
+                                      per_process - len(record["rounds"]))
+                if doc["overhead"] is None:
+                    doc["overhead"] = case["overhead"]
+                if jsonl is not None:
+                    jsonl.write({"type": "process", "name": spec.name, "process": process,
+                                 "planned": per_process, "result": record})
+                if stopped:
+                    break
+                if out is not None:
+                    write_results(out / "results.json", doc)
             if stopped:
                 break
-            if out is not None:
-                write_results(out / "results.json", doc)
+        if config.instructions and not stopped:
+            for spec in specs:
+                case = doc["cases"][spec.name]
+                if case["status"] == "ok":
+                    _count_case_instructions(spec, arms, libraries, worker_config, case)
+                    if jsonl is not None:
+                        jsonl.write({"type": "instructions", "name": spec.name,
+                                     "instructions": case.get("instructions"),
+                                     "arms": case["arms"]})
     except KeyboardInterrupt:
-        # Ctrl-C between cases (or while writing): what is in `doc` was measured.
+        # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
     finally:
         progress.close()
+        if samples_out is not None:
+            samples_out.close()
     doc["interrupted"] = stopped
     if jsonl is not None:
         jsonl.write({"type": "end", "interrupted": stopped})
@@ -522,3 +620,22 @@ def run(config: RunConfig) -> dict[str, Any]:
     if out is not None:
         write_results(out / "results.json", doc)
     return doc
+
+
+def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any]]) -> None:
+    """Move the raw samples of a process's rounds to the side file (one line per round)."""
+    for rnd in rounds:
+        samples = rnd.pop("samples_ns", None)
+        if samples is not None:
+            out.write(dumps({"case": case, "process": process, "round": rnd["index"],
+                             "samples_ns": samples}) + "\n")
+    out.flush()
+
+
+def _count_case_instructions(spec: CaseSpec, arms: list[ArmSpec],
+                             libraries: dict[str, str | None], worker_config: dict[str, Any],
+                             case: dict[str, Any]) -> None:
+    request = {"mode": "case", "case": spec.to_dict(), "orders": [],
+               "config": {**worker_config, "sessions": 1},
+               "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
+    count_instructions(request, worker_config, case)

@@ -6,23 +6,30 @@ EVENTS_FD (not stdout: an EP that prints cannot corrupt the protocol). If an EP
 crashes, this process dies and the parent keeps every round already reported;
 if the parent dies, the kernel kills this process (PR_SET_PDEATHSIG).
 
+One worker is one *process* of a case: the runner starts several per case (each with
+its own memory layout), and inside it every arm has ``sessions`` sessions, rotated over
+the rounds, so that what two processes or two sessions differ by is measured, not
+frozen into the result.
+
 Events, in order: ``pinned``, ``arm`` (one per plugin arm), ``verified``,
-``sized``, then per round ``gate`` and ``round`` (with its samples), then
-``done``; or ``error`` at any point (after the per-arm facts known so far).
+``sized``, then per round ``gate`` and ``round`` (with its per-block summary, and the
+raw samples when asked), then ``done``; or ``error`` at any point (after the per-arm
+facts known so far).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError, EpbenchError, GateError
-from epbench.core.numbers import median
+from epbench.core.numbers import block_summary, median
 from epbench.core.results import dumps
 from epbench.engine.probe import read_counters
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
@@ -58,10 +65,15 @@ class ArmRun:
     arm: ArmSpec
     library: str | None
     registration: Registration | None = None
-    session: Any = None
-    bound: BoundRun | None = None
+    sessions: list[Any] = field(default_factory=list)
+    bounds: list[BoundRun] = field(default_factory=list)
     ep_name: str | None = None
     iterations: int = 0
+
+    @property
+    def bound(self) -> BoundRun:
+        """The first session's bound call (sizing, counters, instruction counts)."""
+        return self.bounds[0]
 
 
 def pin_to_quietest(threads: int, emit: Emit) -> tuple[list[int], int | None]:
@@ -91,7 +103,11 @@ class Worker:
     def setup_arms(self) -> list[ArmRun]:
 
         arms = []
-        for item in self.request["arms"]:
+        items = list(self.request["arms"])
+        # Load order shifts layout (which library maps first, whose allocations come
+        # first); a fixed order would be a bias between arms, so each process draws one.
+        random.Random(self.config.get("layout_seed")).shuffle(items)
+        for item in items:
             state = ArmRun(arm=ArmSpec.from_dict(item["arm"]), library=item["library"])
             if state.arm.kind == "ort":
                 state.ep_name = CPU_EP
@@ -114,26 +130,34 @@ class Worker:
 
         info: dict[str, Any] = {}
         expected: list[Any] = []
+        # The control first (its outputs are the reference), the rest in the load order.
         control_first = sorted(arms, key=lambda a: a.arm.key != CONTROL_KEY)
+        n_sessions = int(self.config.get("sessions", 1))
         try:
             for state in control_first:
-                state.session = create_session(
-                    state.arm, built.model_bytes, spec.opt_level, self.config["threads"],
-                    state.registration, self.config["allow_fallback"],
-                )
-                by_ep = nodes_by_ep(state.session)
                 record = info[state.arm.key] = {
-                    "nodes_executed": sum(by_ep.values()), "nodes_by_ep": by_ep,
-                    "verified": False, "max_abs_error": None, "block_iters": 0,
-                    "block_ms": None, "counters_per_run": None,
+                    "nodes_executed": 0, "nodes_by_ep": {}, "verified": False,
+                    "max_abs_error": None, "block_iters": 0, "block_ms": None,
+                    "counters_per_run": None,
                 }
-                outputs = state.session.run(None, built.inputs)
-                state.bound = bind(state.session, built.inputs, outputs)
-                state.bound.run()
-                if state.arm.key == CONTROL_KEY:
-                    expected = outputs
-                error = max(max_abs_error(expected, outputs),
-                            max_abs_error(expected, state.bound.outputs()))
+                error = 0.0
+                for _ in range(n_sessions):
+                    session = create_session(
+                        state.arm, built.model_bytes, spec.opt_level, self.config["threads"],
+                        state.registration, self.config["allow_fallback"],
+                    )
+                    by_ep = nodes_by_ep(session)
+                    record["nodes_executed"], record["nodes_by_ep"] = sum(by_ep.values()), by_ep
+                    outputs = session.run(None, built.inputs)
+                    bound = bind(session, built.inputs, outputs)
+                    bound.run()
+                    state.sessions.append(session)
+                    state.bounds.append(bound)
+                    if state.arm.key == CONTROL_KEY and not expected:
+                        expected = outputs
+                    # Every session's own outputs and those of its timed call are checked.
+                    error = max(error, max_abs_error(expected, outputs),
+                                max_abs_error(expected, bound.outputs()))
                 record["max_abs_error"] = error if error != float("inf") else None
                 record["verified"] = error <= spec.tolerance
                 if not record["verified"]:
@@ -151,12 +175,12 @@ class Worker:
         """Warm up every arm, then size its block to last about the target time."""
         warmup_ns = self.config["warmup_ms"] * 1e6
         for state in arms:
-            assert state.bound is not None
             spent, runs = 0, 0
-            while spent < warmup_ns or runs < 3:
-                samples = time_block(state.bound.run, 8)
-                spent += sum(samples)
-                runs += len(samples)
+            while spent < warmup_ns or runs < 3 * len(state.bounds):
+                for bound in state.bounds:  # every session gets its share of the warm-up
+                    samples = time_block(bound.run, 8)
+                    spent += sum(samples)
+                    runs += len(samples)
             ns_per_run = median(time_block(state.bound.run, 31))
             state.iterations = block_iterations(
                 ns_per_run, self.config["block_target_ms"], self.config["max_block_iters"])
@@ -172,7 +196,6 @@ class Worker:
             before = read_counters(state.library, state.ep_name)
             if before is None:
                 continue
-            assert state.bound is not None
             for _ in range(COUNTER_RUNS):
                 state.bound.run()
             after = read_counters(state.library, state.ep_name) or {}
@@ -190,26 +213,30 @@ class Worker:
             reading = gate.check(exclude_core=None)
             self.emit({"event": "gate", "index": index, "gate": reading.to_dict(),
                        "text": format_gate_reading(reading)})
+            # Sessions rotate over the rounds: round i runs session i mod K of every arm.
+            session = index % len(arms[0].bounds)
             for key in order:
                 for _ in range(REWARM_CALLS):
-                    by_key[key].bound.run()  # type: ignore[union-attr]
+                    by_key[key].bounds[session].run()
             meter = InterferenceMeter(exclude_core=core, cores=self.cores,
                                       threshold=gate_cfg["threshold"])
             meter.start()
             samples = {}
             for key in order:
                 state = by_key[key]
-                assert state.bound is not None
-                samples[key] = time_block(state.bound.run, state.iterations)
+                samples[key] = time_block(state.bounds[session].run, state.iterations)
             interference = meter.stop()
-            self.emit({"event": "round", "round": {
-                "index": index, "order": list(order),
+            record = {
+                "index": index, "order": list(order), "session": session,
                 # Quiet: the gate passed (or was turned off by the user) before the
                 # round, and no load was seen during it.
                 "quiet": bool(reading.passed and interference["quiet"] is not False),
                 "gate": reading.to_dict(), "interference": interference,
-                "samples_ns": samples,
-            }})
+                "summary_ns": {key: block_summary(s) for key, s in samples.items()},
+            }
+            if self.config.get("keep_samples"):
+                record["samples_ns"] = samples
+            self.emit({"event": "round", "round": record})
 
     def run(self) -> None:
 
@@ -231,8 +258,10 @@ class Worker:
             return
         self.cores, core = pin_to_quietest(self.config["threads"], self.emit)
 
-        # The harness's own cost per timed call, on this core, recorded with the case.
-        self.emit({"event": "floor", "floor": measure_overhead(threads=self.config["threads"])})
+        if self.config.get("measure_overhead", True):
+            # The harness's own cost per timed call, on this core, recorded with the case.
+            self.emit({"event": "overhead",
+                       "overhead": measure_overhead(threads=self.config["threads"])})
         spec = CaseSpec.from_dict(self.request["case"])
         built = spec.build()
         arms = self.setup_arms()

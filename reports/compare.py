@@ -77,6 +77,7 @@ class Settings:
     resamples: int = defaults.RESAMPLES
     seed: int = defaults.SEED
     force: bool = False
+    instructions_threshold: float = defaults.INSTRUCTIONS_THRESHOLD
 
     def __post_init__(self) -> None:
         if not 0.0 < self.confidence < 1.0:
@@ -311,6 +312,10 @@ class CaseRow:
     drift_exceeds_threshold: bool = False
     family: str | None = None
     rerun_errors: list[str] = field(default_factory=list)  # re-runs that failed (compare-commits)
+    # Exact change in instructions per Run (when both sides counted them), and whether it
+    # reaches --instructions-threshold.
+    instructions_change: float | None = None
+    instructions_flag: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -455,11 +460,13 @@ def compare(
         raise CompareError(f"--base and --pr are both {base.arm!r}; name two different arms")
     _check_comparable(base, pr, settings, warnings)
     profile = _load_profile_noise(profile, base.host_key, settings, warnings)
-    if profile is None:
+    has_twin = any(side.doc.get("twin") for side in (base, pr))
+    if profile is None and not has_twin:
         warnings.append(
-            "no calibration profile for this host: every threshold is the conservative default "
-            f"max({settings.floor:.0%}, {settings.k:g} x {defaults.NOISE_WITHOUT_PROFILE:.0%}); "
-            "run `epbench calibrate` to judge against measured noise"
+            "no calibration profile for this host and no A/A twin in the run: every threshold "
+            f"is the conservative default max({settings.floor:.0%}, {settings.k:g} x "
+            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); run with --aa-twin ARM, or `epbench "
+            "calibrate`, to judge against measured noise"
         )
 
     for side in (base, pr) if not same_run else (pr,):
@@ -490,10 +497,11 @@ def compare(
 
     rows: list[CaseRow] = []
     measurable: list[str] = []
-    log_pr: list[Any] = []
-    log_base: list[Any] = []
-    quiet_pr: list[Any] = []  # the same over quiet rounds only, for cases with unquiet ones
-    quiet_base: list[Any] = []
+    log_pr: list[stats.ProcessSample] = []
+    log_base: list[stats.ProcessSample] = []
+    # The same over quiet rounds only, for cases with unquiet ones.
+    quiet_pr: list[stats.ProcessSample] = []
+    quiet_base: list[stats.ProcessSample] = []
     quiet_index: list[int] = []
     dropped: list[int] = []  # rounds without a usable time (zero, negative, missing), per case
     for name in common:
@@ -505,42 +513,46 @@ def compare(
         b_vals = medians(b_case, base.arm)
         p_vals = medians(p_case, pr.arm)
         p_quiet, b_quiet = stats.quiet_mask(p_case), stats.quiet_mask(b_case)
+        p_proc = stats.round_labels(p_case, "process")
+        b_proc = stats.round_labels(b_case, "process")
         if same_run:
-            log_pr.append(stats.log_ratios(p_vals, b_vals))
+            log_pr.append(stats.process_sample(p_vals, b_vals, p_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():
-                quiet_pr.append(stats.log_ratios(p_vals[p_quiet], b_vals[p_quiet]))
+                quiet_pr.append(stats.process_sample(p_vals, b_vals, p_proc, p_quiet))
                 quiet_index.append(len(measurable))
         else:
             p_ctrl = medians(p_case, pr.control)
             b_ctrl = medians(b_case, base.control)
-            log_pr.append(stats.log_ratios(p_vals, p_ctrl))
-            log_base.append(stats.log_ratios(b_vals, b_ctrl))
+            log_pr.append(stats.process_sample(p_vals, p_ctrl, p_proc))
+            log_base.append(stats.process_sample(b_vals, b_ctrl, b_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]) + len(b_vals) - len(log_base[-1]))
             if not (p_quiet.all() and b_quiet.all()):
-                quiet_pr.append(stats.log_ratios(p_vals[p_quiet], p_ctrl[p_quiet]))
-                quiet_base.append(stats.log_ratios(b_vals[b_quiet], b_ctrl[b_quiet]))
+                quiet_pr.append(stats.process_sample(p_vals, p_ctrl, p_proc, p_quiet))
+                quiet_base.append(stats.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
                 quiet_index.append(len(measurable))
         measurable.append(name)
     opts = {"confidence": settings.confidence}
     changes = (
-        stats.paired_changes(log_pr, **opts) if same_run
-        else stats.double_ratio_changes(log_pr, log_base, **opts)
+        stats.nested_changes(log_pr, **opts) if same_run
+        else stats.nested_double_ratio_changes(log_pr, log_base, **opts)
     )
     quiet_changes: list[stats.Change | None] = [None] * len(measurable)
     if quiet_index:
         computed = (
-            stats.paired_changes(quiet_pr, **opts) if same_run
-            else stats.double_ratio_changes(quiet_pr, quiet_base, **opts)
+            stats.nested_changes(quiet_pr, **opts) if same_run
+            else stats.nested_double_ratio_changes(quiet_pr, quiet_base, **opts)
         )
         for i, change in zip(quiet_index, computed, strict=True):
             quiet_changes[i] = change
+    twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
     thresholds, unquiet, n_rounds, drifts = [], [], [], []
     for name, change in zip(measurable, changes, strict=True):
         b_case, p_case = base_cases[name], pr_cases[name]
         noise, source = _case_noise(
             profile, name, b_case.get("definition_sha256"), max(change.n, 1), mode
         )
+        noise, source = _with_twin(noise, source, twins["noise"].get(name))
         thresholds.append(threshold_for(noise, source, settings))
         u = int((~stats.quiet_mask(p_case)).sum())
         r = len(p_case.get("rounds", []))
@@ -580,6 +592,10 @@ def compare(
         if not same_run:
             errors += pr_cases[row.case].get("rerun_errors", [])
         row.rerun_errors = [str(e) for e in errors]
+    for row in rows:
+        row.instructions_change = _instructions_change(base, pr, row.case)
+        row.instructions_flag = (row.instructions_change is not None and abs(
+            row.instructions_change) >= settings.instructions_threshold)
     rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
     counters = counter_changes(base, pr, common)
     families = family_changes(base, pr, rows, settings, medians)
@@ -594,9 +610,16 @@ def compare(
                 "columns are, and a change that depends on the machine's state (clock, cache) "
                 "may not cancel; rerun on a quieter machine to be sure"
             )
+    if twins["flagged"]:
+        warnings.insert(0,
+            "the run's A/A twin differs from the arm it copies beyond the threshold on "
+            f"{', '.join(twins['flagged'])}: two copies of one library measured apart, so "
+            "this run's verdicts are not to be trusted; rerun (more --processes), on a "
+            "quieter machine")
     return {
         "schema": SCHEMA,
         "mode": mode,
+        "twin": twins["info"],
         "base": _side_info(base),
         "pr": _side_info(pr),
         "settings": asdict(settings),
@@ -615,6 +638,70 @@ def compare(
         "threads": (pr.doc.get("config") or {}).get("threads"),
         "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
     }
+
+
+def _instructions_change(base: Side, pr: Side, case: str) -> float | None:
+    def count(side: Side) -> float | None:
+        arm = ((side.doc["cases"].get(case) or {}).get("arms") or {}).get(side.arm) or {}
+        return (arm.get("counters_per_run") or {}).get("instructions")
+
+    b, p = count(base), count(pr)
+    return p / b - 1.0 if b and p is not None else None
+
+
+def _with_twin(noise: float | None, source: str,
+               twin: float | None) -> tuple[float | None, str]:
+    """The noise a threshold is set from: the profile's, the twin's, or the larger."""
+    if twin is None:
+        return noise, source
+    if noise is None:
+        return twin, "in-run A/A twin"
+    if twin > noise:
+        return twin, "in-run A/A twin (larger than the profile's)"
+    return noise, f"{source} (larger than the in-run A/A twin's)"
+
+
+def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
+               medians: RoundMedians) -> dict[str, Any]:
+    """The A/A noise each run measured on itself: per case, |twin / its arm - 1|.
+
+    With two runs, the larger of the two. A twin whose change would itself have been
+    flagged against the floor (significant, the whole interval beyond it) means the run
+    cannot tell two copies of one library apart from a regression: `flagged` names them.
+    The twin never gets a verdict of its own.
+    """
+    noise: dict[str, float] = {}
+    flagged: list[str] = []
+    info = []
+    floor_only = threshold_for(settings.floor / settings.k, "floor", settings)
+    for side in sides:
+        twin = side.doc.get("twin")
+        if not twin or twin.get("key") not in side.doc.get("arms", {}):
+            continue
+        names, samples = [], []
+        for name in cases:
+            case = side.doc["cases"].get(name)
+            if case is None or case.get("status") != "ok":
+                continue
+            names.append(name)
+            samples.append(stats.process_sample(
+                medians(case, twin["key"]), medians(case, twin["of"]),
+                stats.round_labels(case, "process")))
+        changes = stats.nested_changes(samples, confidence=settings.confidence)
+        per_case = {}
+        for name, change in zip(names, changes, strict=True):
+            if not math.isfinite(change.ratio):
+                continue
+            value = abs(change.ratio - 1.0)
+            noise[name] = max(noise.get(name, 0.0), value)
+            per_case[name] = {"change": change.ratio - 1.0, "ci": [change.lo - 1.0,
+                                                                   change.hi - 1.0]}
+            beyond = (change.lo - 1.0 >= floor_only.t) or (change.hi - 1.0 <= -floor_only.t)
+            if change.p < 1.0 - settings.confidence and beyond and name not in flagged:
+                flagged.append(name)
+        info.append({"side": side.label, "of": twin["of"], "key": twin["key"],
+                     "cases": per_case})
+    return {"noise": noise, "flagged": flagged, "info": info}
 
 
 def _median_ns(values: Any) -> float | None:
@@ -733,7 +820,8 @@ def family_changes(
         if base.doc is pr.doc:
             rounds = [{a: medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
                       for n in names]
-            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed, **opts)
+            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed,
+                                    processes=_processes(base.doc, names), **opts)
             b_fit, p_fit = fits[base.arm], fits[pr.arm]
             slope = _ratio(p_fit.boot_slope, b_fit.boot_slope, p_fit.slope, b_fit.slope, settings)
             icept = _ratio(p_fit.boot_intercept, b_fit.boot_intercept,
@@ -743,13 +831,15 @@ def family_changes(
                 depths,
                 [{a: medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
                  for n in names],
-                [base.arm, base.control], seed=settings.seed, **opts,
+                [base.arm, base.control], seed=settings.seed,
+                processes=_processes(base.doc, names), **opts,
             )
             p_fits = stats.fit_family(
                 depths,
                 [{a: medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
                  for n in names],
-                [pr.arm, pr.control], seed=settings.seed + 1, **opts,
+                [pr.arm, pr.control], seed=settings.seed + 1,
+                processes=_processes(pr.doc, names), **opts,
             )
             b_fit, p_fit = b_fits[base.arm], p_fits[pr.arm]
             bc, pc = b_fits[base.control], p_fits[pr.control]
@@ -768,6 +858,10 @@ def family_changes(
             "finding": _family_finding(slope, icept, t),
         })
     return out
+
+
+def _processes(doc: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
+    return [stats.round_labels(doc["cases"][n], "process") for n in names]
 
 
 def _ratio(num: Any, den: Any, point_num: float, point_den: float,
@@ -789,10 +883,10 @@ def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float
             parts.append(f"{what} rose by {ch['change']:.1%}")
         elif hi <= -t:
             parts.append(f"{what} fell by {-ch['change']:.1%}")
-        elif -t < lo and hi < t:
-            parts.append(f"{what} unchanged within ±{t:.1%}")
         else:
-            parts.append(f"{what} inconclusive ({ch['change']:+.1%})")
+            # Stated as a finding only when the whole interval is beyond the threshold.
+            parts.append(f"{what}: no change resolved ({ch['change']:+.1%}, "
+                         f"[{lo:+.1%}, {hi:+.1%}] against ±{t:.1%})")
     return "; ".join(parts)
 
 

@@ -37,6 +37,8 @@ MIN_ROUNDS = 5
 FAIL_ON = "alert"
 # Calibration: A/A repeats and the percentile of |A/A change| taken as the noise.
 CALIBRATION_REPEATS = 5
+# A change in instructions per Run at or above this gets its own mark (never a 🔴 alone).
+INSTRUCTIONS_THRESHOLD = 0.01
 NOISE_PERCENTILE = 95.0
 
 

@@ -81,26 +81,24 @@ def to_pyperf(
 
 def tidy_frame(doc: Mapping[str, Any]) -> Any:
     """One row per case x arm x round: median, sample count, position in the order, quiet."""
-    import numpy as np
     import pandas as pd
 
     rows = []
     for name, case in doc.get("cases", {}).items():
         for rnd in case.get("rounds", []):
             order = rnd.get("order", [])
-            for arm, samples in (rnd.get("samples_ns") or {}).items():
-                values = np.asarray(samples, dtype=np.float64)
+            for arm, summary in (rnd.get("summary_ns") or {}).items():
                 rows.append({
                     "case": name, "arm": arm, "round": rnd.get("index"),
+                    "process": rnd.get("process", 0), "session": rnd.get("session", 0),
                     "position": order.index(arm) if arm in order else None,
                     "quiet": bool(rnd.get("quiet", True)),
-                    "median_ns": float(np.median(values)) if len(values) else None,
-                    "min_ns": float(values.min()) if len(values) else None,
-                    "samples": int(len(values)),
+                    "median_ns": summary.get("median"), "min_ns": summary.get("min"),
+                    "samples": int(summary.get("n") or 0),
                     "status": case.get("status"),
                 })
-    columns = ["case", "arm", "round", "position", "quiet", "median_ns", "min_ns", "samples",
-               "status"]
+    columns = ["case", "arm", "round", "process", "session", "position", "quiet", "median_ns",
+               "min_ns", "samples", "status"]
     return pd.DataFrame(rows, columns=columns)
 
 

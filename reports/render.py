@@ -161,6 +161,8 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "folded": folded,
         "tally": tally,
         "verdicts": VERDICTS,
+        "instructions": any(r.get("instructions_change") is not None for r in rows),
+        "instructions_flagged": any(r.get("instructions_flag") for r in rows),
         "marker": sticky_marker(),
         "sentence": overall_sentence(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",

@@ -20,6 +20,23 @@ the same round count are stacked into one array and go through one kernel call.
 The family decomposition (fit_family) still bootstraps, because a slope over
 depths has no order-statistic interval; it is a descriptive finding, not a
 verdict.
+
+Processes are the replication unit above rounds. A process's memory layout (library
+load addresses, allocation alignment, the sessions' arenas) shifts an arm's speed by
+an offset fixed for the process's life, so rounds of one process are not independent
+draws of what a new process would show. With rounds from two or more processes, a
+change is estimated per process (the median of its rounds' log ratios, sessions
+rotated inside it) and the interval is Student's t over those per-process values:
+the mean of P independent process-level values, P - 1 degrees of freedom, or Welch's
+interval for the difference of two runs' means (the double ratio). This is the
+standard estimator for a balanced nested design (rounds within sessions within
+processes): the process-level values are independent and identically distributed
+whatever the within-process variance, so their spread carries every component,
+between-process, between-session and round-to-round, with the right weight. A
+hierarchical bootstrap was rejected: with 3-8 processes it underestimates the
+between-process term by a factor (P - 1) / P and its percentiles are coarse. A run
+with a single process (or a file of schema 1) falls back to the exact order-statistic
+interval over rounds, which covers only what that process measured and says so.
 """
 
 from __future__ import annotations
@@ -49,13 +66,15 @@ class Change:
     hi: float
     p: float
     n: int  # rounds behind it (paired) or the smaller side (two runs)
+    processes: int = 1  # processes behind it (the smaller side for two runs)
 
     @property
     def pct(self) -> float:
         return self.ratio - 1.0
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"ratio": self.ratio, "lo": self.lo, "hi": self.hi, "p": self.p, "n": self.n}
+        return {"ratio": self.ratio, "lo": self.lo, "hi": self.hi, "p": self.p, "n": self.n,
+                "processes": self.processes}
 
 
 NAN_CHANGE = Change(math.nan, math.nan, math.nan, math.nan, 0)
@@ -89,18 +108,26 @@ def _bounded_exp(x: np.ndarray) -> np.ndarray:
 
 def round_medians(case: Mapping[str, Any], arm: str) -> np.ndarray:
     """Per-round median ns per Run of `arm` in one case of a results document (NaN if absent)."""
+
+    return round_values(case, arm, "median")
+
+
+def round_values(case: Mapping[str, Any], arm: str, field: str) -> np.ndarray:
+    """Per round, one figure of `arm`'s block summary (median, min, q1, q3, n); NaN if absent."""
     import numpy as np
 
-    blocks = [rnd.get("samples_ns", {}).get(arm) or [] for rnd in case.get("rounds", [])]
-    lengths = {len(b) for b in blocks}
-    if len(lengths) == 1 and 0 not in lengths:
-        # Every round ran the same block length (the usual case): one vectorized median.
-        return np.median(np.asarray(blocks, dtype=np.float64), axis=1)
-    out = np.full(len(blocks), np.nan)
-    for i, samples in enumerate(blocks):
-        if samples:
-            out[i] = float(np.median(np.asarray(samples, dtype=np.float64)))
-    return out
+    out = []
+    for rnd in case.get("rounds", []):
+        value = ((rnd.get("summary_ns") or {}).get(arm) or {}).get(field)
+        out.append(np.nan if value is None else float(value))
+    return np.asarray(out, dtype=np.float64)
+
+
+def round_labels(case: Mapping[str, Any], field: str) -> np.ndarray:
+    """Per round, its `process` or `session` index (0 for files that predate them)."""
+    import numpy as np
+
+    return np.asarray([int(r.get(field, 0)) for r in case.get("rounds", [])], dtype=np.int64)
 
 
 def quiet_mask(case: Mapping[str, Any]) -> np.ndarray:
@@ -305,6 +332,179 @@ def double_ratio_changes(
     return out
 
 
+# --------------------------------------------------------------------------- processes
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only below the mean
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * f / a
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def _t_pdf(t: float, df: float) -> float:
+    log_c = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_c - (df + 1.0) / 2.0 * math.log1p(t * t / df))
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t, q in (0.5, 1): Newton's method on t_sf, kept inside
+    a bracket that bisection narrows whenever a Newton step would leave it."""
+    target = 1.0 - q
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > target:
+        lo, hi = hi, hi * 2.0
+    t = (lo + hi) / 2.0
+    for _ in range(100):
+        err = t_sf(t, df) - target  # decreasing in t
+        if err > 0:
+            lo = t
+        else:
+            hi = t
+        step = err / _t_pdf(t, df)
+        nxt = t + step
+        if not lo < nxt < hi:
+            nxt = (lo + hi) / 2.0
+        if abs(nxt - t) <= 1e-14 * max(1.0, abs(t)):
+            return nxt
+        t = nxt
+    return t
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One case's per-round log ratios and the process each round ran in."""
+
+    logs: np.ndarray
+    processes: np.ndarray
+
+    def per_process(self) -> np.ndarray:
+        """The median log ratio of each process (the process-level values)."""
+        import numpy as np
+
+        return np.array([float(np.median(self.logs[self.processes == p]))
+                         for p in np.unique(self.processes)])
+
+    @property
+    def n_processes(self) -> int:
+        import numpy as np
+
+        return len(np.unique(self.processes))
+
+    def __len__(self) -> int:
+        return len(self.logs)
+
+
+def process_sample(num: np.ndarray, den: np.ndarray, processes: np.ndarray,
+                   keep: np.ndarray | None = None) -> ProcessSample:
+    """log(num / den) per round with its process label, over rounds where both are usable
+    (and `keep` is True, e.g. the quiet rounds)."""
+    import numpy as np
+
+    ok = np.isfinite(num) & np.isfinite(den) & (num > 0) & (den > 0)
+    if keep is not None:
+        ok &= keep
+    return ProcessSample(np.log(num[ok] / den[ok]), np.asarray(processes)[ok])
+
+
+def _t_change(point: float, se: float, df: float, confidence: float, n: int,
+              processes: int) -> Change:
+    """A change from a log-scale point, its standard error and degrees of freedom."""
+    if not (math.isfinite(se) and se > 0.0 and df >= 1.0):
+        if math.isfinite(se) and se == 0.0 and df >= 1.0:  # identical processes
+            return Change(math.exp(point), math.exp(point), math.exp(point),
+                          0.0 if point != 0.0 else 1.0, n, processes)
+        return NAN_CHANGE
+    half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * se
+    p = min(1.0, 2.0 * t_sf(abs(point) / se, df))
+    return Change(math.exp(point), math.exp(point - half), math.exp(point + half), p, n,
+                  processes)
+
+
+def nested_changes(samples: Sequence[ProcessSample], *,
+                   confidence: float = defaults.CONFIDENCE) -> list[Change]:
+    """Changes of one run (PR / base, or arm / control), processes as the replication unit.
+
+    Two or more processes: Student's t over the per-process medians. One process:
+    the exact order-statistic interval over its rounds (`paired_changes`).
+    """
+    import numpy as np
+
+    out: list[Change] = [NAN_CHANGE] * len(samples)
+    single = [i for i, s in enumerate(samples) if s.n_processes < 2]
+    for i, change in zip(single, paired_changes([samples[i].logs for i in single],
+                                                confidence=confidence), strict=True):
+        out[i] = change
+    for i, sample in enumerate(samples):
+        if sample.n_processes < 2:
+            continue
+        values = sample.per_process()
+        se = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+        out[i] = _t_change(float(np.mean(values)), se, len(values) - 1.0, confidence,
+                           len(sample), len(values))
+    return out
+
+
+def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[ProcessSample],
+                                *, confidence: float = defaults.CONFIDENCE) -> list[Change]:
+    """Changes between two runs, (PR / its control) / (base / its control), per case.
+
+    When both runs have two or more processes: Welch's interval for the difference of
+    the two runs' mean per-process log ratios (Welch-Satterthwaite degrees of freedom),
+    so it covers what two processes really differ by. Otherwise the order-statistic
+    two-sample interval over rounds (`double_ratio_changes`).
+    """
+    import numpy as np
+
+    if len(pr) != len(base):
+        raise ValueError("pr and base must list the same cases")
+    out: list[Change] = [NAN_CHANGE] * len(pr)
+    single = [i for i in range(len(pr)) if min(pr[i].n_processes, base[i].n_processes) < 2]
+    fallback = double_ratio_changes([pr[i].logs for i in single], [base[i].logs for i in single],
+                                    confidence=confidence)
+    for i, change in zip(single, fallback, strict=True):
+        out[i] = change
+    for i, (a, b) in enumerate(zip(pr, base, strict=True)):
+        if min(a.n_processes, b.n_processes) < 2:
+            continue
+        va, vb = a.per_process(), b.per_process()
+        sa = float(np.var(va, ddof=1)) / len(va)
+        sb = float(np.var(vb, ddof=1)) / len(vb)
+        se = math.sqrt(sa + sb)
+        df = ((sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1))
+              if sa + sb > 0 else float(len(va) + len(vb) - 2))
+        out[i] = _t_change(float(np.mean(va) - np.mean(vb)), se, df, confidence,
+                           min(len(a), len(b)), min(len(va), len(vb)))
+    return out
+
+
 # --------------------------------------------------------------------------- multiple testing
 
 
@@ -407,12 +607,16 @@ def fit_family(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
     seed: int = defaults.SEED,
+    processes: Sequence[np.ndarray] | None = None,
 ) -> dict[str, FamilyFit]:
     """Fit p50 = intercept + slope x depth per arm over the cases of one chain family.
 
     `per_case_rounds[j][arm]` are the per-round medians of case j (depth depths[j]).
     Rounds are resampled per case with one index draw shared by all arms of the case,
-    because the arms of one round ran side by side (paired).
+    because the arms of one round ran side by side (paired). With `processes[j]` (the
+    process of each round) and two or more processes, the resampling is hierarchical:
+    processes with replacement, then rounds within each, so the interval carries what
+    two processes differ by (the same discipline as the verdicts).
     """
     import numpy as np
 
@@ -424,7 +628,10 @@ def fit_family(
     point = {arm: np.empty(len(depths)) for arm in arms}
     for j, rounds in enumerate(per_case_rounds):
         n = min(len(rounds[arm]) for arm in arms)
-        idx = rng.integers(0, n, size=(resamples, n))
+        labels = None if processes is None else np.asarray(processes[j])[:n]
+        idx = (_hierarchical_indices(labels, resamples, rng)
+               if labels is not None and len(np.unique(labels)) >= 2
+               else rng.integers(0, n, size=(resamples, n)))
         for arm in arms:
             values = np.asarray(rounds[arm], dtype=np.float64)[:n]
             point[arm][j] = np.median(values)
@@ -440,6 +647,20 @@ def fit_family(
             (float(i_lo), float(i_hi)), b_slope, b_intercept,
         )
     return fits
+
+
+def _hierarchical_indices(labels: np.ndarray, resamples: int,
+                          rng: np.random.Generator) -> np.ndarray:
+    """Round indices of `resamples` two-stage resamples: P processes drawn with replacement,
+    then each one's rounds with replacement (m per process, the smallest process's count)."""
+    import numpy as np
+
+    groups = [np.flatnonzero(labels == p) for p in np.unique(labels)]
+    m = min(len(g) for g in groups)
+    members = np.stack([g[:m] for g in groups])  # processes x m
+    chosen = rng.integers(0, len(groups), size=(resamples, len(groups)))
+    within = rng.integers(0, m, size=(resamples, len(groups), m))
+    return members[chosen[..., None], within].reshape(resamples, len(groups) * m)
 
 
 def ratio_with_ci(

@@ -13,10 +13,13 @@ run; it does not cancel and more rounds do not shrink it), the log-normal term
 is each arm's own block-to-block
 noise, and with probability `spike_prob` a block is hit by interference and
 made `spike` = U(5 %, 30 %) slower. `drift` scales the whole run linearly from
-1 at the first round to 1 + drift at the last. Each block holds `samples` values
-spread +-0.5 % around its median.
+1 at the first round to 1 + drift at the last. With `processes` > 1 the rounds are
+split into that many consecutive processes and each arm gets, per process, a layout
+offset `exp(N(0, process_sigma))` on top (fixed for the process's life: it does not
+cancel in a process's ratios and more rounds do not shrink it; only more processes do).
+Each block holds `samples` values spread +-0.5 % around its median.
 
-The documents follow the results schema of harness/results.py exactly, so every
+The documents follow the results schema of epbench/core/results.py exactly, so every
 reports module can run on them.
 """
 
@@ -26,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = "epbench.results/1"
+from epbench.core.numbers import block_summary
+from epbench.core.results import SCHEMA
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class NoiseModel:
     # Per-session offset (sigma of log). 0 unless asked for, so a model built from its
     # other fields means what it says; REALISTIC has one.
     session_sigma: float = 0.0
+    # Per-process layout offset (sigma of log) per arm; 0 unless asked for.
+    process_sigma: float = 0.0
 
 
 # 0.7 % per session gives two sessions a ~1 % typical difference (sd 1 %), the size
@@ -52,8 +58,12 @@ def round_values(
     rounds: int,
     rng: Any,
     noise: NoiseModel = REALISTIC,
+    processes: Any = None,
 ) -> dict[str, Any]:
-    """Per-round medians per arm (numpy arrays) under the noise model."""
+    """Per-round medians per arm (numpy arrays) under the noise model.
+
+    `processes` (per round, the process it ran in) adds the per-process offsets.
+    """
     import numpy as np
 
     machine = np.exp(rng.normal(0.0, noise.machine_sigma, rounds))
@@ -66,6 +76,9 @@ def round_values(
         # No draw without an offset: a model without one keeps its seeded values.
         session = np.exp(rng.normal(0.0, noise.session_sigma)) if noise.session_sigma else 1.0
         out[arm] = ns * session * machine * own * (1.0 + spike)
+        if noise.process_sigma and processes is not None:
+            offsets = np.exp(rng.normal(0.0, noise.process_sigma, int(np.max(processes)) + 1))
+            out[arm] = out[arm] * offsets[np.asarray(processes)]
     return out
 
 
@@ -104,8 +117,14 @@ def results_doc(
     definition: Mapping[str, str] | None = None,
     arm_specs: Mapping[str, str] | None = None,
     control: str = "ort",
+    processes: int = 1,
+    twin: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A results document: `cases[case][arm]` is the true ns per Run of that arm."""
+    """A results document: `cases[case][arm]` is the true ns per Run of that arm.
+
+    `processes` splits the rounds into that many consecutive worker processes (see the
+    noise model); `twin` ({"of": arm, "key": twin}) marks an arm as another's A/A twin.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -130,7 +149,8 @@ def results_doc(
     out_cases: dict[str, Any] = {}
     for name, true_ns in cases.items():
         spec = case_spec(name)
-        values = round_values(true_ns, rounds, rng, noise)
+        process_of = (np.arange(rounds) * processes) // rounds
+        values = round_values(true_ns, rounds, rng, noise, process_of)
         unquiet = set((unquiet_rounds or {}).get(name, ()))
         n_nodes = spec["depth"] or 1
         case_status = (status or {}).get(name, "ok")
@@ -142,6 +162,8 @@ def results_doc(
             spread = np.linspace(-0.005, 0.005, samples)
             rounds_out.append({
                 "index": r,
+                "process": int(process_of[r]),
+                "session": r % 2,
                 "order": order,
                 "quiet": quiet,
                 "gate": {
@@ -150,8 +172,8 @@ def results_doc(
                     "waited_s": 0.0, "attempts": 1,
                 },
                 "interference": {"idle": {"cpu1": 0.98}, "steal": {"cpu1": 0.0}},
-                "samples_ns": {
-                    arm: [int(round(v)) for v in values[arm][r] * (1.0 + spread)]
+                "summary_ns": {
+                    arm: block_summary(int(round(v)) for v in values[arm][r] * (1.0 + spread))
                     for arm in true_ns
                 },
             })
@@ -177,6 +199,13 @@ def results_doc(
                 for arm in true_ns
             },
             "rounds": rounds_out if case_status == "ok" else [],
+            "processes": [
+                {"index": p, "status": case_status, "error": None, "error_kind": None,
+                 "signal": None, "core": 1, "rounds": int((process_of == p).sum()),
+                 "planned": int((process_of == p).sum())} for p in range(processes)
+            ],
+            "lost_rounds": 0,
+            "overhead": None,
         }
     return {
         "schema": SCHEMA,
@@ -187,13 +216,17 @@ def results_doc(
             "governor": "performance", "smt": False, "git_commit": "0" * 40, "key": host_key,
         },
         "config": {
-            "rounds": rounds, "block_target_ms": 20.0, "max_block_iters": 1000,
+            "rounds": rounds, "processes": processes, "sessions": 2,
+            "rounds_per_process": -(-rounds // processes), "keep_samples": False,
+            "block_target_ms": 20.0, "max_block_iters": 1000,
             "warmup_ms": 100.0, "seed": seed, "fixed_order": False,
             "threads": 1, "gate": {"policy": "wait", "threshold": 0.93},
             "allow_fallback": False, "grids": [], "case_names": list(cases),
         },
         "arms": arms,
         "control": control,
+        "twin": dict(twin) if twin else None,
+        "overhead": None,
         "cases": out_cases,
         "interrupted": False,
     }

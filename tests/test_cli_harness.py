@@ -134,16 +134,17 @@ def test_existing_results_are_not_overwritten(tmp_path) -> None:
 
 
 def test_gate_exit_code_follows_the_reading(monkeypatch) -> None:
+    from epbench.cli import run_commands
     from epbench.harness import gate
 
     busy = gate.GateReading(passed=False, idle={"cpu0": 0.2}, steal={"cpu0": 0.0},
                             waited_s=0.0, attempts=1, threshold=0.93)
-    monkeypatch.setattr(gate, "current_gate_state", lambda threshold: busy)
+    monkeypatch.setattr(run_commands, "current_gate_state", lambda threshold: busy)
     result = invoke("gate")
     assert result.exit_code == EXIT_GATE
     quiet = gate.GateReading(passed=True, idle={"cpu0": 0.99}, steal={"cpu0": 0.0},
                              waited_s=0.0, attempts=1, threshold=0.93)
-    monkeypatch.setattr(gate, "current_gate_state", lambda threshold: quiet)
+    monkeypatch.setattr(run_commands, "current_gate_state", lambda threshold: quiet)
     assert invoke("gate").exit_code == 0
 
 
@@ -185,7 +186,8 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "epbench.cli.main", "run", "--grid", "quick", "--arm", "ort",
-         "--arm", "plugin:nxrt_ep_cpu", "--out", str(out), *FAST[:-1], "--quiet"],
+         "--arm", "plugin:nxrt_ep_cpu", "--out", str(out), *FAST[:-1], "--quiet",
+         "--processes", "2", "--sessions", "2"],
         capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -204,12 +206,15 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
         for key in ("ort", "plugin:nxrt_ep_cpu"):
             assert case["arms"][key]["verified"] is True
             assert case["arms"][key]["nodes_executed"] == spec.build().n_nodes
-        assert len(case["rounds"]) == 2
+        # 2 rounds (one design of 2 arms) in each of 2 processes, sessions rotated.
+        assert [(r["process"], r["session"]) for r in case["rounds"]] == [
+            (0, 0), (0, 1), (1, 0), (1, 1)]
         for rnd in case["rounds"]:
             assert sorted(rnd["order"]) == ["ort", "plugin:nxrt_ep_cpu"]
+            assert rnd["summary_ns"]["ort"]["n"] >= 1
     assert (out / "report.md").is_file()
     stream = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
-    assert [x["type"] for x in stream] == ["header"] + ["case"] * len(quick) + ["end"]
+    assert [x["type"] for x in stream] == ["header"] + ["process"] * 2 * len(quick) + ["end"]
     assert doc["interrupted"] is False and stream[-1]["interrupted"] is False
     from epbench.harness.arms import file_sha256
 

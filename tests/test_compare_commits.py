@@ -42,7 +42,8 @@ def engine_repo(tmp_path, monkeypatch) -> Path:
     return repo
 
 
-ARGS = ["--case", "relu_d10_w8", "--rounds", "6", "--budget", "0", "--gate", "off", "--quiet"]
+ARGS = ["--case", "relu_d10_w8", "--rounds", "6", "--budget", "0", "--gate", "off", "--quiet",
+        "--processes", "2", "--no-instructions"]
 
 
 @pytest.mark.slow
@@ -54,7 +55,11 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     comparison_md = (out / "comment.md").read_text()
     assert comparison_md.startswith("<!-- epbench:sticky-comment -->")
     doc = json.loads((out / "results.json").read_text())
-    assert sorted(doc["arms"]) == ["base", "head", "ort"]
+    # The base side runs twice, the second time from its own copy: the run's A/A twin.
+    assert sorted(doc["arms"]) == ["base", "base_twin", "head", "ort"]
+    assert doc["twin"] == {"of": "base", "key": "base_twin"}
+    assert doc["arms"]["base_twin"]["library"] != doc["arms"]["base"]["library"]
+    assert doc["arms"]["base_twin"]["sha256"] == doc["arms"]["base"]["sha256"]
     head = doc["cases"]["relu_d10_w8"]["arms"]["head"]["counters_per_run"]
     base = doc["cases"]["relu_d10_w8"]["arms"]["base"]["counters_per_run"]
     assert head["ort_api_calls"] - base["ort_api_calls"] == 3
@@ -120,7 +125,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         model = noisy if len(calls) == 1 else quiet
         truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
         return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
-                           seed=len(calls), noise=model)
+                           seed=len(calls), noise=model, processes=config.processes)
 
     def fake_build(repo, label, revision, sha, build=None):
         return BuiltSide(label, revision, sha, f"/lib/{label}.so", cached=True)
@@ -131,8 +136,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
     monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
     names = ("relu_d1_w8", "relu_d10_w8")
-    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6,
-                       progress=False)
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6)
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
                                 budget_s=3600)

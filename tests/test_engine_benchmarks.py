@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from epbench.cases.grids import case_by_name, load_grid
+from epbench.core.numbers import block_summary
 from epbench.engine.benchmarks import (
     TARGETS,
     decompose,
@@ -21,7 +22,7 @@ from epbench.reports import stats
 
 
 def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:
-    return {"samples_ns": samples, "quiet": quiet}
+    return {"summary_ns": {arm: block_summary(v) for arm, v in samples.items()}, "quiet": quiet}
 
 
 def _doc() -> dict:

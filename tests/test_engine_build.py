@@ -74,8 +74,9 @@ def test_build_info_describes_the_file(built_out: Path) -> None:
 
 def test_library_path_names_the_make_target_when_absent(monkeypatch) -> None:
     from epbench.core.errors import ArmError
+    from epbench.engine import library
 
-    monkeypatch.setattr(engine, "LIBRARY_NAME", "libnot_built_here.so")
+    monkeypatch.setattr(library, "LIBRARY_NAME", "libnot_built_here.so")
     with pytest.raises(ArmError, match="run `make engine`"):
         engine.library_path()
 

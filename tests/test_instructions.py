@@ -78,7 +78,7 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     config = RunConfig(
         cases=(case_by_name("relu_d1_w8"),),
         arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=5")),
-        rounds=2, warmup_ms=5.0, gate_policy="off", instructions="valgrind", progress=False,
+        rounds=2, warmup_ms=5.0, gate_policy="off", instructions="valgrind",
     )
     counts = []
     for _ in range(2):

@@ -22,7 +22,7 @@ def ticking_clock(step: int):
     return lambda: next(ticks)
 
 
-def test_floor_medians_come_from_the_clock():
+def test_overhead_medians_come_from_the_clock():
     result = fl.measure_overhead(samples=9, clock=ticking_clock(7))
     assert set(result) == FLOOR_KEYS
     assert result["timer_ns"] == 7.0
@@ -38,7 +38,7 @@ def test_median_of_even_and_odd():
     assert median([]) is None
 
 
-def test_floor_command_json_shape():
+def test_overhead_command_json_shape():
     out = CliRunner().invoke(cli, ["overhead", "--samples", "50", "--format", "json"])
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
@@ -49,7 +49,7 @@ def test_floor_command_json_shape():
     assert doc["timer_ns"] > 0 and doc["ort_trivial_run_ns"] > 0
 
 
-def test_floor_command_text_lines():
+def test_overhead_command_text_lines():
     out = CliRunner().invoke(cli, ["overhead", "--samples", "50"])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
@@ -59,7 +59,7 @@ def test_floor_command_text_lines():
     assert lines[-1].startswith("instructions via valgrind ")
 
 
-def test_floor_refuses_no_samples():
+def test_overhead_refuses_no_samples():
     from epbench.core.errors import EpbenchError
 
     with pytest.raises(EpbenchError, match="--samples"):
@@ -67,17 +67,17 @@ def test_floor_refuses_no_samples():
 
 
 @pytest.mark.slow
-def test_every_results_file_records_the_floor(tmp_path):
+def test_every_results_file_records_the_overhead(tmp_path):
     from epbench.cases.grids import case_by_name
     from epbench.core.results import load_results
     from epbench.harness.arms import parse_arm
     from epbench.harness.runner import RunConfig, run
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
-                  warmup_ms=5.0, gate_policy="off", progress=False, out_dir=tmp_path / "o"))
+                  warmup_ms=5.0, gate_policy="off", out_dir=tmp_path / "o"))
     doc = load_results(tmp_path / "o" / "results.json")  # validates against the schema
-    assert set(doc["floor"]) == FLOOR_KEYS
-    assert doc["cases"]["relu_d1_w8"]["floor"] == doc["floor"]
+    assert set(doc["overhead"]) == FLOOR_KEYS
+    assert doc["cases"]["relu_d1_w8"]["overhead"] == doc["overhead"]
 
 
 def test_validate_command_writes_both_files(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
 from epbench.reports import calibrate, synthetic
 from epbench.workflows import calibrate as calibration
@@ -125,7 +126,7 @@ def test_export_pyperf_values_are_round_medians_in_seconds(files):
 
     from epbench.reports import export, stats
 
-    doc = json.loads((files / "base.json").read_text())
+    doc = load_results(files / "base.json")
     paths = export.to_pyperf(doc, files / "x.json")
     suite = pyperf.BenchmarkSuite.load(str(paths["plugin:ep"]))
     bench = suite.get_benchmark("relu_d10_w8")
@@ -142,7 +143,8 @@ def test_export_csv_is_tidy(files):
     frame = pd.read_csv(out)
     # 5 cases x 2 arms x 20 rounds, one row each.
     assert len(frame) == 5 * 2 * 20
-    assert list(frame.columns[:6]) == ["case", "arm", "round", "position", "quiet", "median_ns"]
+    assert list(frame.columns[:8]) == ["case", "arm", "round", "process", "session", "position",
+                                       "quiet", "median_ns"]
     assert set(frame["position"]) == {0, 1}
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from epbench.cli.exit_codes import exit_code_for
+from epbench.core.numbers import block_summary
 from epbench.reports import calibrate, compare, defaults, render, stats, synthetic
 from epbench.reports.compare import CompareError, Settings, Side
 
@@ -368,7 +369,7 @@ def test_refuses_different_hosts_unless_forced():
 
 def test_refuses_different_schema_versions():
     base, pr = _doc(seed=1), _doc(seed=2)
-    pr["schema"] = "epbench.results/2"
+    pr["schema"] = "epbench.results/3"
     with pytest.raises(CompareError, match="different results schema versions"):
         compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
 
@@ -537,13 +538,13 @@ def test_every_base_case_crashed_is_inconclusive_and_failures_head_the_headline(
 def test_rounds_without_a_usable_time_are_named_in_the_reason():
     doc = _doc(rounds=30)
     for r in doc["cases"]["relu_d10_w8"]["rounds"][:16]:
-        r["samples_ns"]["pr"] = [0] * len(r["samples_ns"]["pr"])
+        r["summary_ns"]["pr"] = block_summary([0] * r["summary_ns"]["pr"]["n"])
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert "16 of 30 rounds dropped" in row["reason"]
     assert row["pr_ns"] == pytest.approx(1500.0, rel=0.05)  # not "0.00 ns"
     for r in doc["cases"]["relu_d10_w8"]["rounds"][:27]:
-        r["samples_ns"]["pr"] = [0] * len(r["samples_ns"]["pr"])
+        r["summary_ns"]["pr"] = block_summary([0] * r["summary_ns"]["pr"]["n"])
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert row["verdict"] == "not_comparable"

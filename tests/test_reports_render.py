@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from epbench.core.results import load_results
 from epbench.reports import calibrate, compare, render, run_report, summary, synthetic
 from epbench.reports.compare import Side
 
@@ -22,7 +23,8 @@ GOLDEN = ROOT / "golden"
 
 
 def _load(name):
-    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    # The fixtures are schema 1: every golden also runs them through the migration.
+    return load_results(FIXTURES / name)
 
 
 def _profile():
@@ -181,8 +183,18 @@ def test_no_profile_is_said_out_loud():
     doc = _load("same_run.json")
     comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     text = render.render_markdown(comparison)
-    assert "no noise profile was found" in text
+    assert "no noise profile and no A/A twin, so t is the conservative default" in text
     assert "No A/A calibration profile" in text
+
+
+def test_a_twin_is_named_as_the_source_of_the_thresholds():
+    truth = {"ort": 1000.0, "base": 800.0, "base_twin": 800.0, "pr": 800.0}
+    doc = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
+                                twin={"of": "base", "key": "base_twin"})
+    text = render.render_markdown(compare.compare(Side("base", doc, "base"),
+                                                  Side("pr", doc, "pr")))
+    assert "from the run's own A/A twin (a second copy of `base` measured beside it)" in text
+    assert "no noise profile and no A/A twin" not in text
 
 
 def test_number_formats():

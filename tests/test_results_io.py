@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,60 @@ def test_end_line_decides_whether_the_stream_was_finished(tmp_path) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps({"type": "end", "interrupted": False}) + "\n")
     assert load_results(path)["interrupted"] is False
+
+
+def test_a_schema_1_file_migrates_to_processes_and_summaries():
+    import json as _json
+
+    from epbench.core.numbers import block_summary
+    from epbench.core.results import load_results
+
+    path = Path(__file__).parent / "fixtures" / "results" / "base.json"
+    old = _json.loads(path.read_text())
+    assert old["schema"] == "epbench.results/1"
+    doc = load_results(path)
+    assert doc["schema"] == "epbench.results/2"
+    assert doc["config"]["processes"] == 1 and doc["twin"] is None
+    assert "floor" not in doc and "overhead" in doc
+    for name, case in doc["cases"].items():
+        before = old["cases"][name]
+        assert case["lost_rounds"] == 0
+        assert case["processes"][0]["rounds"] == len(before["rounds"])
+        for new_round, old_round in zip(case["rounds"], before["rounds"], strict=True):
+            assert (new_round["process"], new_round["session"]) == (0, 0)
+            assert "samples_ns" not in new_round
+            assert new_round["summary_ns"] == {
+                arm: block_summary(s) for arm, s in old_round["samples_ns"].items()}
+
+
+@pytest.mark.parametrize("option", ["--processes", "--sessions"])
+def test_zero_processes_or_sessions_is_one_clear_line(option):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["run", "--case", "relu_d1_w8", option, "0"])
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert errors == [f"Error: Invalid value for '{option}': 0 is not in the range x>=1."]
+
+
+def test_a_twin_of_an_arm_the_run_lacks_is_refused_before_anything_runs(tmp_path):
+    from epbench.cases.grids import case_by_name
+    from epbench.core.errors import ArmError
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, run
+
+    config = RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("engine"),),
+                       aa_twin="plugin:other", out_dir=tmp_path / "out")
+    with pytest.raises(ArmError, match=r"--aa-twin 'plugin:other' names no arm of this run"):
+        run(config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_library_that_cannot_be_copied_for_the_twin_says_so(tmp_path):
+    from epbench.core.errors import ArmError
+    from epbench.harness.arms import copy_library
+
+    with pytest.raises(ArmError, match="cannot copy .* for the A/A twin .*run without --aa-twin"):
+        copy_library(str(tmp_path / "missing.so"), tmp_path)

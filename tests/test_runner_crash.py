@@ -20,7 +20,7 @@ def _config(tmp_path, **kw) -> RunConfig:
     return RunConfig(
         cases=tuple(case_by_name(n) for n in CASES), arms=(parse_arm("ort:name=ort_b"),),
         rounds=4, block_target_ms=0.2, max_block_iters=20, warmup_ms=1.0, gate_policy="off",
-        out_dir=tmp_path, progress=False, **kw,
+        out_dir=tmp_path, **{"processes": 1, "sessions": 1, **kw},
     )
 
 
@@ -40,14 +40,37 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
     assert doc["cases"]["add_d10_w8"]["status"] == "ok"  # the harness went on
     assert [len(doc["cases"][n]["rounds"]) for n in CASES] == [4, 2, 4]
 
-    # The JSON-lines file holds every case as it ended, crash included.
+    # The JSON-lines file holds every process as it ended, crash included.
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert [x["type"] for x in lines] == ["header", "case", "case", "case", "end"]
+    assert [x["type"] for x in lines] == ["header", "process", "process", "process", "end"]
     assert [x["name"] for x in lines[1:4]] == list(CASES)
     assert lines[-1]["interrupted"] is False  # a crash is not an interruption
     assert lines[2]["result"]["status"] == "crashed"
     # And the final document is the same as the stream rebuilt.
     assert load_results(tmp_path / "results.jsonl")["cases"] == load_results(tmp_path)["cases"]
+
+
+def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
+    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "crashp:relu_d10_w8:1:1:SIGSEGV")
+    # 4 rounds over 3 processes: 2 each (whole designs of the 2 arms), 6 in all.
+    doc = run(_config(tmp_path, processes=3))
+    case = doc["cases"]["relu_d10_w8"]
+    assert case["status"] == "ok"  # the other two processes finished
+    assert [p["status"] for p in case["processes"]] == ["ok", "crashed", "ok"]
+    assert [r["process"] for r in case["rounds"]] == [0, 0, 1, 2, 2]
+    assert case["lost_rounds"] == 1
+    assert "1 of 3 process(es) crashed, 1 round(s) lost" in case["error"]
+    assert [len(doc["cases"][n]["rounds"]) for n in CASES] == [6, 5, 6]
+    # Process p of every case ran before process p + 1 of any.
+    lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [(x["name"], x["process"]) for x in lines if x["type"] == "process"] == [
+        (n, p) for p in range(3) for n in CASES]
+    assert load_results(tmp_path / "results.jsonl")["cases"][
+        "relu_d10_w8"]["rounds"] == case["rounds"]
+    from epbench.cli.exit_codes import exit_code_for
+
+    assert exit_code_for(run=doc)[0] == 4  # a crash is never silent
 
 
 def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
@@ -60,7 +83,7 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, [
         "run", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--arm", "ort:name=ort_b",
         "--rounds", "2", "--block-ms", "0.2", "--max-block-iters", "10", "--warmup-ms", "1",
-        "--gate", "off", "--quiet", "--out", str(tmp_path / "out"),
+        "--gate", "off", "--quiet", "--processes", "1", "--out", str(tmp_path / "out"),
     ])
     assert result.exit_code == 4, result.output
     assert "relu_d1_w8" in result.output
@@ -113,7 +136,7 @@ def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_pat
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
                        arms=(parse_arm(f"plugin:{library}"),), rounds=2, gate_policy="off",
-                       out_dir=tmp_path / "out", progress=False)
+                       out_dir=tmp_path / "out")
     with pytest.raises(ArmError, match=r"crashed the process while loading \(SIGSEGV\)"):
         run(config)
     assert not (tmp_path / "out").exists()  # nothing written for a run that never started

@@ -12,7 +12,8 @@ from epbench.core.results import load_results
 pytestmark = pytest.mark.slow
 
 ARGS = ["run", "--case", "relu_d1_w8", "--arm", "ort:name=ort_b", "--rounds", "2",
-        "--block-ms", "0.2", "--max-block-iters", "5", "--warmup-ms", "1", "--quiet"]
+        "--block-ms", "0.2", "--max-block-iters", "5", "--warmup-ms", "1", "--quiet",
+        "--processes", "1"]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
         [sys.executable, "-m", "epbench.cli.main", "run", "--case", "relu_d1_w8",
          "--case", "relu_d1000_w8", "--arm", "ort:name=ort_b", "--rounds", "2000",
          "--block-ms", "5", "--max-block-iters", "50", "--warmup-ms", "1", "--gate", "off",
-         "--quiet", "--out", str(out)],
+         "--quiet", "--processes", "1", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     stream = out / "results.jsonl"
@@ -46,7 +46,7 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
     assert second["status"] == "interrupted"
     assert 0 < len(second["rounds"]) < 2000
     lines = stream.read_text().splitlines()
-    assert [json.loads(x)["type"] for x in lines] == ["header", "case", "case", "end"]
+    assert [json.loads(x)["type"] for x in lines] == ["header", "process", "process", "end"]
     assert json.loads(lines[-1])["interrupted"] is True
 
 

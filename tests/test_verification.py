@@ -32,7 +32,7 @@ def _shrink_model(path) -> str:
 def _config(specs, tmp_path, **kw) -> RunConfig:
     return RunConfig(cases=tuple(specs), arms=(parse_arm("plugin:nxrt_ep_cpu"),), rounds=2,
                      block_target_ms=0.2, max_block_iters=10, warmup_ms=1.0,
-                     gate_policy="off", out_dir=tmp_path, progress=False, **kw)
+                     gate_policy="off", out_dir=tmp_path, **{"processes": 1, **kw})
 
 
 def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
@@ -83,7 +83,7 @@ def test_outputs_are_judged_against_the_control_whatever_the_arm_order(tmp_path,
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
                        arms=(parse_arm("plugin:nxrt_ep_cpu"), parse_arm("ort")), rounds=2,
                        block_target_ms=0.2, max_block_iters=10, warmup_ms=1.0,
-                       gate_policy="off", out_dir=tmp_path / "out", progress=False)
+                       gate_policy="off", out_dir=tmp_path / "out")
     case = run(config)["cases"]["relu_d1_w8"]
     assert "arm 'plugin:nxrt_ep_cpu': outputs differ" in case["error"]
     assert case["arms"]["ort"]["verified"] is True

@@ -66,13 +66,12 @@ def test_gc_left_off_when_it_was_off() -> None:
 
 
 def test_pinned_to_the_quietest_core_only_when_single_threaded(monkeypatch) -> None:
-    import epbench.harness.gate
     from epbench.harness import worker
 
     pinned = []
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     monkeypatch.setattr(worker.os, "sched_setaffinity", lambda pid, cores: pinned.append(cores))
-    monkeypatch.setattr(epbench.harness.gate, "quietest_core", lambda allowed: 2)
+    monkeypatch.setattr(worker, "quietest_core", lambda allowed: 2)
     events = []
     assert worker.pin_to_quietest(1, events.append) == ([0, 1, 2], 2)
     assert pinned == [{2}]

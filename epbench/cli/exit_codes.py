@@ -31,7 +31,9 @@ def exit_code_for(*, run: Mapping[str, Any] | None = None,
     if run is not None:
         if run["interrupted"]:
             return EXIT_INTERRUPTED, "interrupted: everything measured so far is on disk"
-        bad = [n for n, c in run["cases"].items() if c["status"] != "ok"]
+        # A case whose process crashed kept the others' rounds, but the crash is the EP's.
+        bad = [n for n, c in run["cases"].items()
+               if c["status"] != "ok" or c.get("error_kind") == "crash"]
         if bad:
             gated = any(run["cases"][n].get("error_kind") == "gate" for n in bad)
             return (EXIT_GATE if gated else EXIT_CASE_FAILED,

@@ -65,3 +65,33 @@ def out_option(f: F) -> F:
         show_default=True,
         help="Output directory: results.jsonl, results.json and the report.",
     )(f)
+
+
+def processes_option(default: int) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option(
+            "--processes",
+            type=click.IntRange(min=1),
+            default=default,
+            show_default=True,
+            help="Worker processes per case, interleaved across cases; the rounds are "
+                 "spread over them. Each process has its own memory layout, which shifts "
+                 "speed by a fixed offset for its life: more processes, not more rounds, "
+                 "average that away.",
+        )(f)
+
+    return deco
+
+
+def sessions_option(default: int) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option(
+            "--sessions",
+            type=click.IntRange(min=1),
+            default=default,
+            show_default=True,
+            help="Sessions per arm in each process, rotated over its rounds (two sessions "
+                 "of one model differ by about 1 %).",
+        )(f)
+
+    return deco

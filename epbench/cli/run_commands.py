@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -12,7 +13,16 @@ from epbench.cases.catalog import describe_cases, select_cases, write_cases
 from epbench.cases.grids import grid_names
 from epbench.cli.base import Command, Group
 from epbench.cli.exit_codes import exit_code_for
-from epbench.cli.options import arm_option, case_option, grid_option, out_option, rounds_option
+from epbench.cli.options import (
+    arm_option,
+    case_option,
+    grid_option,
+    out_option,
+    processes_option,
+    rounds_option,
+    sessions_option,
+)
+from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import settings_from, verdict_options
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.results import load_results
@@ -20,14 +30,21 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.gate import POLICIES, current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
+from epbench.harness.instructions import valgrind_available
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
 from epbench.reports import render
+from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
 from epbench.reports.render import render_summary_table
 from epbench.reports.run_report import render_run_report, write_run_report
 from epbench.reports.summary import summarize
-from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
+from epbench.workflows.compare_commits import (
+    BASE_ARM,
+    COMMITS_PROCESSES,
+    COMMITS_ROUNDS,
+    DEFAULT_BUDGET_S,
+)
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
 
@@ -57,6 +74,15 @@ _RUN = run_defaults()
               help="Value for a symbolic dimension of a --model input. Repeatable.")
 @arm_option
 @rounds_option(_RUN["rounds"])
+@processes_option(_RUN["processes"])
+@sessions_option(_RUN["sessions"])
+@click.option("--aa-twin", "aa_twin", metavar="ARM", default=None,
+              help="Also run a twin of ARM (its own copy of the library, its own "
+                   "registration name): the run measures its own A/A noise, which "
+                   "`compare` then uses for its thresholds.")
+@click.option("--keep-samples", is_flag=True,
+              help="Keep every timed call's sample in OUT/results.samples.jsonl.gz (the "
+                   "results file keeps per-block summaries: median, min, quartiles, count).")
 @click.option("--block-ms", type=click.FloatRange(min=0.1), default=_RUN["block_target_ms"],
               show_default=True, help="Target duration of one arm's block in a round.")
 @click.option("--max-block-iters", type=click.IntRange(min=1), default=_RUN["max_block_iters"],
@@ -92,9 +118,11 @@ _RUN = run_defaults()
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
 @out_option
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress (a bar on a terminal, else one line per process).")
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
-        dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, block_ms: float,
+        dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
+        sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
         instructions: str | None, out: str, overwrite: bool, quiet: bool) -> None:
@@ -116,12 +144,13 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     specs = select_cases(grids, case_names, models, parse_dims(dim_values))
     config = RunConfig(
         cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
+        processes=processes, sessions=sessions, aa_twin=aa_twin, keep_samples=keep_samples,
         block_target_ms=block_ms, max_block_iters=max_block_iters, warmup_ms=warmup_ms,
         seed=seed, threads=threads, gate_policy=gate_policy, gate_threshold=gate_threshold,
         gate_max_wait_s=gate_max_wait, silence_timeout_s=case_timeout,
         allow_fallback=allow_fallback, instructions=instructions, out_dir=Path(out),
         overwrite=overwrite,
-        progress=not quiet, grids=tuple(grids),
+        progress=progress_for(quiet), grids=tuple(grids),
     )
     try:
         doc = run_grid(config)
@@ -245,7 +274,21 @@ def summary(results: str, fmt: str) -> None:
                    "`python -m engine.build --out DIR`].")
 @grid_option
 @case_option
-@rounds_option(_RUN["rounds"])
+@rounds_option(COMMITS_ROUNDS)
+@processes_option(COMMITS_PROCESSES)
+@sessions_option(_RUN["sessions"])
+@click.option("--aa-twin/--no-aa-twin", "aa_twin", default=True, show_default=True,
+              help="Run a twin of the base side (its own copy of the library): the run's own "
+                   "A/A noise sets the thresholds when no profile does, and a twin that "
+                   "differs from base flags the run as untrustworthy.")
+@click.option("--instructions/--no-instructions", "count_instructions", default=True,
+              show_default=True,
+              help="Count instructions per Run per arm with callgrind where valgrind exists "
+                   "(an exact second channel beside time; skipped with a note otherwise).")
+@click.option("--instructions-threshold", type=click.FloatRange(min=0), show_default=True,
+              default=INSTRUCTIONS_THRESHOLD,
+              help="A change in instructions per Run at least this large gets its own mark "
+                   "(never a 🔴 on its own).")
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
               show_default=True,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
@@ -257,7 +300,9 @@ def summary(results: str, fmt: str) -> None:
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
                     grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
-                    budget_s: float, gate_policy: str, out: str, overwrite: bool, quiet: bool,
+                    processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
+                    instructions_threshold: float, budget_s: float, gate_policy: str,
+                    out: str, overwrite: bool, quiet: bool,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
                     fail_on: str) -> None:
@@ -278,11 +323,22 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
 
     if not grids and not case_names:
         grids = ("quick",)
+    instructions = None
+    if count_instructions:
+        available, why = valgrind_available()
+        if available:
+            instructions = "valgrind"
+        else:
+            click.echo(f"note: no instruction counts ({why}); pass --no-instructions to "
+                       "silence this", err=True)
     config = RunConfig(cases=tuple(select_cases(grids, case_names)), arms=(), rounds=rounds,
+                       processes=processes, sessions=sessions, instructions=instructions,
+                       aa_twin=BASE_ARM if aa_twin else None,
                        gate_policy=gate_policy, out_dir=Path(out), overwrite=overwrite,
-                       progress=not quiet, grids=tuple(grids))
-    settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
-                             resamples=resamples, seed=seed)
+                       progress=progress_for(quiet), grids=tuple(grids))
+    settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
+                                     fdr=fdr, resamples=resamples, seed=seed),
+                       instructions_threshold=instructions_threshold)
     try:
         result = run_comparison(
             repo=repo, base_rev=base_rev, head_rev=head_rev, build=build_command,

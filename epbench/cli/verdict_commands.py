@@ -17,6 +17,7 @@ from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.cli.progress import progress_for
 from epbench.core.errors import EpbenchError
 from epbench.core.results import atomic_write_text, load_results
 from epbench.harness.runner import defaults as run_defaults
@@ -171,7 +172,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     profile = run_calibration(
         specs, arm=arm_spec, repeats=repeats, rounds=rounds, seed=seed,
         position_test=position_test, on_repeat=announce,
-        runner_options={"gate_policy": gate_policy, "progress": not quiet},
+        runner_options={"gate_policy": gate_policy, "progress": progress_for(quiet)},
     )
     path = Path(profile_path) if profile_path else cal.default_profile_path(profile["host_key"])
     profile["path"] = str(cal.write_profile(path, profile))

@@ -4,6 +4,14 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
   1 -- first version: host, config, arms, and per case its spec, verification,
        nodes per EP per arm, counters, and every round's order, gate readings
        and raw per-iteration samples in ns.
+  2 -- processes and sessions are replication units: every round records its
+       ``process`` and ``session``, a case lists its ``processes`` (status, core,
+       rounds, planned rounds) and ``lost_rounds``; ``config`` gains ``processes``,
+       ``sessions``, ``rounds_per_process`` and ``keep_samples``; a run may carry an
+       A/A ``twin`` ({"of": arm, "key": twin}). A round keeps a per-block
+       ``summary_ns`` (n, median, min, q1, q3) instead of ``samples_ns``, whose raw
+       samples go to results.samples.jsonl.gz only with --keep-samples. ``floor`` (the
+       harness's own cost) is renamed ``overhead``, at the top and per case.
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
 line per case as the case ends (so a killed harness loses nothing measured) and
@@ -21,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.numbers import block_summary
 
 SCHEMA_NAME = "epbench.results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 # What a run writes into its --out directory (never silently replaced).
-OUTPUT_FILES = ("results.json", "results.jsonl", "report.md")
+OUTPUT_FILES = ("results.json", "results.jsonl", "results.samples.jsonl.gz", "report.md")
 
 
 class ResultsError(EpbenchError):
@@ -115,8 +124,20 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
                 doc = {k: v for k, v in record.items() if k != "type"}
                 doc.setdefault("cases", {})
                 doc.setdefault("interrupted", True)
-            elif record.get("type") == "case" and doc is not None:
+            elif record.get("type") == "case" and doc is not None:  # version 1
                 doc["cases"][record["name"]] = record["result"]
+            elif record.get("type") == "process" and doc is not None:
+                result = record["result"]
+                case = doc["cases"].setdefault(record["name"], {
+                    **{k: v for k, v in result.items() if k != "rounds"},
+                    "rounds": [], "processes": [], "arms": {}, "core": None, "overhead": None,
+                })
+                merge_process(case, record["process"], result, record["planned"])
+            elif record.get("type") == "instructions" and doc is not None:
+                case = doc["cases"].get(record["name"])
+                if case is not None:
+                    case["instructions"] = record["instructions"]
+                    case["arms"] = record["arms"]
             elif record.get("type") == "end" and doc is not None:
                 doc["interrupted"] = bool(record["interrupted"])
             elif doc is None:
@@ -146,11 +167,93 @@ def schema_version(schema: Any, name: str, current: int, path: Path, what: str,
     return version
 
 
+def merge_process(case: dict[str, Any], process: int, record: dict[str, Any],
+                  planned: int) -> None:
+    """Add one process's record to its case: rounds appended (labelled with the process),
+    the first process's facts kept, and the case's status decided.
+
+    A process that failed (verification, the idle gate in strict mode) fails the case,
+    since every process would; one that crashed costs only its own rounds: the case
+    stays usable while another process finished, and says how many rounds it lost.
+    """
+    for rnd in record["rounds"]:
+        rnd["process"] = process
+        rnd["index"] = len(case["rounds"])
+        case["rounds"].append(rnd)
+    case["processes"].append({
+        "index": process, "status": record["status"], "error": record["error"],
+        "error_kind": record["error_kind"], "signal": record["signal"], "core": record["core"],
+        "rounds": len(record["rounds"]), "planned": planned,
+        "block_iters": {k: a.get("block_iters") for k, a in record["arms"].items()},
+    })
+    if case["core"] is None:
+        case["core"] = record["core"]
+    if case["overhead"] is None:
+        case["overhead"] = record["overhead"]
+    if not case["arms"] or (record["status"] == "ok" and not _verified(case["arms"])):
+        case["arms"] = record["arms"]
+    finished = [p for p in case["processes"] if p["status"] == "ok"]
+    failed = next((p for p in case["processes"] if p["status"] in ("failed", "interrupted")),
+                  None)
+    lost = [p for p in case["processes"] if p["status"] == "crashed"]
+    if failed is not None:
+        status, source = failed["status"], failed
+    elif lost and not finished:
+        status, source = "crashed", lost[0]
+    else:
+        status, source = "ok", None
+    case["status"] = status
+    for key in ("error", "error_kind", "signal"):
+        case[key] = source[key] if source is not None else None
+    case["lost_rounds"] = sum(p["planned"] - p["rounds"] for p in lost)
+    if lost and status == "ok":
+        case["error"] = (f"{len(lost)} of {len(case['processes'])} process(es) crashed, "
+                         f"{case['lost_rounds']} round(s) lost, the other processes' rounds "
+                         f"kept: {lost[0]['error']}")
+        case["error_kind"] = "crash"
+
+
+def _verified(arms: dict[str, Any]) -> bool:
+    return bool(arms) and all(a.get("verified") for a in arms.values())
+
+
+def migrate_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 -> 2: one process, one session; samples become per-block summaries."""
+    doc["overhead"] = doc.pop("floor", None)
+    config = doc.setdefault("config", {})
+    rounds = config.get("rounds", 0)
+    config.setdefault("processes", 1)
+    config.setdefault("sessions", 1)
+    config.setdefault("rounds_per_process", rounds)
+    config.setdefault("keep_samples", False)
+    doc.setdefault("twin", None)
+    for case in doc.get("cases", {}).values():
+        case["overhead"] = case.pop("floor", None)
+        for rnd in case.get("rounds", []):
+            rnd.setdefault("process", 0)
+            rnd.setdefault("session", 0)
+            samples = rnd.pop("samples_ns", None) or {}
+            rnd.setdefault("summary_ns", {k: block_summary(v) for k, v in samples.items()})
+        case.setdefault("processes", [{
+            "index": 0, "status": case.get("status"), "error": case.get("error"),
+            "error_kind": case.get("error_kind"), "signal": case.get("signal"),
+            "core": case.get("core"), "rounds": len(case.get("rounds", [])),
+            "planned": rounds,
+        }])
+        case.setdefault("lost_rounds", 0)
+    doc["schema"] = f"{SCHEMA_NAME}/2"
+    return doc
+
+
+MIGRATIONS = {2: migrate_to_2}  # version N: the step from N - 1
+
+
 def migrate(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     """Bring an older document up to SCHEMA_VERSION, step by step; refuse newer ones."""
-    schema_version(doc.get("schema"), SCHEMA_NAME, SCHEMA_VERSION, path, "results file",
-                   remedy=" to read it")
-    # No older versions exist yet; each future migrate_to_N goes here in order.
+    version = schema_version(doc.get("schema"), SCHEMA_NAME, SCHEMA_VERSION, path,
+                             "results file", remedy=" to read it")
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        doc = MIGRATIONS[step](doc)
     return doc
 
 

@@ -30,6 +30,10 @@ BASE_ARM = "base"
 HEAD_ARM = "head"
 # Seconds spent re-running inconclusive cases unless --budget says otherwise.
 DEFAULT_BUDGET_S = 120.0
+# compare-commits' defaults: more processes than `run`'s, since a PR's verdict rests on
+# what two processes differ by (see docs/validation for what they buy).
+COMMITS_PROCESSES = 6
+COMMITS_ROUNDS = 48
 # Rounds a re-run adds to each inconclusive case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
 
@@ -65,9 +69,14 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
         if case["status"] != "ok":
             target.setdefault("rerun_errors", []).append(case["error"])
             continue
+        # The re-run's processes are new processes of the case: numbered after the others.
+        first = 1 + max((p["index"] for p in target.get("processes", [])), default=-1)
         start = len(target["rounds"])
         for offset, rnd in enumerate(case["rounds"]):
-            target["rounds"].append({**rnd, "index": start + offset})
+            target["rounds"].append({**rnd, "index": start + offset,
+                                     "process": first + rnd.get("process", 0)})
+        target.setdefault("processes", []).extend(
+            {**p, "index": first + p["index"]} for p in case.get("processes", []))
         target["reruns"] = target.get("reruns", 0) + 1
         added[name] = len(case["rounds"])
     return added

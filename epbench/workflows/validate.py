@@ -190,7 +190,7 @@ def validate(
     base_config = RunConfig(
         cases=plan.cases, arms=(parse_arm(f"engine:name={BASE_ARM}"),), rounds=PILOT_ROUNDS,
         block_target_ms=plan.block_target_ms, seed=plan.seed, gate_policy=plan.gate_policy,
-        out_dir=None, progress=False, grids=plan.grids,
+        out_dir=None, grids=plan.grids,
     )
     on_status(f"pilot: measuring the engine's time per Run on {len(plan.cases)} case(s)")
     pilot = run(base_config)

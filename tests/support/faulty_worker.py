@@ -3,6 +3,7 @@
 EPBENCH_TEST_FAULT selects it:
   crash:CASE:ROUNDS:SIGNAL -- the worker for CASE dies by SIGNAL right after
                               reporting ROUNDS rounds, as a segfaulting EP kills it;
+  crashp:CASE:PROCESS:ROUNDS:SIGNAL -- ... only the worker of process PROCESS;
   exit:CASE:ROUNDS:CODE    -- ... exits with status CODE instead (no signal);
   hang:CASE:ROUNDS         -- ... hangs, as an EP stuck in a loop would;
   stall:CASE               -- the worker for CASE hangs before reporting anything;
@@ -21,15 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-from epbench.harness import gate, sessions, worker
+from epbench.harness import gate, worker
 
 
-def _after_rounds(case: str, rounds: int, action) -> None:
-    """Make the worker for ``case`` call ``action()`` right after reporting ``rounds`` rounds."""
+def _after_rounds(case: str, rounds: int, action, process: int | None = None) -> None:
+    """Make the worker for ``case`` (of ``process``, or every one) call ``action()`` right
+    after reporting ``rounds`` rounds."""
     original = worker.Worker.rounds
 
     def rounds_then_act(self, arms, core):
-        if self.request.get("case", {}).get("name") != case:
+        if self.request.get("case", {}).get("name") != case or (
+                process is not None and self.config.get("process") != process):
             return original(self, arms, core)
         emit = self.emit
         seen = 0
@@ -49,7 +52,7 @@ def _after_rounds(case: str, rounds: int, action) -> None:
 
 
 def _wrong_outputs(arm_key: str, delta: float) -> None:
-    original = sessions.create_session
+    original = worker.create_session
 
     class Skewed:
         def __init__(self, session):
@@ -65,7 +68,7 @@ def _wrong_outputs(arm_key: str, delta: float) -> None:
         session = original(arm, *args, **kwargs)
         return Skewed(session) if arm.key == arm_key else session
 
-    sessions.create_session = create_session
+    worker.create_session = create_session  # the name the worker calls
 
 
 def _busy(fixture: str) -> None:
@@ -98,6 +101,10 @@ def main() -> int:
         case, rounds, signame = rest.rsplit(":", 2)
         _after_rounds(case, int(rounds),
                       lambda: os.kill(os.getpid(), getattr(signal, signame)))
+    elif kind == "crashp":
+        case, process, rounds, signame = rest.rsplit(":", 3)
+        _after_rounds(case, int(rounds),
+                      lambda: os.kill(os.getpid(), getattr(signal, signame)), int(process))
     elif kind == "exit":
         case, rounds, code = rest.rsplit(":", 2)
         _after_rounds(case, int(rounds), lambda: os._exit(int(code)))

@@ -1,0 +1,180 @@
+"""Processes as a replication unit: the interval covers what two processes differ by.
+
+Synthetic data with a known truth (seeded): per round, log(PR / base) is
+effect + process offset + session offset + round noise; the process offset is drawn
+once per process, as a process's memory layout shifts an arm's speed for its life.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from epbench.reports import compare, stats, synthetic
+from epbench.reports.compare import Settings, Side
+
+CONFIDENCE = 0.95
+
+
+def _samples(rng, cases, processes, rounds_per_process, *, process_sd, session_sd=0.007,
+             round_sd=0.01, effect=0.0):
+    """One ProcessSample per case: rounds rotate over 2 sessions inside each process."""
+    out = []
+    for _ in range(cases):
+        offsets = rng.normal(0.0, process_sd, processes)
+        sessions = rng.normal(0.0, session_sd, (processes, 2))
+        labels = np.repeat(np.arange(processes), rounds_per_process)
+        session_of = np.tile(np.arange(rounds_per_process) % 2, processes)
+        logs = (math.log1p(effect) + offsets[labels] + sessions[labels, session_of]
+                + rng.normal(0.0, round_sd, processes * rounds_per_process))
+        out.append(stats.ProcessSample(logs, labels))
+    return out
+
+
+def _coverage(changes, effect):
+    return float(np.mean([c.lo <= 1.0 + effect <= c.hi for c in changes]))
+
+
+@pytest.mark.parametrize(("processes", "process_sd"), [(3, 0.01), (6, 0.003), (10, 0.02)])
+def test_the_nested_interval_covers_at_the_nominal_level(processes, process_sd):
+    rng = np.random.default_rng([processes, int(process_sd * 1e4)])
+    samples = _samples(rng, 2000, processes, 8, process_sd=process_sd, effect=0.02)
+    coverage = _coverage(stats.nested_changes(samples, confidence=CONFIDENCE), 0.02)
+    # 2000 intervals: the standard error of a 95 % coverage is 0.49 %.
+    assert abs(coverage - CONFIDENCE) <= 0.02, coverage
+
+
+def test_the_rounds_of_one_process_alone_do_not_cover_process_offsets():
+    # The old interval (order statistics over rounds, as if rounds were independent)
+    # on the same data: far below its nominal level, which is why processes exist.
+    rng = np.random.default_rng(7)
+    samples = _samples(rng, 2000, 6, 8, process_sd=0.01, effect=0.0)
+    naive = stats.paired_changes([s.logs for s in samples], confidence=CONFIDENCE)
+    assert _coverage(naive, 0.0) < 0.80
+    assert abs(_coverage(stats.nested_changes(samples), 0.0) - CONFIDENCE) <= 0.02
+
+
+def test_the_welch_double_ratio_covers_two_runs_with_their_own_offsets():
+    rng = np.random.default_rng(11)
+    pr = _samples(rng, 2000, 6, 8, process_sd=0.012, effect=0.03)
+    base = _samples(rng, 2000, 5, 8, process_sd=0.012)
+    changes = stats.nested_double_ratio_changes(pr, base, confidence=CONFIDENCE)
+    assert abs(_coverage(changes, 0.03) - CONFIDENCE) <= 0.02
+    assert {c.processes for c in changes} == {5}
+
+
+def test_one_process_falls_back_to_the_exact_interval_over_its_rounds():
+    rng = np.random.default_rng(3)
+    (sample,) = _samples(rng, 1, 1, 12, process_sd=0.01)
+    (nested,) = stats.nested_changes([sample])
+    (exact,) = stats.paired_changes([sample.logs])
+    assert (nested.ratio, nested.lo, nested.hi, nested.processes) == (
+        exact.ratio, exact.lo, exact.hi, 1)
+
+
+def test_student_t_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 3, 5, 9, 30, 250):
+        for t in (-4.0, -1.0, 0.0, 0.5, 2.0, 3.5, 12.0):
+            assert stats.t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), abs=1e-12)
+        for q in (0.6, 0.95, 0.975, 0.995):
+            assert stats.t_quantile(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), rel=1e-9)
+
+
+def test_p_value_and_interval_agree():
+    rng = np.random.default_rng(5)
+    samples = _samples(rng, 500, 5, 6, process_sd=0.01, effect=0.01)
+    for change in stats.nested_changes(samples):
+        excludes = change.lo > 1.0 or change.hi < 1.0
+        assert excludes == (change.p < 1.0 - CONFIDENCE)
+
+
+# --------------------------------------------------------------------------- the twin
+
+TRUTH = {"ort": 1000.0, "base": 800.0, "base_twin": 800.0, "pr": 800.0}
+NOISE = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.004, spike_prob=0.0,
+                             process_sigma=0.003)
+
+
+def _twin_doc(twin_ns: float, seed: int = 0):
+    truth = {**TRUTH, "base_twin": twin_ns}
+    return synthetic.results_doc({"relu_d10_w8": truth, "relu_d1_w8": truth}, rounds=48,
+                                 processes=6, noise=NOISE, seed=seed,
+                                 twin={"of": "base", "key": "base_twin"})
+
+
+def test_the_twin_sets_the_threshold_when_there_is_no_profile():
+    doc = _twin_doc(800.0 * 1.008)  # the twin measures 0.8 % apart from base
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    for row in result["cases"]:
+        twin = next(t for t in result["twin"] if t["side"] == "base")["cases"][row["case"]]
+        assert row["noise_source"] == "in-run A/A twin"
+        assert row["noise"] == pytest.approx(abs(twin["change"]))
+        assert row["threshold"] == pytest.approx(max(0.01, 2.0 * abs(twin["change"])))
+    assert not any("no A/A twin" in w for w in result["warnings"])
+
+
+def test_a_profile_and_a_twin_judge_by_the_larger_noise():
+    noise, source = compare._with_twin(0.004, "profile", 0.009)
+    assert (noise, source) == (0.009, "in-run A/A twin (larger than the profile's)")
+    noise, source = compare._with_twin(0.012, "profile", 0.009)
+    assert noise == 0.012 and source.startswith("profile (larger than")
+
+
+def test_a_twin_that_differs_from_its_arm_puts_the_run_in_doubt():
+    doc = _twin_doc(800.0 * 1.05)  # two copies of one library 5 % apart: not to be trusted
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert result["warnings"][0].startswith("the run's A/A twin differs from the arm it copies")
+    assert "relu_d10_w8" in result["warnings"][0]
+    assert all(row["case"] != "base_twin" for row in result["cases"])  # never a verdict
+
+
+def test_a_two_percent_regression_is_flagged_with_the_twin_and_no_profile():
+    doc = synthetic.results_doc(
+        {"relu_d10_w8": {**TRUTH, "pr": 800.0 * 1.02}}, rounds=48, processes=6,
+        noise=NOISE, seed=2, twin={"of": "base", "key": "base_twin"})
+    (row,) = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+                             settings=Settings())["cases"]
+    assert row["verdict"] in ("regression", "alert"), row["reason"]
+
+
+def test_an_aa_pair_of_runs_states_no_per_node_finding():
+    # Two separate runs of the same EP, with layout offsets per process: the family fit
+    # resamples processes too, so noise is not stated as a change in per-node cost
+    # (resampling rounds alone stated one in 4 of these 20 pairs).
+    noise = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.005, spike_prob=0.0,
+                                 process_sigma=0.03)
+    cases = {"relu_d1_w8": {"ort": 2000.0, "ep": 2100.0},
+             "relu_d10_w8": {"ort": 4000.0, "ep": 2400.0}}
+    findings = []
+    for seed in range(20):
+        a = synthetic.results_doc(cases, rounds=24, processes=4, noise=noise, seed=seed)
+        b = synthetic.results_doc(cases, rounds=24, processes=4, noise=noise, seed=100 + seed)
+        (family,) = compare.compare(Side("base", a, "ep"), Side("pr", b, "ep"))["families"]
+        findings.append(family["finding"])
+    assert not [f for f in findings if "rose" in f or "fell" in f]
+    assert all("no change resolved" in f for f in findings)
+
+
+# --------------------------------------------------------------------------- instructions
+
+
+@pytest.mark.parametrize(("pr_instructions", "flagged"), [(20300.0, True), (20100.0, False)])
+def test_an_instruction_change_gets_its_own_mark_and_never_a_red_alone(pr_instructions, flagged):
+    from epbench.reports import render
+
+    counters = {"relu_d10_w8": {"base": {"instructions": 20000.0},
+                                "pr": {"instructions": pr_instructions}}}
+    truth = {"ort": 1000.0, "base": 800.0, "pr": 800.0}
+    doc = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
+                                counters=counters)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    (row,) = result["cases"]
+    assert row["instructions_change"] == pytest.approx(pr_instructions / 20000.0 - 1.0)
+    assert row["instructions_flag"] is flagged
+    assert row["verdict"] not in ("alert", "regression")  # the clock saw no change
+    text = render.render_markdown(result)
+    assert (" ▲ |" in text) is flagged
+    assert ("instructions per Run (exact" in text) is flagged
