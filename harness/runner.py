@@ -636,6 +636,7 @@ def _count_case_instructions(spec: CaseSpec, arms: list[ArmSpec],
                              libraries: dict[str, str | None], worker_config: dict[str, Any],
                              case: dict[str, Any]) -> None:
     request = {"mode": "case", "case": spec.to_dict(), "orders": [],
-               "config": {**worker_config, "sessions": 1},
+               # One fixed load order: instruction counts are compared exactly.
+               "config": {**worker_config, "sessions": 1, "layout_seed": 0},
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
     count_instructions(request, worker_config, case)

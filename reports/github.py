@@ -18,7 +18,10 @@ Safety rules this module keeps:
   longer than `RetryPolicy.max_wait_s` fails at once instead of hanging the job;
 - a POST that failed with a 5xx or a dropped connection may still have created
   the comment, so it is not blindly re-sent: the comments are listed again
-  first, and the comment found then is PATCHed (no duplicates).
+  first, and the comment found then is PATCHed (no duplicates);
+- with `expect_head_sha`, the PR number is a claim (read from a bench run's
+  artifact, which the PR's code may have written): the PR is fetched first and
+  nothing is listed or posted unless its head commit is the one that run measured.
 """
 
 from __future__ import annotations
@@ -50,11 +53,17 @@ PER_PAGE = 100  # the largest page GitHub serves
 MAX_PAGES = 200  # 20,000 comments: beyond that a Link header is going round in circles
 
 _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# A git commit id: SHA-1 (40 hex digits) or SHA-256 (64).
+_SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
 
 class GitHubError(EpbenchError):
     """GitHub refused or failed a request; the message says what to fix."""
+
+
+class PullRequestMismatch(GitHubError):
+    """The pull request named is not the one whose head commit was measured."""
 
 
 @dataclass(frozen=True)
@@ -464,6 +473,19 @@ class GitHubClient:
             "end; run the command again"
         )
 
+    def pull_request_head(self, repo: str, pr: int) -> str:
+        """The sha of the pull request's head commit, as GitHub has it now."""
+        url = f"{self.api_url}/repos/{repo}/pulls/{pr}"
+        doc = self.request("GET", url, what=f"pull request #{pr} in {repo}").json()
+        head = doc.get("head") if isinstance(doc, dict) else None
+        sha = head.get("sha") if isinstance(head, dict) else None
+        if not isinstance(sha, str) or not _SHA_RE.match(sha):
+            raise self._error(
+                f"GitHub answered GET {self._path(url)} without a head commit sha: check "
+                "--api-url points at the REST API"
+            )
+        return sha
+
     def create_comment(self, repo: str, pr: int, body: str) -> dict[str, Any]:
         resp = self.request(
             "POST",
@@ -494,6 +516,7 @@ def upsert_sticky_comment(
     marker: str = STICKY_MARKER,
     artifact_hint: str | None = None,
     token_source: str = "GITHUB_TOKEN",
+    expect_head_sha: str | None = None,
     retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
     sleep: Callable[[float], None] | None = None,
     now: Callable[[], float] | None = None,
@@ -501,16 +524,33 @@ def upsert_sticky_comment(
 ) -> UpsertResult:
     """Create or update the one comment on `repo`#`pr` that carries `marker`.
 
-    The body is fitted to GitHub's limit first (see fit_comment_body). Raises
-    GitHubError, with a message that never contains the token.
+    The body is fitted to GitHub's limit first (see fit_comment_body). With
+    `expect_head_sha`, `pr` is only a claim: the comment is written only if GitHub
+    says that PR's head commit is `expect_head_sha` (PullRequestMismatch otherwise,
+    before any comment is read or written). Raises GitHubError, with a message that
+    never contains the token.
     """
     if not _REPO_RE.match(repo or ""):
         raise GitHubError(f"--repo {repo!r} is not OWNER/NAME: pass e.g. --repo octo/widgets")
     if pr < 1:
         raise GitHubError(f"--pr {pr} is not a pull request number: pass the PR's number, e.g. 42")
+    if expect_head_sha is not None and not _SHA_RE.match(expect_head_sha):
+        raise GitHubError(
+            f"--run-head-sha {expect_head_sha[:80]!r} is not a full commit sha: pass the "
+            "bench run's head commit, ${{ github.event.workflow_run.head_sha }}"
+        )
     client = GitHubClient(
         token, api_url, token_source=token_source, retry=retry, sleep=sleep, now=now, log=log
     )
+    if expect_head_sha is not None:
+        head = client.pull_request_head(repo, pr)
+        if head != expect_head_sha:
+            raise PullRequestMismatch(
+                f"pull request #{pr} in {repo} has head {head[:12]}, but the bench run measured "
+                f"{expect_head_sha[:12]}: not commenting; if the PR was pushed to since, its "
+                "newer bench run will comment, otherwise the artifact's PR number is not that "
+                "run's (look at what wrote it)"
+            )
     text, trimmed = fit_comment_body(body, marker=marker, artifact_hint=artifact_hint)
     if trimmed:
         client._say(

@@ -25,12 +25,14 @@ reports module can run on them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from epbench.core.numbers import block_summary
 from epbench.core.results import SCHEMA
+from epbench.reports import changepoints
 
 
 @dataclass(frozen=True)
@@ -253,3 +255,56 @@ def paired_log_ratios(
 
     true = np.log1p(np.broadcast_to(np.asarray(effect, dtype=np.float64), (rows,)))
     return arm() - arm() + true[:, None]
+
+
+# Noise of one history point (log of a run's ratio to its in-run control), between
+# runs: a Student-t with HISTORY_DF degrees of freedom (heavier tails than normal:
+# now and then a run lands on a bad memory layout) scaled to a standard deviation of
+# HISTORY_SIGMA, the spread of engine/ORT ratios between separate quick-grid runs on
+# the project's 2-core machine (pooled over 6 cases; the between-process offsets a run
+# cannot average away). docs/history.md has the data.
+HISTORY_SIGMA = 0.024
+HISTORY_DF = 5
+
+
+def history_series(rows: int, length: int, rng: Any, *, sigma: float = HISTORY_SIGMA,
+                   df: float = HISTORY_DF, step: float = 0.0, at: int | None = None) -> Any:
+    """`rows` synthetic history series of log ratios, with a step of `step` from index `at`.
+
+    Points are independent (each is a separate run); the noise is t(df) scaled to sd
+    `sigma`. The level before the step is 0 (an arm as fast as the control).
+    """
+
+    scale = sigma / math.sqrt(df / (df - 2.0)) if df > 2 else sigma
+    z = rng.standard_t(df, (rows, length)) * scale
+    if step and at is not None:
+        z[:, at:] += math.log1p(step)
+    return z
+
+
+def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | None = None,
+                       sigma: float = HISTORY_SIGMA, df: float = HISTORY_DF, seed: int = 0,
+                       runs_per_commit: int = 1, within: int = 5,
+                       **detect: Any) -> dict[str, float]:
+    """How e-divisive does on `rows` synthetic series: detection and false change points.
+
+    With `runs_per_commit` > 1 each point is the median of that many runs' log ratios,
+    as reports.history.series makes a commit measured several times.
+
+    A step counts as found when a change point lies within `within` points of `at`;
+    every other change point is false. Returns {"found": share of series,
+    "false_per_1000": false change points per 1000 points}. `detect` goes to
+    reports.changepoints.e_divisive (significance, permutations, min_segment).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng([seed, rows, length, runs_per_commit])
+    z = np.median(np.stack([history_series(rows, length, rng, sigma=sigma, df=df, step=step,
+                                           at=at) for _ in range(runs_per_commit)]), axis=0)
+    found = false = 0
+    for row in z:
+        cps = changepoints.e_divisive(row, **detect)
+        near = [c for c in cps if at is not None and step and abs(c.index - at) <= within]
+        found += bool(near)
+        false += len(cps) - min(1, len(near))
+    return {"found": found / rows, "false_per_1000": 1000.0 * false / (rows * length)}

@@ -6,11 +6,14 @@ import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.reports import render
+from epbench.reports.artifact import comparison_schema
 from epbench.workflows.compare_commits import merge_rounds
 from tests.support.gitrepo import git, init_repo
 
@@ -52,8 +55,13 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     status_before = git(engine_repo, "status", "--porcelain")
     result = CliRunner().invoke(cli, ["compare-commits", "HEAD~1", "HEAD", "--repo",
                                       str(engine_repo), *ARGS, "--out", str(out)])
-    comparison_md = (out / "comment.md").read_text()
+    comparison_md = (out / "report.md").read_text()
     assert comparison_md.startswith("<!-- epbench:sticky-comment -->")
+    # The verdicts for machines (and the PR-comment job): valid, and the same judgement.
+    verdicts = json.loads((out / "compare.json").read_text())
+    jsonschema.Draft202012Validator(comparison_schema()).validate(verdicts)
+    assert comparison_md == render.render_markdown(verdicts)
+    assert not (out / "comment.md").exists()
     doc = json.loads((out / "results.json").read_text())
     # The base side runs twice, the second time from its own copy: the run's A/A twin.
     assert sorted(doc["arms"]) == ["base", "base_twin", "head", "ort"]
@@ -165,3 +173,40 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
                        settings=Settings(), profile_path=None, budget_s=60)
     assert calls == [list(names)]
+
+
+def test_the_output_folder_holds_compare_json_and_one_markdown_report(tmp_path, monkeypatch):
+    """compare.json is `compare --format json`'s form; report.md its one markdown render."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.commits import BuiltSide
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.reports.synthetic import NoiseModel, results_doc
+    from epbench.workflows import compare_commits as cc
+
+    def fake_run(config):
+        truth = {"ort": 1000.0, "base": 1000.0, "head": 1300.0}
+        return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds, seed=3,
+                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0, spike_prob=0.0))
+
+    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None: BuiltSide(
+        label, rev, sha, f"/lib/{label}.so", cached=True))
+    monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
+    monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
+    monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
+    out = tmp_path / "out"
+    out.mkdir()
+    config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=12, progress=False,
+                       out_dir=out)
+    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                config=config, settings=Settings(), profile_path=None,
+                                budget_s=0)
+    written = (out / "compare.json").read_text(encoding="utf-8")
+    assert written == render.to_json(result.comparison)
+    doc = json.loads(written)
+    jsonschema.Draft202012Validator(comparison_schema()).validate(doc)
+    assert doc["schema"] == "epbench.comparison/1"
+    assert [r["verdict"] for r in doc["cases"]] == ["alert"]  # 30 % slower, little noise
+    assert (out / "report.md").read_text(encoding="utf-8") == render.render_markdown(doc)
+    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "report.md", "results.json"]

@@ -32,8 +32,11 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
         if stream.exists() and len(stream.read_text().splitlines()) >= 2:
             break  # the first case has ended and is on disk
         time.sleep(0.05)
-    # Let the second case (about 10 ms a round, 20 s in all) report some rounds.
-    time.sleep(3)
+    # Let the second case (about 10 ms a round, 20 s in all) report some rounds: its
+    # worker's start-up alone took more than 3 s on a loaded machine.
+    while time.monotonic() < deadline and not _children(proc.pid):
+        time.sleep(0.05)
+    time.sleep(6)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_INTERRUPTED, stderr

@@ -1,30 +1,45 @@
-"""The GitHub workflow files: valid against GitHub's schema, and saying what we mean.
+"""The GitHub workflow files: valid against GitHub's schema, safe, and saying what we mean.
 
-The schema (vendored in check-jsonschema, so this runs offline) catches typos
-and misplaced keys; the rest of this file checks what a schema cannot:
-triggers, permissions, concurrency, the set-up step running the same `make`
-target as the README, and the fork case.
+The schema (vendored in check-jsonschema, so this runs offline) catches typos and
+misplaced keys; the rest of this file checks what a schema cannot. Three checks
+guard the trust model of the PR bot (README, "Benchmark every pull request"):
+
+  (a) no job that holds a write permission checks out, builds or runs code from
+      the pull request (nor from its artifact);
+  (b) the comment workflow takes its PR number from the artifact only through
+      `epbench comment --from-artifact`, with the run's `head_sha` to check it by;
+  (c) bench.yml, which runs the PR's code, asks for nothing beyond `contents: read`.
+
+Each check is a function returning the problems it finds; every one is shown to
+catch a mutated copy of the real workflow (the parametrized tests below).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from epbench.cli.comment_command import comment
+from epbench.engine import build as engine_build
+from epbench.reports.artifact import PR_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 BENCH = WORKFLOWS / "bench.yml"
+COMMENT = WORKFLOWS / "bench-comment.yml"
 TESTS = WORKFLOWS / "tests.yml"
 
+Doc = dict[str, Any]
 
-def load(path: Path) -> dict[str, Any]:
+
+def load(path: Path) -> Doc:
     # ruamel.yaml comes with check-jsonschema (test extras). It reads YAML 1.2,
     # where `on:` stays the string "on" (PyYAML's YAML 1.1 would make it True).
     from ruamel.yaml import YAML
@@ -42,22 +57,22 @@ def validate(*paths: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def steps(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def steps(doc: Doc) -> list[dict[str, Any]]:
     (job,) = doc["jobs"].values()
     return job["steps"]
 
 
-def step_index(all_steps: list[dict[str, Any]], predicate) -> int:
+def step_index(all_steps: list[dict[str, Any]], predicate: Callable[[Any], bool]) -> int:
     found = [i for i, s in enumerate(all_steps) if predicate(s)]
     assert len(found) == 1, f"expected one matching step, found {len(found)}"
     return found[0]
 
 
-def uses(action: str):
+def uses(action: str) -> Callable[[Any], bool]:
     return lambda s: str(s.get("uses", "")).startswith(action + "@")
 
 
-def runs(fragment: str):
+def runs(fragment: str) -> Callable[[Any], bool]:
     return lambda s: fragment in str(s.get("run", ""))
 
 
@@ -78,38 +93,379 @@ def github_glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+# -- the three safety checks ---------------------------------------------------------
+
+# A checkout `ref` that names the default branch's code in a workflow_run job.
+DEFAULT_BRANCH_REFS = {"${{ github.event.repository.default_branch }}", "${{ github.sha }}"}
+# Commands that bring other code into the workspace.
+FETCHES_CODE = re.compile(
+    r"\bgit\s+(checkout|switch|fetch|pull|clone|worktree|reset|restore|am|apply)\b"
+    r"|\bgh\s+(pr\s+checkout|repo\s+clone)\b|\bcurl\b|\bwget\b"
+)
+# Commands that build, install or run project code.
+INSTALLS_OR_RUNS = re.compile(
+    r"\bmake\b|\bpip3?\s+install\b|-m\s+pip\b|-m\s+venv\b|\bsetup\.py\b|\bnpm\b|\.venv/bin/"
+)
+EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+HEAD_SHA_EXPR = "${{ github.event.workflow_run.head_sha }}"
+
+
+def triggers(doc: Doc) -> set[str]:
+    on = doc.get("on")
+    if isinstance(on, str):
+        return {on}
+    return set(on or ())
+
+
+def token_permissions(doc: Doc, job: dict[str, Any]) -> dict[str, str] | None:
+    """The job's token permissions; None for "not said" (the repository default, maybe write)."""
+    perms = job.get("permissions", doc.get("permissions"))
+    if perms is None:
+        return None
+    if isinstance(perms, str):  # read-all / write-all
+        return {"*": perms.split("-")[0]}
+    return {str(k): str(v) for k, v in perms.items()}
+
+
+def has_write(perms: dict[str, str] | None) -> bool:
+    return perms is None or "write" in perms.values()
+
+
+def artifact_dirs(job: dict[str, Any]) -> list[str]:
+    """The last path component of every artifact the job downloads."""
+    return [
+        str((s.get("with") or {}).get("path", "")).rstrip("/").rsplit("/", 1)[-1]
+        for s in job.get("steps", []) if uses("actions/download-artifact")(s)
+    ]
+
+
+def artifact_used_beyond_reader(text: str, leaf: str) -> bool:
+    """True when `text` names the artifact folder other than as `--from-artifact DIR`."""
+    allowed = re.compile(rf'--from-artifact\s+"?\$\{{?RUNNER_TEMP\}}?/{re.escape(leaf)}"?')
+    return leaf in allowed.sub("", text)
+
+
+def pr_code_next_to_write_token(doc: Doc) -> list[str]:
+    """(a) A job holding a write permission that checks out, builds or runs PR code."""
+    problems = []
+    from_pr_event = bool(triggers(doc) & {"pull_request", "pull_request_target"})
+    for name, job in doc["jobs"].items():
+        if not has_write(token_permissions(doc, job)):
+            continue
+        leaves = [leaf for leaf in artifact_dirs(job) if leaf]
+        downloaded = False
+        for index, step in enumerate(job.get("steps", [])):
+            where = f"{name}, step {index + 1} ({step.get('name') or step.get('uses')})"
+            options = step.get("with") or {}
+            run = str(step.get("run", ""))
+            if uses("actions/checkout")(step):
+                if from_pr_event:
+                    problems.append(f"{where}: checks out a pull request event's code")
+                if options.get("ref") not in (None, *DEFAULT_BRANCH_REFS):
+                    problems.append(f"{where}: checks out ref {options['ref']}")
+                if options.get("repository") not in (None, "${{ github.repository }}"):
+                    problems.append(f"{where}: checks out repository {options['repository']}")
+                if options.get("persist-credentials") is not False:
+                    problems.append(f"{where}: leaves the token in .git/config")
+            if uses("actions/download-artifact")(step):
+                downloaded = True
+                if not str(options.get("path", "")).startswith("${{ runner.temp }}/"):
+                    problems.append(f"{where}: downloads the artifact into the workspace")
+            for expression in EXPRESSION.findall(run):
+                if "github.event" in expression or "steps." in expression:
+                    problems.append(f"{where}: puts event data into a script ({expression})")
+            if FETCHES_CODE.search(run):
+                problems.append(f"{where}: fetches other code: {FETCHES_CODE.search(run)[0]}")
+            installs = re.sub(r"^\.venv/bin/epbench comment\b", "", run.strip())
+            if downloaded and INSTALLS_OR_RUNS.search(installs):
+                problems.append(f"{where}: installs or builds after the artifact is downloaded")
+            for leaf in leaves:
+                if artifact_used_beyond_reader(run, leaf):
+                    problems.append(f"{where}: uses the artifact {leaf} as more than data")
+            if ".venv/bin/" in run and not any(
+                re.search(r"-m venv \.venv\b|\bmake setup\b", str(s.get("run", "")))
+                for s in job["steps"][: index + 1]
+            ):
+                problems.append(f"{where}: runs a .venv this job did not build")
+    return problems
+
+
+def unconfirmed_pr_numbers(doc: Doc) -> list[str]:
+    """(b) A comment step that could use the artifact's PR number without the head check."""
+    problems = []
+    for name, job in doc["jobs"].items():
+        leaves = [leaf for leaf in artifact_dirs(job) if leaf]
+        posters = 0
+        for index, step in enumerate(job.get("steps", [])):
+            where = f"{name}, step {index + 1} ({step.get('name') or step.get('uses')})"
+            if not uses("actions/download-artifact")(step):
+                text = str(step)
+                for leaf in leaves:
+                    if artifact_used_beyond_reader(text, leaf):
+                        problems.append(f"{where}: reads the artifact outside the checked reader")
+            run = str(step.get("run", ""))
+            if "epbench comment" not in run:
+                continue
+            posters += 1
+            if "--from-artifact" not in run:
+                problems.append(f"{where}: posts without --from-artifact")
+            if re.search(r"--pr\b|--body\b", run):
+                problems.append(f"{where}: passes --pr/--body, which skip the head check")
+            sha = re.search(r'--run-head-sha\s+"?\$\{?([A-Z_]+)\}?"?', run)
+            env = {**(job.get("env") or {}), **(step.get("env") or {})}
+            if sha is None:
+                problems.append(f"{where}: no --run-head-sha to check the PR number by")
+            elif env.get(sha.group(1)) != HEAD_SHA_EXPR:
+                problems.append(f"{where}: --run-head-sha is not {HEAD_SHA_EXPR}")
+        if leaves and posters == 0:
+            problems.append(f"{name}: downloads an artifact but posts with no checked command")
+    return problems
+
+
+def more_than_contents_read(doc: Doc) -> list[str]:
+    """(c) A workflow that runs PR code asking for more than `contents: read`."""
+    problems = []
+    if "pull_request_target" in triggers(doc):
+        problems.append("pull_request_target runs with a write token")
+    if doc.get("permissions") != {"contents": "read"}:
+        problems.append(f"workflow permissions are {doc.get('permissions')!r}")
+    for name, job in doc["jobs"].items():
+        perms = job.get("permissions")
+        if perms is not None and (not isinstance(perms, dict) or any(
+            (k, v) != ("contents", "read") for k, v in perms.items()
+        )):
+            problems.append(f"{name}: permissions {perms!r}")
+    if "secrets." in str(doc):
+        problems.append("uses a secret")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def bench() -> Doc:
+    return load(BENCH)
+
+
+@pytest.fixture(scope="module")
+def bot() -> Doc:
+    return load(COMMENT)
+
+
+def test_the_real_workflows_pass_the_three_checks(bench: Doc, bot: Doc) -> None:
+    assert pr_code_next_to_write_token(bench) == []
+    assert pr_code_next_to_write_token(bot) == []
+    assert pr_code_next_to_write_token(load(TESTS)) == []
+    assert unconfirmed_pr_numbers(bot) == []
+    assert more_than_contents_read(bench) == []
+    # The checks look at what they should: the bot's job writes, bench's does not.
+    assert has_write(token_permissions(bot, bot["jobs"]["comment"]))
+    assert not has_write(token_permissions(bench, bench["jobs"]["bench"]))
+
+
+def _comment_job(doc: Doc) -> dict[str, Any]:
+    return doc["jobs"]["comment"]
+
+
+def _step(doc: Doc, predicate: Callable[[Any], bool]) -> dict[str, Any]:
+    all_steps = _comment_job(doc)["steps"]
+    return all_steps[step_index(all_steps, predicate)]
+
+
+def _insert_before_install(doc: Doc, step: dict[str, Any]) -> None:
+    all_steps = _comment_job(doc)["steps"]
+    all_steps.insert(step_index(all_steps, runs("pip install")), step)
+
+
+def _install_after_download(doc: Doc) -> None:
+    all_steps = _comment_job(doc)["steps"]
+    install = all_steps.pop(step_index(all_steps, runs("pip install")))
+    all_steps.insert(step_index(all_steps, uses("actions/download-artifact")) + 1, install)
+
+
+def _post(doc: Doc) -> dict[str, Any]:
+    return _step(doc, runs("epbench comment"))
+
+
+def _give_bench_a_write_token(doc: Doc) -> None:
+    doc["jobs"]["bench"]["permissions"] = {"contents": "read", "pull-requests": "write"}
+
+
+# (which workflow, mutation, what the problem says)
+PR_CODE_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
+    "checkout of the run's head sha": (
+        "bot", lambda d: _step(d, uses("actions/checkout"))["with"].update(
+            ref="${{ github.event.workflow_run.head_sha }}"),
+        "checks out ref ${{ github.event.workflow_run.head_sha }}",
+    ),
+    "checkout of the fork's repository": (
+        "bot", lambda d: _step(d, uses("actions/checkout"))["with"].update(
+            repository="${{ github.event.workflow_run.head_repository.full_name }}"),
+        "checks out repository",
+    ),
+    "checkout of refs/pull/N/head": (
+        "bot", lambda d: _step(d, uses("actions/checkout"))["with"].update(
+            ref="refs/pull/7/head"),
+        "checks out ref refs/pull/7/head",
+    ),
+    "git fetch of the head commit in a script": (
+        "bot", lambda d: _insert_before_install(d, {
+            "env": {"SHA": "${{ github.event.workflow_run.head_sha }}"},
+            "run": 'git fetch origin "$SHA" && git checkout --detach FETCH_HEAD'}),
+        "fetches other code: git fetch",
+    ),
+    "gh pr checkout": (
+        "bot", lambda d: _insert_before_install(d, {"run": "gh pr checkout 7"}),
+        "fetches other code: gh pr checkout",
+    ),
+    "the PR-built venv from the artifact": (
+        "bot", lambda d: _post(d).update(run=_post(d)["run"].replace(
+            ".venv/bin/epbench", '"$RUNNER_TEMP/bench-artifact/.venv/bin/epbench"')),
+        "uses the artifact bench-artifact as more than data",
+    ),
+    "pip install of the artifact": (
+        "bot", lambda d: _step(d, runs("pip install")).update(
+            run=_step(d, runs("pip install"))["run"]
+            + '.venv/bin/pip install "$RUNNER_TEMP/bench-artifact"\n'),
+        "uses the artifact bench-artifact as more than data",
+    ),
+    "make setup after the download": (
+        "bot", _install_after_download, "installs or builds after the artifact is downloaded",
+    ),
+    "a venv the job did not build": (
+        "bot", lambda d: _comment_job(d)["steps"].remove(_step(d, runs("pip install"))),
+        "runs a .venv this job did not build",
+    ),
+    "the artifact downloaded into the workspace": (
+        "bot", lambda d: _step(d, uses("actions/download-artifact"))["with"].update(
+            path="bench-out"),
+        "downloads the artifact into the workspace",
+    ),
+    "a head branch name interpolated into a script": (
+        "bot", lambda d: _post(d).update(
+            run=_post(d)["run"] + " # ${{ github.event.workflow_run.head_branch }}"),
+        "puts event data into a script",
+    ),
+    "bench.yml with a write token": (
+        "bench", _give_bench_a_write_token, "checks out a pull request event's code",
+    ),
+    "bench.yml with permissions left to the repository default": (
+        "bench", lambda d: d.pop("permissions"), "checks out a pull request event's code",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(PR_CODE_MUTATIONS))
+def test_a_write_job_that_touches_pr_code_is_caught(
+    bench: Doc, bot: Doc, mutation: str
+) -> None:
+    which, mutate, expected = PR_CODE_MUTATIONS[mutation]
+    doc = copy.deepcopy(bot if which == "bot" else bench)
+    mutate(doc)
+    problems = pr_code_next_to_write_token(doc)
+    assert any(expected in p for p in problems), problems
+
+
+PR_NUMBER_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
+    "no --run-head-sha": (
+        lambda d: _post(d).update(run=re.sub(r'--run-head-sha "\$RUN_HEAD_SHA"\s*', "",
+                                             _post(d)["run"])),
+        "no --run-head-sha",
+    ),
+    "--run-head-sha from the wrong sha": (
+        lambda d: _post(d)["env"].update(RUN_HEAD_SHA="${{ github.sha }}"),
+        "--run-head-sha is not",
+    ),
+    "--pr read from the artifact": (
+        lambda d: _post(d).update(run=_post(d)["run"].replace(
+            "--from-artifact", '--pr "$(jq .number "$RUNNER_TEMP/bench-artifact/'
+            + PR_FILE + '")" --from-artifact')),
+        "passes --pr/--body",
+    ),
+    "--body and --pr instead of the reader": (
+        lambda d: _post(d).update(run=re.sub(
+            r"--from-artifact \S+", '--body "$RUNNER_TEMP/bench-artifact/report.md" --pr 7',
+            _post(d)["run"])),
+        "posts without --from-artifact",
+    ),
+    "a script step that reads the number": (
+        lambda d: _comment_job(d)["steps"].append({
+            "uses": "actions/github-script@v7",
+            "with": {"script": "const pr = require(process.env.RUNNER_TEMP + "
+                               "'/bench-artifact/pull-request.json').number"}}),
+        "reads the artifact outside the checked reader",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(PR_NUMBER_MUTATIONS))
+def test_a_pr_number_used_without_the_head_check_is_caught(bot: Doc, mutation: str) -> None:
+    mutate, expected = PR_NUMBER_MUTATIONS[mutation]
+    doc = copy.deepcopy(bot)
+    mutate(doc)
+    problems = unconfirmed_pr_numbers(doc)
+    assert any(expected in p for p in problems), problems
+
+
+PERMISSION_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
+    "pull-requests: write": (
+        lambda d: d["permissions"].update({"pull-requests": "write"}), "workflow permissions",
+    ),
+    "write-all": (lambda d: d.update(permissions="write-all"), "workflow permissions"),
+    "read-all": (lambda d: d.update(permissions="read-all"), "workflow permissions"),
+    "no permissions (the repository default)": (
+        lambda d: d.pop("permissions"), "workflow permissions are None",
+    ),
+    "a job that widens them": (
+        lambda d: d["jobs"]["bench"].update(permissions={"contents": "write"}),
+        "bench: permissions",
+    ),
+    "a job that adds one": (
+        lambda d: d["jobs"]["bench"].update(permissions={"contents": "read", "checks": "write"}),
+        "bench: permissions",
+    ),
+    "pull_request_target": (
+        lambda d: d["on"].update(pull_request_target=d["on"].pop("pull_request")),
+        "pull_request_target runs with a write token",
+    ),
+    "a secret": (
+        lambda d: d["jobs"]["bench"]["env"].update(TOKEN="${{ secrets.BENCH_PAT }}"),
+        "uses a secret",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(PERMISSION_MUTATIONS))
+def test_bench_asking_for_more_than_contents_read_is_caught(bench: Doc, mutation: str) -> None:
+    mutate, expected = PERMISSION_MUTATIONS[mutation]
+    doc = copy.deepcopy(bench)
+    mutate(doc)
+    problems = more_than_contents_read(doc)
+    assert any(expected in p for p in problems), problems
+
+
 # -- schema ----------------------------------------------------------------------
 
 
 def test_workflows_validate_against_githubs_schema() -> None:
-    result = validate(BENCH, TESTS)
+    result = validate(BENCH, COMMENT, TESTS)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_schema_check_does_catch_a_broken_workflow(tmp_path: Path) -> None:
     # The negative control: the same check refuses a misspelt key.
-    broken = tmp_path / "broken.yml"
-    broken.write_text(
-        BENCH.read_text(encoding="utf-8").replace("runs-on:", "run-on:"), encoding="utf-8"
-    )
-    result = validate(broken)
-    assert result.returncode != 0
+    for original in (BENCH, COMMENT):
+        broken = tmp_path / original.name
+        broken.write_text(
+            original.read_text(encoding="utf-8").replace("runs-on:", "run-on:"), encoding="utf-8"
+        )
+        assert validate(broken).returncode != 0
 
 
-# -- bench.yml ---------------------------------------------------------------------
+# -- bench.yml: measure, read-only --------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def bench() -> dict[str, Any]:
-    return load(BENCH)
-
-
-def test_bench_triggers(bench: dict[str, Any]) -> None:
-    on = bench["on"]
-    assert set(on) == {"pull_request", "workflow_dispatch"}
-    assert sorted(on["pull_request"]["types"]) == ["opened", "reopened", "synchronize"]
-    pr_input = on["workflow_dispatch"]["inputs"]["pr"]
-    assert pr_input["required"] is True and pr_input["type"] == "number"
+def test_bench_runs_on_pull_requests_only(bench: Doc) -> None:
+    assert triggers(bench) == {"pull_request"}
+    assert sorted(bench["on"]["pull_request"]["types"]) == ["opened", "reopened", "synchronize"]
 
 
 @pytest.mark.parametrize(
@@ -125,37 +481,61 @@ def test_bench_triggers(bench: dict[str, Any]) -> None:
         (".github/workflows/bench.yml", False),
     ],
 )
-def test_bench_skips_docs_only_changes(bench: dict[str, Any], path: str, ignored: bool) -> None:
+def test_bench_skips_docs_only_changes(bench: Doc, path: str, ignored: bool) -> None:
     patterns = bench["on"]["pull_request"]["paths-ignore"]
     assert any(github_glob(p).match(path) for p in patterns) is ignored
 
 
-def test_bench_permissions_are_minimal(bench: dict[str, Any]) -> None:
-    assert bench["permissions"] == {"contents": "read", "pull-requests": "write"}
-    for job in bench["jobs"].values():
-        assert "permissions" not in job  # no job widens them
-
-
-def test_bench_concurrency_is_per_pr_and_cancels(bench: dict[str, Any]) -> None:
+def test_bench_concurrency_is_per_pr_and_cancels(bench: Doc) -> None:
     concurrency = bench["concurrency"]
     assert concurrency["cancel-in-progress"] is True
-    group = concurrency["group"]
-    assert "github.event.pull_request.number" in group and "inputs.pr" in group
+    assert "github.event.pull_request.number" in concurrency["group"]
 
 
-def test_bench_checks_out_full_history_without_keeping_the_token(bench: dict[str, Any]) -> None:
+def test_bench_measures_both_sides_with_the_base_commits_harness(bench: Doc) -> None:
+    job = bench["jobs"]["bench"]
+    assert job["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    assert job["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
     all_steps = steps(bench)
-    checkout = all_steps[step_index(all_steps, uses("actions/checkout"))]
-    assert checkout["with"]["fetch-depth"] == 0
-    assert checkout["with"]["persist-credentials"] is False
-    assert "refs/pull/{0}/head" in checkout["with"]["ref"]  # a dispatched run fetches the PR
+    checkout = step_index(all_steps, uses("actions/checkout"))
+    # Full history of the merge ref: base and head are both reachable.
+    assert all_steps[checkout]["with"]["fetch-depth"] == 0
+    assert "ref" not in all_steps[checkout]["with"]
+    to_base = step_index(all_steps, runs('git checkout --quiet --detach "$BASE_SHA"'))
+    setup = step_index(all_steps, runs("make setup"))
+    compare = step_index(all_steps, runs("epbench compare-commits"))
+    assert checkout < to_base < setup < compare
+    # Nothing between switching to the base and measuring changes the checked-out code.
+    for step in all_steps[to_base + 1 : compare + 1]:
+        assert not FETCHES_CODE.search(str(step.get("run", ""))), step
+        assert not uses("actions/checkout")(step)
+    run = all_steps[compare]["run"]
+    assert run == '.venv/bin/epbench compare-commits "$BASE_SHA" "$HEAD_SHA" --out bench-out'
 
 
-def test_bench_sets_up_python_with_pip_cache(bench: dict[str, Any]) -> None:
+def test_bench_caches_the_headers_engine_build_fetches(
+    bench: Doc, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     all_steps = steps(bench)
-    setup = all_steps[step_index(all_steps, uses("actions/setup-python"))]
-    assert setup["with"]["cache"] == "pip"
-    assert setup["with"]["cache-dependency-path"] == "pyproject.toml"
+    cache = step_index(all_steps, uses("actions/cache"))
+    assert cache < step_index(all_steps, runs("make setup"))  # restored before the build
+    options = all_steps[cache]["with"]
+    # The folder engine/build.py fills, as the runner's home spells it.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    where = engine_build.cache_root().relative_to(tmp_path)
+    assert options["path"] == f"~/{where.as_posix()}"
+    # Keyed by the file that pins the npm package's version and integrity hash.
+    assert "hashFiles('engine/build.py')" in options["key"]
+    assert "NPM_VERSION" in (ROOT / "engine" / "build.py").read_text(encoding="utf-8")
+
+
+def test_bench_sets_up_python_with_pip_cache(bench: Doc, bot: Doc) -> None:
+    for doc in (bench, bot):
+        for step in doc["jobs"][next(iter(doc["jobs"]))]["steps"]:
+            if uses("actions/setup-python")(step):
+                assert step["with"]["cache"] == "pip"
+                assert step["with"]["cache-dependency-path"] == "pyproject.toml"
 
 
 def make_prerequisites(target: str) -> list[str]:
@@ -165,7 +545,7 @@ def make_prerequisites(target: str) -> list[str]:
     return match.group(1).split()
 
 
-def test_bench_set_up_step_is_the_make_target_the_readme_uses(bench: dict[str, Any]) -> None:
+def test_bench_set_up_step_is_the_make_target_the_readme_uses(bench: Doc) -> None:
     all_steps = steps(bench)
     setup = all_steps[step_index(all_steps, runs("make "))]
     assert setup["run"].strip() == "make setup"
@@ -173,73 +553,84 @@ def test_bench_set_up_step_is_the_make_target_the_readme_uses(bench: dict[str, A
     # The README's two commands both start with this same set-up.
     assert "setup" in make_prerequisites("run")
     assert "setup" in make_prerequisites("test")
-    readme = ROOT / "README.md"
-    if not readme.exists():
-        pytest.skip("README.md is not written yet; the Makefile half of the check passed")
-    text = readme.read_text(encoding="utf-8")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make run" in text and "make test" in text
 
 
-def test_bench_compares_the_prs_base_and_head(bench: dict[str, Any]) -> None:
-    all_steps = steps(bench)
-    compare = all_steps[step_index(all_steps, runs("epbench compare-commits"))]
-    assert '"$BASE_SHA" "$HEAD_SHA" --out bench-out' in compare["run"]
-    assert compare["env"]["BASE_SHA"].startswith("${{ github.event.pull_request.base.sha ||")
-    assert compare["env"]["HEAD_SHA"].startswith("${{ github.event.pull_request.head.sha ||")
-    resolve = all_steps[step_index(all_steps, runs("gh api"))]
-    assert resolve["if"] == "github.event_name == 'workflow_dispatch'"
-    assert "steps.pr.outputs.base" in compare["env"]["BASE_SHA"]
-    assert "steps.pr.outputs.head" in compare["env"]["HEAD_SHA"]
-    setup = step_index(all_steps, runs("make setup"))
-    assert step_index(all_steps, uses("actions/checkout")) < setup < all_steps.index(compare)
-
-
-def test_bench_reports_even_when_the_comparison_fails(bench: dict[str, Any]) -> None:
+def test_bench_uploads_its_results_even_when_the_comparison_fails(bench: Doc) -> None:
     all_steps = steps(bench)
     compare = step_index(all_steps, runs("epbench compare-commits"))
+    record = step_index(all_steps, runs(f"bench-out/{PR_FILE}"))
     upload = step_index(all_steps, uses("actions/upload-artifact"))
     summary = step_index(all_steps, runs("cat bench-out/report.md"))
-    post = step_index(all_steps, runs("epbench comment"))
-    assert compare < upload < summary < post
-    for index in (upload, summary, post):
-        # A regression exits non-zero; the artifact, summary and comment still happen.
+    assert compare < record < upload < summary
+    for index in (record, upload, summary):
+        # A regression exits non-zero; the artifact and the summary still happen.
         assert "!cancelled()" in all_steps[index]["if"]
     assert all_steps[upload]["with"]["path"].rstrip("/") == "bench-out"
-    assert 'cat bench-out/report.md >> "$GITHUB_STEP_SUMMARY"' in all_steps[summary]["run"]
+    assert all_steps[upload]["with"]["overwrite"] is True  # a re-run may upload it again
+    assert '"number": %d' in all_steps[record]["run"] and '"$PR_NUMBER"' in all_steps[record]["run"]
+    assert bench["jobs"]["bench"]["env"]["PR_NUMBER"] == "${{ github.event.pull_request.number }}"
 
 
-def test_bench_comment_step_skips_forks_with_a_note(bench: dict[str, Any]) -> None:
-    all_steps = steps(bench)
-    post = all_steps[step_index(all_steps, runs("epbench comment"))]
-    same_repo = "github.event.pull_request.head.repo.full_name == github.repository"
-    assert same_repo in post["if"]
-    assert "github.event_name == 'workflow_dispatch'" in post["if"]
-    assert "hashFiles('bench-out/comment.md')" in post["if"]
-    fork = "github.event.pull_request.head.repo.full_name != github.repository"
-    note = all_steps[step_index(all_steps, lambda s: fork in str(s.get("if", "")))]
-    assert "$GITHUB_STEP_SUMMARY" in note["run"] and "::notice" in note["run"]
+def test_no_checkout_keeps_the_token(bench: Doc, bot: Doc) -> None:
+    for doc in (bench, bot, load(TESTS)):
+        for job in doc["jobs"].values():
+            for step in job["steps"]:
+                if uses("actions/checkout")(step):
+                    assert step["with"]["persist-credentials"] is False
 
 
-def test_only_the_comment_step_gets_the_write_token(bench: dict[str, Any]) -> None:
-    all_steps = steps(bench)
-    post = step_index(all_steps, runs("epbench comment"))
-    assert all_steps[post]["env"]["GITHUB_TOKEN"] == "${{ secrets.GITHUB_TOKEN }}"
-    for index, step in enumerate(all_steps):
-        if index != post:
-            assert "GITHUB_TOKEN" not in step.get("env", {})
-            assert "secrets." not in str(step)
-    (job,) = bench["jobs"].values()
-    assert "secrets." not in str(job.get("env", {}))
+# -- bench-comment.yml: post, from default-branch code, the artifact as data -------------
 
 
-def test_bench_comment_step_uses_options_the_command_has(bench: dict[str, Any]) -> None:
-    all_steps = steps(bench)
-    run = all_steps[step_index(all_steps, runs("epbench comment"))]["run"]
-    used = set(re.findall(r"(--[a-z][a-z-]*)", run))
+def test_the_bot_follows_bench_runs_of_pull_requests(bench: Doc, bot: Doc) -> None:
+    assert triggers(bot) == {"workflow_run"}
+    assert bot["on"]["workflow_run"] == {"workflows": [bench["name"]], "types": ["completed"]}
+    condition = _comment_job(bot)["if"]
+    assert "github.event.workflow_run.event == 'pull_request'" in condition
+    # Verdicts come from a run that finished (a regression fails it); a cancelled run,
+    # superseded by a newer push, posts nothing.
+    assert "conclusion == 'success'" in condition and "conclusion == 'failure'" in condition
+
+
+def test_the_bot_asks_for_what_it_uses_and_no_more(bot: Doc) -> None:
+    assert bot["permissions"] == {
+        "contents": "read", "actions": "read", "pull-requests": "write",
+    }
+    assert "permissions" not in _comment_job(bot)
+
+
+def test_the_bot_downloads_what_bench_uploads(bench: Doc, bot: Doc) -> None:
+    upload = steps(bench)[step_index(steps(bench), uses("actions/upload-artifact"))]
+    download = _step(bot, uses("actions/download-artifact"))["with"]
+    assert download["name"] == upload["with"]["name"]
+    assert download["run-id"] == "${{ github.event.workflow_run.id }}"
+    assert download["github-token"] == "${{ github.token }}"
+
+
+def test_the_bot_installs_the_default_branch_with_the_bot_extra(bot: Doc) -> None:
+    install = _step(bot, runs("pip install"))["run"]
+    assert "python -m venv .venv" in install and "-e '.[bot]'" in install
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^bot = \["jsonschema[^"]*"\]$', pyproject, re.MULTILINE)
+
+
+def test_the_bot_uses_options_the_command_has(bot: Doc) -> None:
+    post = _post(bot)
+    used = set(re.findall(r"(--[a-z][a-z-]*)", post["run"]))
     known = {opt for param in comment.params for opt in param.opts}
-    assert used == {"--repo", "--pr", "--body", "--artifact-url"}
+    assert used == {"--from-artifact", "--repo", "--run-head-sha", "--artifact-url"}
     assert used <= known
-    assert "--body bench-out/comment.md" in run
+    assert post["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    # Only the posting step and the artifact download (an action, not a script) get it.
+    holders = [
+        s.get("name") for s in _comment_job(bot)["steps"] if "github.token" in str(s)
+    ]
+    assert holders == [
+        "Download the bench run's artifact (data, outside the workspace)",
+        "Post or update the sticky PR comment",
+    ]
 
 
 # -- tests.yml ---------------------------------------------------------------------
@@ -254,3 +645,15 @@ def test_tests_workflow_runs_make_test_on_pushes_and_pull_requests() -> None:
     assert make["run"].strip() == "make test"
     assert all_steps[step_index(all_steps, uses("actions/setup-python"))]["with"]["cache"] == "pip"
     assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_the_readme_states_the_bots_trust_model_in_five_lines() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Benchmark every pull request\n", 1)[1].split("\n## ", 1)[0]
+    model = section.split("**Trust model.**\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line[:3] for line in model] == ["1. ", "2. ", "3. ", "4. ", "5. "]
+    assert "bench.yml" in model[0] and "read-only" in model[0]
+    assert "base" in model[1]
+    assert "bench-comment.yml" in model[2] and "pull-requests: write" in model[2]
+    assert "reports/comparison.schema.json" in model[3]
+    assert "head commit" in model[4]

@@ -1,4 +1,9 @@
-"""`epbench comment`: post or update the one sticky benchmark comment on a PR."""
+"""`epbench comment`: post or update the one sticky benchmark comment on a PR.
+
+Two ways in: `--pr N --body FILE` posts markdown you trust (your own run), and
+`--from-artifact DIR --run-head-sha SHA` is what the comment workflow runs on a
+bench run's artifact, which it treats as data (reports.artifact says how).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import click
 
 from epbench.cli.base import Command
 from epbench.core.errors import EpbenchError
-from epbench.reports.github import DEFAULT_API_URL, upsert_sticky_comment
+from epbench.reports.artifact import comment_from_artifact
+from epbench.reports.github import DEFAULT_API_URL, UpsertResult, upsert_sticky_comment
 
 
 def _read_body(path: Path) -> str:
@@ -20,8 +26,8 @@ def _read_body(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise EpbenchError(
-            f"no comment body at {path}: pass the comment.md that `epbench compare` or "
-            "`epbench compare-commits` wrote"
+            f"no comment body at {path}: pass the report.md that `epbench compare-commits` "
+            "wrote, or `epbench compare --format markdown` output"
         ) from None
     except UnicodeDecodeError:
         raise EpbenchError(f"{path} is not UTF-8 text: pass the markdown comment file") from None
@@ -41,17 +47,34 @@ def _read_body(path: Path) -> str:
     "--pr",
     "pr_number",
     type=click.IntRange(min=1),
-    required=True,
+    default=None,
     metavar="N",
-    help="The pull request number.",
+    help="The pull request number (with --body).",
 )
 @click.option(
     "--body",
     "body_path",
     type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
-    required=True,
+    default=None,
     metavar="FILE",
-    help="The markdown to post (`-` for stdin), e.g. bench-out/comment.md.",
+    help="The markdown to post (`-` for stdin), e.g. epbench-out/report.md.",
+)
+@click.option(
+    "--from-artifact",
+    "artifact_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR_OR_ZIP",
+    help="A bench run's artifact, read as data: the comment is rendered from its "
+    "compare.json by this epbench's templates, and posted on the PR its pull-request.json "
+    "names only if GitHub confirms that PR's head is --run-head-sha.",
+)
+@click.option(
+    "--run-head-sha",
+    default=None,
+    metavar="SHA",
+    help="With --from-artifact: the commit the bench run measured "
+    "(${{ github.event.workflow_run.head_sha }}).",
 )
 @click.option(
     "--api-url",
@@ -78,30 +101,64 @@ def _read_body(path: Path) -> str:
 )
 def comment(
     repo: str,
-    pr_number: int,
-    body_path: Path,
+    pr_number: int | None,
+    body_path: Path | None,
+    artifact_path: Path | None,
+    run_head_sha: str | None,
     api_url: str,
     token_env: str,
     artifact_hint: str | None,
 ) -> None:
     """Create or update the one sticky epbench comment on a pull request.
 
+    \b
+    Examples:
+      epbench comment --pr 42 --body epbench-out/report.md
+      epbench comment --from-artifact bench-out --run-head-sha SHA   (the comment workflow)
+
     The comment is found by a hidden marker (following every page of the
     PR's comments) and edited in place, so a PR carries one benchmark comment
     however often the job runs. Retries 5xx answers and rate limits with
     back-off; an oversize body is trimmed with a pointer to the full report.
     """
-    body = _read_body(body_path)
+    token = os.environ.get(token_env, "").strip()
+    if artifact_path is not None:
+        if pr_number is not None or body_path is not None:
+            raise EpbenchError(
+                "--from-artifact takes the PR number and the verdicts from the artifact: "
+                "drop --pr and --body"
+            )
+        if not run_head_sha:
+            raise EpbenchError(
+                "--from-artifact needs --run-head-sha: pass the bench run's head commit, "
+                "${{ github.event.workflow_run.head_sha }}"
+            )
+        pr_number, result = comment_from_artifact(
+            artifact_path, repo=repo, run_head_sha=run_head_sha, token=token, api_url=api_url,
+            artifact_hint=artifact_hint, token_source=token_env, log=_log,
+        )
+        _report(repo, pr_number, result, f" (GitHub confirmed its head is {run_head_sha[:12]})")
+        return
+    if pr_number is None or body_path is None:
+        raise EpbenchError(
+            "say what to post: --pr N --body FILE, or --from-artifact DIR --run-head-sha SHA"
+        )
+    if run_head_sha is not None:
+        raise EpbenchError("--run-head-sha goes with --from-artifact: drop it, or pass both")
     result = upsert_sticky_comment(
-        repo,
-        pr_number,
-        body,
-        os.environ.get(token_env, "").strip(),
-        api_url,
-        artifact_hint=artifact_hint,
-        token_source=token_env,
-        log=lambda line: click.echo(line, err=True),
+        repo, pr_number, _read_body(body_path), token, api_url, artifact_hint=artifact_hint,
+        token_source=token_env, log=_log,
     )
+    _report(repo, pr_number, result, "")
+
+
+def _log(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _report(repo: str, pr_number: int, result: UpsertResult, confirmed: str) -> None:
     trimmed = " (trimmed to GitHub's comment limit)" if result.trimmed else ""
     where = result.html_url or f"comment {result.comment_id}"
-    click.echo(f"{result.action} the epbench comment on {repo}#{pr_number}: {where}{trimmed}")
+    click.echo(
+        f"{result.action} the epbench comment on {repo}#{pr_number}: {where}{trimmed}{confirmed}"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -95,3 +96,21 @@ def sessions_option(default: int) -> Callable[[F], F]:
         )(f)
 
     return deco
+
+
+def github_annotations_option(f: F) -> F:
+    return click.option(
+        "--github-annotations/--no-github-annotations",
+        "github_annotations",
+        default=None,
+        help="Print a GitHub Actions ::error (🔴, ❌) or ::warning (⚠️) line per flagged "
+        "case, which GitHub shows on the run and the pull request [default: on when "
+        "$GITHUB_ACTIONS is 'true', as in GitHub Actions].",
+    )(f)
+
+
+def annotations_wanted(flag: bool | None) -> bool:
+    """--github-annotations as given, else on exactly when running in GitHub Actions."""
+    if flag is not None:
+        return flag
+    return os.environ.get("GITHUB_ACTIONS") == "true"

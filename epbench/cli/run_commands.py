@@ -14,8 +14,10 @@ from epbench.cases.grids import grid_names
 from epbench.cli.base import Command, Group
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
+    annotations_wanted,
     arm_option,
     case_option,
+    github_annotations_option,
     grid_option,
     out_option,
     processes_option,
@@ -23,7 +25,7 @@ from epbench.cli.options import (
     sessions_option,
 )
 from epbench.cli.progress import progress_for
-from epbench.cli.verdict_commands import settings_from, verdict_options
+from epbench.cli.verdict_commands import emit_annotations, settings_from, verdict_options
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
@@ -297,12 +299,13 @@ def summary(results: str, fmt: str) -> None:
 @out_option
 @click.option("--overwrite", is_flag=True, help="Replace results already in --out.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@github_annotations_option
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
                     grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
                     instructions_threshold: float, budget_s: float, gate_policy: str,
-                    out: str, overwrite: bool, quiet: bool,
+                    out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
                     fail_on: str) -> None:
@@ -318,7 +321,9 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Each commit is checked out in a temporary git worktree (your working tree
     and index are never touched) and built; libraries are cached by commit sha.
     Both run as arms `base` and `head` of one process. Writes OUT/results.json,
-    OUT/report.md and OUT/comment.md; exits 5 when a verdict matches --fail-on.
+    OUT/compare.json (the verdicts, as `compare --format json`) and OUT/report.md;
+    exits 5 when a verdict matches --fail-on. In GitHub Actions, flagged cases also
+    print ::error / ::warning lines.
     """
 
     if not grids and not case_names:
@@ -351,7 +356,9 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
-    click.echo(f"wrote {out}/results.json, {out}/report.md, {out}/comment.md", err=True)
+    if annotations_wanted(github_annotations):
+        emit_annotations(result.comparison)
+    click.echo(f"wrote {out}/results.json, {out}/compare.json, {out}/report.md", err=True)
 
     code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
     if result.doc["interrupted"]:

@@ -16,7 +16,13 @@ import click
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.exit_codes import exit_code_for
-from epbench.cli.options import case_option, grid_option, rounds_option
+from epbench.cli.options import (
+    annotations_wanted,
+    case_option,
+    github_annotations_option,
+    grid_option,
+    rounds_option,
+)
 from epbench.cli.progress import progress_for
 from epbench.core.errors import EpbenchError
 from epbench.core.results import atomic_write_text, load_results
@@ -25,6 +31,7 @@ from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
+from epbench.reports.annotations import annotation_lines
 from epbench.workflows.calibrate import calibrate as run_calibration
 
 FORMATS = ("text", "markdown", "json")
@@ -70,6 +77,12 @@ def verdict_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def emit_annotations(comparison: Any, *, err: bool = False) -> None:
+    """The flagged cases as GitHub workflow commands, on stdout (stderr with `err`)."""
+    for line in annotation_lines(comparison):
+        click.echo(line, err=err)
+
+
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
                   resamples: int, seed: int, force: bool = False) -> Any:
     """reports.compare.Settings from the verdict options."""
@@ -105,8 +118,9 @@ def _emit(text: str, output: str | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
               help="Write the report to this file instead of stdout.")
+@github_annotations_option
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
-            resamples, seed, force, fmt, output, fail_on) -> None:
+            resamples, seed, force, fmt, output, github_annotations, fail_on) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
 
     \b
@@ -120,6 +134,9 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
       ✅ within noise (CI within +-t)   ❔ inconclusive   ❌ PR side failed
       ➖ not comparable (base failed, or too few usable rounds)
     Exit codes: 0 nothing matched --fail-on, 5 a verdict matched it, 1 bad input.
+    In GitHub Actions each 🔴/❌ case also prints an ::error line and each ⚠️ case a
+    ::warning line (--no-github-annotations: none); with --format json to stdout they
+    go to stderr.
     """
 
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
@@ -131,6 +148,9 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
     _emit(renderers[fmt](comparison), output)
+    if annotations_wanted(github_annotations):
+        # GitHub reads workflow commands from both streams; JSON on stdout stays parseable.
+        emit_annotations(comparison, err=fmt == "json" and output is None)
     click.get_current_context().exit(
         exit_code_for(comparison=comparison, fail_on=fail_on)[0])
 

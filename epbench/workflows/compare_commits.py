@@ -6,8 +6,12 @@ machine's drift hits both sides alike. Cases that come out inconclusive are run
 again, their new rounds added to the old, while the re-run budget lasts.
 
 Writes into the output directory: results.json (the merged run: all `compare`
-needs), results.jsonl (the first pass, streamed), report.md (the comparison)
-and comment.md (the same markdown, the body `epbench comment` posts).
+needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
+form `compare --format json` prints, reports/comparison.schema.json) and report.md
+(the same verdicts as markdown, for people and the job summary). There is no
+separate comment file: the PR comment is rendered from compare.json by the job
+that posts it, with its own templates, so nothing the measured code could have
+written is posted as markdown.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from epbench.harness.commits import uncommitted_changes as has_uncommitted_chang
 from epbench.harness.runner import RunConfig, run
 from epbench.reports import compare as cmp
 from epbench.reports import render
+from epbench.reports.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -147,7 +152,7 @@ def compare_commits(
     if config.out_dir is not None:
         out = Path(config.out_dir)
         write_results(out / "results.json", doc)
+        atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
         atomic_write_text(out / "report.md", render.render_markdown(comparison))
-        atomic_write_text(out / "comment.md", render.render_markdown(comparison))
     return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 

@@ -1,0 +1,291 @@
+"""Thin click commands for the results history: `epbench history add|import|list|...`.
+
+Each parses its options, opens the store (reports.history), calls one library
+function and prints; errors are EpbenchError subclasses shown by click as one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from epbench.cli.base import Group
+from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
+from epbench.reports import changepoints
+from epbench.reports import history as hist
+
+FORMATS = ("text", "json", "csv")
+FAIL_ON = ("regression", "any", "never")
+SHORT_SHA = 7
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--db", "db_url", metavar="URL", default=None,
+        help=f"History database: a SQLite path, or postgresql://user:password@host/db "
+             f"[default: ${hist.DB_ENV}, else <epbench cache>/{hist.DEFAULT_DB_NAME}].",
+    )(f)
+
+
+def _short(sha: str) -> str:
+    return sha[:SHORT_SHA]
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.1f}"
+
+
+@click.group(cls=Group)
+def history() -> None:
+    """Keep every run in a history store and find the commits that changed a case.
+
+    \b
+    The series tracked is each arm's ratio to the in-run ORT control, per case
+    and machine (or machine class), in commit order. Stores: SQLite by default
+    (no server), PostgreSQL for a team (--db postgresql://...).
+    """
+
+
+@history.command("add")
+@click.argument("results", type=click.Path())
+@click.option("--commit", metavar="SHA", help="The commit measured [default: the one the "
+              "results file recorded (the checkout epbench ran in)].")
+@click.option("--branch", metavar="NAME", help="The branch it is on (results files record none).")
+@click.option("--machine-class", metavar="NAME",
+              help="Put this run in the series of a machine class rather than of its own host.")
+@db_option
+def add(results: str, commit: str | None, branch: str | None, machine_class: str | None,
+        db_url: str | None) -> None:
+    """Add one results file to the history (a run already stored is stored once)."""
+    with hist.HistoryStore.open(db_url) as store:
+        done = hist.add_file(store, results, commit=commit, branch=branch,
+                             machine_class=machine_class)
+        where = store.url
+    if done.added:
+        click.echo(f"added run {done.run_id}: commit {_short(done.commit)}"
+                   f"{'' if done.branch is None else ' on ' + done.branch}, "
+                   f"{done.points} case x arm points, to {where}")
+    else:
+        click.echo(f"already stored as run {done.run_id} (commit {_short(done.commit)}); "
+                   "nothing added")
+    if done.added and done.branch is None:
+        click.echo("note: no branch recorded; pass --branch NAME to record one", err=True)
+
+
+@history.command("import")
+@click.argument("directory", type=click.Path())
+@click.option("--branch", metavar="NAME", help="The branch the runs are on.")
+@click.option("--machine-class", metavar="NAME", help="Group the runs' machines under NAME.")
+@db_option
+def import_(directory: str, branch: str | None, machine_class: str | None,
+            db_url: str | None) -> None:
+    """Add every results file under a directory, oldest run first."""
+    with hist.HistoryStore.open(db_url) as store:
+        done = hist.import_dir(store, directory, branch=branch, machine_class=machine_class)
+    added = sum(r.added for _, r in done)
+    for path, r in done:
+        state = f"added as run {r.run_id}" if r.added else f"already stored (run {r.run_id})"
+        click.echo(f"{path}: commit {_short(r.commit)}, {state}")
+    click.echo(f"{added} run(s) added, {len(done) - added} already stored")
+
+
+@history.command("list")
+@click.option("--series", "show_series", is_flag=True, help="List the series instead of runs.")
+@db_option
+def list_(show_series: bool, db_url: str | None) -> None:
+    """List the stored runs (or, with --series, the series)."""
+    with hist.HistoryStore.open(db_url) as store:
+        if show_series:
+            keys = store.series_keys()
+            for case, arm, machine in keys:
+                n = len(hist.series(store, case, arm, machine))
+                click.echo(f"{case:<24} {arm:<16} {machine:<18} {n} commit(s)")
+            click.echo(f"{len(keys)} series in {store.url}")
+            return
+        runs = store.runs()
+        for r in runs:
+            click.echo(f"{r['id']:>5}  {_short(r['commit'])}  {r['branch'] or '-':<12} "
+                       f"{r['created']}  {r['machine_class'] or r['machine']:<18} "
+                       f"{r['points']} points")
+        click.echo(f"{len(runs)} run(s) in {store.url} (schema version {store.schema_version()})")
+
+
+@history.command("show")
+@click.option("--case", "case_name", required=True, metavar="CASE")
+@click.option("--arm", required=True, metavar="ARM")
+@click.option("--machine", metavar="KEY", help="Machine key or class (needed when the case "
+              "has several).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@db_option
+def show(case_name: str, arm: str, machine: str | None, fmt: str, db_url: str | None) -> None:
+    """Show one series, a commit per line, and its change points."""
+    with hist.HistoryStore.open(db_url) as store:
+        result = hist.series_with_changes(store, case_name, arm, machine)
+    starts = {f.index: f for f in result.findings}
+    rows = [{"commit": p.commit, "created": p.created, "ratio": p.ratio, "lo": p.lo,
+             "hi": p.hi, "runs": p.runs,
+             "change_point": (starts[i].change.ratio - 1.0) if i in starts else None}
+            for i, p in enumerate(result.points)]
+    if fmt == "json":
+        click.echo(json.dumps({"case": case_name, "arm": arm, "machine": result.machine,
+                               "points": rows,
+                               "findings": [f.to_dict() for f in result.findings]},
+                              sort_keys=True, indent=1))
+        return
+    if fmt == "csv":
+        click.echo(_csv(rows, ["commit", "created", "ratio", "lo", "hi", "runs",
+                               "change_point"]), nl=False)
+        return
+    click.echo(f"{case_name}, {arm} on {result.machine}: ratio to the in-run ORT control")
+    for i, p in enumerate(result.points):
+        ci = "" if p.lo is None or p.hi is None else f" [{p.lo:.3f}, {p.hi:.3f}]"
+        mark = f"   <- change {_pct(starts[i].change.ratio - 1.0)} %" if i in starts else ""
+        click.echo(f"  {_short(p.commit)}  {p.created}  {p.ratio:.3f}{ci}  "
+                   f"({p.runs} run{'s' if p.runs > 1 else ''}){mark}")
+    if len(result.points) < changepoints.MIN_POINTS:
+        click.echo(f"  ({len(result.points)} commits; change points need "
+                   f"{changepoints.MIN_POINTS})")
+
+
+def _resolve_since(store: hist.HistoryStore, since: str, repo: Path) -> str:
+    commits = store.commits()
+    if hist.match_commit(commits, since):
+        return since
+    sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{since}^{{commit}}")
+    if sha and hist.match_commit(commits, sha):
+        return sha
+    raise hist.HistoryError(
+        f"--since {since!r}: unknown revision (no stored run has it"
+        f"{'' if sha is None else ', and git resolves it to an unmeasured commit'}); "
+        "`epbench history list` shows the stored commits"
+    )
+
+
+def _finding_line(f: hist.Finding) -> str:
+    between = "" if f.commits_between is None else f" ({f.commits_between} commits)"
+    ci = ("" if f.change.lo != f.change.lo  # NaN: a side too short for an exact interval
+          else f" [{_pct(f.change.lo - 1.0)}, {_pct(f.change.hi - 1.0)}]")
+    return (f"`{f.case}`, {f.arm}: {_pct(f.change.ratio - 1.0)} %{ci} between "
+            f"`{_short(f.before)}` and `{_short(f.after)}`{between}")
+
+
+def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+@history.command("detect")
+@click.option("--case", "cases", multiple=True, metavar="CASE", help="Only this case. Repeatable.")
+@click.option("--arm", "arms", multiple=True, metavar="ARM", help="Only this arm. Repeatable.")
+@click.option("--machine", "machines", multiple=True, metavar="KEY",
+              help="Only this machine key or class. Repeatable.")
+@click.option("--since", metavar="REV", help="Report change points from this commit on "
+              "(a stored sha or prefix, or a git revision of --repo).")
+@click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="The git repository used to resolve --since and count commits in a range.")
+@click.option("--weighted", is_flag=True,
+              help="Weigh each point by 1 / its interval's width^2 (off: it lowered "
+                   "detection on synthetic series, see docs/history.md).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default="regression", show_default=True,
+              help="Exit 5 when a change point is a regression, any change point, or never.")
+@db_option
+def detect(cases: tuple[str, ...], arms: tuple[str, ...], machines: tuple[str, ...],
+           since: str | None, repo: str, weighted: bool, fmt: str, fail_on: str,
+           db_url: str | None) -> None:
+    """Find change points in each series, in commit order, and name the commits around them.
+
+    \b
+    Method: e-divisive with means (Matteson & James 2014) on log(ratio to the
+    in-run ORT control), each split tested by permutation (p <= 0.01, 199
+    shuffles, at least 4 commits a side). A change is the
+    median level after over the median before, with a distribution-free interval.
+    Exit codes: 0 nothing matched --fail-on, 5 a change point did, 1 bad input.
+    """
+    repo_path = Path(repo)
+    with hist.HistoryStore.open(db_url) as store:
+        since_sha = None if since is None else _resolve_since(store, since, repo_path)
+        found = hist.detect(store, cases=cases, arms=arms, machines=machines, since=since_sha,
+                            weighted=weighted)
+    if found.tested == 0:
+        raise hist.HistoryError(found.too_short[0] if len(found.too_short) == 1 else
+                                f"{len(found.too_short)} series, none long enough to test "
+                                f"(a test needs {changepoints.MIN_POINTS} commits); "
+                                "add more runs")
+    findings = []
+    for f in found.findings:
+        count = _git(repo_path, "rev-list", "--count", f"{f.before}..{f.after}")
+        findings.append(f if count is None else replace(f, commits_between=int(count)))
+    if fmt == "json":
+        click.echo(json.dumps({"tested": found.tested, "too_short": found.too_short,
+                               "findings": [f.to_dict() for f in findings]},
+                              sort_keys=True, indent=1))
+    elif fmt == "csv":
+        columns = ["case", "arm", "machine", "direction", "change", "lo", "hi", "p", "before",
+                   "after", "commits_between", "counters_changed"]
+        rows = [{**f.to_dict(), "counters_changed": json.dumps(f.to_dict()["counters_changed"])}
+                for f in findings]
+        click.echo(_csv(rows, columns), nl=False)
+    else:
+        for f in findings:
+            click.echo(_finding_line(f))
+            click.echo(f"    {'regression' if f.regression else 'improvement'}, "
+                       f"p = {f.p:.3f}, machine {f.machine}")
+            if f.counters_changed:
+                changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in f.counters_changed.items())
+                click.echo(f"    counters changed: {changed}")
+        scope = "" if since is None else f" since {since}"
+        click.echo(f"{len(findings)} change point(s){scope} in {found.tested} series tested")
+        for line in found.too_short:
+            click.echo(f"note: not tested: {line}", err=True)
+    hits = [f for f in findings if fail_on == "any" or (fail_on == "regression" and f.regression)]
+    click.get_current_context().exit(EXIT_REGRESSION if hits else EXIT_OK)
+
+
+@history.command("export")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Write every stored point as CSV.")
+@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Write every stored point as Parquet (needs pyarrow).")
+@db_option
+def export(csv_path: str | None, parquet_path: str | None, db_url: str | None) -> None:
+    """Export every stored point (run x case x arm) as CSV or Parquet."""
+    if not csv_path and not parquet_path:
+        raise EpbenchError("nothing to write; pass --csv PATH and/or --parquet PATH")
+    if parquet_path:
+        try:
+            import pyarrow  # noqa: F401 -- only to say clearly that it is missing
+        except ImportError:
+            raise EpbenchError("--parquet needs pyarrow, which is not installed; "
+                               "`pip install pyarrow`, or use --csv") from None
+    with hist.HistoryStore.open(db_url) as store:
+        frame = hist.all_points_frame(store)
+    for path, write in ((csv_path, lambda p: frame.to_csv(p, index=False)),
+                        (parquet_path, lambda p: frame.to_parquet(p, index=False))):
+        if path:
+            try:
+                write(path)
+            except OSError as exc:
+                raise EpbenchError(f"cannot write {path}: {exc.strerror}; choose another path")\
+                    from None
+            click.echo(f"wrote {len(frame)} rows to {path}")

@@ -1,0 +1,867 @@
+"""The results history: every run in one store, a series per case, arm and machine.
+
+Backends: SQLite (stdlib `sqlite3`, the default, a file under the epbench cache
+root: DEFAULT_DB_NAME in `epbench.core.paths.cache_dir()`) and PostgreSQL for a
+team's runners (psycopg 3, `postgresql://user:password@host:port/db`). `--db URL`,
+else $EPBENCH_DB, else the default file. Both run the same SQL.
+
+Schema changelog (bump by appending to MIGRATIONS; a database is upgraded on first
+use, under a lock, in one transaction; a newer database is refused):
+  1 -- runs (commit, branch, created, machine key, epbench version, identity key)
+       and points (per case and arm: ratio to the in-run control with its interval,
+       p50, per-round medians, counters, instructions).
+  2 -- runs.machine_class: machines grouped into one series (`--machine-class`).
+
+A run's identity is a hash of its canonical content (the results document as
+`epbench.core.results.dumps` writes it, which includes its created time and host):
+adding the same run twice, from results.json or results.jsonl, stores it once.
+
+The tracked series is the ratio of an arm to the in-run control (ORT's CPU EP) per
+run; a series is per machine key unless runs were added with a machine class. A
+commit measured more than once contributes one point, the median of its runs.
+Points are in commit order, which the store knows as the order of the runs' created
+times (the first run of a commit places it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from epbench.core.errors import EpbenchError
+from epbench.core.paths import cache_dir
+from epbench.core.results import SCHEMA, dumps, load_results
+from epbench.reports import changepoints, stats
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_DB_NAME = "history.sqlite"
+DB_ENV = "EPBENCH_DB"
+# Seconds to wait for a PostgreSQL server before calling it unreachable.
+CONNECT_TIMEOUT_S = 5
+# Seconds a SQLite writer waits for another one to finish.
+SQLITE_BUSY_S = 30
+# Any constant: the advisory lock that serializes migrations between runners.
+_MIGRATION_LOCK = 7_300_511
+
+
+class HistoryError(EpbenchError):
+    """The history store cannot be opened, read or written as asked."""
+
+
+def default_db_path() -> Path:
+    """Where the default SQLite history lives: <epbench cache root>/history.sqlite."""
+    return cache_dir(DEFAULT_DB_NAME)
+
+
+def resolve_db_url(url: str | None) -> str:
+    """--db, else $EPBENCH_DB, else the default SQLite file (as a plain path)."""
+    return url or os.environ.get(DB_ENV) or str(default_db_path())
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def _one_line(exc: BaseException) -> str:
+    # Drivers' messages span lines (psycopg adds a hint line); the user gets one.
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+# --------------------------------------------------------------------------- schema
+
+# One SQL text per migration, with two placeholders the backends fill in: {id} (an
+# auto-numbered key) and {float} (a double: PostgreSQL's REAL has only 24 bits).
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE runs (
+            id {id},
+            run_key TEXT NOT NULL UNIQUE,
+            commit_sha TEXT NOT NULL,
+            branch TEXT,
+            created TEXT NOT NULL,
+            added TEXT NOT NULL,
+            machine TEXT NOT NULL,
+            epbench_version TEXT,
+            results_schema TEXT NOT NULL,
+            source TEXT
+        )""",
+        """CREATE TABLE points (
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            case_name TEXT NOT NULL,
+            arm TEXT NOT NULL,
+            status TEXT,
+            ratio {float},
+            ratio_lo {float},
+            ratio_hi {float},
+            p50_ns {float},
+            rounds INTEGER NOT NULL,
+            round_medians_ns TEXT NOT NULL,
+            counters TEXT,
+            instructions {float},
+            PRIMARY KEY (run_id, case_name, arm)
+        )""",
+        "CREATE INDEX points_series ON points (case_name, arm)",
+        "CREATE INDEX runs_commit ON runs (commit_sha)",
+    ),
+    (
+        "ALTER TABLE runs ADD COLUMN machine_class TEXT",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class _Backend:
+    """A connection plus what differs between SQLite and PostgreSQL."""
+
+    kind = ""
+    id_type = ""
+    float_type = ""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def lock_for_migration(self) -> None:
+        """Called first inside the migration transaction."""
+
+    def table_exists(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SqliteBackend(_Backend):
+    kind = "sqlite"
+    id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    float_type = "REAL"
+
+    def __init__(self, url: str) -> None:
+        # sqlite:///abs/path, sqlite:relative/path, or a plain path.
+        if url.startswith("sqlite://"):
+            url = url.removeprefix("sqlite://")
+        self.path = Path(url.removeprefix("sqlite:"))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE), so a
+            # second writer waits for the first instead of failing at COMMIT.
+            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=SQLITE_BUSY_S)
+            self.conn.execute("PRAGMA foreign_keys = ON")
+        except (OSError, sqlite3.Error) as exc:
+            raise HistoryError(
+                f"cannot open the history database {self.path}: {_one_line(exc)}; "
+                f"pass another --db or set {DB_ENV}"
+            ) from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.conn.execute(sql, tuple(params)).fetchall()
+        except sqlite3.IntegrityError as exc:
+            raise HistoryError(
+                f"{self.path} refused a write ({_one_line(exc)}); nothing was stored"
+            ) from None
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):
+                raise HistoryError(
+                    f"{self.path} stayed locked by another writer for {SQLITE_BUSY_S} s; "
+                    "run the command again when it is done"
+                ) from None
+            raise HistoryError(
+                f"{self.path} is not a usable history database ({_one_line(exc)}); "
+                f"pass another --db or move the file away"
+            ) from None
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(
+                f"{self.path} is not a usable history database ({_one_line(exc)}); "
+                f"pass another --db or move the file away"
+            ) from None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.execute("COMMIT")
+
+    def table_exists(self, name: str) -> bool:
+        return bool(self.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class _PostgresBackend(_Backend):
+    kind = "postgresql"
+    id_type = "BIGSERIAL PRIMARY KEY"
+    float_type = "DOUBLE PRECISION"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise HistoryError(
+                "a postgresql:// history needs psycopg 3; install it with "
+                "`pip install 'epbench[postgres]'`"
+            ) from None
+        self._psycopg = psycopg
+        self.url = shown = redact(url)
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.OperationalError as exc:
+            text = str(exc)
+            if "password authentication failed" in text or "no password supplied" in text:
+                raise HistoryError(
+                    f"PostgreSQL at {shown} refused the password: {_one_line(exc)}; "
+                    "check the user and password in --db or $EPBENCH_DB"
+                ) from None
+            if re.search(r'database "[^"]+" does not exist', text):
+                raise HistoryError(
+                    f"PostgreSQL at {shown}: {_one_line(exc)}; create it with `createdb`"
+                ) from None
+            raise HistoryError(
+                f"cannot reach the PostgreSQL server at {shown}: {_one_line(exc)}; "
+                "check that it is running and that host and port in --db are right"
+            ) from None
+        except psycopg.Error as exc:
+            raise HistoryError(
+                f"cannot connect to {shown}: {_one_line(exc)}; check --db or $EPBENCH_DB"
+            ) from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            cur = self.conn.execute(sql.replace("?", "%s"), tuple(params))
+        except self._psycopg.IntegrityError as exc:
+            raise HistoryError(
+                f"{self.url} refused a write ({_one_line(exc)}); nothing was stored"
+            ) from None
+        except self._psycopg.OperationalError as exc:
+            raise HistoryError(
+                f"lost the PostgreSQL server at {self.url}: {_one_line(exc)}; "
+                "check the server and run the command again (nothing half-written is kept)"
+            ) from None
+        return cur.fetchall() if cur.description is not None else []
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.conn.transaction():
+            yield
+
+    def lock_for_migration(self) -> None:
+        # Two runners opening a new database at once: one migrates, the other waits
+        # and then finds the tables made.
+        self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
+
+    def table_exists(self, name: str) -> bool:
+        return self.execute("SELECT to_regclass(?)", (name,))[0][0] is not None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --------------------------------------------------------------------------- run records
+
+
+@dataclass(frozen=True)
+class PointRecord:
+    """One case x arm of one run, as stored."""
+
+    case: str
+    arm: str
+    status: str | None
+    ratio: float | None
+    ratio_lo: float | None
+    ratio_hi: float | None
+    p50_ns: float | None
+    round_medians_ns: list[float | None]
+    counters: dict[str, Any] | None
+    instructions: float | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One results file, as stored."""
+
+    run_key: str
+    commit: str
+    branch: str | None
+    created: str
+    machine: str
+    machine_class: str | None
+    epbench_version: str | None
+    results_schema: str
+    points: list[PointRecord] = field(default_factory=list)
+
+
+def run_key(doc: Mapping[str, Any]) -> str:
+    """The identity of a run: a hash of its canonical content (created time and host included)."""
+    return hashlib.sha256(dumps(doc).encode("utf-8")).hexdigest()[:32]
+
+
+def _epbench_version(doc: Mapping[str, Any]) -> str | None:
+    # Results files do not record the epbench that wrote them yet; then the store
+    # records the version of the epbench that added the run (the closest known).
+    recorded = doc.get("epbench_version")
+    if recorded:
+        return str(recorded)
+    try:
+        return metadata.version("epbench")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def run_record(doc: Mapping[str, Any], *, source: str, commit: str | None = None,
+               branch: str | None = None, machine_class: str | None = None,
+               confidence: float = 0.95) -> RunRecord:
+    """What the store keeps of a results document; refuses a run it cannot place."""
+    import numpy as np
+
+    host = doc.get("host") or {}
+    commit = commit or host.get("git_commit")
+    if not commit:
+        raise HistoryError(
+            f"{source} records no git commit (it ran outside a git checkout); "
+            "pass --commit SHA (and --branch NAME)"
+        )
+    machine = host.get("key")
+    if not machine:
+        raise HistoryError(f"{source} has no host fingerprint key; re-run it with this epbench")
+    created = doc.get("created")
+    if not created:
+        raise HistoryError(f"{source} has no created time; is it an epbench results file?")
+    control = doc.get("control", "ort")
+    jobs: list[tuple[str, str]] = []
+    logs = []
+    medians: dict[tuple[str, str], Any] = {}
+    for name, case in (doc.get("cases") or {}).items():
+        ctrl = stats.round_medians(case, control) if control in case.get("arms", {}) else None
+        for arm in case.get("arms", {}):
+            medians[name, arm] = stats.round_medians(case, arm)
+            if arm != control and ctrl is not None:
+                jobs.append((name, arm))
+                logs.append(stats.log_ratios(medians[name, arm], ctrl))
+    changes = dict(zip(jobs, stats.paired_changes(logs, confidence=confidence), strict=True))
+    points = []
+    for name, case in (doc.get("cases") or {}).items():
+        for arm, info in case.get("arms", {}).items():
+            values = medians[name, arm]
+            good = values[np.isfinite(values)]
+            if arm == control:
+                ratio, lo, hi = (1.0, 1.0, 1.0) if len(good) else (None, None, None)
+            elif (name, arm) in changes:
+                ch = changes[name, arm]
+                ratio, lo, hi = stats.finite(ch.ratio), stats.finite(ch.lo), stats.finite(ch.hi)
+            else:
+                ratio = lo = hi = None
+            counters = info.get("counters_per_run")
+            instructions = (counters or {}).get("instructions")
+            points.append(PointRecord(
+                case=name, arm=arm, status=case.get("status"),
+                ratio=ratio, ratio_lo=lo, ratio_hi=hi,
+                p50_ns=stats.finite(float(np.median(good))) if len(good) else None,
+                round_medians_ns=[stats.finite(float(v)) for v in values],
+                counters=dict(counters) if counters else None,
+                instructions=stats.finite(float(instructions)) if isinstance(
+                    instructions, (int, float)) else None,
+            ))
+    return RunRecord(
+        run_key=run_key(doc), commit=str(commit), branch=branch, created=str(created),
+        machine=str(machine), machine_class=machine_class,
+        epbench_version=_epbench_version(doc), results_schema=str(doc.get("schema", SCHEMA)),
+        points=points,
+    )
+
+
+@dataclass(frozen=True)
+class AddResult:
+    run_id: int
+    added: bool  # False: the run was already stored
+    commit: str
+    branch: str | None
+    points: int
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class HistoryStore:
+    """One history database; open with `HistoryStore.open(url)`, close when done."""
+
+    def __init__(self, backend: _Backend, url: str) -> None:
+        self._db = backend
+        self.url = redact(url)
+        self.kind = backend.kind
+
+    @classmethod
+    def open(cls, url: str | None = None, *, migrate: bool = True) -> HistoryStore:
+        """Connect and bring the schema up to date (refusing a newer one)."""
+        url = resolve_db_url(url)
+        backend: _Backend = (_PostgresBackend(url) if _is_postgres(url)
+                             else _SqliteBackend(url))
+        store = cls(backend, url)
+        try:
+            if migrate:
+                store._migrate()
+        except BaseException:
+            backend.close()
+            raise
+        return store
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ----------------------------------------------------------------- migrations
+
+    def schema_version(self) -> int:
+        """The database's schema version (0: empty)."""
+        if not self._db.table_exists("schema_version"):
+            return 0
+        rows = self._db.execute("SELECT MAX(version) FROM schema_version")
+        return int(rows[0][0] or 0)
+
+    def _migrate(self, target: int = SCHEMA_VERSION) -> None:
+        with self._db.transaction():
+            self._db.lock_for_migration()
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL, "
+                "applied TEXT NOT NULL)")
+            current = self.schema_version()
+            if current > SCHEMA_VERSION:
+                raise HistoryError(
+                    f"the history database {self.url} has schema version {current}, newer "
+                    f"than this epbench understands ({SCHEMA_VERSION}); upgrade epbench"
+                )
+            for version in range(current + 1, target + 1):
+                for sql in MIGRATIONS[version - 1]:
+                    self._db.execute(sql.format(id=self._db.id_type,
+                                                float=self._db.float_type))
+                self._db.execute("INSERT INTO schema_version (version, applied) VALUES (?, ?)",
+                                 (version, _now()))
+
+    # ----------------------------------------------------------------- writing
+
+    def add(self, record: RunRecord, *, source: str | None = None) -> AddResult:
+        """Store one run, all of it or nothing; a run already stored is not stored again."""
+        with self._db.transaction():
+            rows = self._db.execute(
+                "INSERT INTO runs (run_key, commit_sha, branch, created, added, machine, "
+                "machine_class, epbench_version, results_schema, source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_key) DO NOTHING "
+                "RETURNING id",
+                (record.run_key, record.commit, record.branch, record.created, _now(),
+                 record.machine, record.machine_class, record.epbench_version,
+                 record.results_schema, source))
+            if not rows:
+                (run_id, commit, branch), = self._db.execute(
+                    "SELECT id, commit_sha, branch FROM runs WHERE run_key = ?",
+                    (record.run_key,))
+                return AddResult(int(run_id), False, commit, branch, 0)
+            run_id = int(rows[0][0])
+            for p in record.points:
+                self._db.execute(
+                    "INSERT INTO points (run_id, case_name, arm, status, ratio, ratio_lo, "
+                    "ratio_hi, p50_ns, rounds, round_medians_ns, counters, instructions) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, p.case, p.arm, p.status, p.ratio, p.ratio_lo, p.ratio_hi,
+                     p.p50_ns, len(p.round_medians_ns), json.dumps(p.round_medians_ns),
+                     json.dumps(p.counters, sort_keys=True) if p.counters else None,
+                     p.instructions))
+        return AddResult(run_id, True, record.commit, record.branch, len(record.points))
+
+    # ----------------------------------------------------------------- reading
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every stored run, oldest first, with its point count."""
+        rows = self._db.execute(
+            "SELECT r.id, r.commit_sha, r.branch, r.created, r.machine, r.machine_class, "
+            "r.epbench_version, r.source, COUNT(p.run_id) FROM runs r "
+            "LEFT JOIN points p ON p.run_id = r.id GROUP BY r.id, r.commit_sha, r.branch, "
+            "r.created, r.machine, r.machine_class, r.epbench_version, r.source "
+            "ORDER BY r.created, r.id")
+        keys = ("id", "commit", "branch", "created", "machine", "machine_class",
+                "epbench_version", "source", "points")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def series_keys(self, *, control: str = "ort") -> list[tuple[str, str, str]]:
+        """Every (case, arm, series machine) with at least one point, the control left out."""
+        rows = self._db.execute(
+            "SELECT DISTINCT p.case_name, p.arm, COALESCE(r.machine_class, r.machine) "
+            "FROM points p JOIN runs r ON r.id = p.run_id WHERE p.arm <> ? "
+            "ORDER BY 1, 2, 3", (control,))
+        return [(str(c), str(a), str(m)) for c, a, m in rows]
+
+    def commits(self) -> list[str]:
+        """Every stored commit, in commit order (first run's created time)."""
+        rows = self._db.execute(
+            "SELECT commit_sha, MIN(created) FROM runs GROUP BY commit_sha ORDER BY 2, 1")
+        return [str(r[0]) for r in rows]
+
+    def points(self, case: str, arm: str, machine: str) -> list[dict[str, Any]]:
+        """Every stored run's point of one series, in run order (not aggregated)."""
+        rows = self._db.execute(
+            "SELECT r.commit_sha, r.branch, r.created, r.machine, p.status, p.ratio, "
+            "p.ratio_lo, p.ratio_hi, p.p50_ns, p.round_medians_ns, p.counters, p.instructions, "
+            "r.id FROM points p JOIN runs r ON r.id = p.run_id "
+            "WHERE p.case_name = ? AND p.arm = ? AND COALESCE(r.machine_class, r.machine) = ? "
+            "ORDER BY r.created, r.id", (case, arm, machine))
+        out = []
+        for (commit, branch, created, host, status, ratio, lo, hi, p50, medians, counters,
+             instructions, run_id) in rows:
+            out.append({
+                "commit": commit, "branch": branch, "created": created, "machine": host,
+                "status": status, "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
+                "p50_ns": p50, "round_medians_ns": json.loads(medians),
+                "counters": json.loads(counters) if counters else None,
+                "instructions": instructions, "run_id": int(run_id),
+            })
+        return out
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- series
+
+
+@dataclass(frozen=True)
+class SeriesPoint:
+    """One commit of a series: the median ratio of its runs, with an interval."""
+
+    commit: str
+    created: str
+    ratio: float
+    lo: float | None
+    hi: float | None
+    runs: int
+    counters: dict[str, Any] | None
+
+    @property
+    def weight(self) -> float:
+        """1 / half-width^2 of the log interval (NaN without an interval)."""
+        if self.lo is None or self.hi is None or not (0 < self.lo < self.hi):
+            return math.nan
+        half = (math.log(self.hi) - math.log(self.lo)) / 2.0
+        return 1.0 / (half * half)
+
+
+def series(store: HistoryStore, case: str, arm: str, machine: str) -> list[SeriesPoint]:
+    """One series in commit order: a point per commit (the median over its runs' ratios).
+
+    Runs whose case failed or has no ratio are left out. A commit measured several
+    times keeps the interval of the run closest to the median.
+    """
+    import numpy as np
+
+    by_commit: dict[str, list[dict[str, Any]]] = {}
+    for row in store.points(case, arm, machine):
+        if row["status"] == "ok" and row["ratio"] is not None and row["ratio"] > 0:
+            by_commit.setdefault(row["commit"], []).append(row)
+    out = []
+    for commit, rows in by_commit.items():  # dicts keep first-run order
+        logs = np.log([r["ratio"] for r in rows])
+        mid = float(np.median(logs))
+        nearest = rows[int(np.argmin(np.abs(logs - mid)))]
+        out.append(SeriesPoint(commit=commit, created=rows[0]["created"],
+                               ratio=math.exp(mid), lo=nearest["ratio_lo"],
+                               hi=nearest["ratio_hi"], runs=len(rows),
+                               counters=nearest["counters"]))
+    return out
+
+
+def series_frame(store: HistoryStore, case: str, arm: str, machine: str) -> pd.DataFrame:
+    """One series as a pandas DataFrame: commit, created, ratio, lo, hi, runs."""
+    import pandas as pd
+
+    rows = [{"commit": p.commit, "created": p.created, "ratio": p.ratio, "lo": p.lo,
+             "hi": p.hi, "runs": p.runs} for p in series(store, case, arm, machine)]
+    return pd.DataFrame(rows, columns=["commit", "created", "ratio", "lo", "hi", "runs"])
+
+
+def all_points_frame(store: HistoryStore) -> pd.DataFrame:
+    """Every stored point, one row per run x case x arm (for `history export`)."""
+    import pandas as pd
+
+    rows = []
+    for case, arm, machine in store.series_keys(control=""):
+        for p in store.points(case, arm, machine):
+            rows.append({"case": case, "arm": arm, "series": machine, **{
+                k: p[k] for k in ("commit", "branch", "created", "machine", "status",
+                                  "ratio", "ratio_lo", "ratio_hi", "p50_ns", "instructions")},
+                "counters": json.dumps(p["counters"], sort_keys=True) if p["counters"] else None,
+                "round_medians_ns": json.dumps(p["round_medians_ns"])})
+    columns = ["case", "arm", "series", "commit", "branch", "created", "machine", "status",
+               "ratio", "ratio_lo", "ratio_hi", "p50_ns", "instructions", "counters",
+               "round_medians_ns"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- change points
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A change point of one series, as `history detect` reports it."""
+
+    case: str
+    arm: str
+    machine: str
+    before: str  # the last commit of the old level
+    after: str  # the first commit of the new level
+    index: int  # position of `after` in the series
+    change: stats.Change  # the new level / the old level, with its interval
+    p: float  # the permutation test's p-value
+    counters_changed: dict[str, tuple[Any, Any]]
+    commits_between: int | None = None  # commits in before..after, when git knows them
+
+    @property
+    def regression(self) -> bool:
+        return self.change.ratio > 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case, "arm": self.arm, "machine": self.machine,
+            "before": self.before, "after": self.after, "index": self.index,
+            "change": stats.finite(self.change.ratio - 1.0),
+            "lo": stats.finite(self.change.lo - 1.0), "hi": stats.finite(self.change.hi - 1.0),
+            "p": self.p, "direction": "regression" if self.regression else "improvement",
+            "commits_between": self.commits_between,
+            "counters_changed": {k: list(v) for k, v in self.counters_changed.items()},
+        }
+
+
+@dataclass(frozen=True)
+class SeriesChanges:
+    """A series and its change points: what a report plots."""
+
+    case: str
+    arm: str
+    machine: str
+    points: list[SeriesPoint]
+    findings: list[Finding]
+
+
+class SeriesTooShort(HistoryError):
+    """A series with fewer points than a change-point test needs."""
+
+
+def _counters_changed(before: Mapping[str, Any] | None,
+                      after: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+    before, after = before or {}, after or {}
+    return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
+            if before.get(k) != after.get(k)}
+
+
+def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = "",
+                 machine: str = "", weighted: bool = False,
+                 significance: float = changepoints.SIGNIFICANCE,
+                 permutations: int = changepoints.PERMUTATIONS) -> list[Finding]:
+    """Change points of one series (log ratios) as findings.
+
+    `weighted` weighs each point by 1 / its interval's half-width^2. Off by default: on
+    synthetic series whose points' noise follows their intervals it lowered detection
+    (docs/history.md has the figures), so it is an option, not the method.
+
+    Each change is the new level over the old, the median of the points after it (to
+    the next change) over the median before it (from the previous change), with the
+    distribution-free interval of a difference of two medians (stats.double_ratio_changes;
+    unbounded, shown as n/a, when a side has fewer than 7 points).
+    """
+    import numpy as np
+
+    if len(points) < changepoints.MIN_POINTS:
+        raise SeriesTooShort(
+            f"{case}, {arm} on {machine}: {len(points)} commit(s) in the series, a change-point "
+            f"test needs at least {changepoints.MIN_POINTS}; add more runs"
+        )
+    logs = np.log([p.ratio for p in points])
+    weights = np.array([p.weight for p in points]) if weighted else None
+    cps = changepoints.e_divisive(logs, weights, significance=significance,
+                                  permutations=permutations)
+    edges = [0, *(c.index for c in cps), len(points)]
+    findings = []
+    for k, cp in enumerate(cps):
+        before_logs = logs[edges[k]:cp.index]
+        after_logs = logs[cp.index:edges[k + 2]]
+        (change,) = stats.double_ratio_changes([after_logs], [before_logs])
+        if not math.isfinite(change.ratio):
+            ratio = math.exp(float(np.median(after_logs) - np.median(before_logs)))
+            change = stats.Change(ratio, math.nan, math.nan, math.nan,
+                                  min(len(after_logs), len(before_logs)))
+        prev, nxt = points[cp.index - 1], points[cp.index]
+        findings.append(Finding(
+            case=case, arm=arm, machine=machine, before=prev.commit, after=nxt.commit,
+            index=cp.index, change=change, p=cp.p,
+            counters_changed=_counters_changed(prev.counters, nxt.counters),
+        ))
+    return findings
+
+
+def series_with_changes(store: HistoryStore, case: str, arm: str, machine: str | None = None,
+                        *, weighted: bool = False) -> SeriesChanges:
+    """A series and its change points, for a report (the HTML report's entry point).
+
+    `machine` is a machine key or class; None takes the only one the case has (an
+    error names them when there are several). A series too short to test comes back
+    with no findings rather than an error.
+    """
+    if machine is None:
+        machines = sorted({m for c, a, m in store.series_keys() if c == case and a == arm})
+        if len(machines) != 1:
+            raise HistoryError(
+                f"{case}, {arm}: {len(machines)} machine series ({', '.join(machines) or 'none'}); "
+                "pass the machine key or class"
+            )
+        machine = machines[0]
+    points = series(store, case, arm, machine)
+    try:
+        findings = find_changes(points, case=case, arm=arm, machine=machine, weighted=weighted)
+    except SeriesTooShort:
+        findings = []
+    return SeriesChanges(case, arm, machine, points, findings)
+
+
+def read_series_with_changes(db_url: str | None, case: str, arm: str,
+                             machine: str | None = None) -> SeriesChanges:
+    """Open the store at `db_url` (None: $EPBENCH_DB or the default file), read one series
+    and its change points, close the store: the one call a report needs."""
+    with HistoryStore.open(db_url) as store:
+        return series_with_changes(store, case, arm, machine)
+
+
+def match_commit(commits: Sequence[str], rev: str) -> str | None:
+    """The stored commit `rev` names (a full sha or an unambiguous prefix of 4+ characters)."""
+    rev = rev.lower()
+    if len(rev) < 4:
+        return None
+    hits = [c for c in commits if c.lower().startswith(rev)]
+    if len(hits) > 1:
+        raise HistoryError(f"revision {rev!r} matches {len(hits)} stored commits; give more of it")
+    return hits[0] if hits else None
+
+
+@dataclass(frozen=True)
+class Detection:
+    findings: list[Finding]
+    tested: int  # series tested
+    too_short: list[str]  # why series could not be tested
+
+
+def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str] = (),
+           machines: Sequence[str] = (), since: str | None = None,
+           weighted: bool = False) -> Detection:
+    """Change points in every series asked for, kept when they lie after `since`.
+
+    `since` is a stored commit (full or prefix, resolved by the caller when it is a
+    git revision); the whole series is still tested (more context, more power), and a
+    change is reported when its first new commit is `since` or later.
+    """
+    commits = store.commits()
+    since_pos = None
+    if since is not None:
+        sha = match_commit(commits, since)
+        if sha is None:
+            raise HistoryError(
+                f"--since {since!r}: no stored run has that commit; "
+                "`epbench history list` shows the stored commits"
+            )
+        since_pos = commits.index(sha)
+    order = {c: i for i, c in enumerate(commits)}
+    keys = [k for k in store.series_keys()
+            if (not cases or k[0] in cases) and (not arms or k[1] in arms)
+            and (not machines or k[2] in machines)]
+    if not keys:
+        raise HistoryError(
+            "no stored series matches --case/--arm/--machine; `epbench history list` shows them"
+        )
+    findings: list[Finding] = []
+    too_short: list[str] = []
+    tested = 0
+    for case, arm, machine in keys:
+        points = series(store, case, arm, machine)
+        try:
+            found = find_changes(points, case=case, arm=arm, machine=machine, weighted=weighted)
+        except SeriesTooShort as exc:
+            too_short.append(exc.message)
+            continue
+        tested += 1
+        findings.extend(f for f in found if since_pos is None or order[f.after] >= since_pos)
+    return Detection(findings, tested, too_short)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def add_file(store: HistoryStore, path: str | Path, *, commit: str | None = None,
+             branch: str | None = None, machine_class: str | None = None) -> AddResult:
+    """Read one results file (migrated, newer schemas refused) and add it as one transaction."""
+    doc = load_results(path)
+    record = run_record(doc, source=str(path), commit=commit, branch=branch,
+                        machine_class=machine_class)
+    return store.add(record, source=str(path))
+
+
+def results_files(directory: str | Path) -> list[Path]:
+    """Every results file under `directory`: results.json, or results.jsonl without one."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise HistoryError(f"{root} is not a directory; pass a folder of runs to import")
+    found = []
+    for dirpath, _, names in sorted(os.walk(root)):
+        if "results.json" in names:
+            found.append(Path(dirpath, "results.json"))
+        elif "results.jsonl" in names:
+            found.append(Path(dirpath, "results.jsonl"))
+    if not found:
+        raise HistoryError(f"no results.json or results.jsonl under {root}; "
+                           "pass the --out folder of one or more runs")
+    return found
+
+
+def import_dir(store: HistoryStore, directory: str | Path, *, branch: str | None = None,
+               machine_class: str | None = None) -> list[tuple[Path, AddResult]]:
+    """Add every results file under `directory`, oldest run first.
+
+    Every file is read and checked before the first is added, so one bad file stops
+    the import with nothing added; each run is then its own transaction.
+    """
+    records = []
+    for path in results_files(directory):
+        doc = load_results(path)
+        records.append((path, run_record(doc, source=str(path), branch=branch,
+                                         machine_class=machine_class)))
+    records.sort(key=lambda item: (item[1].created, str(item[0])))
+    return [(path, store.add(record, source=str(path))) for path, record in records]

@@ -1,0 +1,201 @@
+"""`epbench history ...` end to end: real results files, a real git repository, real stores."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sqlite3
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.results import SCHEMA, write_results
+from epbench.reports import synthetic
+from tests.support.gitrepo import git, init_repo
+from tests.support.postgres import PgServer
+
+BEFORE, AFTER = 10, 10  # measured commits either side of the slower one
+SLOWER = 1.06
+
+
+def invoke(*args: object) -> object:
+    result = CliRunner().invoke(cli, ["history", *[str(a) for a in args]])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def make_run(folder: Path, seed: int, *, commit: str, slower: bool) -> Path:
+    factor = SLOWER if slower else 1.0
+    counters = {"relu_d100_w8": {"engine": {"api_calls": 3.0,
+                                            "heap_allocs": 2.0 if slower else 1.0}}}
+    doc = synthetic.results_doc(
+        {"relu_d100_w8": {"ort": 2000.0, "engine": 700.0 * factor},
+         "relu_d10_w8": {"ort": 400.0, "engine": 150.0}},
+        rounds=8, seed=seed, counters=counters)
+    doc["host"]["git_commit"] = commit
+    doc["created"] = f"2026-03-01T10:{seed:02d}:00Z"
+    folder.mkdir(parents=True)
+    write_results(folder / "results.json", doc)
+    return folder / "results.json"
+
+
+@pytest.fixture(scope="module")
+def history_repo(tmp_path_factory) -> tuple[Path, list[str], Path]:
+    """A git repository of 21 commits, 20 of them measured (commit 11 was not), their runs."""
+    root = tmp_path_factory.mktemp("hist")
+    repo = init_repo(root / "repo")
+    shas = []
+    for i in range(BEFORE + AFTER + 1):
+        (repo / "f.txt").write_text(f"{i}\n")
+        git(repo, "add", "f.txt")
+        git(repo, "commit", "-q", "-m", f"c{i}")
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    measured = shas[:BEFORE] + shas[BEFORE + 1:]  # shas[BEFORE] made it slower, never measured
+    runs = root / "runs"
+    for i, sha in enumerate(measured):
+        make_run(runs / f"r{i:02d}", i, commit=sha, slower=i >= BEFORE)
+    return repo, measured, runs
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "h.sqlite")
+    server: PgServer = request.getfixturevalue("pg_server")
+    name = "c_" + uuid.uuid4().hex[:12]
+    server.createdb(name)
+    return server.url(database=name)
+
+
+def test_detect_names_the_commits_around_a_slowdown_and_exits_5(history_repo, db):
+    repo, measured, runs = history_repo
+    imported = invoke("import", runs, "--db", db, "--branch", "main")
+    assert imported.exit_code == 0 and "20 run(s) added, 0 already stored" in imported.output
+    result = invoke("detect", "--db", db, "--repo", repo)
+    assert result.exit_code == EXIT_REGRESSION, result.output
+    lines = result.output.splitlines()
+    (line,) = [x for x in lines if x.startswith("`")]
+    assert line.startswith("`relu_d100_w8`, engine: +")
+    assert line.endswith(f"between `{measured[BEFORE - 1][:7]}` and `{measured[BEFORE][:7]}` "
+                         "(2 commits)")
+    change = float(line.split(": ")[1].split(" %")[0])
+    assert 4.0 < change < 8.0  # the true step is +6 %
+    assert "    counters changed: heap_allocs 1.0 -> 2.0" in lines
+    assert lines[-1] == "1 change point(s) in 2 series tested"
+    # Machine-readable forms carry the same finding.
+    doc = json.loads(invoke("detect", "--db", db, "--format", "json").output)
+    (finding,) = doc["findings"]
+    assert (finding["case"], finding["direction"], finding["after"]) == (
+        "relu_d100_w8", "regression", measured[BEFORE])
+    assert finding["counters_changed"] == {"heap_allocs": [1.0, 2.0]}
+    rows = list(csv.DictReader(io.StringIO(invoke("detect", "--db", db, "--format", "csv").output)))
+    assert [(r["case"], r["after"]) for r in rows] == [("relu_d100_w8", measured[BEFORE])]
+
+
+def test_fail_on_and_since_choose_what_counts(history_repo, tmp_path):
+    repo, measured, runs = history_repo
+    db = tmp_path / "h.sqlite"
+    invoke("import", runs, "--db", db)
+    assert invoke("detect", "--db", db, "--fail-on", "never").exit_code == EXIT_OK
+    after = invoke("detect", "--db", db, "--since", measured[BEFORE + 2][:8])
+    assert after.exit_code == EXIT_OK and "0 change point(s) since" in after.output
+    # A git revision of --repo is resolved to its sha, then found in the store.
+    by_git = invoke("detect", "--db", db, "--repo", repo, "--since", "HEAD~12")
+    assert by_git.exit_code == EXIT_REGRESSION
+    unknown = invoke("detect", "--db", db, "--repo", repo, "--since", "no-such-rev")
+    assert unknown.exit_code == EXIT_USER_ERROR
+    assert unknown.output.strip().splitlines() == [
+        "Error: --since 'no-such-rev': unknown revision (no stored run has it); "
+        "`epbench history list` shows the stored commits"]
+    assert invoke("detect", "--db", db, "--case", "relu_d10_w8").exit_code == EXIT_OK
+    none = invoke("detect", "--db", db, "--case", "nope")
+    assert none.exit_code == EXIT_USER_ERROR and "no stored series matches" in none.output
+
+
+def test_a_series_too_short_to_test_says_how_many_points_it_needs(history_repo, tmp_path):
+    _, _, runs = history_repo
+    db = tmp_path / "h.sqlite"
+    for i in range(3):
+        invoke("add", runs / f"r{i:02d}" / "results.json", "--db", db)
+    result = invoke("detect", "--db", db, "--case", "relu_d100_w8")
+    assert result.exit_code == EXIT_USER_ERROR
+    assert result.output.strip() == (
+        "Error: relu_d100_w8, engine on host0001: 3 commit(s) in the series, a change-point "
+        "test needs at least 12; add more runs")
+
+
+def test_add_twice_show_list_and_export(history_repo, tmp_path):
+    _, measured, runs = history_repo
+    db = tmp_path / "h.sqlite"
+    first = invoke("add", runs / "r00" / "results.json", "--db", db, "--branch", "main")
+    assert first.exit_code == 0 and first.output.startswith(
+        f"added run 1: commit {measured[0][:7]} on main, 4 case x arm points")
+    again = invoke("add", runs / "r00" / "results.json", "--db", db)
+    assert again.output.strip() == (
+        f"already stored as run 1 (commit {measured[0][:7]}); nothing added")
+    invoke("import", runs, "--db", db)
+    listing = invoke("list", "--db", db).output.splitlines()
+    assert listing[-1] == f"20 run(s) in {db} (schema version 2)"
+    assert invoke("list", "--series", "--db", db).output.splitlines()[0].split() == [
+        "relu_d100_w8", "engine", "host0001", "20", "commit(s)"]
+    shown = invoke("show", "--db", db, "--case", "relu_d100_w8", "--arm", "engine").output
+    marked = [x for x in shown.splitlines() if "<- change" in x]
+    assert len(marked) == 1 and marked[0].split()[0] == measured[BEFORE][:7]
+    out = tmp_path / "all.csv"
+    assert invoke("export", "--db", db, "--csv", out).exit_code == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 20 * 4 and {r["arm"] for r in rows} == {"ort", "engine"}
+    assert len(json.loads(rows[0]["round_medians_ns"])) == 8
+
+
+def test_parquet_export_needs_pyarrow_and_says_so(tmp_path):
+    result = invoke("export", "--db", tmp_path / "h.sqlite", "--parquet", tmp_path / "x.pq")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert result.exit_code == EXIT_USER_ERROR
+        assert result.output.strip() == ("Error: --parquet needs pyarrow, which is not "
+                                         "installed; `pip install pyarrow`, or use --csv")
+    else:
+        assert result.exit_code == 0 and (tmp_path / "x.pq").is_file()
+
+
+def test_a_run_without_a_commit_and_a_newer_database_are_one_line_each(tmp_path):
+    doc = synthetic.results_doc({"relu_d1_w8": {"ort": 100.0, "engine": 50.0}}, rounds=6)
+    doc["host"]["git_commit"] = None
+    write_results(tmp_path / "results.json", doc)
+    db = tmp_path / "h.sqlite"
+    result = invoke("add", tmp_path / "results.json", "--db", db)
+    assert result.exit_code == EXIT_USER_ERROR
+    assert result.output.strip() == (
+        f"Error: {tmp_path / 'results.json'} records no git commit (it ran outside a git "
+        "checkout); pass --commit SHA (and --branch NAME)")
+    assert invoke("add", tmp_path / "results.json", "--db", db, "--commit", "abc1234"
+                  ).exit_code == 0
+    write_results(tmp_path / "newer.json", {**doc, "schema": "epbench.results/99"})
+    newer_file = invoke("add", tmp_path / "newer.json", "--db", db, "--commit", "abc1234")
+    assert newer_file.exit_code == EXIT_USER_ERROR
+    assert newer_file.output.strip() == (
+        f"Error: {tmp_path / 'newer.json'} uses epbench.results/99, newer than this epbench "
+        f"understands ({SCHEMA}); upgrade epbench to read it")
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO schema_version VALUES (3, 'later')")
+    newer = invoke("list", "--db", db)
+    assert newer.exit_code == EXIT_USER_ERROR
+    assert newer.output.strip() == (
+        f"Error: the history database {db} has schema version 3, newer than this epbench "
+        "understands (2); upgrade epbench")
+
+
+def test_epbench_db_selects_the_store(tmp_path, monkeypatch):
+    doc = synthetic.results_doc({"relu_d1_w8": {"ort": 100.0, "engine": 50.0}}, rounds=6)
+    write_results(tmp_path / "results.json", doc)
+    monkeypatch.setenv("EPBENCH_DB", str(tmp_path / "env.sqlite"))
+    assert invoke("add", tmp_path / "results.json").exit_code == 0
+    assert (tmp_path / "env.sqlite").is_file()
