@@ -14,7 +14,8 @@ from epbench.engine.library import LIBRARY_NAME, library_path
 
 # EP options the engine accepts (passed per session through add_provider_for_devices).
 # partition: "fused" (default) claims maximal connected groups of supported nodes as one
-# fused node each; "per_node" makes every supported node its own partition. The inject_*
+# fused node each; "per_node" makes every supported node its own partition; "kernel" runs
+# every supported node as a kernel from the EP's kernel registry. The inject_*
 # knobs are for validating the harness and default to 0: a busy-wait per Run / per node
 # (nanoseconds), and extra harmless ORT API calls per Run (visible in the counters).
 EP_OPTIONS = (

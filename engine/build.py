@@ -4,6 +4,7 @@
     python -m engine.build --out DIR        # DIR/libepbench_engine.so, path printed last
     python -m engine.build --sanitize --out DIR   # ASan+UBSan variant (engine/README.md says
                                                   # how it runs under Python; `make asan`)
+    CC=aarch64-linux-gnu-gcc python -m engine.build --out DIR   # cross-compiled (any CC)
 
 ORT's C headers ship in no PyPI or Debian package. They are fetched with `npm pack` from
 the npm package named below (MIT, ORT 1.29 headers), checked against the npm integrity
@@ -177,6 +178,14 @@ def _compiler_version(cc: str) -> str:
     return proc.stdout.splitlines()[0].strip() if proc.returncode == 0 and proc.stdout else cc
 
 
+def _target_machine(cc: str) -> str:
+    """The CPU the compiler builds for (`gcc -dumpmachine`'s first part: x86_64, aarch64),
+    which is not this machine's when CC is a cross compiler."""
+    proc = subprocess.run([cc, "-dumpmachine"], capture_output=True, text=True)
+    triple = proc.stdout.strip() if proc.returncode == 0 else ""
+    return triple.split("-")[0] if triple else platform.machine()
+
+
 def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -199,7 +208,9 @@ def build(out_dir: Path, sanitize: bool = False) -> Path:
         "flags": " ".join(flags),
         "ort_api_version": ORT_API_VERSION,
         "sanitize": sanitize,
-        "machine": platform.machine(),
+        # The SIMD clones (kernels' target_clones) exist on x86-64 only; any other target
+        # gets the portable kernels, vectorized for its baseline ISA by -O3.
+        "machine": _target_machine(cc),
     }
     # Work in out_dir/_build (git-ignored, removed by `make clean`): same filesystem as the
     # target, so the final rename is atomic.

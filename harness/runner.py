@@ -255,24 +255,31 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
                 proc.stdin.close()
             except BrokenPipeError:
                 pass  # the worker died at start; its exit status says why
-            with os.fdopen(read_fd, "r", encoding="utf-8") as pipe, \
+            # Raw reads, split here: a buffered readline could keep a second line that
+            # arrived in the same read out of select()'s sight, so an event written just
+            # before a hang was lost with the killed worker (and noticed only at the next
+            # write, or never).
+            with os.fdopen(read_fd, "rb", buffering=0) as pipe, \
                     selectors.DefaultSelector() as selector:
                 selector.register(pipe, selectors.EVENT_READ)
+                pending = b""
                 while True:
                     if not selector.select(silence_timeout_s):
                         timed_out = True
                         proc.kill()
                         break
-                    line = pipe.readline()
-                    if not line:
+                    chunk = pipe.read(1 << 16)
+                    if not chunk:
                         break
-                    try:
-                        event = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a crash mid-write
-                    events.append(event)
-                    if on_event is not None:
-                        on_event(event)
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        try:
+                            event = json.loads(line)
+                        except ValueError:
+                            continue  # a line cut by a crash mid-write
+                        events.append(event)
+                        if on_event is not None:
+                            on_event(event)
             returncode = proc.wait()
         except BaseException:
             proc.kill()

@@ -33,6 +33,7 @@ from epbench.core.numbers import block_summary, median
 from epbench.core.results import dumps
 from epbench.engine.probe import read_counters
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
+from epbench.harness.conformance import run_in_worker
 from epbench.harness.gate import IdleGate, InterferenceMeter, format_gate_reading, quietest_core
 from epbench.harness.instructions import count_in_worker
 from epbench.harness.overhead import measure_overhead
@@ -242,6 +243,11 @@ class Worker:
         if self.request.get("mode") == "probe":
             # Preflight: load and register every arm, report EP names, run nothing.
             self.setup_arms()
+            self.emit({"event": "done"})
+            return
+        if self.request.get("mode") == "conformance":
+            # ONNX's node test cases on one arm, one event per case (harness.conformance).
+            run_in_worker(self)
             self.emit({"event": "done"})
             return
         if self.request.get("mode") == "instructions":

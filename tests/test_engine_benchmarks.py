@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
+from epbench.cases.grids import case_by_name, load_grid
 from epbench.core.numbers import block_summary
-from epbench.engine.benchmarks import TARGETS, evaluate, main, render, round_ratios
+from epbench.engine.benchmarks import (
+    TARGETS,
+    decompose,
+    evaluate,
+    family_of,
+    fit_family,
+    main,
+    render,
+    round_ratios,
+)
+from epbench.reports import stats
 
 
 def _round(samples: dict[str, list[int]], quiet: bool = True) -> dict:
@@ -85,3 +98,69 @@ def test_a_case_with_no_quiet_round_is_marked_where_its_numbers_are_shown() -> N
     assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× † | ✅ met |" in text
     assert "| `relu_d100_w8` † | 100 ns |" in text
     assert "† no round of this case passed the idle gate" in text
+
+
+def _family_doc(kernel_per_node: float) -> dict:
+    """relu_w8 at depths 1, 10, 100 with exact lines: time = per-Run + per-node x depth."""
+    lines = {"ort": (1000, 10), "engine": (800, 1), "pn": (500, 30),
+             "kn": (500, kernel_per_node)}
+    calls = {"engine": lambda d: 4, "pn": lambda d: 4 * d, "kn": lambda d: 4 * d}
+    doc = _doc()
+    doc["arms"]["kn"] = {"kind": "engine", "spec": "engine:partition=kernel,name=kn",
+                         "options": {"partition": "kernel"}}
+    doc["cases"] = {}
+    for depth in (1, 10, 100):
+        name = f"relu_d{depth}_w8"
+        rounds = [_round({arm: [a + b * depth + jitter] * 3 for arm, (a, b) in lines.items()})
+                  for jitter in (0, 0, 0, 0)]
+        doc["cases"][name] = {
+            "status": "ok", "spec": case_by_name(name).to_dict(), "rounds": rounds,
+            "arms": {arm: {"counters_per_run": {"ort_api_calls": float(calls[arm](depth))}
+                           if arm in calls else None} for arm in lines}}
+    return doc
+
+
+def test_per_node_costs_come_from_the_family_fit_with_calls_per_node() -> None:
+    (family,) = decompose(_family_doc(kernel_per_node=20))
+    assert family["family"] == "relu_w8" and family["depths"] == [1, 10, 100]
+    rows = {r["label"]: r for r in family["rows"]}
+    assert {k: round(r["slope"], 6) for k, r in rows.items()} == {
+        "ort": 10, "engine (fused)": 1, "engine (per_node)": 30, "engine (kernel)": 20}
+    assert round(rows["engine (kernel)"]["intercept"], 6) == 500
+    assert rows["engine (per_node)"]["calls_per_node"] == 4
+    assert rows["engine (fused)"]["calls_per_node"] == 0
+    assert rows["ort"]["calls_per_node"] is None
+    assert family["dispatch"]["met"] and round(family["dispatch"]["diff"], 6) == -10
+    text = render(_family_doc(kernel_per_node=20))
+    assert "| kernel per-node cost ≤ per_node's (`relu_w8`) | 20 ns | 30 ns | -10 ns" in text
+    assert "| engine (kernel) | 20 ns [20, 20] | 500 ns [500, 500] | 4 |" in text
+    # The grid's columns and its call counts follow the same arm order.
+    assert "| engine (fused) | engine (per_node) | engine (kernel) | plugin:nxrt_ep_cpu |" in text
+    assert "| `relu_d10_w8` | 1.10 µs | 0.736× | 0.727× | 0.636× | — | 4 / 0, 40 / 0, 40 / 0 |" \
+        in text
+
+
+def test_a_slower_kernel_dispatch_is_a_visible_miss_with_its_reason() -> None:
+    text = render(_family_doc(kernel_per_node=40))
+    assert "| +10 ns [+10, +10] | ❌ missed [k] |" in text
+    assert "[k] a registered plugin kernel is still called through ORT's plugin ABI" in text
+
+
+def test_the_restated_family_rule_is_the_cases_own() -> None:
+    for spec in load_grid("full"):
+        assert family_of(spec.to_dict()) == spec.family, spec.name
+
+
+def test_the_restated_fit_is_epbenchs_fit() -> None:
+    """Same points as reports.stats.fit_family, intervals within bootstrap noise."""
+    rng = np.random.default_rng(1)
+    depths = [1, 10, 100, 1000]
+    rounds = [{arm: 500 + slope * d + rng.normal(0, 40, 30)
+               for arm, slope in (("a", 20.0), ("b", 31.0))} for d in depths]
+    ours = fit_family(depths, rounds, ["a", "b"])
+    theirs = stats.fit_family(depths, rounds, ["a", "b"])
+    for arm in ("a", "b"):
+        assert ours[arm]["slope"] == np.float64(theirs[arm].slope)
+        assert ours[arm]["intercept"] == np.float64(theirs[arm].intercept)
+        width = theirs[arm].slope_ci[1] - theirs[arm].slope_ci[0]
+        assert np.allclose(ours[arm]["slope_ci"], theirs[arm].slope_ci, atol=0.2 * width)

@@ -1,8 +1,10 @@
 """Pinned deterministic counts per Run: the evidence that backs the wall clock.
 
 The engine asks ORT for each fused input with 3 calls (GetInput, the one-call type+shape
-query, GetTensorData) and for each output with 2 (GetOutput, GetTensorMutableData):
-    ort_api_calls per Compute = 3 * inputs + 2 * outputs
+query, GetTensorData), or 2 when the input's declared shape is fully static (ORT checks
+those dims before Run, so the plan keeps them), and for each output with 2 (GetOutput,
+GetTensorMutableData):
+    ort_api_calls per Compute = 2 * static inputs + 3 * symbolic inputs + 2 * outputs
 and nothing else per Run unless `inject_api_calls_per_run` asks for it. After warm-up a
 Run allocates nothing. Each pin below fails against a mutant that adds one ORT call or one
 allocation per Run (see the final report of the engine issue for the mutants used).
@@ -29,8 +31,8 @@ WARMUP_RUNS = 2
 MEASURED_RUNS = 5
 
 
-def calls_per_compute(inputs: int, outputs: int) -> int:
-    return 3 * inputs + 2 * outputs
+def calls_per_compute(static_inputs: int, outputs: int, symbolic_inputs: int = 0) -> int:
+    return 2 * static_inputs + 3 * symbolic_inputs + 2 * outputs
 
 
 def _per_run(session, feeds: dict, ep_name: str, runs: int = MEASURED_RUNS) -> dict[str, float]:
@@ -51,22 +53,29 @@ def _case(name: str):
     return spec, spec.build()
 
 
-# case, EP options, inputs and outputs of one fused node, Compute calls and nodes per Run
+# case, EP options, (static, symbolic) inputs and outputs of one fused node, Compute calls
+# and nodes per Run
 PINNED = [
-    ("relu_d1_w8", {}, 1, 1, 1, 1),
-    ("relu_d100_w8", {}, 1, 1, 1, 100),
-    ("relu_d1000_w8", {}, 1, 1, 1, 1000),
-    ("relu_d10_w8_dyn", {}, 1, 1, 1, 10),
-    ("relu_d100_w4096", {}, 1, 1, 1, 100),
-    ("add_d10_w8", {}, 2, 1, 1, 10),
-    ("sigmoid_d10_w4096", {}, 1, 1, 1, 10),
-    ("matmul_128x128", {}, 2, 1, 1, 1),
-    ("matmul_128x128_dyn", {}, 2, 1, 1, 1),
+    ("relu_d1_w8", {}, (1, 0), 1, 1, 1),   # 4 calls: static shape, no type/shape query
+    ("relu_d100_w8", {}, (1, 0), 1, 1, 100),
+    ("relu_d1000_w8", {}, (1, 0), 1, 1, 1000),
+    ("relu_d10_w8_dyn", {}, (0, 1), 1, 1, 10),  # a symbolic batch: the shape is asked for
+    ("relu_d100_w4096", {}, (1, 0), 1, 1, 100),
+    ("add_d10_w8", {}, (2, 0), 1, 1, 10),
+    ("sigmoid_d10_w4096", {}, (1, 0), 1, 1, 10),
+    ("matmul_128x128", {}, (2, 0), 1, 1, 1),
+    ("matmul_128x128_dyn", {}, (1, 1), 1, 1, 1),  # A has the symbolic batch, B is static
     # per_node: every node is its own fused node (a chain node reads its predecessor only;
     # an add_d10 node reads its predecessor and y).
-    ("relu_d1_w8", {"partition": "per_node"}, 1, 1, 1, 1),
-    ("relu_d100_w8", {"partition": "per_node"}, 1, 1, 100, 100),
-    ("add_d10_w8", {"partition": "per_node"}, 2, 1, 10, 10),
+    ("relu_d1_w8", {"partition": "per_node"}, (1, 0), 1, 1, 1),
+    ("relu_d100_w8", {"partition": "per_node"}, (1, 0), 1, 100, 100),
+    ("add_d10_w8", {"partition": "per_node"}, (2, 0), 1, 10, 10),
+    # kernel: every node is a registered kernel running the same one-node plan, so the
+    # same calls per node as per_node (what differs is ORT's dispatch around them).
+    ("relu_d1_w8", {"partition": "kernel"}, (1, 0), 1, 1, 1),
+    ("relu_d100_w8", {"partition": "kernel"}, (1, 0), 1, 100, 100),
+    ("add_d10_w8", {"partition": "kernel"}, (2, 0), 1, 10, 10),
+    ("matmul_128x128_dyn", {"partition": "kernel"}, (1, 1), 1, 1, 1),
 ]
 
 
@@ -77,7 +86,8 @@ def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes
     ep = "ebe_count"
     session = engine_session(built.model_bytes, _library(), ep, options, spec.opt_level)
     per_run = _per_run(session, built.inputs, ep)
-    assert per_run["ort_api_calls"] == computes * calls_per_compute(inputs, outputs)
+    static, symbolic = inputs
+    assert per_run["ort_api_calls"] == computes * calls_per_compute(static, outputs, symbolic)
     assert per_run["heap_allocs"] == 0
     assert per_run["heap_bytes"] == 0
     assert per_run["heap_frees"] == 0
@@ -87,6 +97,23 @@ def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes
     assert per_run["compute_errors"] == 0
     assert per_run["scratch_overflows"] == 0
     assert per_run["strided_broadcasts"] == 0  # the grid's Adds take the fast kernels
+    if options.get("partition") != "kernel":
+        assert per_run["in_place_steps"] == 0  # only a registered kernel can be given one
+
+
+@pytest.mark.parametrize(("case_name", "in_place"), [
+    ("relu_d100_w8", 98),        # all but the first (reads the graph input) and the last
+    ("identity_d10_w4096", 8),   # (writes the bound graph output)
+    ("sigmoid_d10_w4096", 8),
+    ("add_d10_w8", 0),           # binary ops declare no alias
+])
+def test_kernel_mode_runs_unary_ops_in_place_where_ort_allows(case_name, in_place) -> None:
+    spec, built = _case(case_name)
+    session = engine_session(built.model_bytes, _library(), "ebe_inplace",
+                             {"partition": "kernel"}, spec.opt_level)
+    per_run = _per_run(session, built.inputs, "ebe_inplace")
+    assert per_run["in_place_steps"] == in_place
+    assert per_run["heap_allocs"] == 0
 
 
 def _graph(nodes, inputs, outputs) -> bytes:
@@ -100,11 +127,11 @@ def _graph(nodes, inputs, outputs) -> bytes:
 
 
 @pytest.mark.parametrize(("nodes", "inputs", "outputs"), [
-    # three inputs, one output: 3*3 + 2*1
+    # three (static) inputs, one output: 2*3 + 2*1
     ([("Add", ["x", "y"], "s"), ("Mul", ["s", "z"], "out")], ["x", "y", "z"], ["out"]),
-    # one input, two outputs (one of them also read inside the partition): 3*1 + 2*2
+    # one input, two outputs (one of them also read inside the partition): 2*1 + 2*2
     ([("Relu", ["x"], "r"), ("Sigmoid", ["r"], "out")], ["x"], ["r", "out"]),
-    # the same input twice in one node still counts once per fused input: 3*1 + 2*1
+    # the same input twice in one node still counts once per fused input: 2*1 + 2*1
     ([("Mul", ["x", "x"], "out")], ["x"], ["out"]),
 ])
 def test_call_count_is_linear_in_fused_inputs_and_outputs(nodes, inputs, outputs) -> None:
@@ -125,8 +152,8 @@ def test_injected_api_calls_are_exact_and_only_in_that_arm() -> None:
     plain = engine_session(built.model_bytes, _library(), "ebe_plain")
     noisy = engine_session(built.model_bytes, _library(), "ebe_noisy",
                            {"inject_api_calls_per_run": "7"})
-    assert _per_run(noisy, built.inputs, "ebe_noisy")["ort_api_calls"] == 5 + 7
-    assert _per_run(plain, built.inputs, "ebe_plain")["ort_api_calls"] == 5
+    assert _per_run(noisy, built.inputs, "ebe_noisy")["ort_api_calls"] == 4 + 7
+    assert _per_run(plain, built.inputs, "ebe_plain")["ort_api_calls"] == 4
 
 
 def test_delay_knobs_change_no_count() -> None:
@@ -135,7 +162,7 @@ def test_delay_knobs_change_no_count() -> None:
                              {"inject_delay_ns_per_run": "1000",
                               "inject_delay_ns_per_node": "100"})
     per_run = _per_run(session, built.inputs, "ebe_delay")
-    assert per_run["ort_api_calls"] == 5
+    assert per_run["ort_api_calls"] == 4
     assert per_run["heap_allocs"] == 0
     assert per_run["nodes_executed"] == 10
 
@@ -171,10 +198,10 @@ def test_one_library_under_two_names_counts_each_arm_apart() -> None:
     a = read_counters(_library(), "ebe_arm_a")
     b = read_counters(_library(), "ebe_arm_b")
     total = read_counters(_library())
-    assert (a["runs"], a["compute_calls"], a["ort_api_calls"]) == (3, 3, 15)
-    assert (b["runs"], b["compute_calls"], b["ort_api_calls"]) == (2, 200, 1000)
+    assert (a["runs"], a["compute_calls"], a["ort_api_calls"]) == (3, 3, 12)
+    assert (b["runs"], b["compute_calls"], b["ort_api_calls"]) == (2, 200, 800)
     assert total["runs"] == 5
-    assert total["ort_api_calls"] == 15 + 1000
+    assert total["ort_api_calls"] == 12 + 800
     assert first.get_providers()[0] == "ebe_arm_a"
     assert second.get_providers()[0] == "ebe_arm_b"
 
@@ -217,7 +244,7 @@ def test_engine_probe_is_the_same_view_as_read_counters() -> None:
     reset_counters(library_path())
     session.run(None, built.inputs)
     assert engine.probe("ebe_probe_view") == read_counters(library_path(), "ebe_probe_view")
-    assert engine.probe("ebe_probe_view")["ort_api_calls"] == 5
+    assert engine.probe("ebe_probe_view")["ort_api_calls"] == 4
     assert engine.probe() == read_counters(library_path())
 
 
@@ -244,3 +271,44 @@ def test_options_reach_an_ep_whose_name_has_capitals() -> None:
     session = engine_session(built.model_bytes, _library(), "Ebe_Caps",
                              {"partition": "per_node"}, opt_level="disabled")
     assert partitions_by_ep(session)["Ebe_Caps"] == 100
+
+
+def test_symbolic_inputs_ask_for_their_shape_and_static_ones_do_not() -> None:
+    """Same graph, batch dim declared static or symbolic: one call per input apart."""
+    from onnx import TensorProto, helper
+
+    def model(batch) -> bytes:
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["x", "y"], ["out"], name="out")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8]),
+             helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                                 ir_version=10).SerializeToString()
+
+    feeds = {"x": np.ones((2, 8), np.float32), "y": np.ones((2, 8), np.float32)}
+    static = engine_session(model(2), _library(), "ebe_static", opt_level="disabled")
+    symbolic = engine_session(model("batch"), _library(), "ebe_symbolic", opt_level="disabled")
+    assert _per_run(static, feeds, "ebe_static")["ort_api_calls"] == calls_per_compute(2, 1)
+    assert _per_run(symbolic, feeds, "ebe_symbolic")["ort_api_calls"] == calls_per_compute(
+        1, 1, symbolic_inputs=1)
+
+
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
+@pytest.mark.parametrize(("fed", "dtype"), [((1, 9), np.float32), ((3, 8), np.float32),
+                                            ((8,), np.float32), ((1, 1, 8), np.float32),
+                                            ((1, 8), np.float64)])
+def test_a_wrong_feed_for_a_static_input_is_orts_error_not_a_crash(partition, fed,
+                                                                   dtype) -> None:
+    """The plan trusts a static input's declared shape and type (no per-Run query) because
+    ORT checks the feed against them first."""
+    spec, built = _case("relu_d10_w8")
+    session = engine_session(built.model_bytes, _library(), "ebe_wrong_shape",
+                             {"partition": partition}, spec.opt_level)
+    reset_counters(_library())
+    with pytest.raises(Exception, match="(?i)invalid (rank|dimensions) for input|"
+                                        "unexpected input data type"):
+        session.run(None, {"x": np.ones(fed, dtype)})
+    assert read_counters(_library(), "ebe_wrong_shape")["compute_calls"] == 0
+    got = session.run(None, built.inputs)[0]  # and the session still works
+    np.testing.assert_array_equal(got, np.maximum(built.inputs["x"], 0))

@@ -59,7 +59,7 @@ def _grid_cases() -> list[str]:
     return [spec.name for spec in load_grid("default")]
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 @pytest.mark.parametrize("case_name", _grid_cases())
 def test_grid_case_matches_ort_and_runs_every_node(case_name: str, partition: str) -> None:
     from epbench.cases.grids import case_by_name
@@ -101,6 +101,14 @@ def _matmul_model(a_shape: list, b_shape: list) -> bytes:
     (["m", 4], [4, "n"], [6, 4], [4, 7]),         # symbolic m, n
     ([2, "m", 70], [70, 300], [2, 5, 70], None),  # blocks over n and a k tail
     ([1, 300], [300, 600], None, None),           # GEMV over k and n blocks
+    ([3], [3], None, None),                       # 1-D x 1-D: a rank-0 dot product
+    ([4], [2, 4, 1], None, None),                 # 1-D A: one row, the 1 dropped
+    ([1, 2, 4, 3], [3], None, None),              # 1-D B: one column, the 1 dropped
+    ([4], [4, 6], None, None),                    # vector x matrix
+    ([5, 4], [4], None, None),                    # matrix x vector
+    (["k"], ["k"], [0], [0]),                     # empty dot product: 0
+    ([2, 0, 4], [4, 3], None, None),              # zero rows
+    ([0, 3, 4], [1, 4, 2], None, None),           # a zero batch dim against a broadcast one
 ])
 def test_matmul_shapes_match_ort(a_shape, b_shape, a_feed, b_feed) -> None:
     rng = np.random.default_rng(7)
@@ -109,6 +117,86 @@ def test_matmul_shapes_match_ort(a_shape, b_shape, a_feed, b_feed) -> None:
     session, got, want = _run_both(_matmul_model(a_shape, b_shape), {"a": a, "b": b})
     assert nodes_by_ep(session) == {EP_NAME: 1}
     np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=1e-4)
+
+
+_SHAPE_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                           suppress_health_check=[HealthCheck.too_slow])
+
+
+# ---- numpy shapes: every broadcast, 1-D MatMul operands, rank 0 and zero-sized dims -------
+
+DIMS = st.sampled_from([1, 1, 2, 3, 5, 0])
+
+
+@st.composite
+def broadcast_pair(draw):
+    """Two shapes that broadcast by numpy's rules (ranks 0-5, dims 0-5, 1s anywhere)."""
+    out = draw(st.lists(DIMS, min_size=0, max_size=5))
+
+    def operand() -> list[int]:
+        rank = draw(st.integers(0, len(out)))
+        tail = out[len(out) - rank:]
+        return [1 if draw(st.booleans()) and d != 0 else d for d in tail]
+
+    return operand(), operand()
+
+
+@st.composite
+def matmul_pair(draw):
+    """Two shapes numpy.matmul accepts: 1-D operands, broadcast batch dims, zero dims."""
+    m, k, n = draw(DIMS), draw(DIMS), draw(DIMS)
+    batch = draw(st.lists(DIMS, min_size=0, max_size=3))
+
+    def batch_of() -> list[int]:
+        rank = draw(st.integers(0, len(batch)))
+        return [1 if draw(st.booleans()) else d for d in batch[len(batch) - rank:]]
+
+    a = [k] if draw(st.booleans()) else [*batch_of(), m, k]
+    b = [k] if draw(st.booleans()) else [*batch_of(), k, n]
+    return a, b
+
+
+def _binary_model(op: str, a_shape: list, b_shape: list, symbolic: bool) -> bytes:
+    """op(a, b) with static dims, or every dim symbolic (decided per Run, not at compile)."""
+    def declared(shape: list, name: str) -> list:
+        return [f"{name}{i}" for i in range(len(shape))] if symbolic else shape
+
+    return _graph([(op, ["a", "b"], "c")],
+                  [("a", declared(a_shape, "a")), ("b", declared(b_shape, "b"))], ["c"])
+
+
+@_SHAPE_SETTINGS
+@given(shapes=broadcast_pair(), op=st.sampled_from(["Add", "Mul"]), symbolic=st.booleans(),
+       partition=st.sampled_from(["fused", "per_node", "kernel"]), seed=st.integers(0, 2**16))
+def test_every_numpy_broadcast_gives_orts_bits(shapes, op, symbolic, partition, seed) -> None:
+    a_shape, b_shape = shapes
+    rng = np.random.default_rng(seed)
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32),
+             "b": rng.standard_normal(b_shape).astype(np.float32)}
+    model = _binary_model(op, a_shape, b_shape, symbolic)
+    session, got, want = _run_both(model, feeds, options={"partition": partition},
+                                   opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: 1}
+    numpy_op = np.add if op == "Add" else np.multiply
+    assert got[0].shape == numpy_op(feeds["a"], feeds["b"]).shape
+    assert_same_bits(got[0], want[0])
+
+
+@_SHAPE_SETTINGS
+@given(shapes=matmul_pair(), symbolic=st.booleans(),
+       partition=st.sampled_from(["fused", "per_node", "kernel"]), seed=st.integers(0, 2**16))
+def test_matmul_is_numpy_matmul(shapes, symbolic, partition, seed) -> None:
+    a_shape, b_shape = shapes
+    rng = np.random.default_rng(seed)
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32),
+             "b": rng.standard_normal(b_shape).astype(np.float32)}
+    model = _binary_model("MatMul", a_shape, b_shape, symbolic)
+    session, got, want = _run_both(model, feeds, options={"partition": partition},
+                                   opt_level="disabled")
+    assert nodes_by_ep(session) == {EP_NAME: 1}
+    reference = np.matmul(feeds["a"].astype(np.float64), feeds["b"].astype(np.float64))
+    assert got[0].shape == reference.shape == want[0].shape
+    np.testing.assert_allclose(got[0], reference, rtol=RTOL, atol=1e-5)
 
 
 def test_unsupported_node_between_two_supported_splits_the_partition() -> None:
@@ -257,7 +345,7 @@ _DAG_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True,
 
 
 @_DAG_SETTINGS
-@given(case=dags(), partition=st.sampled_from(["fused", "per_node"]))
+@given(case=dags(), partition=st.sampled_from(["fused", "per_node", "kernel"]))
 def test_random_dag_matches_ort_with_every_node_on_the_engine(case, partition) -> None:
     model, feeds, n_nodes, _ = case
     session, got, want = _run_both(model, feeds, options={"partition": partition},
@@ -269,7 +357,7 @@ def test_random_dag_matches_ort_with_every_node_on_the_engine(case, partition) -
 
 
 @_DAG_SETTINGS
-@given(case=dags(ops=EXACT_OPS), partition=st.sampled_from(["fused", "per_node"]))
+@given(case=dags(ops=EXACT_OPS), partition=st.sampled_from(["fused", "per_node", "kernel"]))
 def test_random_dag_of_exact_ops_gives_orts_bits(case, partition) -> None:
     model, feeds, n_nodes, _ = case
     session, got, want = _run_both(model, feeds, options={"partition": partition},

@@ -83,7 +83,7 @@ from epbench.cases.builders import binary_chain, chain, matmul
 from tests.support.engine_sessions import engine_session
 
 library = sys.argv[1]
-for partition in ("fused", "per_node"):
+for partition in ("fused", "per_node", "kernel"):
     relu = engine_session(chain("Relu", 3, 8, True).SerializeToString(), library, "vg",
                           {"partition": partition}, "disabled")
     for batch in (1, 4, 2):  # the scratch arena grows once, then is reused

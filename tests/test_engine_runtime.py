@@ -85,12 +85,13 @@ def test_concurrent_runs_on_one_session_are_correct(threads: int) -> None:
         assert counters["scratch_overflows"] == 0
 
 
-def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
+def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes(partition: str) -> None:
     model = _model([("Add", ["x", "y"], "out")], {"x": ["batch", 8], "y": ["batch", 8]}, ["out"])
     feeds = {"x": np.ones((2, 8), np.float32), "y": np.ones((3, 8), np.float32)}
     with pytest.raises(Exception):  # noqa: B017 -- ORT's own error type, whatever it is
         cpu_session(model).run(None, feeds)
-    session = engine_session(model, _library(), EP_NAME)
+    session = engine_session(model, _library(), EP_NAME, {"partition": partition})
     with pytest.raises(Exception, match=r"Add node 'out'.*\[2,8\] and \[3,8\] are incompatible"):
         session.run(None, feeds)
     # The session is still usable afterwards.
@@ -98,11 +99,21 @@ def test_conflicting_symbolic_dim_is_an_error_that_names_the_shapes() -> None:
     np.testing.assert_array_equal(ok[0], np.full((3, 8), 2.0, np.float32))
 
 
-def test_matmul_inner_dim_conflict_is_an_error() -> None:
-    model = _model([("MatMul", ["a", "b"], "out")], {"a": ["m", "k"], "b": ["k", "n"]}, ["out"])
-    feeds = {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)}
-    session = engine_session(model, _library(), EP_NAME)
-    with pytest.raises(Exception, match=r"MatMul node 'out'.*\[2,3\] and \[4,5\]"):
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
+@pytest.mark.parametrize(("a_feed", "b_feed"), [
+    ((2, 3), (4, 5)),
+    ((3,), (4,)),          # two 1-D operands of different lengths
+    ((2, 3), (4,)),        # a 1-D B that does not fit A's k
+])
+def test_matmul_inner_dim_conflict_is_an_error(partition, a_feed, b_feed) -> None:
+    a_decl = ["m", "k"][-len(a_feed):]
+    b_decl = ["k", "n"][:len(b_feed)]
+    model = _model([("MatMul", ["a", "b"], "out")], {"a": a_decl, "b": b_decl}, ["out"])
+    feeds = {"a": np.ones(a_feed, np.float32), "b": np.ones(b_feed, np.float32)}
+    session = engine_session(model, _library(), EP_NAME, {"partition": partition})
+    shapes = (r"\[" + ",".join(map(str, a_feed)) + r"\] and \["
+              + ",".join(map(str, b_feed)) + r"\]")
+    with pytest.raises(Exception, match=r"MatMul node 'out'.*" + shapes):
         session.run(None, feeds)
 
 
@@ -138,7 +149,7 @@ def test_nan_and_infinities_give_orts_result(op: str) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_empty_tensor_with_a_zero_dim_gives_an_empty_result(partition: str) -> None:
     session = engine_session(MIXED, _library(), EP_NAME, {"partition": partition})
     feeds = {"x": np.ones((0, 64), np.float32), "y": np.ones((0, 64), np.float32),
@@ -222,7 +233,7 @@ def test_an_input_of_unknown_rank_is_not_claimed() -> None:
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum(x, 0))
 
 
-@pytest.mark.parametrize("partition", ["fused", "per_node"])
+@pytest.mark.parametrize("partition", ["fused", "per_node", "kernel"])
 def test_sigmoid_is_accurate_over_the_whole_float_range(partition: str) -> None:
     """The vectorized exp: every input from -120 to 120 (both tails, the -87 cutoff)."""
     x = np.linspace(-120, 120, 64 * 1024, dtype=np.float32).reshape(-1, 1024)

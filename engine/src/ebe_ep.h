@@ -4,12 +4,26 @@
 
 #include "ebe_factory.h"
 
+typedef enum ebe_partition {
+  EBE_PARTITION_FUSED = 0, /* maximal connected groups, one compiled partition each */
+  EBE_PARTITION_PER_NODE,  /* one compiled partition per node */
+  EBE_PARTITION_KERNEL     /* no compiling: each node runs as a registered kernel */
+} ebe_partition;
+
 typedef struct ebe_ep_options {
-  int per_node;                     /* partition=per_node: one partition per node */
+  ebe_partition partition;
   uint64_t inject_delay_ns_per_run; /* test knobs, default 0 */
   uint64_t inject_delay_ns_per_node;
   uint64_t inject_api_calls_per_run;
 } ebe_ep_options;
+
+struct ebe_ep;
+
+/* What a registered kernel's create function is handed: its op and its EP. */
+typedef struct ebe_kernel_source {
+  struct ebe_ep *ep;
+  int op; /* an ebe_op */
+} ebe_kernel_source;
 
 typedef struct ebe_ep {
   OrtEp base; /* first: ORT's pointer is ours */
@@ -18,6 +32,8 @@ typedef struct ebe_ep {
   char *name; /* == the factory's registration name */
   ebe_counters *counters;
   ebe_ep_options options;
+  OrtKernelRegistry *registry;     /* partition=kernel only, else NULL; owned */
+  ebe_kernel_source kernel_sources[8]; /* [op]: the create functions' state (>= EBE_OP_COUNT) */
 } ebe_ep;
 
 /* Create an EP for a session; options are read from the session config entries

@@ -29,11 +29,32 @@ typedef struct ebe_plan_config {
 
 typedef struct ebe_plan ebe_plan;
 
+/* A tensor's declared shape when it is float32 with no symbolic or unknown dim. ORT checks a
+ * graph input's dims and type against it before Run, and type-checks every kernel's output,
+ * so a Run need not ask for the shape of such an input. */
+typedef struct ebe_static_shape {
+  int is_static; /* 0: ask ORT every Run (rank and dims unused) */
+  int32_t rank;
+  int64_t dims[EBE_MAX_RANK];
+} ebe_static_shape;
+
+/* Fill *shape from a type (NULL: not static). Returns an error status only when an ORT query
+ * fails; a type that is not a static float32 tensor just leaves shape->is_static 0. Borrows
+ * `type`. */
+OrtStatus *ebe_static_shape_from_type(const OrtApi *api, ebe_counters *counters,
+                                      const OrtTypeInfo *type, ebe_static_shape *shape);
+
 /* Build the plan of `graph` (the nodes of one partition) whose fused node is `fused_node`.
  * On success *out owns a new plan (free with ebe_plan_free); on failure *out is NULL and the
  * returned status says why. Does not keep any pointer into graph or fused_node. */
 OrtStatus *ebe_plan_build(const ebe_plan_config *config, const OrtGraph *graph,
                           const OrtNode *fused_node, ebe_plan **out);
+
+/* Build the plan of one node run as a registered kernel: inputs 0..arity-1, output 0,
+ * `shapes` [arity] the inputs' static shapes (copied). On success *out owns a new plan (free
+ * with ebe_plan_free); on failure *out is NULL and the status says why. `name` is copied. */
+OrtStatus *ebe_plan_build_node(const ebe_plan_config *config, ebe_op op, const char *name,
+                               const ebe_static_shape *shapes, ebe_plan **out);
 
 /* Run the plan on a kernel context. Returns NULL or an error status the caller owns (bad
  * input shape, an input that is not float32, out of memory); never aborts. In steady state (after the first

@@ -22,6 +22,7 @@ typedef enum ebe_counter_id {
   EBE_C_COMPUTE_ERRORS,    /* Compute calls that returned an error status */
   EBE_C_SCRATCH_OVERFLOWS, /* Runs that found every pooled scratch busy (heap fallback) */
   EBE_C_STRIDED_BROADCASTS, /* Add/Mul steps run by the general strided broadcast */
+  EBE_C_IN_PLACE_STEPS,     /* one-node steps whose output buffer ORT made the input's */
   EBE_C_COUNT
 } ebe_counter_id;
 

@@ -7,6 +7,7 @@
 
 #include "ebe_ep.h"
 #include "ebe_plan.h"
+#include "ebe_registry.h"
 
 /* ---- options ------------------------------------------------------------------------------ */
 
@@ -24,11 +25,13 @@ static OrtStatus *ebe_parse_u64(ebe_ep *ep, const char *key, const char *text, u
 static OrtStatus *ebe_apply_option(ebe_ep *ep, const char *key, const char *value) {
   ebe_ep_options *o = &ep->options;
   if (strcmp(key, "partition") == 0) {
-    if (strcmp(value, "fused") == 0) o->per_node = 0;
-    else if (strcmp(value, "per_node") == 0) o->per_node = 1;
+    if (strcmp(value, "fused") == 0) o->partition = EBE_PARTITION_FUSED;
+    else if (strcmp(value, "per_node") == 0) o->partition = EBE_PARTITION_PER_NODE;
+    else if (strcmp(value, "kernel") == 0) o->partition = EBE_PARTITION_KERNEL;
     else
       return ebe_error(ep->api, ep->counters, ORT_INVALID_ARGUMENT,
-                       "engine option partition='%s': expected fused or per_node", value);
+                       "engine option partition='%s': expected fused, per_node or kernel",
+                       value);
     return NULL;
   }
   if (strcmp(key, "inject_delay_ns_per_run") == 0)
@@ -38,8 +41,9 @@ static OrtStatus *ebe_apply_option(ebe_ep *ep, const char *key, const char *valu
   if (strcmp(key, "inject_api_calls_per_run") == 0)
     return ebe_parse_u64(ep, key, value, &o->inject_api_calls_per_run);
   return ebe_error(ep->api, ep->counters, ORT_INVALID_ARGUMENT,
-                   "unknown engine option '%s': the engine takes partition=fused|per_node, "
-                   "inject_delay_ns_per_run, inject_delay_ns_per_node, inject_api_calls_per_run",
+                   "unknown engine option '%s': the engine takes "
+                   "partition=fused|per_node|kernel, inject_delay_ns_per_run, "
+                   "inject_delay_ns_per_node, inject_api_calls_per_run",
                    key);
 }
 
@@ -121,9 +125,11 @@ static int ebe_binary_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
   return a->has_shape && b->has_shape;
 }
 
+/* numpy.matmul shapes: ranks >= 1 (1-D operands too), k equal where both are known. */
 static int ebe_matmul_claimable(const ebe_dim_info *a, const ebe_dim_info *b) {
-  if (!a->has_shape || !b->has_shape || a->rank < 2 || b->rank < 2) return 0;
-  const int64_t ka = a->dims[a->rank - 1], kb = b->dims[b->rank - 2];
+  if (!a->has_shape || !b->has_shape || a->rank < 1 || b->rank < 1) return 0;
+  const int64_t ka = a->dims[a->rank - 1];
+  const int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
   return !(ka >= 0 && kb >= 0 && ka != kb);
 }
 
@@ -352,7 +358,23 @@ static OrtStatus *ORT_API_CALL ebe_ep_get_capability(OrtEp *this_ptr, const OrtG
   EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNodes, graph, nodes, n), done);
   for (size_t i = 0; i < n; i++)
     EBE_GOTO_IF_ERROR(status, ebe_node_supported(ep, nodes[i], &supported[i]), done);
-  if (ep->options.per_node) {
+  if (ep->options.partition == EBE_PARTITION_KERNEL) {
+    /* Each node alone, run by the kernel registered for it; a node the registry has no
+     * kernel for (an opset outside the registered ranges) stays with ORT. */
+    for (size_t i = 0; i < n; i++) {
+      if (!supported[i]) continue;
+      const OrtKernelDef *def = NULL;
+      EBE_GOTO_IF_ERROR(status,
+                        EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_LookUpKernel, support_info,
+                                 nodes[i], &def),
+                        done);
+      if (def == NULL) continue;
+      EBE_GOTO_IF_ERROR(status,
+                        EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_AddSingleNode, support_info,
+                                 nodes[i]),
+                        done);
+    }
+  } else if (ep->options.partition == EBE_PARTITION_PER_NODE) {
     OrtNodeFusionOptions fusion = {0};
     fusion.ort_version_supported = EBE_ORT_API_VERSION;
     for (size_t i = 0; i < n; i++) {
@@ -449,6 +471,13 @@ static const char *ORT_API_CALL ebe_ep_get_name(const OrtEp *this_ptr) {
   return ((const ebe_ep *)this_ptr)->name;
 }
 
+/* partition=kernel: the registry made with the EP (NULL otherwise); the EP keeps it. */
+static OrtStatus *ORT_API_CALL ebe_ep_get_kernel_registry(OrtEp *this_ptr,
+                                                          const OrtKernelRegistry **registry) {
+  *registry = ((ebe_ep *)this_ptr)->registry;
+  return NULL;
+}
+
 /* Once per session Run: count it and apply the per-run test knobs. */
 static OrtStatus *ORT_API_CALL ebe_ep_on_run_start(OrtEp *this_ptr,
                                                    const OrtRunOptions *run_options) {
@@ -484,10 +513,13 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
   ep->base.Compile = ebe_ep_compile;
   ep->base.ReleaseNodeComputeInfos = ebe_ep_release_node_compute_infos;
   ep->base.OnRunStart = ebe_ep_on_run_start;
+  ep->base.GetKernelRegistry = ebe_ep_get_kernel_registry; /* NULL registry unless kernel */
   /* Optional slots left NULL: GetPreferredDataLayout, ShouldConvertDataLayoutForOp,
    * SetDynamicOptions, OnRunEnd, CreateAllocator, CreateSyncStreamForDevice, ... (ORT's CPU
    * defaults apply). */
   OrtStatus *status = ebe_read_options(ep, session_options);
+  if (status == NULL && ep->options.partition == EBE_PARTITION_KERNEL)
+    status = ebe_registry_create(ep);
   if (status != NULL) {
     ebe_ep_release(ep);
     return status;
@@ -500,6 +532,7 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
 void ebe_ep_release(ebe_ep *ep) {
   if (ep == NULL) return;
   ebe_counters *c = ep->counters;
+  ebe_registry_release(ep);
   ebe_free(c, ep->name);
   ebe_free(c, ep);
 }

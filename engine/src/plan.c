@@ -62,6 +62,7 @@ struct ebe_plan {
   ebe_value *values;
   ebe_step *steps;
   uint32_t *input_values;  /* [n_inputs] value of fused input k */
+  ebe_static_shape *input_shapes; /* [n_inputs] the declared shape, when fully static */
   uint32_t *output_values; /* [n_outputs] value of fused output k */
   int single;              /* one node, one output: ebe_plan_run_single, no scratch */
   ebe_scratch pool[EBE_POOL_SIZE];
@@ -170,12 +171,15 @@ static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64
   return EBE_BIN_OK;
 }
 
-/* MatMul shapes: a [..., m, k] x b [..., k, n] -> out [batch..., m, n]. */
+/* MatMul shapes, as numpy.matmul: a [..., m, k] x b [..., k, n] -> out [batch..., m, n]
+ * with the batch dims broadcast; a 1-D a is [k] taken as [1, k] and a 1-D b is [k] taken
+ * as [k, 1], the added dim dropped from the output (both 1-D: a rank-0 output). */
 static ebe_bin_result ebe_matmul_shape(const int64_t *a, int32_t ra, const int64_t *b,
                                        int32_t rb, int64_t *out, int32_t *ro) {
-  if (ra < 2 || rb < 2) return EBE_BIN_UNSUPPORTED;
-  if (a[ra - 1] != b[rb - 2]) return EBE_BIN_MISMATCH;
-  const int32_t ba = ra - 2, bb = rb - 2, r = ba > bb ? ba : bb;
+  if (ra < 1 || rb < 1) return EBE_BIN_UNSUPPORTED;
+  const int64_t kb = rb == 1 ? b[0] : b[rb - 2];
+  if (a[ra - 1] != kb) return EBE_BIN_MISMATCH;
+  const int32_t ba = ra < 2 ? 0 : ra - 2, bb = rb < 2 ? 0 : rb - 2, r = ba > bb ? ba : bb;
   for (int32_t i = 0; i < r; i++) {
     const int64_t da = i < r - ba ? 1 : a[i - (r - ba)];
     const int64_t db = i < r - bb ? 1 : b[i - (r - bb)];
@@ -183,9 +187,10 @@ static ebe_bin_result ebe_matmul_shape(const int64_t *a, int32_t ra, const int64
     else if (da == 1) out[i] = db;
     else return EBE_BIN_MISMATCH;
   }
-  out[r] = a[ra - 2];
-  out[r + 1] = b[rb - 1];
-  *ro = r + 2;
+  int32_t rank = r;
+  if (ra >= 2) out[rank++] = a[ra - 2];
+  if (rb >= 2) out[rank++] = b[rb - 1];
+  *ro = rank;
   return EBE_BIN_OK;
 }
 
@@ -234,6 +239,35 @@ static OrtStatus *ebe_value_name(const ebe_plan_config *cfg, const OrtValueInfo 
   return EBE_CALL(cfg->counters, cfg->api, GetValueInfoName, info, name);
 }
 
+OrtStatus *ebe_static_shape_from_type(const OrtApi *api, ebe_counters *c,
+                                      const OrtTypeInfo *type, ebe_static_shape *shape) {
+  memset(shape, 0, sizeof *shape);
+  const OrtTensorTypeAndShapeInfo *tensor = NULL;
+  ONNXTensorElementDataType element = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t rank = 0;
+  if (type == NULL) return NULL;
+  EBE_RETURN_IF_ERROR(EBE_CALL(c, api, CastTypeInfoToTensorInfo, type, &tensor));
+  if (tensor == NULL || !EBE_CALL(c, api, TensorTypeAndShape_HasShape, tensor)) return NULL;
+  EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetTensorElementType, tensor, &element));
+  EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetDimensionsCount, tensor, &rank));
+  if (element != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || rank > EBE_MAX_RANK) return NULL;
+  EBE_RETURN_IF_ERROR(EBE_CALL(c, api, GetDimensions, tensor, shape->dims, rank));
+  for (size_t i = 0; i < rank; i++)
+    if (shape->dims[i] < 0) return NULL;
+  shape->rank = (int32_t)rank;
+  shape->is_static = 1;
+  return NULL;
+}
+
+/* The static shape of a value info (see ebe_static_shape_from_type). */
+static OrtStatus *ebe_read_static_shape(const ebe_plan_config *cfg, const OrtValueInfo *info,
+                                        ebe_static_shape *shape) {
+  const OrtTypeInfo *type = NULL;
+  memset(shape, 0, sizeof *shape);
+  EBE_RETURN_IF_ERROR(EBE_CALL(cfg->counters, cfg->api, GetValueInfoTypeInfo, info, &type));
+  return ebe_static_shape_from_type(cfg->api, cfg->counters, type, shape);
+}
+
 /* Allocate the per-Run tables of one scratch (the arena grows later, in Runs). On failure
  * the scratch may be half built: the caller releases it with ebe_scratch_release, which
  * copes with any mix of NULL and allocated tables. */
@@ -276,6 +310,7 @@ void ebe_plan_free(ebe_plan *plan) {
   ebe_free(c, plan->steps);
   ebe_free(c, plan->values);
   ebe_free(c, plan->input_values);
+  ebe_free(c, plan->input_shapes);
   ebe_free(c, plan->output_values);
   ebe_free(c, plan);
 }
@@ -345,6 +380,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   nodes = ebe_calloc(c, n_nodes, sizeof *nodes);
   plan->steps = ebe_calloc(c, n_nodes, sizeof *plan->steps);
   plan->input_values = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_values);
+  plan->input_shapes = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_shapes);
   plan->output_values = ebe_calloc(c, plan->n_outputs, sizeof *plan->output_values);
   /* Every value is a fused input or some node's output (one per node): an upper bound. */
   const size_t max_values = plan->n_inputs + n_nodes * 3 + plan->n_outputs + 1;
@@ -354,6 +390,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   names.ids = ebe_calloc(c, names.cap, sizeof *names.ids);
   plan->values = ebe_calloc(c, max_values, sizeof *plan->values);
   if (!in_infos || !out_infos || !nodes || !plan->steps || !plan->input_values ||
+      !plan->input_shapes ||
       !plan->output_values || !names.keys || !names.ids ||
       !plan->values) {
     status = ebe_error(api, c, ORT_FAIL, "engine: out of memory building a plan");
@@ -371,6 +408,8 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
     EBE_GOTO_IF_ERROR(status, ebe_value_name(cfg, in_infos[k], &name), fail);
     const uint32_t id = ebe_names_intern(&names, name);
     plan->input_values[k] = id;
+    EBE_GOTO_IF_ERROR(status, ebe_read_static_shape(cfg, in_infos[k], &plan->input_shapes[k]),
+                      fail);
     if (plan->values[id].loc == EBE_LOC_NONE) {
       plan->values[id].loc = EBE_LOC_INPUT;
       plan->values[id].index = (uint32_t)k;
@@ -477,6 +516,49 @@ fail:
   return status;
 }
 
+OrtStatus *ebe_plan_build_node(const ebe_plan_config *cfg, ebe_op op, const char *name,
+                               const ebe_static_shape *shapes, ebe_plan **out) {
+  *out = NULL;
+  ebe_counters *c = cfg->counters;
+  const size_t arity = ebe_op_arity(op);
+  ebe_plan *plan = ebe_calloc(c, 1, sizeof *plan);
+  if (plan == NULL)
+    return ebe_error(cfg->api, c, ORT_FAIL, "engine: out of memory building a kernel");
+  plan->api = cfg->api;
+  plan->counters = c;
+  plan->delay_ns_per_node = cfg->delay_ns_per_node;
+  plan->n_inputs = arity;
+  plan->n_outputs = 1;
+  plan->n_steps = 1;
+  plan->n_values = arity + 1;
+  plan->steps = ebe_calloc(c, 1, sizeof *plan->steps);
+  plan->values = ebe_calloc(c, arity + 1, sizeof *plan->values);
+  plan->input_values = ebe_calloc(c, arity, sizeof *plan->input_values);
+  plan->output_values = ebe_calloc(c, 1, sizeof *plan->output_values);
+  plan->input_shapes = ebe_calloc(c, arity, sizeof *plan->input_shapes);
+  if (plan->steps != NULL) plan->steps[0].name = ebe_strdup(c, name);
+  if (!plan->steps || !plan->values || !plan->input_values || !plan->output_values ||
+      !plan->input_shapes || !plan->steps[0].name) {
+    ebe_plan_free(plan);
+    return ebe_error(cfg->api, c, ORT_FAIL, "engine: out of memory building a kernel");
+  }
+  ebe_step *step = &plan->steps[0];
+  step->op = op;
+  step->n_in = (uint32_t)arity;
+  for (size_t k = 0; k < arity; k++) {
+    plan->values[k] = (ebe_value){EBE_LOC_INPUT, (uint32_t)k, -1, 0};
+    plan->input_values[k] = (uint32_t)k;
+    plan->input_shapes[k] = shapes[k];
+    step->in[k] = (uint32_t)k;
+  }
+  plan->values[arity] = (ebe_value){EBE_LOC_OUTPUT, 0, 0, -1};
+  plan->output_values[0] = (uint32_t)arity;
+  step->out = (uint32_t)arity;
+  plan->single = 1; /* ebe_plan_run_single: no scratch pool, no slots */
+  *out = plan;
+  return NULL;
+}
+
 /* ---- running ----------------------------------------------------------------------------- */
 
 /* A free pooled scratch, or NULL when all are busy. */
@@ -580,12 +662,17 @@ typedef struct ebe_operand {
   float *data;
 } ebe_operand;
 
+/* numpy.matmul on shapes ebe_matmul_shape accepted: a 1-D operand is one row (a) or one
+ * column (b) in the same memory, so every case is a batch of [m,k] x [k,n] products. */
 static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const ebe_operand *out) {
   const int64_t *da = a->dims, *db = b->dims, *dout = out->dims;
-  const int32_t ra = a->rank, rb = b->rank, ro = out->rank;
-  const size_t m = (size_t)da[ra - 2], k = (size_t)da[ra - 1], n = (size_t)db[rb - 1];
-  const size_t batches = (size_t)ebe_numel(dout, ro - 2);
-  const size_t b_batches = (size_t)ebe_numel(db, rb - 2);
+  const int32_t ra = a->rank, rb = b->rank;
+  const size_t m = ra < 2 ? 1 : (size_t)da[ra - 2], k = (size_t)da[ra - 1];
+  const size_t n = rb < 2 ? 1 : (size_t)db[rb - 1];
+  const int32_t ba = ra < 2 ? 0 : ra - 2, bb = rb < 2 ? 0 : rb - 2;
+  const int32_t nb = ba > bb ? ba : bb; /* output batch dims: dout[0, nb) */
+  const size_t batches = (size_t)ebe_numel(dout, nb);
+  const size_t b_batches = (size_t)ebe_numel(db, bb);
   const float *pa = a->data, *pb = b->data;
   float *pc = out->data;
   if (b_batches == 1) {
@@ -594,7 +681,6 @@ static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const eb
     return;
   }
   /* General batch broadcast: walk the output batch index, map it into A and B. */
-  const int32_t nb = ro - 2, ba = ra - 2, bb = rb - 2;
   size_t stride_a[EBE_MAX_RANK], stride_b[EBE_MAX_RANK];
   size_t sa = m * k, sb = k * n;
   for (int32_t i = nb - 1; i >= 0; i--) {
@@ -710,35 +796,42 @@ static void ebe_run_step(const ebe_plan *plan, const ebe_scratch *scratch, size_
   ebe_exec(step->op, &a, &b, &out, &scratch->bcast[s], plan->counters);
 }
 
-/* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute). */
+/* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute, or
+ * from the plan when the shape is static). Two ORT calls for a static input, three else. */
 static OrtStatus *ebe_fetch_input(const ebe_plan *plan, OrtKernelContext *context, size_t k,
                                   ebe_operand *operand, uint64_t *calls) {
   const OrtApi *api = plan->api;
   const OrtValue *value = NULL;
-  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  const int64_t *shape = NULL;
-  size_t rank = 0;
   const void *data = NULL;
   EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, KernelContext_GetInput, context, k, &value));
   if (value == NULL)
     return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT, "engine: input %zu is missing",
                      k);
-  EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorElementTypeAndShapeDataReference, value,
-                                 &type, &shape, &rank));
-  if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
-    return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
-                     "engine: input %zu has element type %d; the engine computes float32 only",
-                     k, (int)type);
-  if (rank > EBE_MAX_RANK)
-    return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
-                     "engine: input %zu has rank %zu > %d", k, rank, EBE_MAX_RANK);
-  for (size_t i = 0; i < rank; i++)
-    if (shape[i] < 0)
+  const ebe_static_shape *declared = &plan->input_shapes[k];
+  if (declared->is_static) {
+    operand->dims = declared->dims;
+    operand->rank = declared->rank;
+  } else {
+    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    const int64_t *shape = NULL;
+    size_t rank = 0;
+    EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorElementTypeAndShapeDataReference,
+                                   value, &type, &shape, &rank));
+    if (type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
       return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
-                       "engine: input %zu has a negative dim", k);
+                       "engine: input %zu has element type %d; the engine computes float32 "
+                       "only", k, (int)type);
+    if (rank > EBE_MAX_RANK)
+      return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
+                       "engine: input %zu has rank %zu > %d", k, rank, EBE_MAX_RANK);
+    for (size_t i = 0; i < rank; i++)
+      if (shape[i] < 0)
+        return ebe_error(api, plan->counters, ORT_INVALID_ARGUMENT,
+                         "engine: input %zu has a negative dim", k);
+    operand->dims = shape;
+    operand->rank = (int32_t)rank;
+  }
   EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorData, value, &data));
-  operand->dims = shape;
-  operand->rank = (int32_t)rank;
   operand->data = (float *)(uintptr_t)data; /* inputs are only ever read */
   return NULL;
 }
@@ -779,6 +872,8 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
       return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, result);
   }
   EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
+  if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
+    ebe_probe_add(plan->counters, EBE_C_IN_PLACE_STEPS, 1);
   ebe_exec(step->op, a, b, &out, &bc, plan->counters);
   ebe_busy_wait_ns(plan->delay_ns_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);

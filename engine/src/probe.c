@@ -28,6 +28,7 @@ static const char *const ebe_probe_names[EBE_C_COUNT] = {
     [EBE_C_COMPUTE_ERRORS] = "compute_errors",
     [EBE_C_SCRATCH_OVERFLOWS] = "scratch_overflows",
     [EBE_C_STRIDED_BROADCASTS] = "strided_broadcasts",
+    [EBE_C_IN_PLACE_STEPS] = "in_place_steps",
 };
 
 /* Lock-free lookup of an existing entry; NULL when absent. */

@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                         "control."),
     "validate": ("epbench.cli.validate_commands:validate",
                  "Measure this harness on this machine: false-positive rate, power, MDE, bias."),
+    "conformance": ("epbench.cli.conformance_command:conformance",
+                    "Run ONNX's own node test cases through ORT with the arm's EP."),
     "history": ("epbench.cli.history_commands:history",
                 "Keep every run in a history store and find the commits that changed a case."),
     "overhead": ("epbench.cli.validate_commands:overhead",
