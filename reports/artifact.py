@@ -314,7 +314,7 @@ def read_artifact(path: str | Path) -> Artifact:
 # -- the comment body -------------------------------------------------------------------
 
 
-def comment_body(comparison: dict[str, Any]) -> str:
+def comment_body(comparison: dict[str, Any], artifact_hint: str | None = None) -> str:
     """The PR comment for an artifact's comparison, by this (the default branch's) code.
 
     The emoji and headline are looked up again from the verdict keys, so what the
@@ -326,6 +326,10 @@ def comment_body(comparison: dict[str, Any]) -> str:
     key = doc["overall"]["key"]
     doc["overall"] = {**doc["overall"], "headline": HEADLINES[key]}
     body = render.render_markdown(doc)
+    if artifact_hint:
+        # The HTML page (plots of every case, the forest plot) travels in the artifact.
+        body = body.rstrip("\n") + ("\n\nPlots of every case and the forest plot: "
+                                     f"`report.html` in the run's artifact, {artifact_hint}\n")
     check_comment_body(body)
     return body
 
@@ -359,7 +363,7 @@ def comment_from_artifact(
     number and what the upsert did.
     """
     artifact = read_artifact(artifact_path)
-    body = comment_body(artifact.comparison)
+    body = comment_body(artifact.comparison, artifact_hint)
     result = upsert_sticky_comment(
         repo, artifact.pr_number, body, token, api_url, artifact_hint=artifact_hint,
         token_source=token_source, expect_head_sha=run_head_sha, log=log,

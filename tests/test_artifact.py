@@ -472,3 +472,11 @@ def test_a_pr_number_that_is_no_pull_request_gets_no_comment(
     assert f"GitHub found no pull request #99 in {REPO} (404 Not Found)" in result.output
     assert [(r.method, r.path) for r in stub.requests] == [("GET", f"/repos/{REPO}/pulls/99")]
     assert stub.comments == []
+
+
+def test_the_comment_points_at_the_html_report_in_the_artifact(comparison):
+    plain = artifact.comment_body(comparison)
+    linked = artifact.comment_body(comparison, "https://github.example/run/7")
+    assert "report.html" not in plain
+    assert linked.startswith(plain.rstrip("\n"))
+    assert linked.endswith("`report.html` in the run's artifact, https://github.example/run/7\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -303,3 +304,23 @@ def test_instructions_method_unavailable_is_one_line(tmp_path) -> None:
     assert result.exit_code == EXIT_USER_ERROR
     one_error_line(result, "--instructions valgrind")
     assert invoke("run", "--instructions", "cycles").exit_code == EXIT_USAGE
+
+
+def test_a_piped_stderr_gets_one_progress_line_per_process(tmp_path) -> None:
+    """In a CI log (stderr not a terminal) each finished process prints one line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "epbench.cli.main", "run", "--case", "relu_d1_w8",
+         "--case", "relu_d10_w8", "--arm", "ort:name=ort_b", "--processes", "2",
+         "--sessions", "1", "--out", str(tmp_path / "out"), *FAST[:-1]],
+        capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    pattern = (r"\[(\d+)/8 rounds, \d+ s\] (relu_d1_w8|relu_d10_w8) process ([12]): "
+               r"2 rounds; ort_b \d+\.\d{3}x")
+    matches = [re.fullmatch(pattern, line) for line in lines]
+    assert all(matches), lines
+    # Process 1 of both cases, then process 2 of both: interleaved in time.
+    assert [(m.group(2), m.group(3)) for m in matches] == [
+        ("relu_d1_w8", "1"), ("relu_d10_w8", "1"), ("relu_d1_w8", "2"), ("relu_d10_w8", "2")]
+    assert [int(m.group(1)) for m in matches] == [2, 4, 6, 8]

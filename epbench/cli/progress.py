@@ -17,7 +17,7 @@ from epbench.core.numbers import median
 
 
 def _ratio_text(record: dict[str, Any], control: str) -> str:
-    """Each arm's median over this case's rounds so far of its ratio to the control."""
+    """Each arm's median ratio to the control over the case's rounds so far (all processes)."""
     parts = []
     rounds = record.get("rounds", [])
     arms = sorted({a for r in rounds for a in (r.get("summary_ns") or {})} - {control})
@@ -61,9 +61,10 @@ class LineProgress:
         status = record.get("status", "ok")
         detail = (_ratio_text(record, self.control) if status == "ok"
                   else f"{status}: {record.get('error') or ''}"[:200])
+        processes = record.get("processes") or [{}]
+        own = processes[-1].get("rounds", len(record.get("rounds", [])))
         print(f"[{self.done}/{self.total} rounds, {elapsed:.0f} s] {case} process "
-              f"{process + 1}: {len(record.get('rounds', []))} rounds; {detail}",
-              file=self.stream, flush=True)
+              f"{process + 1}: {own} rounds; {detail}", file=self.stream, flush=True)
 
     def close(self) -> None:
         pass
