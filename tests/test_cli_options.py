@@ -32,6 +32,7 @@ def test_every_format_option_offers_values_of_the_one_vocabulary():
     assert offered == {
         "cases list": ["text", "json"],
         "compare": ["text", "markdown", "json"],
+        "conformance": ["text", "json", "markdown"],
         "export": ["pyperf", "csv"],
         "gate": ["text", "json"],
         "history detect": ["text", "json", "csv"],
