@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from epbench.harness import instructions as ins
+from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
 
 FIXTURES = Path(__file__).parent / "fixtures" / "callgrind"
 VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
@@ -90,12 +91,13 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
         counts.append({k: v["counters_per_run"]["instructions"]
                        for k, v in case["arms"].items()})
     assert set(counts[0]) == {"ort", "a", "c"}
-    # Nearly identical from process to process on the same binary: seen to differ by up
-    # to 9 of ~20,000 instructions per Run (0.05 %) between two worker processes when the
-    # suite runs on a busy machine (object addresses steer Python's dict probes), far
-    # below the 1 % at which a change in instructions is marked.
-    for key in counts[0]:
-        assert abs(counts[0][key] - counts[1][key]) <= 0.001 * counts[0][key], (key, counts)
+    # Nearly identical from process to process on the same binary. The engine arms were
+    # seen to differ by up to 9 of ~20,000 instructions per Run (0.05 %) between two
+    # worker processes (object addresses steer Python's dict probes); ORT's own CPU EP by
+    # up to 101 (0.5 %) in a fresh-clone CI run. Both stay below the 1 % at which a
+    # change in instructions is marked (INSTRUCTIONS_THRESHOLD), which is what matters.
+    for key, bound in (("a", 0.001), ("c", 0.001), ("ort", INSTRUCTIONS_THRESHOLD)):
+        assert abs(counts[0][key] - counts[1][key]) < bound * counts[0][key], (key, counts)
     # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
     assert counts[0]["c"] > counts[0]["a"]
     rows = cmp.counter_changes(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, "c"),
