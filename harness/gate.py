@@ -59,8 +59,9 @@ DEFAULT_WINDOW_S = 0.05
 # `wait` gives a round at most this long to find the machine quiet: load that
 # outlasts a second is sustained, and waiting longer rarely finds a gap.
 DEFAULT_MAX_WAIT_S = 1.0
-# ...and a gate (one per case) pauses at most this long in all, so a machine
-# that stays busy costs a bounded time per case; its rounds are marked unquiet.
+# ...and the gates of one case (one per worker process) pause at most this long in
+# all, so a machine that stays busy costs a bounded time per case; its rounds are
+# marked unquiet. The runner gives each of a case's processes its share.
 DEFAULT_BUDGET_S = 10.0
 # Fewest ticks per core (10 ms each on most kernels) for a round's interference
 # reading to count: below it a single tick decides between 0 % and 100 % idle.

@@ -212,6 +212,8 @@ class Progress(Protocol):
     def process_done(self, case: str, process: int, record: dict[str, Any],
                      skipped_rounds: int) -> None: ...
 
+    def status(self, text: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -400,37 +402,47 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
 
 
 def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
-               result: dict[str, Any]) -> None:
-    """Run the instruction-count pass of one case and add its counts to ``result``.
+                       cases: dict[str, dict[str, Any]],
+                       on_case: Callable[[str], None] = lambda _: None) -> None:
+    """Run the instruction-count pass of ``cases`` (one worker) and add their counts.
 
-    A failed pass does not fail the case (its times stand); the reason is kept
-    in ``result["instructions"]["error"]``.
+    A failed pass does not fail a case (its times stand); the reason is kept in
+    the case's ``instructions["error"]``: its own error, or the pass's when the
+    worker ended before it reached the case.
     """
     method = worker_config["instructions"]
-    record: dict[str, Any] = {"method": method, "runs": instructions.COUNT_RUNS, "error": None}
-    result["instructions"] = record
+    for case in cases.values():
+        case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
+                                "error": None}
+    counted: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
         try:
             pass_request, prefix = instructions.worker_request(request, method, Path(dump_dir))
         except instructions.InstructionsError as exc:
-            record["error"] = str(exc)
+            for case in cases.values():
+                case["instructions"]["error"] = str(exc)
             return
-        found: dict[str, Any] = {}
         errors: list[str] = []
 
         def collect(event: dict[str, Any]) -> None:
-            if event.get("event") == "instructions":
-                found.update(event["per_run"])
+            case = cases.get(event.get("case"))  # type: ignore[arg-type]
+            if event.get("event") == "instructions" and case is not None:
+                counted.add(event["case"])
+                on_case(event["case"])
+                if event.get("error"):
+                    case["instructions"]["error"] = event["error"]
+                else:
+                    instructions.add_counts(case["arms"], event["per_run"])
             elif event.get("event") == "error":
                 errors.append(event["message"])
 
         outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
-    if found:
-        instructions.add_counts(result["arms"], found)
-        return
-    record["error"] = (errors[0] if errors else
-                       f"the {method} pass ended with status {outcome.returncode}: "
-                       f"{outcome.stderr_tail.strip()[-300:]}")
+    for name, case in cases.items():
+        if name not in counted:
+            case["instructions"]["error"] = (
+                errors[0] if errors else
+                f"the {method} pass ended with status {outcome.returncode} before this "
+                f"case: {outcome.stderr_tail.strip()[-300:]}")
 
 
 class _Interrupted(Exception):
@@ -448,7 +460,8 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
         "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
         "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
                  "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
-                 "budget_s": DEFAULT_BUDGET_S},
+                 # Per process: a case's processes share one case's budget.
+                 "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3)},
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
@@ -478,6 +491,9 @@ class _NoProgress:
 
     def process_done(self, case: str, process: int, record: dict[str, Any],
                      skipped_rounds: int) -> None:
+        pass
+
+    def status(self, text: str) -> None:
         pass
 
     def close(self) -> None:
@@ -598,14 +614,18 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             if stopped:
                 break
         if config.instructions and not stopped:
-            for spec in specs:
+            counted = [s for s in specs if doc["cases"][s.name]["status"] == "ok"]
+            if counted:
+                progress.status(f"counting instructions ({config.instructions}) of "
+                                f"{len(counted)} case(s) in one untimed pass")
+                _count_instructions(counted, arms, libraries, worker_config, doc["cases"],
+                                    progress)
+            for spec in counted:
                 case = doc["cases"][spec.name]
-                if case["status"] == "ok":
-                    _count_case_instructions(spec, arms, libraries, worker_config, case)
-                    if jsonl is not None:
-                        jsonl.write({"type": "instructions", "name": spec.name,
-                                     "instructions": case.get("instructions"),
-                                     "arms": case["arms"]})
+                if jsonl is not None:
+                    jsonl.write({"type": "instructions", "name": spec.name,
+                                 "instructions": case.get("instructions"),
+                                 "arms": case["arms"]})
     except KeyboardInterrupt:
         # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
@@ -632,11 +652,17 @@ def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any
     out.flush()
 
 
-def _count_case_instructions(spec: CaseSpec, arms: list[ArmSpec],
-                             libraries: dict[str, str | None], worker_config: dict[str, Any],
-                             case: dict[str, Any]) -> None:
-    request = {"mode": "case", "case": spec.to_dict(), "orders": [],
+def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
+                        libraries: dict[str, str | None], worker_config: dict[str, Any],
+                        cases: dict[str, dict[str, Any]], progress: Progress) -> None:
+    done: list[str] = []
+
+    def counted(name: str) -> None:
+        done.append(name)
+        progress.status(f"instructions: {name} counted ({len(done)}/{len(specs)})")
+
+    request = {"mode": "instructions", "cases": [s.to_dict() for s in specs], "orders": [],
                # One fixed load order: instruction counts are compared exactly.
                "config": {**worker_config, "sessions": 1, "layout_seed": 0},
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    count_instructions(request, worker_config, case)
+    count_instructions(request, worker_config, {s.name: cases[s.name] for s in specs}, counted)

@@ -208,7 +208,8 @@ class Worker:
         by_key = {s.arm.key: s for s in arms}
         gate_cfg = self.config["gate"]
         gate = IdleGate(threshold=gate_cfg["threshold"], policy=gate_cfg["policy"],
-                        max_wait_s=gate_cfg["max_wait_s"], cores=self.cores)
+                        max_wait_s=gate_cfg["max_wait_s"], cores=self.cores,
+                        budget_s=gate_cfg["budget_s"])
         for index, order in enumerate(self.request["orders"]):
             reading = gate.check(exclude_core=None)
             self.emit({"event": "gate", "index": index, "gate": reading.to_dict(),

@@ -126,11 +126,13 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     from tests.support.synthetic import NoiseModel, results_doc
 
     calls = []
+    instructions = []  # what each pass was asked to count
     noisy = NoiseModel(arm_sigma=0.03, machine_sigma=0.0, spike_prob=0.0)
     quiet = NoiseModel(arm_sigma=0.001, machine_sigma=0.0, spike_prob=0.0)
 
     def fake_run(config):
         calls.append([c.name for c in config.cases])
+        instructions.append(config.instructions)
         model = noisy if len(calls) == 1 else quiet
         truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
         return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
@@ -145,7 +147,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
     monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
     names = ("relu_d1_w8", "relu_d10_w8")
-    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6)
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6,
+                       instructions="valgrind")
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
                                 budget_s=3600)
@@ -154,6 +157,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     rerun = calls[1]
     assert rerun and set(rerun) <= set(names)  # only the inconclusive ones, once settled
     assert len(calls) == 2
+    # Instructions are counted once, in the first pass: a re-run adds rounds only.
+    assert instructions == ["valgrind", None]
     assert result.reruns == dict.fromkeys(rerun, 6)
     for name in rerun:
         assert len(result.doc["cases"][name]["rounds"]) == 12

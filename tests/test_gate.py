@@ -569,3 +569,28 @@ def test_default_wait_limits() -> None:
     attempts = [gate.check().attempts for _ in range(14)]
     assert attempts == [5] * 12 + [4, 1]
     assert stat.looks_taken == 70
+
+
+def test_a_case_s_processes_share_one_gate_budget(monkeypatch):
+    """A busy machine costs a bounded wait per case however many processes it has: the
+    runner records each process's share, and the worker's gate is built with it."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness import runner, worker
+    from epbench.harness.gate import DEFAULT_BUDGET_S
+
+    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), processes=4)
+    gate_cfg = runner._config_record(config, 8)["gate"]
+    assert gate_cfg["budget_s"] == DEFAULT_BUDGET_S / 4
+
+    built = {}
+
+    class StopAtGate:
+        def __init__(self, **kwargs):
+            built.update(kwargs)
+            raise RuntimeError("the gate is all this test looks at")
+
+    monkeypatch.setattr(worker, "IdleGate", StopAtGate)
+    w = worker.Worker({"config": {"gate": gate_cfg}, "orders": [["ort"]]}, lambda e: None)
+    with pytest.raises(RuntimeError, match="all this test looks at"):
+        w.rounds([], None)
+    assert built["budget_s"] == DEFAULT_BUDGET_S / 4

@@ -77,13 +77,19 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     config = RunConfig(
-        cases=(case_by_name("relu_d1_w8"),),
+        cases=(case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")),
         arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=5")),
-        rounds=2, warmup_ms=5.0, gate_policy="off", instructions="valgrind",
+        rounds=2, processes=1, warmup_ms=5.0, gate_policy="off", instructions="valgrind",
     )
     counts = []
     for _ in range(2):
         doc = run(config)
+        # Both cases counted in one pass, each under its own label: ten nodes cost the
+        # engine more instructions per Run than one.
+        deep = doc["cases"]["relu_d10_w8"]
+        assert deep["instructions"]["error"] is None
+        assert (deep["arms"]["a"]["counters_per_run"]["instructions"]
+                > doc["cases"]["relu_d1_w8"]["arms"]["a"]["counters_per_run"]["instructions"])
         case = doc["cases"]["relu_d1_w8"]
         assert case["status"] == "ok", case["error"]
         assert case["instructions"] == {"method": "valgrind", "runs": ins.COUNT_RUNS,
@@ -122,3 +128,35 @@ def test_helper_library_is_built_once_and_cached(tmp_path):
     # Outside valgrind the client requests do nothing (and must not crash).
     lib.epbench_cg_toggle_collect()
     lib.epbench_cg_zero()
+
+
+def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch):
+    """The runner side of the batched pass: one worker for all cases; a case's error is its
+    own; a case the worker never reached says the pass ended before it."""
+    from epbench.harness import runner
+
+    started = []
+
+    def fake_worker(request, on_event, silence_timeout_s, prefix):
+        started.append([c for c in request["cases"]])
+        on_event({"event": "instructions", "case": "a", "method": "perf", "runs": 15,
+                  "per_run": {"ort": 100.0, "x": 90.0}})
+        on_event({"event": "instructions", "case": "b", "error": "CaseError: outputs differ"})
+        return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="Segmentation fault")
+
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (request, []))
+    cases = {name: {"arms": {"ort": {}, "x": {"counters_per_run": {"heap_allocs": 0.0}}}}
+             for name in ("a", "b", "c")}
+    seen = []
+    runner.count_instructions({"cases": ["a", "b", "c"]}, {"instructions": "perf",
+                              "silence_timeout_s": 5.0}, cases, seen.append)
+    assert len(started) == 1 and started[0] == ["a", "b", "c"]
+    assert seen == ["a", "b"]
+    assert cases["a"]["instructions"]["error"] is None
+    assert cases["a"]["arms"]["x"]["counters_per_run"] == {"heap_allocs": 0.0,
+                                                           "instructions": 90.0}
+    assert cases["b"]["instructions"]["error"] == "CaseError: outputs differ"
+    assert "instructions" not in cases["b"]["arms"]["x"]["counters_per_run"]
+    assert cases["c"]["instructions"]["error"].startswith(
+        "the perf pass ended with status -11 before this case: Segmentation fault")

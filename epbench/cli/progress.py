@@ -66,6 +66,9 @@ class LineProgress:
         print(f"[{self.done}/{self.total} rounds, {elapsed:.0f} s] {case} process "
               f"{process + 1}: {own} rounds; {detail}", file=self.stream, flush=True)
 
+    def status(self, text: str) -> None:
+        print(f"[{self.clock() - self.started:.0f} s] {text}", file=self.stream, flush=True)
+
     def close(self) -> None:
         pass
 
@@ -97,6 +100,11 @@ class BarProgress:
                      skipped_rounds: int) -> None:
         if skipped_rounds > 0:
             self.bar.update(skipped_rounds, self.text)
+
+    def status(self, text: str) -> None:
+        self.text = text
+        if self.bar is not None:
+            self.bar.update(0, self.text)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -141,8 +141,10 @@ def compare_commits(
             break
         attempt += 1
         on_status(f"re-running {len(pending)} inconclusive case(s): {', '.join(pending)}")
+        # More rounds only: the first pass's instruction counts are exact already, and
+        # counting again cost more than the rounds themselves (a valgrind start per pass).
         extra = run(replace(
-            config, arms=arms, out_dir=None, cases=tuple(
+            config, arms=arms, out_dir=None, instructions=None, cases=tuple(
                 c for c in config.cases if c.name in pending),
             rounds=config.rounds * RERUN_ROUNDS_FACTOR, seed=config.seed + attempt,
         ))
