@@ -42,6 +42,7 @@ COUNTER_NAME = "instructions"
 _HELPER_SOURCE = r"""
 #include <valgrind/callgrind.h>
 void epbench_cg_start_instrumentation(void) { CALLGRIND_START_INSTRUMENTATION; }
+void epbench_cg_stop_instrumentation(void) { CALLGRIND_STOP_INSTRUMENTATION; }
 void epbench_cg_zero(void) { CALLGRIND_ZERO_STATS; }
 void epbench_cg_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 void epbench_cg_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
@@ -253,25 +254,39 @@ def _perf_counts(arms: list[Any], _index: int) -> dict[str, float]:
     return per_run
 
 
+def _count_calls(lib: Any, arms: list[Any], index: int) -> None:
+    for state in arms:
+        for _ in range(WARM_CALLS):
+            state.bound.run()
+    # One dump per call: the median call is immune to the rare call that hits a boundary
+    # of Python's small-object allocator (which varies between processes). The arms take
+    # turns, in a rotating order, as in the timed rounds: the interpreter's heap still
+    # grows during a process's first case, and one arm counted after the other would see
+    # a different heap (seen: 1.2 % between two copies of one library, in the first case).
+    for i in range(COUNT_RUNS):
+        for j in range(len(arms)):
+            state = arms[(i + j) % len(arms)]
+            lib.epbench_cg_zero()
+            lib.epbench_cg_toggle_collect()
+            state.bound.run()
+            lib.epbench_cg_toggle_collect()
+            lib.epbench_cg_dump(f"{index}/{state.arm.key}#{i}".encode())
+
+
 def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dict[str, float]]:
     """A counter of one case's arms under callgrind (the toggle helper loaded once)."""
     lib = ctypes.CDLL(request["helper"])
     lib.epbench_cg_dump.argtypes = [ctypes.c_char_p]
-    lib.epbench_cg_start_instrumentation()
     dump_dir = Path(request["dump_dir"])
 
     def count(arms: list[Any], index: int) -> dict[str, float]:
-        for state in arms:
-            for _ in range(WARM_CALLS):
-                state.bound.run()
-            # One dump per call: the median call is immune to the rare call that hits a
-            # boundary of Python's small-object allocator (which varies between processes).
-            for i in range(COUNT_RUNS):
-                lib.epbench_cg_zero()
-                lib.epbench_cg_toggle_collect()
-                state.bound.run()
-                lib.epbench_cg_toggle_collect()
-                lib.epbench_cg_dump(f"{index}/{state.arm.key}#{i}".encode())
+        # Instrumented code runs tens of times slower: only the counting is, never the
+        # building of the next case's sessions.
+        lib.epbench_cg_start_instrumentation()
+        try:
+            _count_calls(lib, arms, index)
+        finally:
+            lib.epbench_cg_stop_instrumentation()
         calls: dict[str, list[int]] = {}
         for path in sorted(dump_dir.glob(f"callgrind.out.{os.getpid()}.*")):
             label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))

@@ -160,3 +160,29 @@ def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch)
     assert "instructions" not in cases["b"]["arms"]["x"]["counters_per_run"]
     assert cases["c"]["instructions"]["error"].startswith(
         "the perf pass ended with status -11 before this case: Segmentation fault")
+
+
+def test_arms_take_turns_in_a_rotating_order_while_counted():
+    """No arm is counted wholly before another (the heap still changes during a process's
+    first case): each counted call is dumped under its case, arm and call number."""
+    from types import SimpleNamespace
+
+    log = []
+
+    class FakeHelper:
+        def epbench_cg_zero(self):
+            pass
+
+        def epbench_cg_toggle_collect(self):
+            pass
+
+        def epbench_cg_dump(self, label):
+            log.append(label.decode())
+
+    arms = [SimpleNamespace(arm=SimpleNamespace(key=k), bound=SimpleNamespace(run=lambda: None))
+            for k in ("a", "b", "c")]
+    ins._count_calls(FakeHelper(), arms, 7)
+    assert len(log) == 3 * ins.COUNT_RUNS
+    assert log[:6] == ["7/a#0", "7/b#0", "7/c#0", "7/b#1", "7/c#1", "7/a#1"]
+    firsts = [label.split("#")[0] for label in log[0::3]]
+    assert firsts[:3] == ["7/a", "7/b", "7/c"]
