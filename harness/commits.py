@@ -161,3 +161,10 @@ def remove_worktree(repo: Path, worktree: Path) -> None:
     _git(repo, "worktree", "remove", "--force", str(worktree))
     shutil.rmtree(worktree, ignore_errors=True)
     _git(repo, "worktree", "prune")
+
+
+def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool | None:
+    """Whether commit `ancestor` is an ancestor of (or is) `descendant`; None when git
+    cannot tell (an unknown commit, e.g. in a shallow clone)."""
+    proc = _git(repo, "merge-base", "--is-ancestor", ancestor, descendant)
+    return {0: True, 1: False}.get(proc.returncode)

@@ -318,13 +318,17 @@ def comment_body(comparison: dict[str, Any], artifact_hint: str | None = None) -
     """The PR comment for an artifact's comparison, by this (the default branch's) code.
 
     The emoji and headline are looked up again from the verdict keys, so what the
-    comment shows for a case always matches the verdict it names. The finished body
+    comment shows for a case always matches the verdict it names. The base commit's
+    history is shown only when a change point touches the base. The finished body
     must hold exactly one HTML comment, the sticky marker, at its top.
     """
     doc = dict(comparison)
     doc["cases"] = [{**row, "emoji": VERDICTS[row["verdict"]][0]} for row in doc["cases"]]
     key = doc["overall"]["key"]
     doc["overall"] = {**doc["overall"], "headline": HEADLINES[key]}
+    if doc.get("base_history") and not doc["base_history"]["findings"]:
+        # The base's history says nothing: report.md has the one short line, the PR none.
+        del doc["base_history"]
     body = render.render_markdown(doc)
     if artifact_hint:
         # The HTML page (plots of every case, the forest plot) travels in the artifact.

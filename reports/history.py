@@ -32,7 +32,7 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -865,3 +865,133 @@ def import_dir(store: HistoryStore, directory: str | Path, *, branch: str | None
                                          machine_class=machine_class)))
     records.sort(key=lambda item: (item[1].created, str(item[0])))
     return [(path, store.add(record, source=str(path))) for path, record in records]
+
+
+# --------------------------------------------------------------------------- a PR's base
+
+
+# How a change point touches a base commit.
+BASE_INSIDE = "inside"  # the base is in the change's commit range: after `before`, up to `after`
+BASE_AFTER = "after"  # the base comes after the first slower commit of a regression
+
+# (ancestor, descendant) -> True/False, or None when git cannot tell.
+IsAncestor = Callable[[str, str], bool | None]
+
+
+def existing_db_url(url: str) -> str:
+    """`url` if it names a history that exists; a SQLite path that does not is refused.
+
+    Opening a SQLite path creates the file; a command that only reads the history
+    (`compare-commits --history`) must not leave an empty database behind a typo.
+    """
+    if _is_postgres(url):
+        return url
+    path = Path(url.removeprefix("sqlite://").removeprefix("sqlite:"))
+    if not path.is_file():
+        raise HistoryError(
+            f"no history database at {path}; pass the file `epbench history add` wrote "
+            f"(--db or ${DB_ENV}), or leave --history out"
+        )
+    return url
+
+
+def history_to_check(url: str | None) -> tuple[str | None, str | None]:
+    """The history a read-only check uses, and a note when it skips one.
+
+    An explicit `url` must exist (existing_db_url refuses it otherwise); without
+    one, $EPBENCH_DB when it names an existing history, else none: the default file
+    is not used (a check nobody asked for), and a missing $EPBENCH_DB file is a note,
+    never a new empty database.
+    """
+    if url is not None:
+        return existing_db_url(url), None
+    env = os.environ.get(DB_ENV)
+    if not env:
+        return None, None
+    try:
+        return existing_db_url(env), None
+    except HistoryError:
+        return None, (f"${DB_ENV} names {redact(env)}, which does not exist: the base commit "
+                      "is not checked against the history")
+
+
+def base_touches(points: Sequence[SeriesPoint], findings: Sequence[Finding], base: str,
+                 is_ancestor: IsAncestor | None = None) -> list[tuple[str, Finding]]:
+    """The change points of one series that touch commit `base`, as (BASE_INSIDE|BASE_AFTER, f).
+
+    A base with a point in the series is placed by the store's commit order (the runs'
+    created times, as `series` orders points); between a change's last old-level
+    commit and its first new-level commit the series holds nothing, so a measured base
+    is inside a change point only when it is that first new-level commit. A base with
+    no point is placed by `is_ancestor` (git), when given: inside when it descends from
+    the last old-level commit and is an ancestor of (or is) the first new-level one.
+
+    BASE_AFTER: the base is at or after the first slower commit of a regression change
+    point and no improvement change point came between (a later improvement is taken
+    to end it); reported only when the base is not inside that same change point.
+    """
+    commits = [p.commit for p in points]
+    stored = match_commit(commits, base) if len(base) >= 4 else None
+    if stored is not None:
+        pos = commits.index(stored)
+
+        def reached(f: Finding) -> bool:
+            return pos >= f.index
+
+        def inside(f: Finding) -> bool:
+            return pos == f.index
+    elif is_ancestor is not None:
+        def reached(f: Finding) -> bool:
+            return f.after == base or bool(is_ancestor(f.after, base))
+
+        def inside(f: Finding) -> bool:
+            return (base != f.before and bool(is_ancestor(f.before, base))
+                    and (base == f.after or bool(is_ancestor(base, f.after))))
+    else:
+        return []
+    out: list[tuple[str, Finding]] = []
+    for f in findings:
+        if inside(f):
+            out.append((BASE_INSIDE, f))
+        elif f.regression and reached(f) and not any(
+                g.index > f.index and not g.regression and reached(g) for g in findings):
+            out.append((BASE_AFTER, f))
+    return out
+
+
+def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine: str,
+                arms: Sequence[str] = (), is_ancestor: IsAncestor | None = None,
+                ) -> dict[str, Any]:
+    """Whether a PR's base commit sits in a known change point, for compare.json.
+
+    Tests every series of `cases` on `machine` (a machine key or class; `arms`: only
+    those, else every arm but the control) as `history detect` does, and keeps the
+    change points `base_touches` finds. The form is comparison.schema.json's
+    `base_history`: what the reports render, from typed fields only.
+    """
+    keys = [k for k in store.series_keys() if k[0] in cases and k[2] == machine
+            and (not arms or k[1] in arms)]
+    touching: list[dict[str, Any]] = []
+    measured = False
+    tested = too_short = 0
+    for case, arm, key in keys:
+        points = series(store, case, arm, key)
+        measured = measured or match_commit([p.commit for p in points], base) is not None
+        try:
+            found = find_changes(points, case=case, arm=arm, machine=key)
+        except SeriesTooShort:
+            too_short += 1
+            continue
+        tested += 1
+        for kind, f in base_touches(points, found, base, is_ancestor):
+            touching.append({
+                "kind": kind, "case": case, "arm": arm, "before": f.before, "after": f.after,
+                "direction": "regression" if f.regression else "improvement",
+                "change": stats.finite(f.change.ratio - 1.0),
+                "lo": stats.finite(f.change.lo - 1.0), "hi": stats.finite(f.change.hi - 1.0),
+                "p": f.p,
+            })
+    return {"commit": base, "machine": machine, "measured": measured, "series": len(keys),
+            "tested": tested, "too_short": too_short, "placed_by_git": not measured
+            and is_ancestor is not None, "findings": touching, "min_points":
+            changepoints.MIN_POINTS}

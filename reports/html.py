@@ -309,7 +309,19 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "drifts": [r for r in rows if r.get("control_drift") is not None],
         "forest_plot": forest_plot(comparison),
         "host": _host_rows(comparison.get("host") or {}),
+        "base_history": _base_history_markup(comparison),
     }
+
+
+def _base_history_markup(comparison: Mapping[str, Any]) -> list[Any]:
+    """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
+    import markupsafe
+
+    out = []
+    for line in render.base_history_lines(comparison, lambda s: f"\x00{s}\x01"):
+        text = str(markupsafe.escape(line))
+        out.append(markupsafe.Markup(text.replace("\x00", "<code>").replace("\x01", "</code>")))
+    return out
 
 
 # --------------------------------------------------------------------------- history

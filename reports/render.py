@@ -1,14 +1,16 @@
 """Rendering: the PR comment (markdown), the terminal text and JSON, from one comparison dict.
 
 Templates live in reports/templates/*.j2; this module only supplies the
-environment and the number formats, so wording changes are template diffs.
+environment and the number formats, so wording changes are template diffs. One
+exception: the sentences about the base commit's history (base_history_lines) are
+built here once, for the markdown, terminal and HTML templates alike.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from epbench.reports import defaults, stats
@@ -138,6 +140,53 @@ def md_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+SHORT_SHA = 7
+
+
+def base_history_lines(comparison: Mapping[str, Any],
+                       code: Callable[[str], str] = lambda s: f"`{s}`") -> list[str]:
+    """What the history says about the base commit (compare.json's `base_history`), as
+    sentences; [] when the comparison has none. `code` marks a name or commit up
+    (backticks for markdown, <code> for HTML).
+
+    A change point that touches the base gives a line each; none gives one short line
+    (the PR comment leaves that one out: reports.artifact.comment_body).
+    """
+    bh = comparison.get("base_history")
+    if not bh:
+        return []
+    base = code(bh["commit"][:SHORT_SHA])
+    lines = []
+    for f in bh["findings"]:
+        ci = ("" if f["lo"] is None or f["hi"] is None
+              else f" [{format_pct(f['lo'])}, {format_pct(f['hi'])}]")
+        where = (f"{code(f['case'])}, {f['arm']}: {format_pct(f['change'])}{ci} between "
+                 f"{code(f['before'][:SHORT_SHA])} and {code(f['after'][:SHORT_SHA])}")
+        if f["kind"] == "inside":
+            lines.append(f"Base {base} sits inside a {f['direction']} change point of {where}: "
+                         "the base itself may carry that change.")
+        else:
+            lines.append(f"Base {base} comes after a regression change point of {where}: "
+                         "the PR is measured against a base that already carries it.")
+    if lines:
+        return lines
+    if not bh["series"]:
+        return [f"Base {base}: the history holds no series of these cases for machine "
+                f"{code(bh['machine'])}, so no change point was checked (pass "
+                "--machine-class when the history groups machines)."]
+    if not bh["tested"]:
+        return [f"Base {base}: the history's {bh['series']} series of these cases are too short "
+                f"for a change-point test (it needs {bh['min_points']} commits)."]
+    short = f", {bh['too_short']} too short to test" if bh["too_short"] else ""
+    tested = f"no change point of its {bh['tested']} series tested{short} touches it."
+    if bh["measured"]:
+        return [f"Base {base} is in the history; {tested}"]
+    if bh["placed_by_git"]:
+        return [f"Base {base} has no run in the history; placed by git ancestry, {tested}"]
+    return [f"Base {base} has no run in the history and nothing placed it; no change point "
+            "was checked."]
+
+
 def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
     """(rows shown in the main table, ✅ rows folded away) for the PR comment."""
     quiet = [r for r in rows if r["verdict"] == "no_change"]
@@ -172,6 +221,7 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
         "drifts": [r for r in rows if r.get("control_drift") is not None],
+        "base_history": base_history_lines(comparison),
     }
 
 

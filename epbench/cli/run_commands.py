@@ -41,6 +41,7 @@ from epbench.harness.instructions import valgrind_available
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
+from epbench.reports import history as hist
 from epbench.reports import render
 from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
 from epbench.reports.render import render_summary_table
@@ -292,6 +293,16 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
               show_default=True,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
+@click.option("--history", "history_db", metavar="DB", default=None,
+              help="A history store (SQLite file or postgresql:// URL) to check the base "
+                   "commit against: the reports say when it sits in a change point of the "
+                   f"cases' series [default: ${hist.DB_ENV} when that file exists, else none].")
+@click.option("--history-arm", "history_arms", multiple=True, metavar="ARM",
+              help="With --history: only this arm's series. Repeatable [default: every arm "
+                   "but the control].")
+@click.option("--machine-class", metavar="NAME", default=None,
+              help="With --history: the series of this machine class (`history add "
+                   "--machine-class`) [default: this host's own series].")
 @gate_option
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.json, compare.json, report.md and report.html.")
@@ -302,7 +313,9 @@ def summary(results: str, fmt: str) -> None:
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
                     grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
-                    instructions_threshold: float, budget_s: float, gate_policy: str,
+                    instructions_threshold: float, budget_s: float,
+                    history_db: str | None, history_arms: tuple[str, ...],
+                    machine_class: str | None, gate_policy: str,
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
@@ -322,7 +335,15 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     OUT/compare.json (the verdicts, as `compare --format json`), OUT/report.md and
     OUT/report.html (with plots); exits 5 when a verdict matches --fail-on. In GitHub
     Actions, flagged cases also print ::error / ::warning lines.
+
+    With a history (--history DB, or $EPBENCH_DB), the reports also say whether the
+    base commit sits inside a change point of the cases' series, or after a
+    regression one: the base itself may carry that change. A --history file that
+    does not exist is an error (exit 1), found before anything is built.
     """
+    history_db, history_note = hist.history_to_check(history_db)
+    if history_note:
+        click.echo(f"note: {history_note}", err=True)
 
     if not grids and not case_names:
         grids = ("quick",)
@@ -346,7 +367,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         result = run_comparison(
             repo=repo, base_rev=base_rev, head_rev=head_rev, build=build_command,
             config=config, settings=settings, profile_path=profile_path, budget_s=budget_s,
-            on_status=lambda line: click.echo(line, err=True),
+            on_status=lambda line: click.echo(line, err=True), history_db=history_db,
+            history_machine=machine_class, history_arms=history_arms,
         )
     except KeyboardInterrupt:
         click.echo("interrupted; worktrees were removed", err=True)

@@ -13,7 +13,7 @@ EXIT_USER_ERROR = 1  # bad input: unknown case, unloadable library, bad file...
 EXIT_USAGE = 2  # click's own usage errors (unknown option, missing argument)
 EXIT_GATE = 3  # the idle gate did not pass (`epbench gate`, `--gate strict`)
 EXIT_CASE_FAILED = 4  # a case failed verification or its worker crashed
-EXIT_REGRESSION = 5  # `compare --fail-on` matched a verdict
+EXIT_REGRESSION = 5  # `compare --fail-on` matched a verdict, `history detect` a change point
 EXIT_INTERRUPTED = 130  # Ctrl-C; everything measured so far is on disk
 
 EXIT_CODES: dict[int, str] = {
@@ -22,7 +22,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "command-line usage error",
     EXIT_GATE: "the idle gate did not pass (machine busy)",
     EXIT_CASE_FAILED: "a case failed verification or crashed (results kept)",
-    EXIT_REGRESSION: "compare: a verdict matched --fail-on",
+    EXIT_REGRESSION: ("compare: a verdict matched --fail-on; "
+                      "history detect: a regression change point"),
     EXIT_INTERRUPTED: "interrupted (results so far kept)",
 }
 

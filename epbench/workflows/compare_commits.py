@@ -9,7 +9,9 @@ Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
 form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
-(the same with plots, reports.html). There is no
+(the same with plots, reports.html). With a history store (`history_db`), all
+three also say whether the base commit sits in a known change point of the cases'
+series (reports.history.base_report). There is no
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
@@ -25,10 +27,17 @@ from typing import Any
 
 from epbench.core.results import atomic_write_text, write_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.commits import BuiltSide, build_commit, repo_root, resolve_revision
+from epbench.harness.commits import (
+    BuiltSide,
+    build_commit,
+    is_ancestor,
+    repo_root,
+    resolve_revision,
+)
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.runner import RunConfig, run
 from epbench.reports import compare as cmp
+from epbench.reports import history as hist
 from epbench.reports import html, render
 from epbench.reports.artifact import COMPARE_FILE
 
@@ -92,14 +101,26 @@ def compare_commits(
     *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
     config: RunConfig, settings: Any, profile_path: str | None, budget_s: float,
     on_status: Callable[[str], None] = lambda _: None,
+    history_db: str | None = None, history_machine: str | None = None,
+    history_arms: tuple[str, ...] = (),
 ) -> CommitsResult:
     """Build both commits, run them interleaved, compare, re-run ❔ cases within budget.
 
     ``config`` holds the cases, rounds, gate and output directory; its arms are
     replaced by the two sides (the ORT control is added by the runner).
+
+    ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL),
+    opened before anything is built so a bad one fails at once; after the run the
+    comparison gets ``base_history``: whether the base commit sits in a change point
+    of the run's cases in the series of ``history_machine`` (a machine key or class;
+    default the run's own host key) and ``history_arms`` (default: every arm but the
+    control).
     """
 
     root = repo_root(repo)
+    if history_db is not None:
+        with hist.HistoryStore.open(hist.existing_db_url(history_db)):
+            pass  # opened (an older schema upgraded) and closed: usable after the run
     notes = []
     if has_uncommitted_changes(root):
         notes.append(f"{root} has uncommitted changes: they are not measured "
@@ -152,6 +173,13 @@ def compare_commits(
             reruns[name] = reruns.get(name, 0) + count
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
+    if history_db is not None:
+        on_status("checking the base commit against the history's change points")
+        with hist.HistoryStore.open(history_db) as store:
+            comparison["base_history"] = hist.base_report(
+                store, shas[BASE_ARM], cases=list(doc["cases"]),
+                machine=history_machine or str((doc.get("host") or {}).get("key")),
+                arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
     if config.out_dir is not None:
         out = Path(config.out_dir)
         write_results(out / "results.json", doc)
