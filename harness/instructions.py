@@ -211,8 +211,9 @@ def count_in_worker(worker: Any) -> None:
     """The worker's ``instructions`` mode: count each arm's calls in every case, report.
 
     One worker counts every case of the request (``cases``), so the interpreter, ORT
-    and the libraries start once under valgrind, not once per case: that start-up,
-    not the counted calls, was most of the pass (about 20 s of a case's 21 s).
+    and the libraries start once under valgrind, not once per case (the quick grid's
+    pass with four arms, on a shared machine: 111 s one worker per case, 65 s one
+    worker in all, instrumented only while counting).
     The request's ``instructions`` field names the method; for valgrind, ``helper``
     is the toggle library and ``dump_dir`` where callgrind writes. A case that
     cannot be counted reports its error and the next case is counted all the same.
