@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
 from epbench.core.paths import cache_dir
 from epbench.core.results import atomic_write_text, schema_version
 from epbench.reports import defaults, stats
@@ -87,8 +88,8 @@ def _guess_separate(same_run: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_from_runs(
-    runs: Sequence[Mapping[str, Any]],
-    fixed_order_run: Mapping[str, Any] | None,
+    runs: Sequence[Results],
+    fixed_order_run: Results | None,
     arm_a: str,
     arm_b: str,
     *,
@@ -104,18 +105,18 @@ def profile_from_runs(
         raise ProfileError("calibration needs at least one A/A run; pass --repeats 1 or more")
     opts = {"confidence": confidence}
     first = runs[0]
-    control = first.get("control", "ort")
-    names = [n for n, c in first.get("cases", {}).items() if c.get("status") == "ok"]
+    control = first.control
+    names = [n for n, c in first.cases.items() if c.ok]
     if not names:
-        errors = sorted({f"{n}: {c.get('error')}" for n, c in first.get("cases", {}).items()})
+        errors = sorted({f"{n}: {c.error}" for n, c in first.cases.items()})
         raise ProfileError(
             "no case ran in the A/A runs, so there is no noise to measure ("
             + ("; ".join(errors[:3]) or "no cases") + "); fix the cases or the arm and rerun"
         )
 
-    def aa_log(doc: Mapping[str, Any], name: str, num: str, den: str) -> Any:
-        case = doc.get("cases", {}).get(name)
-        if case is None or case.get("status") != "ok":
+    def aa_log(doc: Results, name: str, num: str, den: str) -> Any:
+        case = doc.cases.get(name)
+        if case is None or not case.ok:
             return np.array([])
         return stats.log_ratios(stats.round_medians(case, num), stats.round_medians(case, den))
 
@@ -129,7 +130,7 @@ def profile_from_runs(
             [vs_control[j] for _, j in pairs], [vs_control[i] for i, _ in pairs], **opts
         ) if pairs else []
         entry: dict[str, Any] = {
-            "definition_sha256": first["cases"][name].get("definition_sha256"),
+            "definition_sha256": first.cases[name].definition_sha256,
             "same-run": noise_of(same),
             "separate-runs": noise_of(separate) if separate else _guess_separate(noise_of(same)),
         }
@@ -141,14 +142,14 @@ def profile_from_runs(
                 "counterbalanced_change": float(np.median(balanced)) if balanced else None,
             }
         cases[name] = entry
-    host = dict(first.get("host") or {})
+    host = first.host.to_dict()
     return {
         "schema": PROFILE_SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": host,
-        "host_key": host.get("key"),
+        "host_key": first.host.key,
         "arm": arm_spec,
-        "rounds": int((first.get("config") or {}).get("rounds") or 0),
+        "rounds": int(first.config.rounds or 0),
         "repeats": len(runs),
         "confidence": confidence,
         "cases": cases,

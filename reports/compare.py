@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Case, Results
 from epbench.core.numbers import median
 from epbench.core.results import load_results
 from epbench.reports import defaults, stats
@@ -264,7 +265,7 @@ class RoundMedians:
     def __init__(self) -> None:
         self._memo: dict[tuple[int, str], Any] = {}
 
-    def __call__(self, case: Mapping[str, Any], arm: str) -> Any:
+    def __call__(self, case: Case, arm: str) -> Any:
         key = (id(case), arm)  # the documents outlive the comparison that holds this
         if key not in self._memo:
             self._memo[key] = stats.round_medians(case, arm)
@@ -276,17 +277,22 @@ class Side:
     """One side of a comparison: a results document and the arm measured in it."""
 
     label: str  # "base" or "pr"
-    doc: Mapping[str, Any]
+    doc: Results
     arm: str
     path: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.doc, Results):
+            raise TypeError("Side takes a Results (load_results, or Results.from_dict for a "
+                            f"document in memory), not {type(self.doc).__name__}")
+
     @property
     def control(self) -> str:
-        return str(self.doc.get("control", "ort"))
+        return self.doc.control
 
     @property
     def host_key(self) -> str | None:
-        return (self.doc.get("host") or {}).get("key")
+        return self.doc.host.key
 
 
 @dataclass
@@ -320,14 +326,13 @@ class CaseRow:
 
 
 def choose_arms(
-    base: Mapping[str, Any], pr: Mapping[str, Any], base_arm: str | None, pr_arm: str | None
+    base: Results, pr: Results, base_arm: str | None, pr_arm: str | None
 ) -> tuple[str, str]:
-    def only_candidate(doc: Mapping[str, Any], label: str) -> str:
-        control = doc.get("control", "ort")
-        others = [a for a in doc.get("arms", {}) if a != control]
+    def only_candidate(doc: Results, label: str) -> str:
+        others = [a for a in doc.arms if a != doc.control]
         if len(others) != 1:
             raise CompareError(
-                f"the {label} file has arms {sorted(doc.get('arms', {}))}: "
+                f"the {label} file has arms {sorted(doc.arms)}: "
                 f"say which to compare with --{label} ARM (or --arm ARM for both)"
             )
         return others[0]
@@ -335,10 +340,10 @@ def choose_arms(
     return base_arm or only_candidate(base, "base"), pr_arm or only_candidate(pr, "pr")
 
 
-def _require_arm(doc: Mapping[str, Any], arm: str, label: str, option: str | None = None) -> None:
-    if arm not in doc.get("arms", {}):
+def _require_arm(doc: Results, arm: str, label: str, option: str | None = None) -> None:
+    if arm not in doc.arms:
         raise CompareError(
-            f"arm {arm!r} is not in the {label} results (it has {sorted(doc.get('arms', {}))}); "
+            f"arm {arm!r} is not in the {label} results (it has {sorted(doc.arms)}); "
             f"pass {option or '--' + label} with one of those keys"
         )
 
@@ -389,10 +394,10 @@ def compare_files(
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:
-    if base.doc.get("schema") != pr.doc.get("schema"):
+    if base.doc.schema != pr.doc.schema:
         raise CompareError(
-            f"different results schema versions: base {base.doc.get('schema')!r}, "
-            f"pr {pr.doc.get('schema')!r}; load both with the same epbench (it migrates "
+            f"different results schema versions: base {base.doc.schema!r}, "
+            f"pr {pr.doc.schema!r}; load both with the same epbench (it migrates "
             "older files) or re-run the older side"
         )
     if base.host_key != pr.host_key:
@@ -404,7 +409,7 @@ def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[s
             raise CompareError(message + ": re-run both on one machine, or pass --force")
         warnings.append(message + " (compared anyway because of --force; treat with suspicion)")
     for side in (base, pr):
-        if side.control not in side.doc.get("arms", {}):
+        if side.control not in side.doc.arms:
             raise CompareError(
                 f"the {side.label} results lack their control arm {side.control!r}; "
                 "re-run with `epbench run` (it always adds the ort control)"
@@ -460,7 +465,7 @@ def compare(
         raise CompareError(f"--base and --pr are both {base.arm!r}; name two different arms")
     _check_comparable(base, pr, settings, warnings)
     profile = _load_profile_noise(profile, base.host_key, settings, warnings)
-    has_twin = any(side.doc.get("twin") for side in (base, pr))
+    has_twin = any(side.doc.twin for side in (base, pr))
     if profile is None and not has_twin:
         warnings.append(
             "no calibration profile for this host and no A/A twin in the run: every threshold "
@@ -470,13 +475,13 @@ def compare(
         )
 
     for side in (base, pr) if not same_run else (pr,):
-        if side.doc.get("interrupted"):
+        if side.doc.interrupted:
             warnings.append(
                 f"the {side.label} run was interrupted: cases it did not reach are missing "
                 "or incomplete; rerun it to compare the whole grid"
             )
-    base_cases = base.doc.get("cases", {})
-    pr_cases = pr.doc.get("cases", {})
+    base_cases = base.doc.cases
+    pr_cases = pr.doc.cases
     common = [c for c in base_cases if c in pr_cases]
     only_base = sorted(c for c in base_cases if c not in pr_cases)
     only_pr = sorted(c for c in pr_cases if c not in base_cases)
@@ -486,7 +491,7 @@ def compare(
         )
     changed = [
         c for c in common
-        if base_cases[c].get("definition_sha256") != pr_cases[c].get("definition_sha256")
+        if base_cases[c].definition_sha256 != pr_cases[c].definition_sha256
     ]
     if changed:
         raise CompareError(
@@ -550,15 +555,15 @@ def compare(
     for name, change in zip(measurable, changes, strict=True):
         b_case, p_case = base_cases[name], pr_cases[name]
         noise, source = _case_noise(
-            profile, name, b_case.get("definition_sha256"), max(change.n, 1), mode
+            profile, name, b_case.definition_sha256, max(change.n, 1), mode
         )
         noise, source = _with_twin(noise, source, twins["noise"].get(name))
         thresholds.append(threshold_for(noise, source, settings))
         u = int((~stats.quiet_mask(p_case)).sum())
-        r = len(p_case.get("rounds", []))
+        r = len(p_case.rounds)
         if not same_run:
             u += int((~stats.quiet_mask(b_case)).sum())
-            r += len(b_case.get("rounds", []))
+            r += len(b_case.rounds)
         unquiet.append(u)
         n_rounds.append(r)
         drift = [stats.control_drift(medians(p_case, pr.control))]
@@ -588,9 +593,9 @@ def compare(
             family=_family(base_cases[name]),
         ))
     for row in rows:
-        errors = [*base_cases[row.case].get("rerun_errors", [])]
+        errors = [*base_cases[row.case].rerun_errors]
         if not same_run:
-            errors += pr_cases[row.case].get("rerun_errors", [])
+            errors += pr_cases[row.case].rerun_errors
         row.rerun_errors = [str(e) for e in errors]
     for row in rows:
         row.instructions_change = _instructions_change(base, pr, row.case)
@@ -634,16 +639,15 @@ def compare(
         "families": families,
         "gate": {"base": gate_summary(base.doc), "pr": gate_summary(pr.doc)} if not same_run
         else {"run": gate_summary(pr.doc)},
-        "host": dict(pr.doc.get("host") or {}),
-        "threads": (pr.doc.get("config") or {}).get("threads"),
+        "host": pr.doc.host.to_dict(),
+        "threads": pr.doc.config.threads,
         "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
     }
 
 
 def _instructions_change(base: Side, pr: Side, case: str) -> float | None:
     def count(side: Side) -> float | None:
-        arm = ((side.doc["cases"].get(case) or {}).get("arms") or {}).get(side.arm) or {}
-        return (arm.get("counters_per_run") or {}).get("instructions")
+        return _counter(side, case, "instructions")
 
     b, p = count(base), count(pr)
     return p / b - 1.0 if b and p is not None else None
@@ -675,17 +679,17 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
     info = []
     floor_only = threshold_for(settings.floor / settings.k, "floor", settings)
     for side in sides:
-        twin = side.doc.get("twin")
-        if not twin or twin.get("key") not in side.doc.get("arms", {}):
+        twin = side.doc.twin
+        if twin is None or twin.key not in side.doc.arms:
             continue
         names, samples = [], []
         for name in cases:
-            case = side.doc["cases"].get(name)
-            if case is None or case.get("status") != "ok":
+            case = side.doc.cases.get(name)
+            if case is None or not case.ok:
                 continue
             names.append(name)
             samples.append(stats.process_sample(
-                medians(case, twin["key"]), medians(case, twin["of"]),
+                medians(case, twin.key), medians(case, twin.of),
                 stats.round_labels(case, "process")))
         changes = stats.nested_changes(samples, confidence=settings.confidence)
         per_case = {}
@@ -699,7 +703,7 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
             beyond = (change.lo - 1.0 >= floor_only.t) or (change.hi - 1.0 <= -floor_only.t)
             if change.p < 1.0 - settings.confidence and beyond and name not in flagged:
                 flagged.append(name)
-        info.append({"side": side.label, "of": twin["of"], "key": twin["key"],
+        info.append({"side": side.label, "of": twin.of, "key": twin.key,
                      "cases": per_case})
     return {"noise": noise, "flagged": flagged, "info": info}
 
@@ -709,22 +713,34 @@ def _median_ns(values: Any) -> float | None:
     return median(float(v) for v in values if math.isfinite(v) and v > 0)
 
 
-def _family(case: Mapping[str, Any]) -> str | None:
+def _family(case: Case) -> str | None:
+    return family_of(case.spec)
 
-    return family_of(case.get("spec", {}))
+
+def _counter(side: Side, case: str, counter: str) -> float | None:
+    """`counter` per Run of the side's arm on `case`, None if it was not counted."""
+    c = side.doc.cases.get(case)
+    arm = c.arms.get(side.arm) if c is not None else None
+    counters = arm.counters_per_run if arm is not None else None
+    return counters.get(counter) if counters else None  # counters: name -> value
+
+
+def _counters(side: Side, case: str) -> Mapping[str, float] | None:
+    arm = side.doc.cases[case].arms.get(side.arm)
+    return arm.counters_per_run if arm is not None else None
 
 
 def _precheck(
-    name: str, b_case: Mapping[str, Any], p_case: Mapping[str, Any], base: Side, pr: Side
+    name: str, b_case: Case, p_case: Case, base: Side, pr: Side
 ) -> CaseRow | None:
     """A row for a case that cannot be measured (failed side, arm missing), else None."""
-    def problem(case: Mapping[str, Any], side: Side) -> str | None:
-        if case.get("status") != "ok":
-            return f"{side.label} {case.get('status')}: {case.get('error') or 'no detail'}"
-        info = case.get("arms", {}).get(side.arm)
+    def problem(case: Case, side: Side) -> str | None:
+        if not case.ok:
+            return f"{side.label} {case.status}: {case.error or 'no detail'}"
+        info = case.arms.get(side.arm)
         if info is None:
             return f"{side.label} did not run arm {side.arm!r} on this case"
-        if not info.get("verified"):
+        if not info.verified:
             return f"{side.label} arm {side.arm!r} did not verify against ORT"
         return None
 
@@ -738,7 +754,7 @@ def _precheck(
         case=name, verdict=verdict, emoji=VERDICTS[verdict][0], reason=reason,
         base_ns=None, pr_ns=None, change=None, ci=[None, None], p=None, q=None,
         significant=False, threshold=math.nan, alert=math.nan, noise=math.nan,
-        noise_source="-", rounds=len(p_case.get("rounds", [])), unquiet=0, control_drift=None,
+        noise_source="-", rounds=len(p_case.rounds), unquiet=0, control_drift=None,
         family=_family(b_case),
     )
 
@@ -777,12 +793,10 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
     change as a fraction of base (None when base is 0 or a side lacks the counter)."""
     rows = []
     for name in cases:
-        b = ((base.doc["cases"][name].get("arms") or {}).get(base.arm) or {}).get(
-            "counters_per_run"
-        )
-        p = ((pr.doc["cases"][name].get("arms") or {}).get(pr.arm) or {}).get("counters_per_run")
+        b, p = _counters(base, name), _counters(pr, name)
         if not b and not p:
             continue
+        # Counters are a free-form mapping (name -> value per Run): .get is a lookup here.
         b, p = b or {}, p or {}
         for counter in sorted(set(b) | set(p)):
             if b.get(counter) != p.get(counter):
@@ -818,7 +832,7 @@ def family_changes(
         t = max(judged[n].threshold for n in names)
         opts = {"confidence": settings.confidence, "resamples": settings.resamples}
         if base.doc is pr.doc:
-            rounds = [{a: medians(base.doc["cases"][n], a) for a in (base.arm, pr.arm)}
+            rounds = [{a: medians(base.doc.cases[n], a) for a in (base.arm, pr.arm)}
                       for n in names]
             fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed,
                                     processes=_processes(base.doc, names), **opts)
@@ -829,14 +843,14 @@ def family_changes(
         else:
             b_fits = stats.fit_family(
                 depths,
-                [{a: medians(base.doc["cases"][n], a) for a in (base.arm, base.control)}
+                [{a: medians(base.doc.cases[n], a) for a in (base.arm, base.control)}
                  for n in names],
                 [base.arm, base.control], seed=settings.seed,
                 processes=_processes(base.doc, names), **opts,
             )
             p_fits = stats.fit_family(
                 depths,
-                [{a: medians(pr.doc["cases"][n], a) for a in (pr.arm, pr.control)}
+                [{a: medians(pr.doc.cases[n], a) for a in (pr.arm, pr.control)}
                  for n in names],
                 [pr.arm, pr.control], seed=settings.seed + 1,
                 processes=_processes(pr.doc, names), **opts,
@@ -860,8 +874,8 @@ def family_changes(
     return out
 
 
-def _processes(doc: Mapping[str, Any], names: Sequence[str]) -> list[Any]:
-    return [stats.round_labels(doc["cases"][n], "process") for n in names]
+def _processes(doc: Results, names: Sequence[str]) -> list[Any]:
+    return [stats.round_labels(doc.cases[n], "process") for n in names]
 
 
 def _ratio(num: Any, den: Any, point_num: float, point_den: float,
@@ -894,15 +908,14 @@ def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float
 
 
 def _side_info(side: Side) -> dict[str, Any]:
-    arm = (side.doc.get("arms") or {}).get(side.arm) or {}
-    cfg = side.doc.get("config") or {}
+    arm = side.doc.arms.get(side.arm)
     return {
-        "path": side.path, "arm": side.arm, "spec": arm.get("spec"),
-        "sha256": arm.get("sha256"), "ep_name": arm.get("ep_name"),
-        "control": side.control, "rounds": cfg.get("rounds"),
-        "arms": sorted(side.doc.get("arms", {})), "created": side.doc.get("created"),
-        "git_commit": (side.doc.get("host") or {}).get("git_commit"),
-        "host_key": side.host_key, "interrupted": bool(side.doc.get("interrupted")),
+        "path": side.path, "arm": side.arm, "spec": arm.spec if arm else None,
+        "sha256": arm.sha256 if arm else None, "ep_name": arm.ep_name if arm else None,
+        "control": side.control, "rounds": side.doc.config.rounds,
+        "arms": sorted(side.doc.arms), "created": side.doc.created,
+        "git_commit": side.doc.host.git_commit,
+        "host_key": side.host_key, "interrupted": bool(side.doc.interrupted),
     }
 
 
@@ -917,7 +930,8 @@ def cannot_catch(
 ) -> list[str]:
     """What this comparison could not have seen, stated for this run."""
     notes = []
-    specs = [c.get("spec", {}) for c in pr.doc.get("cases", {}).values()]
+    # A spec is cases.spec.CaseSpec's dict; a user model has no op or width.
+    specs = [c.spec for c in pr.doc.cases.values()]
     ops = sorted({str(s.get("op")) for s in specs if s.get("op")})
     widths = sorted({int(s["width"]) for s in specs if s.get("width")})
     notes.append(
@@ -940,14 +954,14 @@ def cannot_catch(
             "No A/A calibration profile: thresholds are a conservative default, so real "
             "regressions smaller than that default can pass."
         )
-    threads = (pr.doc.get("config") or {}).get("threads")
+    threads = pr.doc.config.threads
     if threads == 1:
         notes.append(
             "Multi-threaded behaviour: the run used one intra-op thread, so contention and "
             "scaling effects of more threads are not measured."
         )
-    missing_counters = [r.case for r in rows if r.case in pr.doc.get("cases", {}) and not (
-        (pr.doc["cases"][r.case].get("arms", {}).get(pr.arm) or {}).get("counters_per_run"))]
+    missing_counters = [r.case for r in rows
+                        if r.case in pr.doc.cases and not _counters(pr, r.case)]
     if missing_counters:
         notes.append(
             f"Deterministic counters: the PR arm reported none for {len(missing_counters)} "

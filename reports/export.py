@@ -10,11 +10,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
 from epbench.reports import stats
 
 
@@ -40,20 +40,20 @@ def pyperf_paths(out: str | Path, arms: list[str]) -> dict[str, Path]:
 
 
 def to_pyperf(
-    doc: Mapping[str, Any], out: str | Path, *, overwrite: bool = False
+    doc: Results, out: str | Path, *, overwrite: bool = False
 ) -> dict[str, Path]:
     """Write one pyperf suite per arm; return {arm: path}. Cases without rounds are skipped."""
     import pyperf
 
-    arms = list(doc.get("arms", {}))
+    arms = list(doc.arms)
     paths = pyperf_paths(out, arms)
     existing = [p for p in paths.values() if p.exists()]
     if existing and not overwrite:
         raise ExportError(f"{existing[0]} already exists; pass --overwrite or choose another name")
-    host = doc.get("host") or {}
+    host = doc.host
     for arm, path in paths.items():
         benchmarks = []
-        for name, case in doc.get("cases", {}).items():
+        for name, case in doc.cases.items():
             medians = stats.round_medians(case, arm)
             runs = [
                 pyperf.Run(
@@ -61,8 +61,8 @@ def to_pyperf(
                     metadata={
                         "name": name, "unit": "second", "loops": 1,
                         "epbench_arm": arm, "epbench_round": i,
-                        "cpu_model_name": str(host.get("cpu_model") or "unknown"),
-                        "hostname": str(host.get("key") or "unknown"),
+                        "cpu_model_name": str(host.cpu_model or "unknown"),
+                        "hostname": str(host.key or "unknown"),
                     },
                     collect_metadata=False,
                 )
@@ -79,30 +79,30 @@ def to_pyperf(
     return paths
 
 
-def tidy_frame(doc: Mapping[str, Any]) -> Any:
+def tidy_frame(doc: Results) -> Any:
     """One row per case x arm x round: median, sample count, position in the order, quiet."""
     import pandas as pd
 
     rows = []
-    for name, case in doc.get("cases", {}).items():
-        for rnd in case.get("rounds", []):
-            order = rnd.get("order", [])
-            for arm, summary in (rnd.get("summary_ns") or {}).items():
+    for name, case in doc.cases.items():
+        for rnd in case.rounds:
+            order = rnd.order
+            for arm, summary in rnd.summary_ns.items():
                 rows.append({
-                    "case": name, "arm": arm, "round": rnd.get("index"),
-                    "process": rnd.get("process", 0), "session": rnd.get("session", 0),
+                    "case": name, "arm": arm, "round": rnd.index,
+                    "process": rnd.process, "session": rnd.session,
                     "position": order.index(arm) if arm in order else None,
-                    "quiet": bool(rnd.get("quiet", True)),
-                    "median_ns": summary.get("median"), "min_ns": summary.get("min"),
-                    "samples": int(summary.get("n") or 0),
-                    "status": case.get("status"),
+                    "quiet": bool(rnd.quiet),
+                    "median_ns": summary.median, "min_ns": summary.min,
+                    "samples": int(summary.n or 0),
+                    "status": case.status,
                 })
     columns = ["case", "arm", "round", "process", "session", "position", "quiet", "median_ns",
                "min_ns", "samples", "status"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def to_csv(doc: Mapping[str, Any], out: str | Path, *, overwrite: bool = False) -> Path:
+def to_csv(doc: Results, out: str | Path, *, overwrite: bool = False) -> Path:
     out = Path(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite or choose another name")

@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
 from epbench.core.paths import cache_dir
-from epbench.core.results import SCHEMA, dumps, load_results
+from epbench.core.results import dumps, load_results
 from epbench.reports import changepoints, stats
 
 if TYPE_CHECKING:
@@ -320,15 +321,19 @@ class RunRecord:
     points: list[PointRecord] = field(default_factory=list)
 
 
-def run_key(doc: Mapping[str, Any]) -> str:
-    """The identity of a run: a hash of its canonical content (created time and host included)."""
-    return hashlib.sha256(dumps(doc).encode("utf-8")).hexdigest()[:32]
+def run_key(doc: Results) -> str:
+    """The identity of a run: a hash of its canonical content (created time and host included).
+
+    The document the model gives back is the file's, key for key, so the hash is the
+    file's whatever this version of the model knows of it."""
+    return hashlib.sha256(dumps(doc.to_dict()).encode("utf-8")).hexdigest()[:32]
 
 
-def _epbench_version(doc: Mapping[str, Any]) -> str | None:
-    # Results files do not record the epbench that wrote them yet; then the store
-    # records the version of the epbench that added the run (the closest known).
-    recorded = doc.get("epbench_version")
+def _epbench_version(doc: Results) -> str | None:
+    # Results files do not record the epbench that wrote them yet (a key the model does
+    # not know, so it is in `extra`); then the store records the version of the epbench
+    # that added the run (the closest known).
+    recorded = doc.extra.get("epbench_version")
     if recorded:
         return str(recorded)
     try:
@@ -337,40 +342,39 @@ def _epbench_version(doc: Mapping[str, Any]) -> str | None:
         return None
 
 
-def run_record(doc: Mapping[str, Any], *, source: str, commit: str | None = None,
+def run_record(doc: Results, *, source: str, commit: str | None = None,
                branch: str | None = None, machine_class: str | None = None,
                confidence: float = 0.95) -> RunRecord:
     """What the store keeps of a results document; refuses a run it cannot place."""
     import numpy as np
 
-    host = doc.get("host") or {}
-    commit = commit or host.get("git_commit")
+    commit = commit or doc.host.git_commit
     if not commit:
         raise HistoryError(
             f"{source} records no git commit (it ran outside a git checkout); "
             "pass --commit SHA (and --branch NAME)"
         )
-    machine = host.get("key")
+    machine = doc.host.key
     if not machine:
         raise HistoryError(f"{source} has no host fingerprint key; re-run it with this epbench")
-    created = doc.get("created")
+    created = doc.created
     if not created:
         raise HistoryError(f"{source} has no created time; is it an epbench results file?")
-    control = doc.get("control", "ort")
+    control = doc.control
     jobs: list[tuple[str, str]] = []
     logs = []
     medians: dict[tuple[str, str], Any] = {}
-    for name, case in (doc.get("cases") or {}).items():
-        ctrl = stats.round_medians(case, control) if control in case.get("arms", {}) else None
-        for arm in case.get("arms", {}):
+    for name, case in doc.cases.items():
+        ctrl = stats.round_medians(case, control) if control in case.arms else None
+        for arm in case.arms:
             medians[name, arm] = stats.round_medians(case, arm)
             if arm != control and ctrl is not None:
                 jobs.append((name, arm))
                 logs.append(stats.log_ratios(medians[name, arm], ctrl))
     changes = dict(zip(jobs, stats.paired_changes(logs, confidence=confidence), strict=True))
     points = []
-    for name, case in (doc.get("cases") or {}).items():
-        for arm, info in case.get("arms", {}).items():
+    for name, case in doc.cases.items():
+        for arm, info in case.arms.items():
             values = medians[name, arm]
             good = values[np.isfinite(values)]
             if arm == control:
@@ -380,10 +384,10 @@ def run_record(doc: Mapping[str, Any], *, source: str, commit: str | None = None
                 ratio, lo, hi = stats.finite(ch.ratio), stats.finite(ch.lo), stats.finite(ch.hi)
             else:
                 ratio = lo = hi = None
-            counters = info.get("counters_per_run")
-            instructions = (counters or {}).get("instructions")
+            counters = info.counters_per_run
+            instructions = (counters or {}).get("instructions")  # counter name -> value
             points.append(PointRecord(
-                case=name, arm=arm, status=case.get("status"),
+                case=name, arm=arm, status=case.status,
                 ratio=ratio, ratio_lo=lo, ratio_hi=hi,
                 p50_ns=stats.finite(float(np.median(good))) if len(good) else None,
                 round_medians_ns=[stats.finite(float(v)) for v in values],
@@ -394,7 +398,7 @@ def run_record(doc: Mapping[str, Any], *, source: str, commit: str | None = None
     return RunRecord(
         run_key=run_key(doc), commit=str(commit), branch=branch, created=str(created),
         machine=str(machine), machine_class=machine_class,
-        epbench_version=_epbench_version(doc), results_schema=str(doc.get("schema", SCHEMA)),
+        epbench_version=_epbench_version(doc), results_schema=str(doc.schema),
         points=points,
     )
 

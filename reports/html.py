@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, schema_version
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, history, plots, render, stats
@@ -58,7 +59,7 @@ class Source:
     """What a report is drawn from: a results document, a comparison, or both."""
 
     label: str
-    doc: dict[str, Any] | None = None
+    doc: Results | None = None
     comparison: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -97,10 +98,9 @@ def load_source(path: str | Path) -> Source:
     source = Source(str(path), doc=load_results(path) if has_results else None,
                     comparison=comparison)
     doc = source.doc
-    if comparison is None and doc is not None and all(a in doc.get("arms", {})
-                                                      for a in COMMITS_ARMS):
+    if comparison is None and doc is not None and all(a in doc.arms for a in COMMITS_ARMS):
         base, head = COMMITS_ARMS
-        profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), None)
+        profile = cmp.load_profile_for(doc.host.key, None)
         source.comparison = cmp.compare(cmp.Side("base", doc, base, str(path)),
                                         cmp.Side("pr", doc, head, str(path)), profile=profile)
         source.notes.append(
@@ -131,14 +131,14 @@ def _comparison(doc: dict[str, Any], path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- run
 
 
-def _ratio_arms(case: Mapping[str, Any], summary_case: Mapping[str, Any],
+def _ratio_arms(case: Case, summary_case: Mapping[str, Any],
                 control: str) -> list[plots.ArmRatios]:
     import numpy as np
 
     ctrl = stats.round_medians(case, control)
     quiet = stats.quiet_mask(case)
     out = []
-    for arm in case.get("arms", {}):
+    for arm in case.arms:
         if arm == control:
             continue
         values = stats.round_medians(case, arm)
@@ -151,26 +151,26 @@ def _ratio_arms(case: Mapping[str, Any], summary_case: Mapping[str, Any],
     return out
 
 
-def round_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot]:
+def round_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     """Per case, the per-round ratio of every arm to the in-run control."""
     control = summary["control"]
     pct = f"{summary['confidence'] * 100:g} %"
-    arms = [a for a in doc.get("arms", {}) if a != control]
+    arms = [a for a in doc.arms if a != control]
     if not arms:
         return [Plot("rounds-none", "Rounds", "", missing=(
             f"Only the control arm `{control}` ran, so there is no ratio to draw: run "
             "with a second arm, e.g. --arm engine."))]
     out = []
-    for i, (name, case) in enumerate(doc.get("cases", {}).items()):
+    for i, (name, case) in enumerate(doc.cases.items()):
         anchor = f"rounds-{i}"
         caption = (f"Dots: rounds (red ×: unquiet); black: the median ratio to {control}, "
                    f"{pct} interval.")
-        if case.get("status") != "ok":
+        if not case.ok:
             out.append(Plot(anchor, name, caption, missing=(
-                f"The case did not finish ({case.get('status')}: "
-                f"{case.get('error') or 'no detail'}), so it has no rounds to draw.")))
+                f"The case did not finish ({case.status}: "
+                f"{case.error or 'no detail'}), so it has no rounds to draw.")))
             continue
-        if control not in case.get("arms", {}):
+        if control not in case.arms:
             out.append(Plot(anchor, name, caption, missing=(
                 f"The control `{control}` did not run on this case: no ratio to draw.")))
             continue
@@ -184,7 +184,7 @@ def round_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot
     return out
 
 
-def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plot]:
+def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     """Per chain family, time per Run against depth with the fitted line, per arm."""
     control = summary["control"]
     out = []
@@ -207,10 +207,10 @@ def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plo
         out.append(Plot(anchor, family, caption, _markup(svg)))
     fitted = set(summary["families"])
     depths: dict[str, set[int]] = {}
-    for case in doc.get("cases", {}).values():
-        family = family_of(case.get("spec", {}))
-        if family and case.get("status") == "ok":
-            depths.setdefault(family, set()).add(int(case["spec"]["depth"]))
+    for case in doc.cases.values():
+        family = family_of(case.spec)
+        if family and case.ok:
+            depths.setdefault(family, set()).add(int(case.spec["depth"]))
     for family, found in sorted(depths.items()):
         if family in fitted:
             continue
@@ -225,7 +225,7 @@ def family_plots(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> list[Plo
     return out
 
 
-def gate_plot(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> Plot:
+def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
     caption = ("A column per round in run order: idle of the worst core before it and of the "
                "other cores during it, steal below; red columns: unquiet rounds.")
@@ -243,7 +243,7 @@ def gate_plot(doc: Mapping[str, Any], summary: Mapping[str, Any]) -> Plot:
     return Plot("gate", "Idle gate over the run", caption, _markup(svg))
 
 
-def run_context(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the page shows of one run: its tables and its plots."""
     summary = summary if summary is not None else summarize(doc)
     control = summary["control"]
@@ -255,13 +255,13 @@ def run_context(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None
               for n, c in summary["cases"].items() if c.get("control_drift") is not None]
     return {
         "doc": doc, "s": summary, "control": control, "cases": cases,
-        "cfg": doc.get("config") or {},
+        "cfg": doc.config,
         "worst_drift": max(drifts) if drifts else None,
         "failures": [c for c in cases if c["status"] != "ok" or not c["verified"]],
         "round_plots": round_plots(doc, summary),
         "family_plots": family_plots(doc, summary),
         "gate_plot": gate_plot(doc, summary),
-        "host": _host_rows(doc.get("host") or {}),
+        "host": _host_rows(doc.host.to_dict()),
     }
 
 
@@ -391,7 +391,7 @@ def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePo
 
 def render_html(
     *,
-    doc: Mapping[str, Any] | None = None,
+    doc: Results | None = None,
     comparison: Mapping[str, Any] | None = None,
     history: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]] | None = None,
     source: str | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from epbench.core.model import Results
 from epbench.core.results import atomic_write_text
 from epbench.reports.render import environment, render_summary_table
 from epbench.reports.summary import summarize
@@ -17,7 +18,7 @@ from epbench.reports.summary import summarize
 REPORT_NAME = "report.md"
 
 
-def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None = None) -> str:
+def render_run_report(doc: Results, summary: Mapping[str, Any] | None = None) -> str:
     """The run as markdown: per case p50 and ratio to ort, families, gate, host, arms."""
 
     summary = summary if summary is not None else summarize(doc)
@@ -28,15 +29,15 @@ def render_run_report(doc: Mapping[str, Any], summary: Mapping[str, Any] | None 
         cases.append({"name": name, **case, "arm_rows": arms})
     drifts = [(abs(c["control_drift"]), n, c["control_drift"])
               for n, c in summary["cases"].items() if c.get("control_drift") is not None]
-    cfg = doc.get("config") or {}
     return environment().get_template("run_report.md.j2").render(
-        doc=doc, s=summary, cases=cases, control=control, cfg=cfg,
+        doc=doc, s=summary, cases=cases, control=control, cfg=doc.config,
+        host=doc.host.to_dict(),
         worst_drift=max(drifts) if drifts else None,
         failures=[c for c in cases if c["status"] != "ok" or not c["verified"]],
     )
 
 
-def write_run_report(doc: Mapping[str, Any], out_dir: str | Path) -> str:
+def write_run_report(doc: Results, out_dir: str | Path) -> str:
     """Write OUT/report.md and return the summary table for the terminal."""
 
     summary = summarize(doc)

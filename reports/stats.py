@@ -48,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from epbench.core.model import Case
 from epbench.reports import defaults
 
 if TYPE_CHECKING:
@@ -106,35 +107,37 @@ def _bounded_exp(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- rounds
 
 
-def round_medians(case: Mapping[str, Any], arm: str) -> np.ndarray:
+def round_medians(case: Case, arm: str) -> np.ndarray:
     """Per-round median ns per Run of `arm` in one case of a results document (NaN if absent)."""
 
     return round_values(case, arm, "median")
 
 
-def round_values(case: Mapping[str, Any], arm: str, field: str) -> np.ndarray:
+def round_values(case: Case, arm: str, field: str) -> np.ndarray:
     """Per round, one figure of `arm`'s block summary (median, min, q1, q3, n); NaN if absent."""
     import numpy as np
 
     out = []
-    for rnd in case.get("rounds", []):
-        value = ((rnd.get("summary_ns") or {}).get(arm) or {}).get(field)
+    for rnd in case.rounds:
+        value = rnd.block_value(arm, field)
         out.append(np.nan if value is None else float(value))
     return np.asarray(out, dtype=np.float64)
 
 
-def round_labels(case: Mapping[str, Any], field: str) -> np.ndarray:
+def round_labels(case: Case, field: str) -> np.ndarray:
     """Per round, its `process` or `session` index (0 for files that predate them)."""
     import numpy as np
 
-    return np.asarray([int(r.get(field, 0)) for r in case.get("rounds", [])], dtype=np.int64)
+    if field not in ("process", "session"):
+        raise ValueError(f"rounds are labelled by process or session, not {field!r}")
+    return np.asarray([int(getattr(r, field)) for r in case.rounds], dtype=np.int64)
 
 
-def quiet_mask(case: Mapping[str, Any]) -> np.ndarray:
+def quiet_mask(case: Case) -> np.ndarray:
     """Per round: did the idle gate pass (True) or was the round measured under load."""
     import numpy as np
 
-    return np.array([bool(r.get("quiet", True)) for r in case.get("rounds", [])], dtype=bool)
+    return np.array([bool(r.quiet) for r in case.rounds], dtype=bool)
 
 
 def log_ratios(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError
+from epbench.core.model import Results
 from epbench.reports import defaults, stats
 
 CHAIN_KINDS = ("chain", "binary")
@@ -32,31 +33,26 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
         return None
 
 
-def _case_verified(case: Mapping[str, Any]) -> bool:
-    arms = case.get("arms", {})
-    verified = all(a.get("verified") for a in arms.values())
-    return case.get("status") == "ok" and bool(arms) and verified
-
-
-def gate_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+def gate_summary(doc: Results) -> dict[str, Any]:
     """Rounds that passed the idle gate vs unquiet ones, and the worst steal seen."""
     total = quiet = 0
     max_steal = 0.0
     waited = 0.0
-    for case in doc.get("cases", {}).values():
-        for rnd in case.get("rounds", []):
+    for case in doc.cases.values():
+        for rnd in case.rounds:
             total += 1
-            quiet += bool(rnd.get("quiet", True))
-            gate = rnd.get("gate") or {}
+            quiet += bool(rnd.quiet)
+            # The gate's readings are free-form per core (harness.gate), not the model's.
+            gate = rnd.gate or {}
             waited += float(gate.get("waited_s") or 0.0)
             for value in (gate.get("steal") or {}).values():
                 max_steal = max(max_steal, float(value))
-            for value in ((rnd.get("interference") or {}).get("steal") or {}).values():
+            for value in ((rnd.interference or {}).get("steal") or {}).values():
                 max_steal = max(max_steal, float(value))
-    cfg = doc.get("config", {}).get("gate", {})
+    cfg = doc.config.gate
     return {
-        "policy": cfg.get("policy"),
-        "threshold": cfg.get("threshold"),
+        "policy": cfg.policy,
+        "threshold": cfg.threshold,
         "rounds": total,
         "quiet": quiet,
         "unquiet": total - quiet,
@@ -65,63 +61,63 @@ def gate_summary(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def gate_rounds(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def gate_rounds(doc: Results) -> list[dict[str, Any]]:
     """Every round's gate readings in run order (cases as the config listed them):
     the worst core's idle before the round and during it, the most steal seen, and
     whether the round was quiet. A reading that was not taken is None."""
-    cases = doc.get("cases", {})
-    listed = [n for n in (doc.get("config") or {}).get("case_names") or [] if n in cases]
+    cases = doc.cases
+    listed = [n for n in doc.config.case_names or [] if n in cases]
     order = listed + [n for n in cases if n not in listed]
     out = []
     for name in order:
-        for rnd in cases[name].get("rounds", []):
-            gate = rnd.get("gate") or {}
-            during = rnd.get("interference") or {}
+        for rnd in cases[name].rounds:
+            gate = rnd.gate or {}
+            during = rnd.interference or {}
             steals = [float(v) for part in (gate, during)
                       for v in (part.get("steal") or {}).values()]
             if during.get("own_steal") is not None:
                 steals.append(float(during["own_steal"]))
             out.append({
                 "case": name,
-                "index": rnd.get("index"),
+                "index": rnd.index,
                 "idle_before": min((float(v) for v in (gate.get("idle") or {}).values()),
                                    default=None),
                 "idle_during": min((float(v) for v in (during.get("idle") or {}).values()),
                                    default=None),
                 "steal": max(steals, default=None),
-                "quiet": bool(rnd.get("quiet", True)),
+                "quiet": bool(rnd.quiet),
             })
     return out
 
 
 def summarize(
-    doc: Mapping[str, Any],
+    doc: Results,
     *,
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,  # the family fits' bootstrap
     seed: int = defaults.SEED,
 ) -> dict[str, Any]:
     """The summary of one results document (JSON-able, keys sorted by the writer)."""
-    control = doc.get("control", "ort")
+    control = doc.control
     cases_out: dict[str, Any] = {}
     # Collect every (case, arm) ratio first so all of them go through one kernel per round count.
     jobs: list[tuple[str, str]] = []
     ratios = []
     medians: dict[str, dict[str, Any]] = {}
-    for name, case in doc.get("cases", {}).items():
-        medians[name] = {arm: stats.round_medians(case, arm) for arm in case.get("arms", {})}
+    for name, case in doc.cases.items():
+        medians[name] = {arm: stats.round_medians(case, arm) for arm in case.arms}
         ctrl = medians[name].get(control)
-        for arm in case.get("arms", {}):
+        for arm in case.arms:
             if arm != control and ctrl is not None:
                 jobs.append((name, arm))
                 ratios.append(stats.log_ratios(medians[name][arm], ctrl))
     changes = stats.paired_changes(ratios, confidence=confidence)
     by_job = dict(zip(jobs, changes, strict=True))
-    for name, case in doc.get("cases", {}).items():
+    for name, case in doc.cases.items():
         import numpy as np
 
         arms_out: dict[str, Any] = {}
-        for arm, info in case.get("arms", {}).items():
+        for arm, info in case.arms.items():
             values = medians[name][arm]
             values = values[np.isfinite(values)]
             p50 = float(np.median(values)) if len(values) else math.nan
@@ -136,16 +132,16 @@ def summarize(
                 "p50_ns": stats.finite(p50),
                 "ratio_vs_ort": ratio,
                 "ci95": ci,
-                "nodes_executed": info.get("nodes_executed"),
-                "nodes_by_ep": dict(info.get("nodes_by_ep") or {}),
+                "nodes_executed": info.nodes_executed,
+                "nodes_by_ep": dict(info.nodes_by_ep or {}),
             }
         quiet = stats.quiet_mask(case)
         ctrl_values = medians[name].get(control)
         cases_out[name] = {
             "arms": arms_out,
-            "verified": _case_verified(case),
-            "status": case.get("status"),
-            "error": case.get("error"),
+            "verified": case.verified,
+            "status": case.status,
+            "error": case.error,
             "rounds": len(quiet),
             "quiet_rounds": int(quiet.sum()),
             "control_drift": (
@@ -161,13 +157,13 @@ def summarize(
     }
 
 
-def family_members(doc: Mapping[str, Any]) -> dict[str, list[tuple[int, str]]]:
+def family_members(doc: Results) -> dict[str, list[tuple[int, str]]]:
     """Chain families with at least two depths among the ok cases: family -> [(depth, case)]."""
     families: dict[str, list[tuple[int, str]]] = {}
-    for name, case in doc.get("cases", {}).items():
-        family = family_of(case.get("spec", {}))
-        if family and case.get("status") == "ok":
-            families.setdefault(family, []).append((int(case["spec"]["depth"]), name))
+    for name, case in doc.cases.items():
+        family = family_of(case.spec)
+        if family and case.ok:
+            families.setdefault(family, []).append((int(case.spec["depth"]), name))
     return {
         f: sorted(members)
         for f, members in sorted(families.items())
@@ -176,7 +172,7 @@ def family_members(doc: Mapping[str, Any]) -> dict[str, list[tuple[int, str]]]:
 
 
 def family_fits(
-    doc: Mapping[str, Any],
+    doc: Results,
     *,
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
@@ -185,8 +181,8 @@ def family_fits(
     """Per chain family: per-node cost (slope) and per-Run cost (intercept) per arm, with CIs."""
     out: dict[str, Any] = {}
     for family, members in family_members(doc).items():
-        cases = [doc["cases"][name] for _, name in members]
-        arms = sorted(set.intersection(*(set(c.get("arms", {})) for c in cases)))
+        cases = [doc.cases[name] for _, name in members]
+        arms = sorted(set.intersection(*(set(c.arms) for c in cases)))
         if not arms:
             continue
         rounds = [{arm: stats.round_medians(c, arm) for arm in arms} for c in cases]

@@ -196,7 +196,7 @@ def test_end_to_end_run_against_a_real_plugin_ep(tmp_path) -> None:
     from epbench.cases.grids import load_grid
     from epbench.core.results import load_results, validate_schema
 
-    doc = load_results(out / "results.json")
+    doc = load_results(out / "results.json").to_dict()
     validate_schema(doc)
     quick = load_grid("quick")
     assert sorted(doc["cases"]) == sorted(c.name for c in quick)

@@ -18,6 +18,7 @@ from epbench.reports import history as hist
 from epbench.reports import stats
 from tests.support import synthetic
 from tests.support.postgres import PgServer
+from tests.support.synthetic import as_results
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"relu_d100_w8": {"ort": 2000.0, "engine": 700.0},
@@ -48,7 +49,7 @@ def db_url(request, tmp_path) -> str:
 
 def _add(url: str, doc: dict, **kw) -> hist.AddResult:
     with hist.HistoryStore.open(url) as store:
-        return store.add(hist.run_record(doc, source="test", **kw))
+        return store.add(hist.run_record(as_results(doc), source="test", **kw))
 
 
 def test_a_run_is_stored_with_everything_the_series_needs(db_url):
@@ -61,7 +62,7 @@ def test_a_run_is_stored_with_everything_the_series_needs(db_url):
             f"{3:040x}", "main", doc["created"], "host0001")
         assert run["epbench_version"]
         (point,) = store.points("relu_d100_w8", "engine", "host0001")
-    case = doc["cases"]["relu_d100_w8"]
+    case = as_results(doc).cases["relu_d100_w8"]
     engine, ort = stats.round_medians(case, "engine"), stats.round_medians(case, "ort")
     (change,) = stats.paired_changes([stats.log_ratios(engine, ort)])
     assert point["ratio"] == pytest.approx(change.ratio, rel=1e-12)
@@ -82,7 +83,7 @@ def test_the_same_run_added_twice_is_stored_once(db_url):
 
 
 def test_an_add_that_fails_half_way_leaves_nothing(db_url):
-    record = hist.run_record(make_doc(2), source="test")
+    record = hist.run_record(as_results(make_doc(2)), source="test")
     # The same case x arm twice: the database refuses the second point row.
     broken = hist.RunRecord(**{**record.__dict__, "points": record.points + record.points[:1]})
     with hist.HistoryStore.open(db_url) as store:

@@ -9,6 +9,7 @@ import pytest
 
 from epbench.harness import instructions as ins
 from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
+from tests.support.synthetic import as_results
 
 FIXTURES = Path(__file__).parent / "fixtures" / "callgrind"
 VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
@@ -106,7 +107,8 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
         assert abs(counts[0][key] - counts[1][key]) < bound * counts[0][key], (key, counts)
     # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
     assert counts[0]["c"] > counts[0]["a"]
-    rows = cmp.counter_changes(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, "c"),
+    run = as_results(doc)
+    rows = cmp.counter_changes(cmp.Side("base", run, "a"), cmp.Side("pr", run, "c"),
                                ["relu_d1_w8"])
     shown = {r["counter"]: (r["base"], r["pr"]) for r in rows}
     assert shown["instructions"] == (counts[1]["a"], counts[1]["c"])

@@ -75,7 +75,7 @@ def test_every_results_file_records_the_overhead(tmp_path):
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
                   warmup_ms=5.0, gate_policy="off", out_dir=tmp_path / "o"))
-    doc = load_results(tmp_path / "o" / "results.json")  # validates against the schema
+    doc = load_results(tmp_path / "o" / "results.json").to_dict()  # validates against the schema
     assert set(doc["overhead"]) == FLOOR_KEYS
     assert doc["cases"]["relu_d1_w8"]["overhead"] == doc["overhead"]
 

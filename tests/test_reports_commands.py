@@ -21,6 +21,7 @@ from epbench.harness.arms import parse_arm
 from epbench.reports import calibrate
 from epbench.workflows import calibrate as calibration
 from tests.support import synthetic
+from tests.support.synthetic import as_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 
@@ -128,10 +129,10 @@ def test_export_pyperf_values_are_round_medians_in_seconds(files):
     from epbench.reports import export, stats
 
     doc = load_results(files / "base.json")
-    paths = export.to_pyperf(doc, files / "x.json")
+    paths = export.to_pyperf(as_results(doc), files / "x.json")
     suite = pyperf.BenchmarkSuite.load(str(paths["plugin:ep"]))
     bench = suite.get_benchmark("relu_d10_w8")
-    expected = stats.round_medians(doc["cases"]["relu_d10_w8"], "plugin:ep") / 1e9
+    expected = stats.round_medians(as_results(doc).cases["relu_d10_w8"], "plugin:ep") / 1e9
     assert bench.get_nrun() == len(expected)
     assert bench.get_values() == pytest.approx(list(expected), rel=1e-12)
 

@@ -19,8 +19,14 @@ import pytest
 from epbench.cli.exit_codes import exit_code_for
 from epbench.core.numbers import block_summary
 from epbench.reports import calibrate, compare, defaults, render, stats
-from epbench.reports.compare import CompareError, Settings, Side
+from epbench.reports.compare import CompareError, Settings
 from tests.support import synthetic
+from tests.support.synthetic import as_results
+
+
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
+    """compare.Side of a test's document: the tests build dicts, read into the model once."""
+    return compare.Side(label, as_results(doc), arm, path)
 
 GRID = 20
 ROUNDS = 30
@@ -193,7 +199,8 @@ def _calibrated_profile(cases=CASES, repeats=5):
         _doc({n: {"ort": a["ort"], "ort_b": a["ort"]} for n, a in cases.items()}, seed=100 + i)
         for i in range(repeats)
     ]
-    return calibrate.profile_from_runs(runs, None, "ort", "ort_b", arm_spec="ort")
+    return calibrate.profile_from_runs([as_results(r) for r in runs], None, "ort", "ort_b",
+                                       arm_spec="ort")
 
 
 def test_same_run_flags_the_slowed_case_and_only_it():
@@ -418,8 +425,9 @@ def test_settings_refuse_nonsense():
 def test_choose_arms_needs_a_name_when_ambiguous():
     doc = _doc()
     with pytest.raises(CompareError, match="say which to compare with --base"):
-        compare.choose_arms(doc, doc, None, None)
+        compare.choose_arms(as_results(doc), as_results(doc), None, None)
     single = _doc({"relu_d1_w8": {"ort": 1000.0, "plugin:x": 900.0}})
+    single = as_results(single)
     assert compare.choose_arms(single, single, None, None) == ("plugin:x", "plugin:x")
 
 

@@ -28,6 +28,7 @@ from epbench.reports import html, plots, render
 from epbench.reports.summary import gate_rounds
 from epbench.workflows import compare_commits
 from tests.support import synthetic
+from tests.support.synthetic import as_results
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "results"
@@ -177,37 +178,38 @@ def test_a_results_stream_is_drawn_like_its_document(tmp_path):
 
 def test_the_same_data_draws_the_same_bytes(tmp_path):
     doc = _doc(FAMILY)
-    assert html.render_html(doc=doc) == html.render_html(doc=doc)
+    assert html.render_html(doc=as_results(doc)) == html.render_html(doc=as_results(doc))
 
 
 def test_unquiet_rounds_are_marked_in_the_rounds_and_the_gate():
     doc = _doc({"relu_d10_w8": FAMILY["relu_d10_w8"]}, unquiet_rounds={"relu_d10_w8": [3, 4]})
-    text = html.render_html(doc=doc)
+    text = html.render_html(doc=as_results(doc))
     figures = re.findall(r'<figure id="([^"]+)">(.*?)</figure>', text, re.S)
     by_id = dict(figures)
     colour = plots.UNQUIET_COLOUR
     assert colour in by_id["rounds-0"] and colour in by_id["gate"]
-    quiet = html.render_html(doc=_doc({"relu_d10_w8": FAMILY["relu_d10_w8"]}))
+    quiet = html.render_html(doc=as_results(_doc({"relu_d10_w8": FAMILY["relu_d10_w8"]})))
     assert colour not in dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', quiet,
                                          re.S))["rounds-0"]
 
 
 def test_one_arm_one_case_single_depth_say_why_instead_of_drawing(tmp_path):
     doc = _doc({"relu_d10_w8": {"ort": 3000.0}})
-    page = check_page(html.render_html(doc=doc))
+    page = check_page(html.render_html(doc=as_results(doc)))
     assert [f["id"] for f in page.drawn()] == ["gate"]
     text = page.not_drawn_text()
     assert "Only the control arm `ort` ran, so there is no ratio to draw" in text
     assert "Family `relu_w8` ran at depth 10 only: a per-node slope needs at least two" in text
 
-    page = check_page(html.render_html(doc=_doc({"matmul_128x128": {"ort": 5e4, "ep": 4e4}})))
+    doc = as_results(_doc({"matmul_128x128": {"ort": 5e4, "ep": 4e4}}))
+    page = check_page(html.render_html(doc=doc))
     assert [f["id"] for f in page.drawn()] == ["rounds-0", "gate"]
     assert "No case of this run is a chain family" in page.not_drawn_text()
 
 
 def test_a_crashed_case_says_so_in_place_of_its_rounds():
     doc = _doc(FAMILY, status={"relu_d100_w8": "crashed"})
-    page = check_page(html.render_html(doc=doc))
+    page = check_page(html.render_html(doc=as_results(doc)))
     assert [f["id"] for f in page.figures if f["missing"]] == ["rounds-2"]
     assert "The case did not finish (crashed: crashed: synthetic)" in page.not_drawn_text()
 
@@ -328,7 +330,7 @@ def test_gate_rounds_follow_the_run_order_with_worst_core_readings():
                unquiet_rounds={"a_case": [1]})
     doc["config"]["case_names"] = ["b_case", "a_case"]
     doc["cases"]["b_case"]["rounds"][0]["gate"]["idle"] = {"cpu0": 0.97, "cpu1": 0.95}
-    rounds = gate_rounds(doc)
+    rounds = gate_rounds(as_results(doc))
     assert [(r["case"], r["index"], r["quiet"]) for r in rounds] == [
         ("b_case", 0, True), ("b_case", 1, True), ("a_case", 0, True), ("a_case", 1, False)]
     assert rounds[0]["idle_before"] == 0.95 and rounds[0]["idle_during"] == 0.98

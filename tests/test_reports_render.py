@@ -15,8 +15,13 @@ import pytest
 
 from epbench.core.results import load_results
 from epbench.reports import calibrate, compare, render, run_report, summary
-from epbench.reports.compare import Side
 from tests.support import synthetic
+from tests.support.synthetic import as_results
+
+
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
+    """compare.Side of a test's document: the tests build dicts, read into the model once."""
+    return compare.Side(label, as_results(doc), arm, path)
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "results"

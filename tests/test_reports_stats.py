@@ -9,6 +9,7 @@ import pytest
 
 from epbench.reports import defaults, render, stats, summary
 from tests.support import synthetic
+from tests.support.synthetic import as_results
 
 
 def _scaled(summary: dict, factor: float) -> dict:
@@ -183,7 +184,7 @@ def test_two_sample_kernel_is_one_call_per_shape(monkeypatch):
 
 
 def _arm_vs_control(doc, case, arm):
-    c = doc["cases"][case]
+    c = as_results(doc).cases[case]
     return stats.log_ratios(stats.round_medians(c, arm), stats.round_medians(c, "ort"))
 
 
@@ -261,7 +262,7 @@ def test_summary_has_the_documented_shape():
         },
         noise=synthetic.NoiseModel(0.0, 0.0, 0.0, session_sigma=0.0),
     )
-    s = summary.summarize(doc)
+    s = summary.summarize(as_results(doc))
     assert set(s) >= {"cases", "families", "gate"}
     ep = s["cases"]["matmul_128x128"]["arms"]["ep"]
     assert set(ep) == {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed", "nodes_by_ep"}
@@ -285,7 +286,7 @@ def test_summary_marks_failed_cases_unverified():
     doc = synthetic.results_doc(
         {"relu_d1_w8": {"ort": 1000.0, "ep": 800.0}}, status={"relu_d1_w8": "crashed"}
     )
-    s = summary.summarize(doc)
+    s = summary.summarize(as_results(doc))
     case = s["cases"]["relu_d1_w8"]
     assert case["verified"] is False and case["status"] == "crashed"
     assert case["arms"]["ep"]["p50_ns"] is None

@@ -14,6 +14,7 @@ from epbench.core.results import (
     atomic_write_text,
     load_results,
     prepare_out_dir,
+    read_document,
 )
 
 
@@ -30,7 +31,8 @@ def test_jsonl_stream_rebuilds_the_document_even_when_cut_mid_line(tmp_path) -> 
     writer.close()
     with open(path, "a") as fh:
         fh.write('{"type": "case", "name": "c", "res')  # a kill mid-write
-    doc = load_results(path)
+    # The raw document: these minimal records are not whole cases for the typed model.
+    doc, _ = read_document(path)
     assert list(doc["cases"]) == ["a", "b"]
     assert doc["cases"]["b"]["status"] == "crashed"
     assert doc["interrupted"] is True  # no final document was written
@@ -39,7 +41,8 @@ def test_jsonl_stream_rebuilds_the_document_even_when_cut_mid_line(tmp_path) -> 
 def test_directory_prefers_the_final_document(tmp_path) -> None:
     (tmp_path / "results.jsonl").write_text(json.dumps(_header()) + "\n")
     (tmp_path / "results.json").write_text(json.dumps({"schema": SCHEMA, "cases": {"x": {}}}))
-    assert list(load_results(tmp_path)["cases"]) == ["x"]
+    doc, found = read_document(tmp_path)
+    assert list(doc["cases"]) == ["x"] and found == tmp_path / "results.json"
 
 
 def test_newer_schema_is_refused_with_a_remedy(tmp_path) -> None:
@@ -105,10 +108,10 @@ def test_end_line_decides_whether_the_stream_was_finished(tmp_path) -> None:
     path = tmp_path / "results.jsonl"
     lines = [_header(), {"type": "case", "name": "a", "result": {}}]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert load_results(path)["interrupted"] is True  # no end line: cut short
+    assert read_document(path)[0]["interrupted"] is True  # no end line: cut short
     with open(path, "a") as fh:
         fh.write(json.dumps({"type": "end", "interrupted": False}) + "\n")
-    assert load_results(path)["interrupted"] is False
+    assert read_document(path)[0]["interrupted"] is False
 
 
 def test_a_schema_1_file_migrates_to_processes_and_summaries():
@@ -120,7 +123,7 @@ def test_a_schema_1_file_migrates_to_processes_and_summaries():
     path = Path(__file__).parent / "fixtures" / "results" / "base.json"
     old = _json.loads(path.read_text())
     assert old["schema"] == "epbench.results/1"
-    doc = load_results(path)
+    doc = load_results(path).to_dict()
     assert doc["schema"] == "epbench.results/2"
     assert doc["config"]["processes"] == 1 and doc["twin"] is None
     assert "floor" not in doc and "overhead" in doc

@@ -47,7 +47,8 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
     assert lines[-1]["interrupted"] is False  # a crash is not an interruption
     assert lines[2]["result"]["status"] == "crashed"
     # And the final document is the same as the stream rebuilt.
-    assert load_results(tmp_path / "results.jsonl")["cases"] == load_results(tmp_path)["cases"]
+    stream = load_results(tmp_path / "results.jsonl")
+    assert stream.to_dict()["cases"] == load_results(tmp_path).to_dict()["cases"]
 
 
 def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
@@ -66,7 +67,7 @@ def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
     lines = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [(x["name"], x["process"]) for x in lines if x["type"] == "process"] == [
         (n, p) for p in range(3) for n in CASES]
-    assert load_results(tmp_path / "results.jsonl")["cases"][
+    assert load_results(tmp_path / "results.jsonl").to_dict()["cases"][
         "relu_d10_w8"]["rounds"] == case["rounds"]
     from epbench.cli.exit_codes import exit_code_for
 

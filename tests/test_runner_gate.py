@@ -25,7 +25,7 @@ def busy_machine(monkeypatch):
 def test_strict_gate_stops_the_case_with_exit_3(tmp_path, busy_machine) -> None:
     result = CliRunner().invoke(cli, [*ARGS, "--gate", "strict", "--out", str(tmp_path)])
     assert result.exit_code == EXIT_GATE, result.output
-    case = load_results(tmp_path)["cases"]["relu_d1_w8"]
+    case = load_results(tmp_path).to_dict()["cases"]["relu_d1_w8"]
     assert case["status"] == "failed"
     assert case["error_kind"] == "gate"
     assert case["rounds"] == []
@@ -35,7 +35,7 @@ def test_wait_gate_runs_the_round_but_marks_it_unquiet(tmp_path, busy_machine) -
     result = CliRunner().invoke(cli, [*ARGS, "--gate", "wait", "--gate-max-wait", "0",
                                       "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    rounds = load_results(tmp_path)["cases"]["relu_d1_w8"]["rounds"]
+    rounds = load_results(tmp_path).to_dict()["cases"]["relu_d1_w8"]["rounds"]
     assert [r["quiet"] for r in rounds] == [False, False]
     assert all(r["gate"]["passed"] is False for r in rounds)
     assert "0 of 2 rounds passed the idle gate" in (tmp_path / "report.md").read_text()
@@ -44,7 +44,7 @@ def test_wait_gate_runs_the_round_but_marks_it_unquiet(tmp_path, busy_machine) -
 def test_gate_off_records_no_reading(tmp_path, busy_machine) -> None:
     result = CliRunner().invoke(cli, [*ARGS, "--gate", "off", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    rounds = load_results(tmp_path)["cases"]["relu_d1_w8"]["rounds"]
+    rounds = load_results(tmp_path).to_dict()["cases"]["relu_d1_w8"]["rounds"]
     assert [r["quiet"] for r in rounds] == [True, True]
     assert all(r["gate"]["attempts"] == 0 for r in rounds)
     report = (tmp_path / "report.md").read_text()

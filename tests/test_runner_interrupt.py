@@ -103,6 +103,6 @@ def test_a_killed_harness_leaves_no_worker_and_no_complete_looking_results(tmp_p
     from epbench.core.results import load_results
 
     for source in (out, out / "results.jsonl"):
-        doc = load_results(source)
+        doc = load_results(source).to_dict()
         assert doc["interrupted"] is True  # never passes for a finished run
         assert doc["cases"]["relu_d1_w8"]["status"] == "ok"

@@ -13,8 +13,14 @@ import numpy as np
 import pytest
 
 from epbench.reports import compare, stats
-from epbench.reports.compare import Settings, Side
+from epbench.reports.compare import Settings
 from tests.support import synthetic
+from tests.support.synthetic import as_results
+
+
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
+    """compare.Side of a test's document: the tests build dicts, read into the model once."""
+    return compare.Side(label, as_results(doc), arm, path)
 
 CONFIDENCE = 0.95
 

@@ -32,6 +32,7 @@ from epbench.cli.options import (
 from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
+from epbench.core.model import Results
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
@@ -162,7 +163,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     except KeyboardInterrupt:
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    click.echo(write_run_report(doc, Path(out)))
+    click.echo(write_run_report(Results.from_dict(doc, source=str(out)), Path(out)))
     code, message = exit_code_for(run=doc)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)

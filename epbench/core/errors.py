@@ -38,6 +38,10 @@ class EpbenchError(Exception):
         self.message = message
 
 
+class ResultsError(EpbenchError):
+    """A results file that cannot be read or written."""
+
+
 class GateError(EpbenchError):
     """The idle gate refused to let a round run (policy `strict`)."""
 

@@ -28,7 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from epbench.core.errors import EpbenchError
+from epbench.core.errors import EpbenchError, ResultsError
+from epbench.core.model import Results
 from epbench.core.numbers import block_summary
 
 SCHEMA_NAME = "epbench.results"
@@ -38,10 +39,6 @@ SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 # What a run writes into its --out directory (never silently replaced).
 OUTPUT_FILES = ("results.json", "results.jsonl", "results.samples.jsonl.gz", "report.md",
                 "report.html")
-
-
-class ResultsError(EpbenchError):
-    """A results file that cannot be read or written."""
 
 
 def dumps(doc: Any) -> str:
@@ -258,8 +255,13 @@ def migrate(doc: dict[str, Any], path: Path) -> dict[str, Any]:
     return doc
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read results.json (or a results.jsonl stream), migrated to the current schema."""
+def read_document(path: str | Path) -> tuple[dict[str, Any], Path]:
+    """The migrated document of results.json or a results.jsonl stream (or the run
+    directory holding one), as a plain dict, with the file it came from.
+
+    Only `load_results` and the writers that extend a document on disk need this; every
+    reader takes the typed model `load_results` returns.
+    """
     path = Path(path)
     if path.is_dir():
         for name in ("results.json", "results.jsonl"):
@@ -279,7 +281,16 @@ def load_results(path: str | Path) -> dict[str, Any]:
             ) from None
     if not isinstance(doc, dict):
         raise ResultsError(f"{path} is not an epbench results file")
-    return migrate(doc, path)
+    return migrate(doc, path), path
+
+
+def load_results(path: str | Path) -> Results:
+    """The one reader of results files: results.json, a results.jsonl stream, or a run's
+    directory; a newer schema refused, an older one migrated, then built into the typed
+    model, which refuses (in one line naming the key and the file) a document that lacks
+    a key the readers need."""
+    doc, found = read_document(path)
+    return Results.from_dict(doc, source=str(found))
 
 
 def validate_schema(doc: dict[str, Any]) -> None:

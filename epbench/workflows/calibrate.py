@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from epbench.cases.spec import CaseSpec
+from epbench.core.model import Results
 from epbench.harness import runner
 from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.reports import calibrate as noise
@@ -72,4 +73,7 @@ def calibrate(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
             fixed_order=True, out_dir=None, **options,
         ))
-    return noise.profile_from_runs(docs, fixed_doc, arm_a.key, arm_b.key, arm_spec=arm, seed=seed)
+    return noise.profile_from_runs(
+        [Results.from_dict(d, source="an A/A run") for d in docs],
+        Results.from_dict(fixed_doc, source="the fixed-order run") if fixed_doc else None,
+        arm_a.key, arm_b.key, arm_spec=arm, seed=seed)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from epbench.core.model import Results
 from epbench.core.results import atomic_write_text, write_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.commits import (
@@ -139,14 +140,17 @@ def compare_commits(
     profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), profile_path)
 
     def judge() -> dict[str, Any]:
+        # The run's document grows with every re-run (merge_rounds): read it afresh, once
+        # for both sides, so they are one run.
+        results = Results.from_dict(doc, source="the run")
         comparison = cmp.compare(
-            cmp.Side("base", doc, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
-            cmp.Side("pr", doc, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
+            cmp.Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
+            cmp.Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
             settings=settings, profile=profile,
         )
         comparison["reruns"] = {
-            name: {"reruns": case.get("reruns", 0), "rounds": len(case["rounds"])}
-            for name, case in doc["cases"].items() if case.get("reruns")
+            name: {"reruns": case.reruns, "rounds": len(case.rounds)}
+            for name, case in results.cases.items() if case.reruns
         }
         return comparison
 
@@ -186,6 +190,7 @@ def compare_commits(
         atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
         atomic_write_text(out / "report.md", render.render_markdown(comparison))
         atomic_write_text(out / "report.html",
-                          html.render_html(doc=doc, comparison=comparison, source=str(out)))
+                          html.render_html(doc=Results.from_dict(doc, source="the run"),
+                                           comparison=comparison, source=str(out)))
     return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 

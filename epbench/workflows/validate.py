@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text
 from epbench.harness.arms import parse_arm
@@ -163,8 +164,8 @@ def engine_times(doc: Mapping[str, Any], arm: str) -> dict[str, float]:
     """Median ns per Run of ``arm`` per case that ran (the pilot's measurement)."""
 
     out = {}
-    for name, case in doc.get("cases", {}).items():
-        if case.get("status") != "ok":
+    for name, case in Results.from_dict(doc, source="the pilot run").cases.items():
+        if not case.ok:
             continue
         ns = _finite_median(list(stats.round_medians(case, arm)))
         if ns is not None and ns > 0:
@@ -376,14 +377,16 @@ def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
     base run against the PR run's delayed arm (the double ratio).
     """
     if path == SAME_PROCESS:
-        doc = rep.same_process
+        doc = Results.from_dict(rep.same_process, source="a same-process run")
         base = cmp.Side("base", doc, BASE_ARM)
         out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
         out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in LEVELS]
         return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
-    base = cmp.Side("base", rep.base, BASE_ARM)
-    out = [("aa", base, cmp.Side("pr", rep.base_again, BASE_ARM))]
-    return out + [(level_arm(v), base, cmp.Side("pr", rep.pr, level_arm(v))) for v in LEVELS]
+    base = cmp.Side("base", Results.from_dict(rep.base, source="a base run"), BASE_ARM)
+    again = Results.from_dict(rep.base_again, source="a base run")
+    pr = Results.from_dict(rep.pr, source="a PR run")
+    out = [("aa", base, cmp.Side("pr", again, BASE_ARM))]
+    return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in LEVELS]
 
 
 def summarize(
@@ -410,7 +413,7 @@ def summarize(
                                            settings, warnings))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
     for rep in repeats:
-        doc = rep.same_process
+        doc = Results.from_dict(rep.same_process, source="a same-process run")
         rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
                                    cmp.Side("pr", doc, COUNTER_ARM), names)
         for n in names:
@@ -422,8 +425,10 @@ def summarize(
         if ran:
             trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in unloaded]
             fixed = {**fixed_doc, "cases": {n: fixed_doc["cases"][n] for n in ran}}
-            position = cal.profile_from_runs(trimmed, fixed, BASE_ARM, TWIN_ARM,
-                                             arm_spec="engine", seed=settings.seed)
+            position = cal.profile_from_runs(
+                [Results.from_dict(d, source="a same-process run") for d in trimmed],
+                Results.from_dict(fixed, source="the fixed-order run"), BASE_ARM, TWIN_ARM,
+                arm_spec="engine", seed=settings.seed)
     cases: dict[str, Any] = {}
     for n in names:
         exact = [ok for ok, _ in counters[n]]

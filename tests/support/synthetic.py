@@ -25,11 +25,13 @@ reports module can run on them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from epbench.core.model import Results
 from epbench.core.numbers import block_summary
 from epbench.core.results import SCHEMA
 from epbench.reports import changepoints
@@ -308,3 +310,24 @@ def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | N
         found += bool(near)
         false += len(cps) - min(1, len(near))
     return {"found": found / rows, "false_per_1000": 1000.0 * false / (rows * length)}
+
+
+_MODELS: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def as_results(doc: Any) -> Any:
+    """The typed model of a synthetic (dict) document, for the reports' functions.
+
+    One dict gives one model object while its content is unchanged, so two sides built
+    from one document are still one run (compare tells a same-run comparison by
+    identity); a test that edits the dict afterwards gets a new model.
+    """
+    if isinstance(doc, Results):
+        return doc
+    held = _MODELS.get(id(doc))
+    snapshot = json.dumps(doc, sort_keys=True, default=str)
+    if held is not None and held[0] is doc and held[1] == snapshot:
+        return held[2]
+    model = Results.from_dict(doc, source="a synthetic document")
+    _MODELS[id(doc)] = (doc, snapshot, model)
+    return model
