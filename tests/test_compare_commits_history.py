@@ -56,7 +56,7 @@ def history(tmp_path_factory) -> tuple[Path, list[str], str]:
                                         seed=i, noise=QUIET, host_key=HOST)
             doc["host"]["git_commit"] = sha
             doc["created"] = f"2026-03-01T00:00:{i:02d}Z"
-            store.add(hist.run_record(doc, source=f"run {i}"))
+            store.add(hist.run_record(synthetic.as_results(doc), source=f"run {i}"))
     return repo, shas, str(db)
 
 
