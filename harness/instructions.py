@@ -228,6 +228,7 @@ def count_in_worker(worker: Any) -> None:
         for state in arms:  # the previous case's sessions are released first
             state.sessions.clear()
             state.bounds.clear()
+        worker.emit({"event": "counting", "case": spec.name})  # a crash is pinned on it
         try:
             worker.build_sessions(arms, spec.build(), spec)
             per_run = count(arms, index)
@@ -290,8 +291,10 @@ def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dic
             lib.epbench_cg_stop_instrumentation()
         calls: dict[str, list[int]] = {}
         for path in sorted(dump_dir.glob(f"callgrind.out.{os.getpid()}.*")):
-            label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))
-            path.unlink()  # read once: the next case's dumps follow in the same folder
+            try:
+                label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))
+            finally:
+                path.unlink()  # read once, even when bad: the next case's dumps follow here
             if label is not None and "#" in label and label.startswith(f"{index}/"):
                 key = label.rsplit("#", 1)[0].split("/", 1)[1]
                 calls.setdefault(key, []).append(total)

@@ -98,7 +98,8 @@ class RunConfig:
     silence_timeout_s: float = 300.0
     allow_fallback: bool = False
     fixed_order: bool = False
-    # Instruction counts per Run in an extra pass per case: None, "perf" or "valgrind".
+    # Instruction counts per Run in one extra untimed pass after the timed processes:
+    # None, "perf" or "valgrind".
     instructions: str | None = None
     out_dir: Path | None = None
     overwrite: bool = False
@@ -407,42 +408,60 @@ def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
     """Run the instruction-count pass of ``cases`` (one worker) and add their counts.
 
     A failed pass does not fail a case (its times stand); the reason is kept in
-    the case's ``instructions["error"]``: its own error, or the pass's when the
-    worker ended before it reached the case.
+    the case's ``instructions["error"]``: its own error; the crash, for the case the
+    worker was counting when it died; "ended before this case" for those after it;
+    "interrupted" when Ctrl-C stopped the pass (which then propagates). ``on_case``
+    hears of each case as soon as its record is final, counted or not.
     """
     method = worker_config["instructions"]
     for case in cases.values():
         case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
                                 "error": None}
-    counted: set[str] = set()
+    finished: set[str] = set()
+    current: list[str] = []  # the case the worker said it is counting
+
+    def finish(name: str, error: str | None) -> None:
+        if error is not None:
+            cases[name]["instructions"]["error"] = error
+        finished.add(name)
+        on_case(name)
+
+    def finish_rest(reason: str) -> None:
+        for name in cases:
+            if name not in finished:
+                finish(name, reason)
+
     with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
         try:
             pass_request, prefix = instructions.worker_request(request, method, Path(dump_dir))
         except instructions.InstructionsError as exc:
-            for case in cases.values():
-                case["instructions"]["error"] = str(exc)
+            finish_rest(str(exc))
             return
         errors: list[str] = []
 
         def collect(event: dict[str, Any]) -> None:
-            case = cases.get(event.get("case"))  # type: ignore[arg-type]
-            if event.get("event") == "instructions" and case is not None:
-                counted.add(event["case"])
-                on_case(event["case"])
-                if event.get("error"):
-                    case["instructions"]["error"] = event["error"]
-                else:
-                    instructions.add_counts(case["arms"], event["per_run"])
-            elif event.get("event") == "error":
+            kind, name = event.get("event"), event.get("case")
+            if kind == "counting" and name in cases:
+                current[:] = [name]
+            elif kind == "instructions" and name in cases:
+                if not event.get("error"):
+                    instructions.add_counts(cases[name]["arms"], event["per_run"])
+                finish(name, event.get("error"))
+            elif kind == "error":
                 errors.append(event["message"])
 
-        outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"], prefix)
-    for name, case in cases.items():
-        if name not in counted:
-            case["instructions"]["error"] = (
-                errors[0] if errors else
-                f"the {method} pass ended with status {outcome.returncode} before this "
-                f"case: {outcome.stderr_tail.strip()[-300:]}")
+        try:
+            outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"],
+                                 prefix)
+        except KeyboardInterrupt:
+            finish_rest("interrupted before this case was counted")
+            raise
+    ended = (errors[0] if errors else
+             f"the {method} pass ended with status {outcome.returncode}: "
+             f"{outcome.stderr_tail.strip()[-300:]}")
+    if current and current[0] not in finished:
+        finish(current[0], f"{ended} (while counting this case)")
+    finish_rest(f"{ended} (before this case)")
 
 
 class _Interrupted(Exception):
@@ -619,13 +638,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 progress.status(f"counting instructions ({config.instructions}) of "
                                 f"{len(counted)} case(s) in one untimed pass")
                 _count_instructions(counted, arms, libraries, worker_config, doc["cases"],
-                                    progress)
-            for spec in counted:
-                case = doc["cases"][spec.name]
-                if jsonl is not None:
-                    jsonl.write({"type": "instructions", "name": spec.name,
-                                 "instructions": case.get("instructions"),
-                                 "arms": case["arms"]})
+                                    progress, jsonl)
     except KeyboardInterrupt:
         # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
@@ -654,12 +667,21 @@ def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any
 
 def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
                         libraries: dict[str, str | None], worker_config: dict[str, Any],
-                        cases: dict[str, dict[str, Any]], progress: Progress) -> None:
+                        cases: dict[str, dict[str, Any]], progress: Progress,
+                        jsonl: JsonlWriter | None) -> None:
     done: list[str] = []
 
     def counted(name: str) -> None:
+        # Streamed as each case is final, so a harness killed mid-pass keeps what it counted.
         done.append(name)
-        progress.status(f"instructions: {name} counted ({len(done)}/{len(specs)})")
+        case = cases[name]
+        error = case["instructions"]["error"]
+        progress.status(f"instructions: {name} " + ("counted" if error is None else
+                                                    f"not counted: {error}"[:200])
+                        + f" ({len(done)}/{len(specs)})")
+        if jsonl is not None:
+            jsonl.write({"type": "instructions", "name": name,
+                         "instructions": case["instructions"], "arms": case["arms"]})
 
     request = {"mode": "instructions", "cases": [s.to_dict() for s in specs], "orders": [],
                # One fixed load order: instruction counts are compared exactly.

@@ -98,12 +98,15 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
         counts.append({k: v["counters_per_run"]["instructions"]
                        for k, v in case["arms"].items()})
     assert set(counts[0]) == {"ort", "a", "c"}
-    # Nearly identical from process to process on the same binary. The engine arms were
-    # seen to differ by up to 9 of ~20,000 instructions per Run (0.05 %) between two
-    # worker processes (object addresses steer Python's dict probes); ORT's own CPU EP by
-    # up to 101 (0.5 %) in a fresh-clone CI run. Both stay below the 1 % at which a
-    # change in instructions is marked (INSTRUCTIONS_THRESHOLD), which is what matters.
-    for key, bound in (("a", 0.001), ("c", 0.001), ("ort", INSTRUCTIONS_THRESHOLD)):
+    # Nearly identical from process to process on the same binary, never a mark: the
+    # engine arms were seen to differ by up to 70 of ~20,000 instructions per Run (0.33 %)
+    # between two worker processes, and with the case's place in the pass (object
+    # addresses steer Python's dict probes; the interpreter's heap is still growing in a
+    # pass's first case); ORT's own CPU EP by up to 101 (0.5 %) in a fresh-clone CI run.
+    # All stay below the 1 % at which a change in instructions is marked
+    # (INSTRUCTIONS_THRESHOLD), which is what matters.
+    for key, bound in (("a", INSTRUCTIONS_THRESHOLD / 2), ("c", INSTRUCTIONS_THRESHOLD / 2),
+                       ("ort", INSTRUCTIONS_THRESHOLD)):
         assert abs(counts[0][key] - counts[1][key]) < bound * counts[0][key], (key, counts)
     # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
     assert counts[0]["c"] > counts[0]["a"]
@@ -132,36 +135,111 @@ def test_helper_library_is_built_once_and_cached(tmp_path):
     lib.epbench_cg_zero()
 
 
+def _pass_with(monkeypatch, worker):
+    from epbench.harness import runner
+
+    monkeypatch.setattr(runner, "run_worker", worker)
+    monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (request, []))
+    cases = {name: {"arms": {"ort": {}, "x": {"counters_per_run": {"heap_allocs": 0.0}}}}
+             for name in ("a", "b", "c", "d")}
+    seen = []
+    def count() -> None:
+        runner.count_instructions({"cases": list(cases)}, {"instructions": "perf",
+                                  "silence_timeout_s": 5.0}, cases, seen.append)
+
+    return cases, seen, count
+
+
 def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch):
     """The runner side of the batched pass: one worker for all cases; a case's error is its
-    own; a case the worker never reached says the pass ended before it."""
+    own; a crash is pinned on the case being counted, not on those after it."""
     from epbench.harness import runner
 
     started = []
 
-    def fake_worker(request, on_event, silence_timeout_s, prefix):
-        started.append([c for c in request["cases"]])
+    def crashing_worker(request, on_event, silence_timeout_s, prefix):
+        started.append(list(request["cases"]))
+        on_event({"event": "counting", "case": "a"})
         on_event({"event": "instructions", "case": "a", "method": "perf", "runs": 15,
                   "per_run": {"ort": 100.0, "x": 90.0}})
+        on_event({"event": "counting", "case": "b"})
         on_event({"event": "instructions", "case": "b", "error": "CaseError: outputs differ"})
+        on_event({"event": "counting", "case": "c"})
         return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="Segmentation fault")
 
-    monkeypatch.setattr(runner, "run_worker", fake_worker)
-    monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (request, []))
-    cases = {name: {"arms": {"ort": {}, "x": {"counters_per_run": {"heap_allocs": 0.0}}}}
-             for name in ("a", "b", "c")}
-    seen = []
-    runner.count_instructions({"cases": ["a", "b", "c"]}, {"instructions": "perf",
-                              "silence_timeout_s": 5.0}, cases, seen.append)
-    assert len(started) == 1 and started[0] == ["a", "b", "c"]
-    assert seen == ["a", "b"]
+    cases, seen, count = _pass_with(monkeypatch, crashing_worker)
+    count()
+    assert started == [["a", "b", "c", "d"]]
+    assert seen == ["a", "b", "c", "d"]
     assert cases["a"]["instructions"]["error"] is None
     assert cases["a"]["arms"]["x"]["counters_per_run"] == {"heap_allocs": 0.0,
                                                            "instructions": 90.0}
     assert cases["b"]["instructions"]["error"] == "CaseError: outputs differ"
     assert "instructions" not in cases["b"]["arms"]["x"]["counters_per_run"]
-    assert cases["c"]["instructions"]["error"].startswith(
-        "the perf pass ended with status -11 before this case: Segmentation fault")
+    assert cases["c"]["instructions"]["error"] == (
+        "the perf pass ended with status -11: Segmentation fault (while counting this case)")
+    assert cases["d"]["instructions"]["error"].endswith("(before this case)")
+
+
+def test_ctrl_c_in_the_pass_marks_the_uncounted_cases_and_propagates(monkeypatch):
+    def interrupted_worker(request, on_event, silence_timeout_s, prefix):
+        on_event({"event": "counting", "case": "a"})
+        on_event({"event": "instructions", "case": "a", "method": "perf", "runs": 15,
+                  "per_run": {"ort": 100.0, "x": 90.0}})
+        raise KeyboardInterrupt
+
+    cases, seen, count = _pass_with(monkeypatch, interrupted_worker)
+    with pytest.raises(KeyboardInterrupt):
+        count()
+    assert cases["a"]["instructions"]["error"] is None
+    assert [cases[n]["instructions"]["error"] for n in "bcd"] == [
+        "interrupted before this case was counted"] * 3
+    assert seen == ["a", "b", "c", "d"]
+
+
+def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failure(
+        monkeypatch):
+    """count_in_worker: a case whose sessions fail reports its error and no counts; the
+    next case is counted on its own sessions only, under its own name."""
+    from types import SimpleNamespace
+
+    from epbench.cases.grids import case_by_name
+
+    events = []
+    built = []
+
+    class FakeWorker:
+        request = {"instructions": "valgrind",
+                   "cases": [case_by_name("relu_d1_w8").to_dict(),
+                             case_by_name("relu_d10_w8").to_dict()]}
+        arms = [SimpleNamespace(arm=SimpleNamespace(key="x"), sessions=[], bounds=[])]
+
+        def emit(self, event):
+            events.append(event)
+
+        def setup_arms(self):
+            return self.arms
+
+        def build_sessions(self, arms, model, spec):
+            assert all(not a.sessions and not a.bounds for a in arms)  # fresh per case
+            built.append(spec.name)
+            for a in arms:
+                a.sessions.append(spec.name)
+                a.bounds.append(spec.name)
+            if spec.name == "relu_d1_w8":
+                raise RuntimeError("no session")
+
+    monkeypatch.setattr(ins, "_callgrind_counts", lambda request: (
+        lambda arms, index: {a.arm.key: float(100 + index) for a in arms}))
+    ins.count_in_worker(FakeWorker())
+    assert built == ["relu_d1_w8", "relu_d10_w8"]
+    assert events == [
+        {"event": "counting", "case": "relu_d1_w8"},
+        {"event": "instructions", "case": "relu_d1_w8", "error": "RuntimeError: no session"},
+        {"event": "counting", "case": "relu_d10_w8"},
+        {"event": "instructions", "case": "relu_d10_w8", "method": "valgrind",
+         "runs": ins.COUNT_RUNS, "per_run": {"x": 101.0}},
+    ]
 
 
 def test_arms_take_turns_in_a_rotating_order_while_counted():
