@@ -62,6 +62,10 @@ class HistoryError(EpbenchError):
     """The history store cannot be opened, read or written as asked."""
 
 
+class HistoryTooOld(HistoryError):
+    """A store of an older schema, opened to read only: an `epbench history` command upgrades it."""
+
+
 def default_db_path() -> Path:
     """Where the default SQLite history lives: <epbench cache root>/history.sqlite."""
     return cache_dir(DEFAULT_DB_NAME)
@@ -425,7 +429,10 @@ class HistoryStore:
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate: bool = True) -> HistoryStore:
-        """Connect and bring the schema up to date (refusing a newer one)."""
+        """Connect and bring the schema up to date (refusing a newer one).
+
+        `migrate=False` connects only; `open_for_reading` is the checked form of that.
+        """
         url = resolve_db_url(url)
         backend: _Backend = (_PostgresBackend(url) if _is_postgres(url)
                              else _SqliteBackend(url))
@@ -464,16 +471,48 @@ class HistoryStore:
                 "applied TEXT NOT NULL)")
             current = self.schema_version()
             if current > SCHEMA_VERSION:
-                raise HistoryError(
-                    f"the history database {self.url} has schema version {current}, newer "
-                    f"than this epbench understands ({SCHEMA_VERSION}); upgrade epbench"
-                )
+                raise self._newer(current)
             for version in range(current + 1, target + 1):
                 for sql in MIGRATIONS[version - 1]:
                     self._db.execute(sql.format(id=self._db.id_type,
                                                 float=self._db.float_type))
                 self._db.execute("INSERT INTO schema_version (version, applied) VALUES (?, ?)",
                                  (version, _now()))
+
+    def _newer(self, current: int) -> HistoryError:
+        return HistoryError(
+            f"the history database {self.url} has schema version {current}, newer "
+            f"than this epbench understands ({SCHEMA_VERSION}); upgrade epbench"
+        )
+
+    @classmethod
+    def open_for_reading(cls, url: str) -> HistoryStore:
+        """Open a history to read it, never changing it: no migration, no schema table.
+
+        A read-only check (compare-commits' base check) must not upgrade a store, least
+        of all a team's shared PostgreSQL one, as a side effect. Refuses a newer schema
+        and a file without one (HistoryError), and an older schema with HistoryTooOld,
+        whose message says how to upgrade it: this epbench's queries read only its own
+        schema.
+        """
+        store = cls.open(url, migrate=False)
+        try:
+            current = store.schema_version()
+            if current == 0:
+                raise HistoryError(
+                    f"{store.url} holds no epbench history (no schema_version table); pass "
+                    f"the store `epbench history add` wrote (--db or ${DB_ENV})")
+            if current > SCHEMA_VERSION:
+                raise store._newer(current)
+            if current < SCHEMA_VERSION:
+                raise HistoryTooOld(
+                    f"the history database {store.url} has schema version {current}, older "
+                    f"than this epbench's ({SCHEMA_VERSION}); run any `epbench history` "
+                    "command on it (e.g. `epbench history list --db DB`) to upgrade it")
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     # ----------------------------------------------------------------- writing
 
@@ -876,7 +915,12 @@ def import_dir(store: HistoryStore, directory: str | Path, *, branch: str | None
 
 # How a change point touches a base commit.
 BASE_INSIDE = "inside"  # the base is in the change's commit range: after `before`, up to `after`
-BASE_AFTER = "after"  # the base comes after the first slower commit of a regression
+BASE_AFTER = "after"  # the base is early on the new level of the last regression before it
+BASE_UNKNOWN = "unknown"  # git could not place the base against the change (not a finding)
+# How far into a new level a base still hears of the regression that started it: within the
+# first commits of the level, as many as the detector needs on each side of a change point.
+# Past them the new level is established (an accepted regression stops being mentioned).
+BASE_AFTER_COMMITS = changepoints.MIN_SEGMENT
 
 # (ancestor, descendant) -> True/False, or None when git cannot tell.
 IsAncestor = Callable[[str, str], bool | None]
@@ -902,26 +946,35 @@ def existing_db_url(url: str) -> str:
 def history_to_check(url: str | None) -> tuple[str | None, str | None]:
     """The history a read-only check uses, and a note when it skips one.
 
-    An explicit `url` must exist (existing_db_url refuses it otherwise); without
-    one, $EPBENCH_DB when it names an existing history, else none: the default file
-    is not used (a check nobody asked for), and a missing $EPBENCH_DB file is a note,
-    never a new empty database.
+    The store is opened for reading (HistoryStore.open_for_reading: never migrated)
+    and closed, so a bad one is found before anything is built. An explicit `url`
+    must exist and be readable: a HistoryError otherwise, except an older schema,
+    which is a note and no check (only `epbench history` commands upgrade a store).
+    Without one, $EPBENCH_DB when it names a readable history, else none: the default
+    file is not used (a check nobody asked for), and any error with $EPBENCH_DB (a
+    missing file, never created; a newer or broken store; a server that does not
+    answer) is a note and no check, never the end of the run.
     """
-    if url is not None:
-        return existing_db_url(url), None
-    env = os.environ.get(DB_ENV)
-    if not env:
+    given = url is not None
+    url = url if given else os.environ.get(DB_ENV)
+    if not url:
         return None, None
     try:
-        return existing_db_url(env), None
-    except HistoryError:
-        return None, (f"${DB_ENV} names {redact(env)}, which does not exist: the base commit "
-                      "is not checked against the history")
+        with HistoryStore.open_for_reading(existing_db_url(url)):
+            pass
+    except HistoryTooOld as exc:
+        return None, f"the base commit is not checked against the history: {exc}"
+    except HistoryError as exc:
+        if given:
+            raise
+        return None, (f"the base commit is not checked against the history: ${DB_ENV} "
+                      f"names {redact(url)}, which cannot be read ({exc})")
+    return url, None
 
 
 def base_touches(points: Sequence[SeriesPoint], findings: Sequence[Finding], base: str,
                  is_ancestor: IsAncestor | None = None) -> list[tuple[str, Finding]]:
-    """The change points of one series that touch commit `base`, as (BASE_INSIDE|BASE_AFTER, f).
+    """The change points of one series that touch commit `base`, as (kind, finding).
 
     A base with a point in the series is placed by the store's commit order (the runs'
     created times, as `series` orders points); between a change's last old-level
@@ -930,36 +983,67 @@ def base_touches(points: Sequence[SeriesPoint], findings: Sequence[Finding], bas
     no point is placed by `is_ancestor` (git), when given: inside when it descends from
     the last old-level commit and is an ancestor of (or is) the first new-level one.
 
-    BASE_AFTER: the base is at or after the first slower commit of a regression change
-    point and no improvement change point came between (a later improvement is taken
-    to end it); reported only when the base is not inside that same change point.
+    BASE_INSIDE: the base is in the change's commit range. BASE_AFTER: the most recent
+    change point the base has reached is a regression it is not inside, and the base
+    is among the first BASE_AFTER_COMMITS commits of its new level (by position, or
+    for an unmeasured base: an ancestor of the last of them); later on, the level is
+    established and the regression is not mentioned. BASE_UNKNOWN: git could not say
+    where the base is against that change point (a shallow clone, commits of another
+    fork): no claim either way.
     """
     commits = [p.commit for p in points]
     stored = match_commit(commits, base) if len(base) >= 4 else None
     if stored is not None:
         pos = commits.index(stored)
 
-        def reached(f: Finding) -> bool:
+        def reached(f: Finding) -> bool | None:
             return pos >= f.index
 
-        def inside(f: Finding) -> bool:
+        def inside(f: Finding) -> bool | None:
             return pos == f.index
-    elif is_ancestor is not None:
-        def reached(f: Finding) -> bool:
-            return f.after == base or bool(is_ancestor(f.after, base))
 
-        def inside(f: Finding) -> bool:
-            return (base != f.before and bool(is_ancestor(f.before, base))
-                    and (base == f.after or bool(is_ancestor(base, f.after))))
+        def early(f: Finding) -> bool | None:
+            return pos < f.index + BASE_AFTER_COMMITS
+    elif is_ancestor is not None:
+        def reached(f: Finding) -> bool | None:
+            return True if f.after == base else is_ancestor(f.after, base)
+
+        def inside(f: Finding) -> bool | None:
+            if base == f.before:
+                return False
+            after_before = is_ancestor(f.before, base)
+            if not after_before:
+                return after_before  # False, or None: git does not know
+            return True if base == f.after else is_ancestor(base, f.after)
+
+        def early(f: Finding) -> bool | None:
+            last = commits[min(f.index + BASE_AFTER_COMMITS, len(commits)) - 1]
+            return True if base == last else is_ancestor(base, last)
     else:
         return []
     out: list[tuple[str, Finding]] = []
-    for f in findings:
-        if inside(f):
+    latest: Finding | None = None  # the most recent change point the base has reached
+    latest_inside = False
+    for f in sorted(findings, key=lambda g: g.index):
+        here = inside(f)
+        if here is None:
+            out.append((BASE_UNKNOWN, f))
+            continue
+        if here:
             out.append((BASE_INSIDE, f))
-        elif f.regression and reached(f) and not any(
-                g.index > f.index and not g.regression and reached(g) for g in findings):
-            out.append((BASE_AFTER, f))
+            latest, latest_inside = f, True
+            continue
+        past = reached(f)
+        if past is None:
+            out.append((BASE_UNKNOWN, f))
+        elif past:
+            latest, latest_inside = f, False
+    if latest is not None and latest.regression and not latest_inside:
+        soon = early(latest)
+        if soon is None:
+            out.append((BASE_UNKNOWN, latest))
+        elif soon:
+            out.append((BASE_AFTER, latest))
     return out
 
 
@@ -971,23 +1055,36 @@ def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine
     Tests every series of `cases` on `machine` (a machine key or class; `arms`: only
     those, else every arm but the control) as `history detect` does, and keeps the
     change points `base_touches` finds. The form is comparison.schema.json's
-    `base_history`: what the reports render, from typed fields only.
+    `base_history`: what the reports render, from typed fields only. `change_points`
+    counts the change points of the series tested; `unplaced`, those git could not
+    place an unmeasured base against; `placed_by_git` is true only when git placed
+    it against at least one.
     """
     keys = [k for k in store.series_keys() if k[0] in cases and k[2] == machine
             and (not arms or k[1] in arms)]
     touching: list[dict[str, Any]] = []
     measured = False
-    tested = too_short = 0
+    tested = too_short = change_points = unplaced = 0
+    git_placed = False
     for case, arm, key in keys:
         points = series(store, case, arm, key)
-        measured = measured or match_commit([p.commit for p in points], base) is not None
+        here = match_commit([p.commit for p in points], base) is not None
+        measured = measured or here
         try:
             found = find_changes(points, case=case, arm=arm, machine=key)
         except SeriesTooShort:
             too_short += 1
             continue
         tested += 1
-        for kind, f in base_touches(points, found, base, is_ancestor):
+        change_points += len(found)
+        touches = base_touches(points, found, base, is_ancestor)
+        unknown = {id(f) for kind, f in touches if kind == BASE_UNKNOWN}
+        unplaced += len(unknown)
+        git_placed = git_placed or (not here and is_ancestor is not None
+                                    and len(found) > len(unknown))
+        for kind, f in touches:
+            if kind == BASE_UNKNOWN:
+                continue
             touching.append({
                 "kind": kind, "case": case, "arm": arm, "before": f.before, "after": f.after,
                 "direction": "regression" if f.regression else "improvement",
@@ -996,6 +1093,13 @@ def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine
                 "p": f.p,
             })
     return {"commit": base, "machine": machine, "measured": measured, "series": len(keys),
-            "tested": tested, "too_short": too_short, "placed_by_git": not measured
-            and is_ancestor is not None, "findings": touching, "min_points":
-            changepoints.MIN_POINTS}
+            "tested": tested, "too_short": too_short, "change_points": change_points,
+            "unplaced": unplaced, "placed_by_git": not measured and git_placed,
+            "findings": touching, "min_points": changepoints.MIN_POINTS}
+
+
+def base_report_error(base: str, machine: str, error: str) -> dict[str, Any]:
+    """`base_history` when the history could not be read after the run: the reason, no claim."""
+    return {"commit": base, "machine": machine, "measured": False, "series": 0, "tested": 0,
+            "too_short": 0, "change_points": 0, "unplaced": 0, "placed_by_git": False,
+            "findings": [], "min_points": changepoints.MIN_POINTS, "error": error}

@@ -150,12 +150,21 @@ def base_history_lines(comparison: Mapping[str, Any],
     (backticks for markdown, <code> for HTML).
 
     A change point that touches the base gives a line each; none gives one short line
-    (the PR comment leaves that one out: reports.artifact.comment_body).
+    (the PR comment leaves that one out: reports.artifact.comment_body), as does a
+    history that could not be read after the run (`error`). `change_points` and
+    `unplaced` are optional (compare.json files written before them still render).
     """
     bh = comparison.get("base_history")
     if not bh:
         return []
     base = code(bh["commit"][:SHORT_SHA])
+    if bh.get("error"):
+        return [f"Base {base} was not checked against the history, which could not be read "
+                f"after the run: {bh['error']}"]
+    unplaced = bh.get("unplaced") or 0
+    unknown = (f"git does not know the commits of {unplaced} change point(s) (a shallow "
+               "clone, or commits of another fork?), so it could not place the base "
+               "against them: no claim either way about those.")
     lines = []
     for f in bh["findings"]:
         ci = ("" if f["lo"] is None or f["hi"] is None
@@ -166,10 +175,10 @@ def base_history_lines(comparison: Mapping[str, Any],
             lines.append(f"Base {base} sits inside a {f['direction']} change point of {where}: "
                          "the base itself may carry that change.")
         else:
-            lines.append(f"Base {base} comes after a regression change point of {where}: "
+            lines.append(f"Base {base} comes soon after a regression change point of {where}: "
                          "the PR is measured against a base that already carries it.")
     if lines:
-        return lines
+        return lines + ([f"Base {base}: {unknown}"] if unplaced else [])
     if not bh["series"]:
         return [f"Base {base}: the history holds no series of these cases for machine "
                 f"{code(bh['machine'])}, so no change point was checked (pass "
@@ -181,8 +190,16 @@ def base_history_lines(comparison: Mapping[str, Any],
     tested = f"no change point of its {bh['tested']} series tested{short} touches it."
     if bh["measured"]:
         return [f"Base {base} is in the history; {tested}"]
+    if bh["placed_by_git"] and unplaced:
+        return [f"Base {base} has no run in the history; placed by git ancestry, no change "
+                f"point it could be placed against touches it, but {unknown}"]
     if bh["placed_by_git"]:
         return [f"Base {base} has no run in the history; placed by git ancestry, {tested}"]
+    if unplaced:
+        return [f"Base {base} has no run in the history, and {unknown}"]
+    if bh.get("change_points") == 0:
+        return [f"Base {base} has no run in the history; its {bh['tested']} series tested"
+                f"{short} have no change point."]
     return [f"Base {base} has no run in the history and nothing placed it; no change point "
             "was checked."]
 

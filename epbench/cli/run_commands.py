@@ -296,8 +296,9 @@ def summary(results: str, fmt: str) -> None:
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
-                   "commit against: the reports say when it sits in a change point of the "
-                   f"cases' series [default: ${hist.DB_ENV} when that file exists, else none].")
+                   "commit against (read only, never upgraded): the reports say when it sits in a "
+                   f"change point of the cases' series [default: ${hist.DB_ENV} when it can "
+                   "be read, else none].")
 @click.option("--history-arm", "history_arms", multiple=True, metavar="ARM",
               help="With --history: only this arm's series. Repeatable [default: every arm "
                    "but the control].")
@@ -338,9 +339,11 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     Actions, flagged cases also print ::error / ::warning lines.
 
     With a history (--history DB, or $EPBENCH_DB), the reports also say whether the
-    base commit sits inside a change point of the cases' series, or after a
-    regression one: the base itself may carry that change. A --history file that
-    does not exist is an error (exit 1), found before anything is built.
+    base commit sits inside a change point of the cases' series, or early on the
+    level a regression one started: the base itself may carry that change. The
+    history is only read, never upgraded. A --history that does not exist or cannot
+    be read is an error (exit 1), found before anything is built; one of an older
+    schema, and any trouble with $EPBENCH_DB, is a note and no check.
     """
     history_db, history_note = hist.history_to_check(history_db)
     if history_note:

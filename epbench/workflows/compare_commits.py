@@ -11,7 +11,7 @@ form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
 (the same with plots, reports.html). With a history store (`history_db`), all
 three also say whether the base commit sits in a known change point of the cases'
-series (reports.history.base_report). There is no
+series (reports.history.base_report), or why the history could not say. There is no
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
@@ -52,6 +52,8 @@ COMMITS_PROCESSES = 6
 COMMITS_ROUNDS = 48
 # Rounds a re-run adds to each inconclusive case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
+# The most of a history error kept in compare.json (the schema bounds its texts).
+HISTORY_ERROR_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -110,18 +112,18 @@ def compare_commits(
     ``config`` holds the cases, rounds, gate and output directory; its arms are
     replaced by the two sides (the ORT control is added by the runner).
 
-    ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL),
-    opened before anything is built so a bad one fails at once; after the run the
-    comparison gets ``base_history``: whether the base commit sits in a change point
-    of the run's cases in the series of ``history_machine`` (a machine key or class;
-    default the run's own host key) and ``history_arms`` (default: every arm but the
-    control).
+    ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL), as
+    reports.history.history_to_check returns it (the caller checks it before calling,
+    so a bad one fails before anything is built); after the run the comparison gets
+    ``base_history``: whether the base commit sits in a change point of the run's
+    cases in the series of ``history_machine`` (a machine key or class; default the
+    run's own host key) and ``history_arms`` (default: every arm but the control).
+    The store is only read, never migrated. When it cannot be read then, the run's
+    files are written all the same: ``base_history`` carries the ``error`` and a note
+    says so.
     """
 
     root = repo_root(repo)
-    if history_db is not None:
-        with hist.HistoryStore.open(hist.existing_db_url(history_db)):
-            pass  # opened (an older schema upgraded) and closed: usable after the run
     notes = []
     if has_uncommitted_changes(root):
         notes.append(f"{root} has uncommitted changes: they are not measured "
@@ -179,11 +181,18 @@ def compare_commits(
         comparison = judge()
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
-        with hist.HistoryStore.open(history_db) as store:
-            comparison["base_history"] = hist.base_report(
-                store, shas[BASE_ARM], cases=list(doc["cases"]),
-                machine=history_machine or str((doc.get("host") or {}).get("key")),
-                arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
+        machine = history_machine or str((doc.get("host") or {}).get("key"))
+        try:
+            with hist.HistoryStore.open_for_reading(history_db) as store:
+                comparison["base_history"] = hist.base_report(
+                    store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
+                    arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
+        except hist.HistoryError as exc:
+            # The run is what took long and cannot be had again: the history's failure
+            # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
+            comparison["base_history"] = hist.base_report_error(
+                shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
+            notes.append(f"the base commit was not checked against the history: {exc}")
     if config.out_dir is not None:
         out = Path(config.out_dir)
         write_results(out / "results.json", doc)
