@@ -264,8 +264,9 @@ def read_document(path: str | Path) -> tuple[dict[str, Any], Path]:
     """The migrated document of results.json or a results.jsonl stream (or the run
     directory holding one), as a plain dict, with the file it came from.
 
-    Only `load_results` and the writers that extend a document on disk need this; every
-    reader takes the typed model `load_results` returns.
+    `load_results` builds the model from it; outside it, only tests use the raw document
+    (to check a migration or a round trip). Every reader takes the typed model
+    `load_results` returns.
     """
     path = Path(path)
     if path.is_dir():

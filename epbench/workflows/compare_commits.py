@@ -137,7 +137,9 @@ def compare_commits(
     doc = run(replace(config, arms=arms))
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     seconds_per_case = (time.monotonic() - started) / max(1, len(doc["cases"]))
-    profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), profile_path)
+    # The host is the first pass's (re-runs only add rounds): read once, through the model.
+    host_key = Results.from_dict(doc, source="the run").host.key
+    profile = cmp.load_profile_for(host_key, profile_path)
 
     def judge() -> dict[str, Any]:
         # The run's document grows with every re-run (merge_rounds): read it afresh, once
@@ -182,7 +184,7 @@ def compare_commits(
         with hist.HistoryStore.open(history_db) as store:
             comparison["base_history"] = hist.base_report(
                 store, shas[BASE_ARM], cases=list(doc["cases"]),
-                machine=history_machine or str((doc.get("host") or {}).get("key")),
+                machine=history_machine or str(host_key),
                 arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
     if config.out_dir is not None:
         out = Path(config.out_dir)
