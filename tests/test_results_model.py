@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from epbench.cases.grids import case_by_name
+from epbench.core import model as model_module
 from epbench.core.model import (
     Arm,
     Block,
@@ -29,7 +30,8 @@ from epbench.harness import runner
 from epbench.reports import compare
 from tests.support import synthetic
 
-FIXTURES = Path(__file__).parent / "fixtures" / "results"
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "results"
 # base, pr, same_run: schema 1 (migrated on load); run_v2: a real `epbench run` (relu_d1_w8,
 # ort and engine, 2 processes), its document and its stream.
 RESULTS_FIXTURES = ["base.json", "pr.json", "same_run.json", "run_v2.json", "run_v2.jsonl"]
@@ -267,3 +269,19 @@ def test_a_comparison_side_takes_the_model_not_a_dict() -> None:
     with pytest.raises(TypeError, match="Side takes a Results .* not dict"):
         compare.Side("base", doc, "ep")
     assert compare.Side("base", Results.from_dict(doc), "ep").control == "ort"
+
+
+def test_records_are_frozen_at_the_top_level_and_share_the_documents_nested_values() -> None:
+    """What the docs promise, no more: a record's fields cannot be reassigned, but the
+    nested mappings and lists are the source document's own (not to be modified)."""
+    doc = _synthetic()
+    model = Results.from_dict(doc)
+    case = model.cases["relu_d1_w8"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.status = "failed"  # type: ignore[misc]
+    assert case.spec is doc["cases"]["relu_d1_w8"]["spec"]
+    assert case.rounds[0].gate is doc["cases"]["relu_d1_w8"]["rounds"][0]["gate"]
+    for text in (model_module.__doc__, (ROOT / "docs" / "design.md").read_text()):
+        flat = " ".join(text.split())
+        assert "frozen at the top level only" in flat and "not to be modified" in flat
+        assert "immutable" not in flat

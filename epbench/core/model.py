@@ -1,11 +1,21 @@
-"""The results document as typed, immutable records, read once and checked when built.
+"""The results document as typed records, read once and checked when built.
 
 `Results.from_dict` turns a (migrated) results document into these records and refuses
-one that lacks a key the readers need, naming the key, where it was and the file, so
-a renamed key fails when the file is loaded, not when a report is half rendered.
+one that lacks a key the readers need, or holds a null where they need a value (a key
+declared `null=False`), naming the key, where it was and the file, so a renamed or
+damaged key fails when the file is loaded, not when a report is half rendered.
+
 `to_dict` gives the document back exactly: keys this version does not know are kept
 in each record's `extra`, and an optional key that was absent stays absent, so the
 JSON format (`results.schema.json`) remains the contract and the model only reads it.
+
+The records are frozen dataclasses, frozen at the top level only: the dicts and lists
+of records the loader builds (`cases`, `arms`, `rounds`, ...) are plain ones, and the
+nested mappings and lists a field holds without a record of its own (a case's `spec`,
+a round's `gate` readings, `order`, `extra`, ...) are the source document's own objects,
+shared with it: they are not to be modified. (A deep freeze would copy every round
+of every case on load.) `to_dict` hands the same nested objects back: copy its result
+before editing it.
 
 The writers (the runner, the worker) still build plain dicts; readers go through
 `epbench.core.results.load_results`, or `Results.from_dict` for a document held in
@@ -40,7 +50,8 @@ def _key(name: str, *, required: bool = False, null: bool = True,
 
 
 class Record:
-    """Shared reading and writing of the records below (each a frozen dataclass).
+    """Shared reading and writing of the records below (each a frozen dataclass; the
+    nested mappings and lists it holds are the document's own, not to be modified).
 
     A field declared with `_key` maps to one key of the document. `absent` lists the
     optional keys the document did not have, `extra` every key no field maps to.
