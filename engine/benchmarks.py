@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epbench.core.errors import EpbenchError
+from epbench.core.model import Case, Results, Round
 from epbench.core.numbers import median
+from epbench.core.results import load_results
 
 CONTROL = "ort"
 
@@ -85,19 +89,18 @@ UNQUIET_NOTE = (
 )
 
 
-def has_quiet_round(case: dict[str, Any]) -> bool:
-    return any(r.get("quiet") for r in case.get("rounds", []))
+def has_quiet_round(case: Case) -> bool:
+    return any(r.quiet for r in case.rounds)
 
 
-def measured_rounds(case: dict[str, Any]) -> list[dict[str, Any]]:
+def measured_rounds(case: Case) -> list[Round]:
     """The rounds the idle gate called quiet, or every round when none was (a case
     measured that way is marked in the page: see has_quiet_round)."""
-    rounds = case.get("rounds", [])
-    quiet = [r for r in rounds if r.get("quiet")]
-    return quiet or rounds
+    quiet = [r for r in case.rounds if r.quiet]
+    return quiet or list(case.rounds)
 
 
-def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
+def round_ratios(case: Case, arm: str) -> list[float]:
     """Per (quiet) round: median ns per Run of `arm` over the control's."""
     ratios = []
     for rnd in measured_rounds(case):
@@ -107,33 +110,33 @@ def round_ratios(case: dict[str, Any], arm: str) -> list[float]:
     return ratios
 
 
-def _round_median(rnd: dict[str, Any], arm: str) -> float | None:
-    return ((rnd.get("summary_ns") or {}).get(arm) or {}).get("median")
+def _round_median(rnd: Round, arm: str) -> float | None:
+    return rnd.block_value(arm, "median")
 
 
 MODES = ("fused", "per_node", "kernel")
 
 
-def engine_arm_keys(doc: dict[str, Any]) -> dict[str, str]:
+def engine_arm_keys(doc: Results) -> dict[str, str]:
     """The engine arms of a run by mode (MODES), ignoring test-knob arms."""
     keys: dict[str, str] = {}
-    for key, arm in sorted(doc.get("arms", {}).items()):
-        options = arm.get("options") or {}
-        if arm.get("kind") != "engine" or any(k.startswith("inject_") for k in options):
+    for key, arm in sorted(doc.arms.items()):
+        options = arm.options or {}
+        if arm.kind != "engine" or any(k.startswith("inject_") for k in options):
             continue
         mode = options.get("partition", "fused")
         keys.setdefault(mode if mode in MODES else "fused", key)
     return {mode: keys[mode] for mode in MODES if mode in keys}
 
 
-def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def evaluate(doc: Results) -> list[dict[str, Any]]:
     """Each target with its measured ratio (None when the run lacks the case or arm)."""
     arms = engine_arm_keys(doc)
     rows = []
     for target in TARGETS:
-        case = doc.get("cases", {}).get(target.case)
+        case = doc.cases.get(target.case)
         arm = arms.get(target.mode)
-        ratios = round_ratios(case, arm) if case and arm and case.get("status") == "ok" else []
+        ratios = round_ratios(case, arm) if case is not None and arm and case.ok else []
         measured = median(ratios) if ratios else None
         status = "not run" if measured is None else ("met" if measured <= target.bound
                                                       else "missed")
@@ -144,7 +147,8 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"case": target.case, "mode": target.mode, "bound": target.bound,
                      "measured": measured, "rounds": len(ratios), "status": status,
                      "reason": reason,
-                     "unquiet": measured is not None and not has_quiet_round(case)})
+                     "unquiet": (measured is not None and case is not None
+                                 and not has_quiet_round(case))})
     return rows
 
 
@@ -153,7 +157,7 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
 DISPATCH_FAMILY = "relu_w8"
 
 
-def family_of(spec: dict[str, Any]) -> str | None:
+def family_of(spec: Mapping[str, Any]) -> str | None:
     """The chain family of a case spec dict: cases.spec.CaseSpec.family's rule, restated
     here because the engine layer sits below cases (a test keeps the two equal)."""
     if spec.get("kind") not in ("chain", "binary"):
@@ -205,11 +209,11 @@ def fit_family(depths: list[int], per_case_rounds: list[dict[str, Any]], arms: l
     return fits
 
 
-def _round_medians(case: dict[str, Any], arm: str) -> list[float]:
-    return [m for r in case.get("rounds", []) if (m := _round_median(r, arm))]
+def _round_medians(case: Case, arm: str) -> list[float]:
+    return [m for r in case.rounds if (m := _round_median(r, arm))]
 
 
-def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
+def decompose(doc: Results, seed: int = 0) -> list[dict[str, Any]]:
     """Per chain family (≥ 2 depths): each arm's per-node and per-Run cost from epbench's
     fit (fit_family), and the engine's ORT calls per node from its counters."""
     import numpy as np
@@ -217,17 +221,17 @@ def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
     engine = engine_arm_keys(doc)
     labels = {CONTROL: "ort", **{key: f"engine ({mode})" for mode, key in engine.items()}}
     families: dict[str, list[tuple[int, str]]] = {}
-    for name, case in doc.get("cases", {}).items():
-        family = family_of(case.get("spec") or {})
-        if family and case.get("status") == "ok":
-            families.setdefault(family, []).append((int(case["spec"]["depth"]), name))
+    for name, case in doc.cases.items():
+        family = family_of(case.spec)
+        if family and case.ok:
+            families.setdefault(family, []).append((int(case.spec["depth"]), name))
     out = []
     for family, members in sorted(families.items()):
         members.sort()
         depths = [d for d, _ in members]
         if len(set(depths)) < 2:
             continue
-        cases = [doc["cases"][name] for _, name in members]
+        cases = [doc.cases[name] for _, name in members]
         arms = [a for a in labels if all(_round_medians(c, a) for c in cases)]
         if CONTROL not in arms:
             continue
@@ -235,8 +239,7 @@ def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
         fits = fit_family(depths, rounds, arms, seed=seed)
         rows = []
         for arm in arms:
-            calls = [((c["arms"].get(arm) or {}).get("counters_per_run") or {})
-                     .get("ort_api_calls") for c in cases]
+            calls = [_counters(c, arm).get("ort_api_calls") for c in cases]
             per_node_calls = None
             if all(x is not None for x in calls):
                 per_node_calls = (calls[-1] - calls[0]) / (depths[-1] - depths[0])
@@ -257,11 +260,17 @@ def decompose(doc: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
+def _counters(case: Case, arm: str) -> Mapping[str, float]:
+    """`arm`'s counters per Run on `case` ({} when it has none)."""
+    info = case.arms.get(arm)
+    return (info.counters_per_run if info is not None else None) or {}
+
+
 def _fmt_ci(point: float, ci: tuple[float, float]) -> str:
     return f"{point:.0f} ns [{ci[0]:.0f}, {ci[1]:.0f}]"
 
 
-def render_decomposition(doc: dict[str, Any]) -> list[str]:
+def render_decomposition(doc: Results) -> list[str]:
     families = decompose(doc)
     if not families:
         return []
@@ -306,15 +315,15 @@ def _fmt_ns(value: float | None) -> str:
     return f"{value / 1000:.2f} µs" if value >= 1000 else f"{value:.0f} ns"
 
 
-def render(doc: dict[str, Any], source: str = "results.json") -> str:
-    arms = doc.get("arms", {})
+def render(doc: Results, source: str = "results.json") -> str:
+    arms = doc.arms
     engine_keys = engine_arm_keys(doc)
-    others = [k for k, a in sorted(arms.items()) if a.get("kind") == "plugin"]
+    others = [k for k, a in sorted(arms.items()) if a.kind == "plugin"]
     columns = [(f"engine ({mode})", key) for mode, key in engine_keys.items()]  # MODES order
-    columns += [(arms[k].get("spec", k), k) for k in others]
-    host = doc.get("host", {})
-    config = doc.get("config", {})
-    gate = config.get("gate", {}).get("policy", "?")
+    columns += [(arms[k].spec, k) for k in others]
+    host = doc.host
+    config = doc.config
+    gate = config.gate.policy or "?"
     lines = [
         "# Benchmarks",
         "",
@@ -329,10 +338,10 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
         "python -m engine.benchmarks bench-out/results.json -o BENCHMARKS.md",
         "```",
         "",
-        f"Source: `{source}`, created {doc.get('created', '?')}; host: "
-        f"{host.get('cpu_model', '?')}, {host.get('logical_cores', '?')} logical cores, "
-        f"onnxruntime {host.get('onnxruntime', '?')}; {config.get('rounds', '?')} rounds, "
-        f"{config.get('threads', '?')} thread(s), gate `{gate}`.",
+        f"Source: `{source}`, created {doc.created or '?'}; host: "
+        f"{host.cpu_model or '?'}, {host.extra.get('logical_cores', '?')} logical cores, "
+        f"onnxruntime {host.extra.get('onnxruntime', '?')}; {config.rounds} rounds, "
+        f"{'?' if config.threads is None else config.threads} thread(s), gate `{gate}`.",
         "",
         "Ratios are time per Run against ORT's CPU EP measured in the same interleaved rounds "
         "(median over rounds of the per-round ratio of medians; only the rounds the idle gate "
@@ -365,20 +374,20 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
               "| case | ORT p50 | " + " | ".join(name for name, _ in columns) +
               " | engine ORT calls / allocs per Run |",
               "|---|---|" + "---|" * len(columns) + "---|"]
-    cases = doc.get("cases", {})
+    cases = doc.cases
     unquiet_cases = False
-    order = [n for n in config.get("case_names", []) if n in cases]
+    order = [n for n in config.case_names or [] if n in cases]
     for name in order + sorted(set(cases) - set(order)):
         case = cases[name]
-        if case.get("status") != "ok":
-            lines.append(f"| `{name}` | {case.get('status')}: {case.get('error') or ''} |")
+        if not case.ok:
+            lines.append(f"| `{name}` | {case.status}: {case.error or ''} |")
             continue
         control = [ns for r in measured_rounds(case) if (ns := _round_median(r, CONTROL))]
         cells = [_fmt_ratio(median(ratios) if (ratios := round_ratios(case, key)) else None)
                  for _, key in columns]
         counts = []
         for key in engine_keys.values():
-            per_run = (case.get("arms", {}).get(key) or {}).get("counters_per_run") or {}
+            per_run = _counters(case, key)
             if per_run:
                 counts.append(f"{per_run.get('ort_api_calls', 0):g} / "
                               f"{per_run.get('heap_allocs', 0):g}")
@@ -393,19 +402,19 @@ def render(doc: dict[str, Any], source: str = "results.json") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import json
-
     parser = argparse.ArgumentParser(prog="python -m engine.benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, help="an epbench results.json")
+    parser.add_argument("results", type=Path,
+                        help="an epbench results.json (or results.jsonl, or the run directory)")
     parser.add_argument("-o", "--out", dest="output", type=Path,
                         help="write here instead of stdout")
     args = parser.parse_args(argv)
     try:
-        doc = json.loads(args.results.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"error: cannot read {args.results}: {exc}; pass an epbench results.json",
-              file=sys.stderr)
+        # The one reader: a newer schema refused, an older one migrated, a damaged file
+        # refused in one line naming the key (never a page of "not run").
+        doc = load_results(args.results)
+    except (EpbenchError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     text = render(doc, source=args.results.name)
     if args.output:

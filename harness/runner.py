@@ -648,7 +648,9 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             samples_out.close()
     doc["interrupted"] = stopped
     if jsonl is not None:
-        jsonl.write({"type": "end", "interrupted": stopped})
+        # The run's overhead is decided after the header was written: the end line carries
+        # it, so the stream rebuilds the document results.json holds (one run, one run_key).
+        jsonl.write({"type": "end", "interrupted": stopped, "overhead": doc["overhead"]})
         jsonl.close()
     if out is not None:
         write_results(out / "results.json", doc)

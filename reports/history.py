@@ -14,7 +14,9 @@ use, under a lock, in one transaction; a newer database is refused):
 
 A run's identity is a hash of its canonical content (the results document as
 `epbench.core.results.dumps` writes it, which includes its created time and host):
-adding the same run twice, from results.json or results.jsonl, stores it once.
+adding the same run twice stores it once, whether from its results.json or, for a
+finished run, its results.jsonl (whose end line carries the run's overhead; a stream
+written before it did rebuilds the document without it, so it hashes differently).
 
 The tracked series is the ratio of an arm to the in-run control (ORT's CPU EP) per
 run; a series is per machine key unless runs were added with a machine class. A

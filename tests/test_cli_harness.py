@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
 
@@ -324,3 +325,15 @@ def test_a_piped_stderr_gets_one_progress_line_per_process(tmp_path) -> None:
     assert [(m.group(2), m.group(3)) for m in matches] == [
         ("relu_d1_w8", "1"), ("relu_d10_w8", "1"), ("relu_d1_w8", "2"), ("relu_d10_w8", "2")]
     assert [int(m.group(1)) for m in matches] == [2, 4, 6, 8]
+
+
+def test_a_damaged_run_document_is_named_by_its_file_not_its_directory(tmp_path, monkeypatch):
+    """The report reads the document the runner wrote to results.json: a key it lacks is
+    reported against that file (a directory is not something to open and look at)."""
+    doc = json.loads((Path(__file__).parent / "fixtures" / "results" / "run_v2.json")
+                     .read_text())
+    del doc["cases"]["relu_d1_w8"]["status"]
+    monkeypatch.setattr(run_commands, "run_grid", lambda config: doc)
+    out = tmp_path / "out"
+    one_error_line(invoke("run", "--case", "relu_d1_w8", "--out", str(out), *FAST),
+                   f"{out / 'results.json'}: case 'relu_d1_w8' has no 'status' key;")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -63,3 +64,47 @@ def test_the_after_graph_is_as_described():
     assert hidden_imports(["epbench"]) == []
     # The module count in the text is that of the restructuring; the zeros must hold on.
     assert "0 cycles, 0 hidden project imports" in _flat(DESIGN)
+
+
+# Every module that parses JSON itself, and what it parses: none of them a results file,
+# which only epbench/core/results.py reads (load_results; the rest read the model).
+JSON_READERS = {
+    "epbench/core/results.py": "results files: the one loader, and its JSON Schema",
+    "harness/worker.py": "the request on its stdin",
+    "harness/runner.py": "the worker's events",
+    "reports/history.py": "the store's own JSON columns",
+    "reports/calibrate.py": "noise profiles",
+    "reports/artifact.py": "compare artifacts and their schema",
+    "reports/github.py": "GitHub API responses",
+    "reports/html.py": "a file's schema, to tell a comparison from results (load_results reads "
+                       "the results)",
+    "engine/__init__.py": "the engine library's info string",
+}
+
+
+def test_no_module_but_the_loader_parses_a_results_file():
+    """design.md: "No reader of a results file indexes the JSON: load_results is the one
+    reader" -- so a module that calls json.load(s) must be one of the known few."""
+    parsing = set()
+    for path in sorted(ROOT.glob("*/**/*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("tests/", ".venv/", "epbench/cases/", "epbench/engine/",
+                           "epbench/harness/", "epbench/reports/")):
+            continue  # tests, and the symlinked packages (seen under their own names)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.Attribute) and node.attr in ("load", "loads")
+               and isinstance(node.value, ast.Name) and node.value.id == "json"
+               for node in ast.walk(tree)):
+            parsing.add(rel)
+    assert parsing == set(JSON_READERS)
+    flat = _flat(DESIGN)
+    assert "`load_results` is the one reader of results files" in flat
+    assert "`engine/benchmarks.py`" in flat
+
+
+def test_the_results_file_is_rewritten_after_every_process():
+    # The runner writes results.json after each process of each case (harness/runner.py).
+    readme = _flat((ROOT / "README.md").read_text())
+    for text in (_flat(DESIGN), readme):
+        assert "rewritten atomically after every process" in text
+        assert "after every case" not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
-from epbench.core.results import ResultsError, write_results
+from epbench.cli.main import cli
+from epbench.core.results import ResultsError, dumps, load_results, read_document, write_results
 from epbench.reports import history as hist
 from epbench.reports import stats
 from tests.support import synthetic
@@ -282,3 +285,31 @@ def test_a_report_reads_a_series_and_its_change_point_in_one_call(db_url):
     assert finding.counters_changed == {}
     other = hist.read_series_with_changes(db_url, "relu_d10_w8", "engine")  # slowed too
     assert [f.index for f in other.findings] == [8]
+
+
+def test_a_run_is_one_run_from_its_document_or_its_stream(db_url, tmp_path):
+    """A real run: its results.json and its results.jsonl give one run_key, so adding both
+    stores it once (the stream's end line carries the run's overhead)."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, [
+        "run", "--case", "relu_d1_w8", "--arm", "ort:name=ort_b", "--rounds", "2",
+        "--processes", "1", "--block-ms", "0.2", "--max-block-iters", "10",
+        "--warmup-ms", "1", "--gate", "off", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    whole, stream = load_results(out / "results.json"), load_results(out / "results.jsonl")
+    assert whole.overhead is not None and stream.overhead == whole.overhead
+    assert stream.to_dict() == whole.to_dict()
+    assert hist.run_key(stream) == hist.run_key(whole)
+    with hist.HistoryStore.open(db_url) as store:
+        first = store.add(hist.run_record(whole, source="results.json", commit="c" * 40))
+        second = store.add(hist.run_record(stream, source="results.jsonl", commit="c" * 40))
+        assert first.added and not second.added and first.run_id == second.run_id
+        assert len(store.runs()) == 1
+
+
+def test_a_run_key_is_the_hash_of_the_document_as_written():
+    """Pinned: a changed hash would make every stored run look new and be added again."""
+    doc = load_results(ROOT / "tests" / "fixtures" / "results" / "run_v2.json")
+    raw, _ = read_document(ROOT / "tests" / "fixtures" / "results" / "run_v2.json")
+    assert hist.run_key(doc) == hashlib.sha256(dumps(raw).encode()).hexdigest()[:32]
+    assert hist.run_key(doc) == "e7d5d920f0c672cb05815c53dbf69435"

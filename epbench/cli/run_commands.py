@@ -163,7 +163,9 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     except KeyboardInterrupt:
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    click.echo(write_run_report(Results.from_dict(doc, source=str(out)), Path(out)))
+    # The document is results.json's (the runner wrote it there): errors name that file.
+    results = Results.from_dict(doc, source=str(Path(out) / "results.json"))
+    click.echo(write_run_report(results, Path(out)))
     code, message = exit_code_for(run=doc)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)

@@ -1,11 +1,21 @@
-"""The results document as typed, immutable records, read once and checked when built.
+"""The results document as typed records, read once and checked when built.
 
 `Results.from_dict` turns a (migrated) results document into these records and refuses
-one that lacks a key the readers need, naming the key, where it was and the file, so
-a renamed key fails when the file is loaded, not when a report is half rendered.
+one that lacks a key the readers need, or holds a null where they need a value (a key
+declared `null=False`), naming the key, where it was and the file, so a renamed or
+damaged key fails when the file is loaded, not when a report is half rendered.
+
 `to_dict` gives the document back exactly: keys this version does not know are kept
 in each record's `extra`, and an optional key that was absent stays absent, so the
 JSON format (`results.schema.json`) remains the contract and the model only reads it.
+
+The records are frozen dataclasses, frozen at the top level only: the dicts and lists
+of records the loader builds (`cases`, `arms`, `rounds`, ...) are plain ones, and the
+nested mappings and lists a field holds without a record of its own (a case's `spec`,
+a round's `gate` readings, `order`, `extra`, ...) are the source document's own objects,
+shared with it: they are not to be modified. (A deep freeze would copy every round
+of every case on load.) `to_dict` hands the same nested objects back: copy its result
+before editing it.
 
 The writers (the runner, the worker) still build plain dicts; readers go through
 `epbench.core.results.load_results`, or `Results.from_dict` for a document held in
@@ -24,11 +34,14 @@ from epbench.core.errors import ResultsError
 T = TypeVar("T", bound="Record")
 
 
-def _key(name: str, *, required: bool = False, load: Callable[..., Any] | None = None,
-         dump: Callable[[Any], Any] | None = None, default: Any = None,
-         default_factory: Callable[[], Any] | None = None) -> Any:
-    """A field read from key `name` of the document (loaded/dumped through `load`/`dump`)."""
-    meta = {"key": name, "required": required, "load": load, "dump": dump}
+def _key(name: str, *, required: bool = False, null: bool = True,
+         load: Callable[..., Any] | None = None, dump: Callable[[Any], Any] | None = None,
+         default: Any = None, default_factory: Callable[[], Any] | None = None) -> Any:
+    """A field read from key `name` of the document (loaded/dumped through `load`/`dump`).
+
+    `null=False`: the key, when present, must not be null (readers dereference it, and no
+    writer puts a null there), so a damaged file is refused at load, not mid-render."""
+    meta = {"key": name, "required": required, "null": null, "load": load, "dump": dump}
     if required:
         return field(metadata=meta)
     if default_factory is not None:
@@ -37,7 +50,8 @@ def _key(name: str, *, required: bool = False, load: Callable[..., Any] | None =
 
 
 class Record:
-    """Shared reading and writing of the records below (each a frozen dataclass).
+    """Shared reading and writing of the records below (each a frozen dataclass; the
+    nested mappings and lists it holds are the document's own, not to be modified).
 
     A field declared with `_key` maps to one key of the document. `absent` lists the
     optional keys the document did not have, `extra` every key no field maps to.
@@ -72,6 +86,11 @@ class Record:
                 continue
             load = f.metadata["load"]
             value = data[key]
+            if value is None and not f.metadata["null"]:
+                raise ResultsError(
+                    f"{source}: {where or 'the document'} has {key!r}: null; the file is "
+                    "damaged or was written by another program (re-run it with `epbench run`)"
+                )
             values[f.name] = (load(value, where, source)
                               if load is not None and value is not None else value)
         values["extra"] = {k: v for k, v in data.items() if k not in known}
@@ -150,14 +169,15 @@ class Round(Record):
 
     index: int = _key("index", required=True)
     quiet: bool = _key("quiet", required=True)
-    summary_ns: dict[str, Block] = _key("summary_ns", required=True,
+    summary_ns: dict[str, Block] = _key("summary_ns", required=True, null=False,
                                         load=_mapping_of(Block, "block of arm"),
                                         dump=_dump_mapping)
     process: int = _key("process", default=0)
     session: int = _key("session", default=0)
-    order: list[str] = _key("order", default_factory=list)
-    gate: Mapping[str, Any] = _key("gate", default_factory=dict)  # readings before the round
-    interference: Mapping[str, Any] = _key("interference", default_factory=dict)  # during it
+    order: list[str] = _key("order", null=False, default_factory=list)
+    # readings before the round, and during it
+    gate: Mapping[str, Any] = _key("gate", null=False, default_factory=dict)
+    interference: Mapping[str, Any] = _key("interference", null=False, default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
@@ -203,18 +223,19 @@ class Process(Record):
 class Case(Record):
     """One case of a run: its spec, how it ended, per arm its facts, and its rounds."""
 
-    spec: Mapping[str, Any] = _key("spec", required=True)  # cases.spec.CaseSpec as a dict
+    # cases.spec.CaseSpec as a dict
+    spec: Mapping[str, Any] = _key("spec", required=True, null=False)
     status: str = _key("status", required=True)
-    arms: dict[str, CaseArm] = _key("arms", required=True,
+    arms: dict[str, CaseArm] = _key("arms", required=True, null=False,
                                     load=_mapping_of(CaseArm, "arm"), dump=_dump_mapping)
-    rounds: list[Round] = _key("rounds", required=True, load=_list_of(Round, "round"),
-                               dump=_dump_list)
+    rounds: list[Round] = _key("rounds", required=True, null=False,
+                               load=_list_of(Round, "round"), dump=_dump_list)
     definition_sha256: str | None = _key("definition_sha256")
     error: str | None = _key("error")
     error_kind: str | None = _key("error_kind")
     signal: int | None = _key("signal")
     core: int | None = _key("core")
-    processes: list[Process] = _key("processes", default_factory=list,
+    processes: list[Process] = _key("processes", null=False, default_factory=list,
                                     load=_list_of(Process, "process"), dump=_dump_list)
     lost_rounds: int = _key("lost_rounds", default=0)
     overhead: Mapping[str, Any] | None = _key("overhead")
@@ -266,8 +287,8 @@ class Config(Record):
 
     rounds: int = _key("rounds", required=True)
     threads: int | None = _key("threads")
-    gate: GateConfig = _key("gate", default=GateConfig(), load=_one(GateConfig, "gate"),
-                            dump=_dump_one)
+    gate: GateConfig = _key("gate", null=False, default=GateConfig(),
+                            load=_one(GateConfig, "gate"), dump=_dump_one)
     case_names: list[str] | None = _key("case_names")
     processes: int = _key("processes", default=1)
     sessions: int = _key("sessions", default=1)
@@ -302,12 +323,14 @@ class Results(Record):
     """A results document (schema epbench.results/2)."""
 
     schema: str = _key("schema", required=True)
-    host: Host = _key("host", required=True, load=_one(Host, "host"), dump=_dump_one)
-    config: Config = _key("config", required=True, load=_one(Config, "config"), dump=_dump_one)
-    arms: dict[str, Arm] = _key("arms", required=True, load=_mapping_of(Arm, "arm"),
-                                dump=_dump_mapping)
-    cases: dict[str, Case] = _key("cases", required=True, load=_mapping_of(Case, "case"),
-                                  dump=_dump_mapping)
+    host: Host = _key("host", required=True, null=False, load=_one(Host, "host"),
+                      dump=_dump_one)
+    config: Config = _key("config", required=True, null=False, load=_one(Config, "config"),
+                          dump=_dump_one)
+    arms: dict[str, Arm] = _key("arms", required=True, null=False,
+                                load=_mapping_of(Arm, "arm"), dump=_dump_mapping)
+    cases: dict[str, Case] = _key("cases", required=True, null=False,
+                                  load=_mapping_of(Case, "case"), dump=_dump_mapping)
     control: str = _key("control", default="ort")
     created: str | None = _key("created")
     interrupted: bool = _key("interrupted", default=False)

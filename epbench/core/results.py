@@ -14,10 +14,13 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        harness's own cost) is renamed ``overhead``, at the top and per case.
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
-line per case as the case ends (so a killed harness loses nothing measured) and
-an ``end`` line; ``results.json`` is the whole document, replaced atomically
-after every case and at the end. Both say ``"interrupted": true`` until the run
-has finished: a stream without its ``end`` line was cut short.
+line per process of a case as the process ends (so a killed harness loses nothing
+measured), one ``instructions`` line per counted case, and an ``end`` line, which
+also carries the run's ``overhead`` (measured after the header was written; streams
+written before it had it leave ``overhead`` null); ``results.json`` is the whole
+document, replaced atomically after every process and at the end. Both say
+``"interrupted": true`` until the run has finished: a stream without its ``end``
+line was cut short. A finished run's stream rebuilds its results.json key for key.
 """
 
 from __future__ import annotations
@@ -138,6 +141,8 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
                     case["arms"] = record["arms"]
             elif record.get("type") == "end" and doc is not None:
                 doc["interrupted"] = bool(record["interrupted"])
+                if "overhead" in record:  # older streams: the header's null stays
+                    doc["overhead"] = record["overhead"]
             elif doc is None:
                 raise ResultsError(f"{path}:{lineno}: no header line before the cases")
     if doc is None:
@@ -259,8 +264,9 @@ def read_document(path: str | Path) -> tuple[dict[str, Any], Path]:
     """The migrated document of results.json or a results.jsonl stream (or the run
     directory holding one), as a plain dict, with the file it came from.
 
-    Only `load_results` and the writers that extend a document on disk need this; every
-    reader takes the typed model `load_results` returns.
+    `load_results` builds the model from it; outside it, only tests use the raw document
+    (to check a migration or a round trip). Every reader takes the typed model
+    `load_results` returns.
     """
     path = Path(path)
     if path.is_dir():

@@ -139,7 +139,9 @@ def compare_commits(
     doc = run(replace(config, arms=arms))
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     seconds_per_case = (time.monotonic() - started) / max(1, len(doc["cases"]))
-    profile = cmp.load_profile_for((doc.get("host") or {}).get("key"), profile_path)
+    # The host is the first pass's (re-runs only add rounds): read once, through the model.
+    host_key = Results.from_dict(doc, source="the run").host.key
+    profile = cmp.load_profile_for(host_key, profile_path)
 
     def judge() -> dict[str, Any]:
         # The run's document grows with every re-run (merge_rounds): read it afresh, once
@@ -181,7 +183,7 @@ def compare_commits(
         comparison = judge()
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
-        machine = history_machine or str((doc.get("host") or {}).get("key"))
+        machine = history_machine or str(host_key)
         try:
             with hist.HistoryStore.open_for_reading(history_db) as store:
                 comparison["base_history"] = hist.base_report(
