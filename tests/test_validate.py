@@ -420,3 +420,67 @@ def test_a_would_be_alert_on_a_loaded_machine_is_inconclusive_not_detected():
     d = result_for(result, val.SAME_PROCESS)["cases"]["relu_d1_w8"]["detection"]
     assert (d["d10"]["hits"], d["d10"]["inconclusive"]) == (0, 2)
     assert (d["d5"]["hits"], d["d5"]["inconclusive"]) == (2, 0)
+
+
+def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
+    """A crash or a Ctrl-C while the repeats are compared loses no measurement."""
+    from epbench.core.results import load_results
+
+    fake = FakeRunner()
+    runs_dir = val.prepare_runs_dir(tmp_path)
+    fake.validate(small(max_repeats=1, position_test=False), runs_dir=runs_dir)
+    kept = sorted(p.name for p in runs_dir.glob("*.json"))
+    assert len(kept) == len(fake.configs) - 1  # every run but the unloaded pilot
+    assert kept[0] == f"0002-none-r1-{CASES[0]}-same.json"
+    same = load_results(runs_dir / kept[0])
+    assert set(same.cases) == {CASES[0]} and val.TWIN_ARM in same.arms
+    # A second validation into the same folder keeps only its own runs.
+    (runs_dir / "9999-none-r9-old-same.json").write_text("{}")
+    assert not any(val.prepare_runs_dir(tmp_path).glob("*.json"))
+
+
+def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats():
+    """The runner turns a Ctrl-C between processes into an interrupted document: validate
+    stops there and reports only whole repeats, not the cut one."""
+    fake = FakeRunner()
+    per_repeat = 4 * len(CASES)
+
+    def run(config: Any) -> dict[str, Any]:
+        doc = fake(config)
+        if len(fake.configs) == 1 + per_repeat + 2:  # pilot, one repeat, two runs of the next
+            doc["interrupted"] = True
+        return doc
+
+    result = val.validate(small(max_repeats=5, position_test=False), run=run,
+                          clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
+    assert len(fake.configs) == 1 + per_repeat + 2  # nothing ran after the interruption
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert any(n.startswith("interrupted") for n in result["notes"])
+
+    fake = FakeRunner()
+
+    def run_cut_first(config: Any) -> dict[str, Any]:
+        doc = fake(config)
+        doc["interrupted"] = len(fake.configs) == 3
+        return doc
+
+    with pytest.raises(EpbenchError, match="interrupted before the first repeat finished"):
+        val.validate(small(), run=run_cut_first, clock=fake.clock, load_factory=fake.load,
+                     settings=SETTINGS)
+
+
+def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+    from epbench.core.errors import EXIT_INTERRUPTED
+
+    def interrupted(plan, **kw):
+        assert kw["runs_dir"] == tmp_path / "out" / val.RUNS_DIR and kw["runs_dir"].is_dir()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "validate", interrupted)
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert f"every run measured so far is in {tmp_path / 'out' / 'runs'}" in result.output

@@ -17,6 +17,7 @@ from epbench.cli.options import (
     rounds_option,
     sessions_option,
 )
+from epbench.core.errors import EXIT_INTERRUPTED
 from epbench.harness.instructions import availability
 from epbench.harness.load import LOAD_KINDS, parse_loads
 from epbench.harness.overhead import measure_overhead
@@ -86,7 +87,15 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
         if not quiet:
             click.echo(text, err=True)
 
-    result = val.validate(plan, profile_path=profile_path, on_status=status)
+    # Every run is kept as it ends: a Ctrl-C, even while the repeats are compared, loses
+    # no measurement (each file is a results document `epbench compare` reads).
+    runs_dir = val.prepare_runs_dir(out)
+    try:
+        result = val.validate(plan, profile_path=profile_path, on_status=status,
+                              runs_dir=runs_dir)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; every run measured so far is in {runs_dir}", err=True)
+        click.get_current_context().exit(EXIT_INTERRUPTED)
     json_path, md_path = val.write_outputs(result, out)
     for r in result["results"]:
         fp = r["false_positive_rate"]

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Results
 from epbench.core.numbers import median
-from epbench.core.results import atomic_write_text
+from epbench.core.results import atomic_write_text, write_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.load import LOAD_KINDS, background_load
 from epbench.harness.runner import RunConfig
@@ -79,6 +79,8 @@ COUNTER_ARM = "c"
 PER_NODE_ARM = "n5"
 # Seconds kept back at the end for comparing and writing the report.
 RESERVE_S = 5.0
+# Where every run's results document is kept, under --out, as soon as the run ends.
+RUNS_DIR = "runs"
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
 _RUN = run_defaults()
@@ -227,12 +229,17 @@ def validate(
     clock: Callable[[], float] = time.monotonic,
     on_status: Callable[[str], None] = lambda _: None,
     load_factory: Callable[[str, int], Any] = background_load,
+    runs_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the validation within ``plan.budget_s`` and return the validation document.
 
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
     the budget and ``load_factory`` makes the background load's context manager
-    (a test injects fakes of both).
+    (a test injects fakes of both). ``runs_dir``: every run's results document is
+    written there as soon as it ends (``NNNN-LOAD-rREPEAT-CASE-KIND.json``, each one
+    `epbench compare` reads), so an interruption or a crash loses no measurement.
+    A Ctrl-C stops the run it falls in and the validation with it; the report then
+    covers the repeats finished before it.
     """
 
     if run is None:
@@ -265,32 +272,37 @@ def validate(
     pilot_s = clock() - start
     runs = 1
 
-    def measure(config: RunConfig, load: str, seed: int) -> dict[str, Any]:
+    def measure(config: RunConfig, load: str, seed: int, label: str) -> dict[str, Any]:
         nonlocal runs
         runs += 1
         # The load runs only while this run measures, and is stopped however the run ends.
         with load_factory(load, seed):
-            return run(config)
+            doc = run(config)
+        if runs_dir is not None:
+            write_results(Path(runs_dir) / f"{runs:04d}-{load}-{label}.json", doc)
+        return doc
 
-    def one_repeat(load: str, index: int) -> Repeat:
+    def one_repeat(load: str, index: int) -> Repeat | None:
+        """The repeat's runs, or None when a Ctrl-C stopped one of them."""
         seed = plan.seed + 1000 * (index + 1) + 100_000 * LOAD_KINDS.index(load)
         docs: dict[str, list[dict[str, Any]]] = {"same": [], "base": [], "again": [], "pr": []}
         for offset, spec in enumerate(specs):
             on_status(f"{load} load, repeat {index + 1}: {spec.name}")
             s = seed + 10 * offset
             twin_a = BASE_ARM if plan.aa_twin else None
-            docs["same"].append(measure(replace(
-                measured, cases=(spec,), arms=same_arms[spec.name], aa_twin=twin_a, seed=s,
-            ), load, s))
             for key, arms, twin, extra in (
+                ("same", same_arms[spec.name], twin_a, 0),
                 ("base", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 1),
                 ("again", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 2),
                 # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
                 ("pr", pr_arms[spec.name], level_arm(LEVELS[0]) if plan.aa_twin else None, 3),
             ):
-                docs[key].append(measure(replace(
+                doc = measure(replace(
                     measured, cases=(spec,), arms=arms, aa_twin=twin, seed=s + extra,
-                ), load, s + extra))
+                ), load, s + extra, f"r{index + 1}-{spec.name}-{key}")
+                if doc.get("interrupted"):
+                    return None
+                docs[key].append(doc)
         return Repeat(load, *(merge_docs(docs[k]) for k in ("same", "base", "again", "pr")))
 
     repeats: list[Repeat] = []
@@ -308,12 +320,12 @@ def validate(
             began = clock()
             rep = one_repeat(load, done)
             spent += clock() - began
-            repeats.append(rep)
-            done += 1
-            if rep.interrupted:
+            if rep is None:
                 interrupted = True
                 notes.append("interrupted: the report covers the repeats finished before it")
                 break
+            repeats.append(rep)
+            done += 1
             if fixed_doc is None and plan.position_test and load == "none":
                 # Right after the first unloaded repeat, so the budget cannot squeeze it out.
                 on_status("position test: A/A in a fixed arm order")
@@ -322,9 +334,19 @@ def validate(
                     arms=(parse_arm(f"engine:name={BASE_ARM}"),
                           parse_arm(f"engine:name={TWIN_ARM}")),
                     rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
-                ), "none", plan.seed + 999)
+                ), "none", plan.seed + 999, "position")
+                if fixed_doc.get("interrupted"):
+                    interrupted = True
+                    fixed_doc = None
+                    notes.append("interrupted: the report covers the repeats finished "
+                                 "before it")
+                    break
         if interrupted:
             break
+    if not repeats:
+        raise EpbenchError("interrupted before the first repeat finished: nothing to "
+                           "summarize" + (f"; the runs measured are in {runs_dir}"
+                                          if runs_dir is not None else ""))
     elapsed = clock() - start
     if elapsed > plan.budget_s:
         notes.append(f"over budget: {elapsed:.0f} s for a budget of {plan.budget_s:.0f} s "
@@ -549,15 +571,28 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     )
 
 
+def _make_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EpbenchError(f"cannot create {str(path)!r}: {exc.strerror}; pass --out DIR "
+                           "somewhere writable") from None
+    return path
+
+
+def prepare_runs_dir(out_dir: str | Path) -> Path:
+    """``OUT/runs``, made before anything runs (a bad --out fails at once), emptied of
+    an earlier validation's runs so the folder holds this one's only."""
+    runs = _make_dir(Path(out_dir) / RUNS_DIR)
+    for old in runs.glob("*.json"):
+        old.unlink()
+    return runs
+
+
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     """validation.json and validation.md into ``out_dir`` (atomic writes)."""
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EpbenchError(f"cannot create {str(out)!r}: {exc.strerror}; pass --out DIR "
-                           "somewhere writable") from None
+    out = _make_dir(Path(out_dir))
     json_path, md_path = out / "validation.json", out / "validation.md"
     atomic_write_text(json_path, to_json(result))
     atomic_write_text(md_path, render_markdown(result))
