@@ -337,3 +337,21 @@ def test_a_damaged_run_document_is_named_by_its_file_not_its_directory(tmp_path,
     out = tmp_path / "out"
     one_error_line(invoke("run", "--case", "relu_d1_w8", "--out", str(out), *FAST),
                    f"{out / 'results.json'}: case 'relu_d1_w8' has no 'status' key;")
+
+
+def test_line_progress_counts_each_run_anew() -> None:
+    """compare-commits' re-runs reuse the progress object: "[8/8 rounds]", not "[16/8]"."""
+    import io
+
+    from epbench.cli.progress import LineProgress
+
+    stream = io.StringIO()
+    progress = LineProgress(stream, clock=lambda: 0.0)
+    record = {"status": "ok", "processes": [{"rounds": 8}], "rounds": []}
+    for total in (8, 8):
+        progress.start(total)
+        for _ in range(8):
+            progress.event("relu_d1_w8", 0, {"event": "round"})
+        progress.process_done("relu_d1_w8", 0, record, 0)
+    assert [line.split("]")[0] for line in stream.getvalue().splitlines()] == [
+        "[8/8 rounds, 0 s", "[8/8 rounds, 0 s"]

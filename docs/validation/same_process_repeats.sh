@@ -6,7 +6,8 @@
 # --base base --pr ARM` judges each the way compare-commits does (thresholds from the
 # run's own twin; no profile). Any flag of `head` is a false one; `d2`/`d3` measure power.
 #   docs/validation/same_process_repeats.sh RUNS OUT_DIR [GRID]
-# Writes OUT_DIR/runN/{results.json,head.json,d2.json,d3.json} and prints a summary.
+# Writes OUT_DIR/runN/{results.json,head.json,d2.json,d3.json} and prints a summary
+# (run `python - OUT_DIR` on the script's last part to summarize a partial set).
 set -euo pipefail
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}
 ep=${EPBENCH:-.venv/bin/epbench}
@@ -26,18 +27,32 @@ for i in $(seq 1 "$runs"); do
   done
   echo "run $i done $(date +%T)"
 done
-"$py" - "$out" "$runs" <<'PY'
-import collections, json, statistics, sys
-out, runs = sys.argv[1], int(sys.argv[2])
+"$py" - "$out" <<'PY'
+# Per arm: verdicts, flagged (⚠️/🔴) with the Wilson 95 % upper bound, thresholds, and
+# per case how often it was flagged and the change the comparator measured.
+import collections, glob, json, statistics, sys
+
+from epbench.workflows.validate import wilson_interval
+
+out = sys.argv[1]
+runs = sorted(glob.glob(f"{out}/run*/d3.json"))  # every finished run
+n = len(runs)
 for arm in ("head", "d2", "d3"):
-    verdicts, changes, flagged = collections.Counter(), collections.defaultdict(list), collections.Counter()
-    for i in range(1, runs + 1):
-        for row in json.load(open(f"{out}/run{i}/{arm}.json"))["cases"]:
+    verdicts, changes, flagged, thr = collections.Counter(), collections.defaultdict(list), collections.Counter(), []
+    for f in runs:
+        f = f.replace("d3.json", f"{arm}.json")
+        for row in json.load(open(f))["cases"]:
             verdicts[row["verdict"]] += 1
             changes[row["case"]].append(row["change"])
             flagged[row["case"]] += row["verdict"] in ("regression", "alert")
-    print(arm, json.dumps(dict(verdicts), sort_keys=True))
+            thr.append(row["threshold"])
+    tot = sum(verdicts.values())
+    fl = verdicts["regression"] + verdicts["alert"]
+    print(f"{arm}: {n} runs, {tot} comparisons, verdicts {dict(verdicts)}; flagged {fl}/{tot} "
+          f"(upper 95 % {wilson_interval(fl, tot)[1]:.1%}); improvement {verdicts['improvement']}; "
+          f"threshold median {statistics.median(thr):.2%} [{min(thr):.2%}, {max(thr):.2%}]")
     for case in sorted(changes):
-        print(f"  {case}: flagged {flagged[case]}/{len(changes[case])}, median change "
-              f"{statistics.median(changes[case]):+.2%}")
+        c = changes[case]
+        print(f"  {case:16s} flagged {flagged[case]}/{len(c)}  median change "
+              f"{statistics.median(c):+.2%}  range [{min(c):+.2%}, {max(c):+.2%}]")
 PY

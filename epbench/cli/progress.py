@@ -47,7 +47,9 @@ class LineProgress:
         self.done = 0
 
     def start(self, total_rounds: int) -> None:
+        # One object may follow several runs (compare-commits' re-runs): each counts anew.
         self.total = total_rounds
+        self.done = 0
         self.started = self.clock()
 
     def event(self, case: str, process: int, event: dict[str, Any]) -> None:
