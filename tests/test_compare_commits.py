@@ -180,6 +180,15 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                        settings=Settings(), profile_path=None, budget_s=60)
     assert calls == [list(names)]
 
+    # No --budget: half of what the first pass took (50 s here), so one 25 s re-run fits
+    # when the loop looks; after it (30 s later) nothing is left.
+    assert cc.default_budget(50.0) == 25.0 and cc.default_budget(1000.0) == cc.DEFAULT_BUDGET_S
+    clock = iter([0, 50, 50, 50] + [80] * 100)
+    calls.clear()
+    cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
+                       settings=Settings(), profile_path=None, budget_s=None)
+    assert len(calls) == 2 and len(calls[1]) == 1
+
 
 def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,
                                                                               monkeypatch):

@@ -53,6 +53,7 @@ from epbench.workflows.compare_commits import (
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
     DEFAULT_BUDGET_S,
+    DEFAULT_BUDGET_SHARE,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
@@ -293,9 +294,10 @@ def summary(results: str, fmt: str) -> None:
               default=INSTRUCTIONS_THRESHOLD,
               help="A change in instructions per Run at least this large gets its own mark "
                    "(never a 🔴 on its own).")
-@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=DEFAULT_BUDGET_S,
-              show_default=True,
-              help="Seconds to spend re-running inconclusive (❔) cases with more rounds.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
+              help="Seconds to spend re-running inconclusive (❔) cases with more rounds "
+                   f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
+                   f"{DEFAULT_BUDGET_S:.0f} s].")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "
@@ -317,7 +319,7 @@ def summary(results: str, fmt: str) -> None:
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
                     grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
-                    instructions_threshold: float, budget_s: float,
+                    instructions_threshold: float, budget_s: float | None,
                     history_db: str | None, history_arms: tuple[str, ...],
                     machine_class: str | None, gate_policy: str,
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
