@@ -289,9 +289,11 @@ def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
     assert f"(default `{defaults.FAIL_ON}`)" in readme
     assert f"noise is taken as {documented['no-profile noise']}" in readme
     assert f"at least {documented['alert']}" in readme
-    from epbench.workflows.compare_commits import DEFAULT_BUDGET_S
+    from epbench.workflows.compare_commits import DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE
 
-    assert f"`--budget` seconds last (default {DEFAULT_BUDGET_S:g})" in readme
+    assert ("`--budget` seconds last (default: half the first pass's time, at most "
+            f"{DEFAULT_BUDGET_S:g} s)") in readme
+    assert DEFAULT_BUDGET_SHARE == 0.5  # "half" above
 
 
 def test_instructions_method_unavailable_is_one_line(tmp_path) -> None:
