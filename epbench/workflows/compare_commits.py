@@ -46,8 +46,8 @@ BASE_ARM = "base"
 HEAD_ARM = "head"
 # Seconds spent re-running inconclusive cases unless --budget says otherwise: a share of
 # what the first pass took, at most DEFAULT_BUDGET_S, so a small grid is not re-run for
-# longer than it ran (the quick grid: 113 s first pass, so 56 s of re-runs, 2.9 min in
-# all instead of 3.7; the default grid keeps its 120 s).
+# longer than it ran (the quick grid, measured once each on a quiet 2-core VM: 3.7 min
+# in all with 120 s, 2.6 min with half its ~110 s first pass; the default grid keeps 120 s).
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_BUDGET_SHARE = 0.5
 # compare-commits' defaults: more processes than `run`'s, since a PR's verdict rests on
