@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,18 @@ def pg_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty history store on each backend: a SQLite file, then a database of
+    the session's PostgreSQL server (both backends pass the same tests)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.sqlite")
+    server: PgServer = request.getfixturevalue("pg_server")
+    name = "h_" + uuid.uuid4().hex[:12]
+    server.createdb(name)
+    return server.url(database=name)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import sqlite3
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.results import SCHEMA, write_results
 from tests.support import synthetic
 from tests.support.gitrepo import git, init_repo
-from tests.support.postgres import PgServer
 
 BEFORE, AFTER = 10, 10  # measured commits either side of the slower one
 SLOWER = 1.06
@@ -63,14 +61,10 @@ def history_repo(tmp_path_factory) -> tuple[Path, list[str], Path]:
     return repo, measured, runs
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "h.sqlite")
-    server: PgServer = request.getfixturevalue("pg_server")
-    name = "c_" + uuid.uuid4().hex[:12]
-    server.createdb(name)
-    return server.url(database=name)
+@pytest.fixture
+def db(db_url: str) -> str:
+    """The shared store fixture (tests/conftest.py) under this module's short name."""
+    return db_url
 
 
 def test_detect_names_the_commits_around_a_slowdown_and_exits_5(history_repo, db):

@@ -8,7 +8,6 @@ import math
 import subprocess
 import sys
 import threading
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,6 @@ from epbench.core.results import ResultsError, dumps, load_results, read_documen
 from epbench.reports import history as hist
 from epbench.reports import stats
 from tests.support import synthetic
-from tests.support.postgres import PgServer
 from tests.support.synthetic import as_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,14 +38,6 @@ def make_doc(seed: int = 0, *, commit: str | None = None, created: str | None = 
     return doc
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "history.sqlite")
-    server: PgServer = request.getfixturevalue("pg_server")
-    name = "h_" + uuid.uuid4().hex[:12]
-    server.createdb(name)
-    return server.url(database=name)
 
 
 def _add(url: str, doc: dict, **kw) -> hist.AddResult:
