@@ -214,11 +214,6 @@ class Repeat:
     base_again: dict[str, Any]
     pr: dict[str, Any]
 
-    @property
-    def interrupted(self) -> bool:
-        return any(d.get("interrupted") for d in (self.same_process, self.base,
-                                                   self.base_again, self.pr))
-
 
 def validate(
     plan: Plan,
