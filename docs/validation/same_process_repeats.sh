@@ -5,23 +5,34 @@
 # `base`, at compare-commits' default processes, sessions and rounds; `epbench compare
 # --base base --pr ARM` judges each the way compare-commits does (thresholds from the
 # run's own twin; no profile). Any flag of `head` is a false one; `d2`/`d3` measure power.
-#   docs/validation/same_process_repeats.sh RUNS OUT_DIR [GRID]
+#   docs/validation/same_process_repeats.sh RUNS OUT_DIR [GRID] [LOAD]
+# LOAD (none, bursty or sustained; epbench.harness.load) runs in the background for the
+# whole of every run. POWER=0 leaves out d2 and d3: the arms are then exactly
+# compare-commits' (ort, base, head, the twin), so a run is faster and measures A/A only.
 # Writes OUT_DIR/runN/{results.json,head.json,d2.json,d3.json} and prints a summary
 # (run `python - OUT_DIR` on the script's last part to summarize a partial set).
 set -euo pipefail
-runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}
+runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
 lib=$("$py" -c 'from epbench.engine.library import library_path; print(library_path())')
 mkdir -p "$out/head"
 cp "$lib" "$out/head/"   # its own file, as the head commit's library would be
+arms=(head); power=()
+if [ "${POWER:-1}" != 0 ]; then
+  arms+=(d2 d3)
+  power=(--arm engine:name=d2,inject_delay_ns_per_run=122
+         --arm engine:name=d3,inject_delay_ns_per_run=183)
+fi
+if [ "$load" != none ]; then
+  "$py" -m epbench.harness.load "$load" 0 & load_pid=$!
+  trap 'kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null || true' EXIT
+fi
 for i in $(seq 1 "$runs"); do
   "$ep" run --grid "$grid" --arm engine:name=base \
-      --arm "engine@$out/head/$(basename "$lib"):name=head" \
-      --arm engine:name=d2,inject_delay_ns_per_run=122 \
-      --arm engine:name=d3,inject_delay_ns_per_run=183 \
+      --arm "engine@$out/head/$(basename "$lib"):name=head" "${power[@]}" \
       --aa-twin base --processes 6 --rounds 48 --seed "$i" --quiet --out "$out/run$i" --overwrite
-  for arm in head d2 d3; do
+  for arm in "${arms[@]}"; do
     "$ep" compare "$out/run$i/results.json" --base base --pr "$arm" --format json \
         --out "$out/run$i/$arm.json" --fail-on never
   done
@@ -35,12 +46,13 @@ import collections, glob, json, statistics, sys
 from epbench.workflows.validate import wilson_interval
 
 out = sys.argv[1]
-runs = sorted(glob.glob(f"{out}/run*/d3.json"))  # every finished run
-n = len(runs)
 for arm in ("head", "d2", "d3"):
+    runs = sorted(glob.glob(f"{out}/run*/{arm}.json"))  # every run judged for this arm
+    n = len(runs)
+    if not n:
+        continue
     verdicts, changes, flagged, thr = collections.Counter(), collections.defaultdict(list), collections.Counter(), []
     for f in runs:
-        f = f.replace("d3.json", f"{arm}.json")
         for row in json.load(open(f))["cases"]:
             verdicts[row["verdict"]] += 1
             changes[row["case"]].append(row["change"])
