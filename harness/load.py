@@ -13,7 +13,8 @@ terminal reaches the harness (which stops them in a ``finally``) and never the l
 first; each child also asks the kernel (PR_SET_PDEATHSIG) to kill it when the harness
 dies, so not even a SIGKILL of the harness leaves a busy loop behind.
 
-``python -m epbench.harness.load KIND SEED`` is the child itself.
+``python -m epbench.harness.load KIND [SEED [PARENT_PID]]`` is the child itself; it too
+asks to die with its parent, so a script that starts it gets the same guarantee.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def _child_setup() -> None:
     # Runs in the child between fork and exec: its own process group (a terminal's
     # Ctrl-C goes to the harness, which stops the load in order), and death with the parent.
     os.setpgid(0, 0)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
@@ -77,7 +82,8 @@ class BackgroundLoad:
         if self.kind == "none" or self.children:
             return
         self.children.append(subprocess.Popen(
-            [sys.executable, "-m", "epbench.harness.load", self.kind, str(self.seed)],
+            [sys.executable, "-m", "epbench.harness.load", self.kind, str(self.seed),
+             str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             preexec_fn=_child_setup, close_fds=True,
         ))
@@ -120,8 +126,15 @@ def _busy_until(deadline: float) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-    """The child: loop until killed."""
-    kind, seed = argv[0], int(argv[1]) if len(argv) > 1 else 0
+    """The child: loop until killed, or until whatever started it dies (a script that
+    runs ``python -m epbench.harness.load`` itself gets the same guarantee as validate)."""
+    kind, seed = (argv[0] if argv else ""), int(argv[1]) if len(argv) > 1 else 0
+    if kind not in LOAD_KINDS or kind == "none":
+        sys.exit(f"epbench.harness.load: the kind is bursty or sustained, not {kind!r}")
+    _die_with_parent()
+    # PARENT_PID closes the race of a parent that died before the line above took effect.
+    if len(argv) > 2 and os.getppid() != int(argv[2]):
+        sys.exit(0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when the load stops
     rng = random.Random(seed)

@@ -145,3 +145,61 @@ def test_parse_loads():
         bg.parse_loads("none,none")
     with pytest.raises(EpbenchError, match="--load"):
         bg.parse_loads(" , ")
+
+
+@pytest.mark.parametrize("kind", ["none", "sustaned", ""])
+def test_the_child_refuses_a_kind_it_would_not_run(kind):
+    # Anything but "sustained" used to run the bursty loop: a misspelt kind was a
+    # mislabelled measurement.
+    argv = [sys.executable, "-m", "epbench.harness.load"] + ([kind] if kind else [])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        f"epbench.harness.load: the kind is bursty or sustained, not {kind!r}"]
+
+
+def test_a_load_started_by_hand_dies_with_the_process_that_started_it():
+    # `python -m epbench.harness.load` run by a script (docs/validation) has no
+    # BackgroundLoad around it: the child asks for PR_SET_PDEATHSIG itself.
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, subprocess, sys, time\n"
+         "c = subprocess.Popen([sys.executable, '-m', 'epbench.harness.load', 'sustained',\n"
+         "                      '0', str(os.getpid())])\n"
+         "print(c.pid, flush=True)\n"
+         "time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        # Past its start-up checks (it catches SIGTERM only after them): from here on
+        # only PR_SET_PDEATHSIG can end it when its parent dies.
+        wait_until(lambda: catches_sigterm(pid), "the load to start")
+    finally:
+        parent.kill()
+        parent.wait()
+    wait_until(lambda: not running(pid), "the orphaned load to die")
+
+
+def test_a_load_whose_parent_is_gone_before_it_starts_does_not_run():
+    # The race PARENT_PID closes: a parent that died before the child's prctl took
+    # effect. Here the named parent is a process that has already exited.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    child = subprocess.Popen([sys.executable, "-m", "epbench.harness.load", "sustained",
+                              "0", str(gone.pid)])
+    try:
+        assert child.wait(timeout=WAIT_S) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def catches_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)

@@ -2,17 +2,20 @@
 # The path a PR takes, repeated: each run holds the engine as `base`, a copy of the same
 # library file as `head` (A/A: identical code), the engine slowed by a fixed busy-wait per
 # Run (`d2`, `d3`: about 2 and 3 % of a quick-grid case's ~6 µs Run) and an A/A twin of
-# `base`, at compare-commits' default processes, sessions and rounds; `epbench compare
+# `base`, at compare-commits' default processes, sessions and requested rounds (6 arms make
+# 48 rounds 72: 12 per process, whole counterbalanced designs); `epbench compare
 # --base base --pr ARM` judges each the way compare-commits does (thresholds from the
 # run's own twin; no profile). Any flag of `head` is a false one; `d2`/`d3` measure power.
 #   docs/validation/same_process_repeats.sh RUNS OUT_DIR [GRID] [LOAD]
 # LOAD (none, bursty or sustained; epbench.harness.load) runs in the background for the
-# whole of every run. POWER=0 leaves out d2 and d3: the arms are then exactly
-# compare-commits' (ort, base, head, the twin), so a run is faster and measures A/A only.
-# Writes OUT_DIR/runN/{results.json,head.json,d2.json,d3.json} and prints a summary
+# whole series and dies with this script, however it ends. POWER=0 leaves out d2 and d3:
+# the arms and rounds are then exactly compare-commits' (ort, base, head, the twin; 48
+# rounds), so a run is faster and measures A/A only.
+# Writes OUT_DIR/runN/{results.json,head.json[,d2.json,d3.json]} and prints a summary
 # (run `python - OUT_DIR` on the script's last part to summarize a partial set).
 set -euo pipefail
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
+case $load in none|bursty|sustained) ;; *) echo "LOAD is none, bursty or sustained, not '$load'" >&2; exit 2;; esac
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
 lib=$("$py" -c 'from epbench.engine.library import library_path; print(library_path())')
@@ -24,13 +27,18 @@ if [ "${POWER:-1}" != 0 ]; then
   power=(--arm engine:name=d2,inject_delay_ns_per_run=122
          --arm engine:name=d3,inject_delay_ns_per_run=183)
 fi
+load_pid=
+trap '[ -z "$load_pid" ] || { kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; } || true' EXIT
 if [ "$load" != none ]; then
-  "$py" -m epbench.harness.load "$load" 0 & load_pid=$!
-  trap 'kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null || true' EXIT
+  # Its last argument is this script's pid: the load dies with this script, even on SIGKILL.
+  "$py" -m epbench.harness.load "$load" 0 $$ & load_pid=$!
+  sleep 1
+  kill -0 "$load_pid" 2>/dev/null || { echo "the $load load did not start" >&2; exit 1; }
 fi
 for i in $(seq 1 "$runs"); do
+  rm -f "$out/run$i"/{head,d2,d3}.json   # no verdicts left from an earlier series
   "$ep" run --grid "$grid" --arm engine:name=base \
-      --arm "engine@$out/head/$(basename "$lib"):name=head" "${power[@]}" \
+      --arm "engine@$out/head/$(basename "$lib"):name=head" ${power[@]+"${power[@]}"} \
       --aa-twin base --processes 6 --rounds 48 --seed "$i" --quiet --out "$out/run$i" --overwrite
   for arm in "${arms[@]}"; do
     "$ep" compare "$out/run$i/results.json" --base base --pr "$arm" --format json \
