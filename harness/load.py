@@ -59,9 +59,11 @@ def _child_setup() -> None:
     _die_with_parent()
 
 
-def _die_with_parent() -> None:
+def _die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent thread exits (so whatever
+    starts a load must do it from a thread that outlives the load: epbench's main one)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
 class BackgroundLoad:
@@ -79,6 +81,8 @@ class BackgroundLoad:
         return [c.pid for c in self.children]
 
     def start(self) -> None:
+        """Start the children; from a thread that outlives them (PR_SET_PDEATHSIG fires
+        when the starting thread exits)."""
         if self.kind == "none" or self.children:
             return
         self.children.append(subprocess.Popen(
@@ -128,13 +132,22 @@ def _busy_until(deadline: float) -> None:
 def main(argv: Sequence[str]) -> None:
     """The child: loop until killed, or until whatever started it dies (a script that
     runs ``python -m epbench.harness.load`` itself gets the same guarantee as validate)."""
-    kind, seed = (argv[0] if argv else ""), int(argv[1]) if len(argv) > 1 else 0
+    usage = "python -m epbench.harness.load bursty|sustained [SEED [PARENT_PID]]"
+    kind = argv[0] if argv else ""
     if kind not in LOAD_KINDS or kind == "none":
-        sys.exit(f"epbench.harness.load: the kind is bursty or sustained, not {kind!r}")
-    _die_with_parent()
+        sys.exit(f"epbench.harness.load: the kind is bursty or sustained, not {kind!r} "
+                 f"({usage})")
+    try:
+        seed, parent = (int(a) for a in (list(argv[1:3]) + ["0", "0"])[:2])
+    except ValueError:
+        sys.exit(f"epbench.harness.load: SEED and PARENT_PID are integers, not "
+                 f"{' '.join(argv[1:3])!r} ({usage})")
+    if not _die_with_parent():
+        sys.exit("epbench.harness.load: prctl(PR_SET_PDEATHSIG) failed, so this load could "
+                 "outlive what started it; not starting")
     # PARENT_PID closes the race of a parent that died before the line above took effect.
-    if len(argv) > 2 and os.getppid() != int(argv[2]):
-        sys.exit(0)
+    if parent and os.getppid() != parent:
+        sys.exit(f"epbench.harness.load: its parent {parent} is gone; not starting")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness decides when the load stops
     rng = random.Random(seed)

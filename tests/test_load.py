@@ -134,7 +134,10 @@ def test_a_killed_harness_takes_its_load_along():
     driver, pid = start_driver("sustained")
     driver.kill()
     driver.wait()
-    wait_until(lambda: not running(pid), "the orphaned load to die")
+    try:
+        wait_until(lambda: not running(pid), "the orphaned load to die")
+    finally:
+        kill_if_load(pid)  # a failing run must not leave a busy loop behind
 
 
 def test_parse_loads():
@@ -155,7 +158,8 @@ def test_the_child_refuses_a_kind_it_would_not_run(kind):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
-        f"epbench.harness.load: the kind is bursty or sustained, not {kind!r}"]
+        f"epbench.harness.load: the kind is bursty or sustained, not {kind!r} "
+        "(python -m epbench.harness.load bursty|sustained [SEED [PARENT_PID]])"]
 
 
 def test_a_load_started_by_hand_dies_with_the_process_that_started_it():
@@ -178,7 +182,12 @@ def test_a_load_started_by_hand_dies_with_the_process_that_started_it():
     finally:
         parent.kill()
         parent.wait()
-    wait_until(lambda: not running(pid), "the orphaned load to die")
+        if parent.stdout is not None:
+            parent.stdout.close()
+    try:
+        wait_until(lambda: not running(pid), "the orphaned load to die")
+    finally:
+        kill_if_load(pid)  # a failing run must not leave a busy loop behind
 
 
 def test_a_load_whose_parent_is_gone_before_it_starts_does_not_run():
@@ -187,13 +196,32 @@ def test_a_load_whose_parent_is_gone_before_it_starts_does_not_run():
     gone = subprocess.Popen(["true"])
     gone.wait()
     child = subprocess.Popen([sys.executable, "-m", "epbench.harness.load", "sustained",
-                              "0", str(gone.pid)])
+                              "0", str(gone.pid)], stderr=subprocess.PIPE, text=True)
     try:
-        assert child.wait(timeout=WAIT_S) == 0
+        assert child.wait(timeout=WAIT_S) != 0
+        assert child.stderr is not None
+        assert child.stderr.read().strip().splitlines() == [
+            f"epbench.harness.load: its parent {gone.pid} is gone; not starting"]
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_the_child_refuses_a_seed_that_is_not_a_number():
+    done = subprocess.run([sys.executable, "-m", "epbench.harness.load", "bursty", "x"],
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "SEED and PARENT_PID are integers, not 'x'" in done.stderr
+
+
+def kill_if_load(pid: int) -> None:
+    try:
+        if running(pid) and b"epbench.harness.load" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+    except (FileNotFoundError, ProcessLookupError):
+        pass
 
 
 def catches_sigterm(pid: int) -> bool:

@@ -16,8 +16,8 @@ round per session and process there is nothing to shuffle and the ratio is "-".
 Prints, per case, the median over files of the observed SD of the process values and of
 the SD the shuffled rounds give, and the ratio of summed variances (observed over
 shuffled); then, over every case run, that pooled ratio with a 95 % bootstrap interval
-(resampling case runs), the median of the per-case-run ratios, and how many case runs
-beat 95 % of their own shuffles.
+(resampling whole files: a run's cases share its machine), the median of the
+per-case-run ratios, and how many case runs beat 95 % of their own shuffles.
 
 A file written with `--keep-samples` also gets, per case, the interquartile range of
 log(PR block median / base block median) over its rounds beside that of log(second half /
@@ -51,6 +51,7 @@ BOOTSTRAP = 2000
 class CaseRun:
     """One case of one file: observed and shuffled variances of its process values."""
 
+    file: int
     observed: float
     shuffled: float
     beyond_95: bool  # observed above the 95th percentile of its own shuffles
@@ -83,8 +84,8 @@ def deal_within(proc: np.ndarray, sess: np.ndarray, rng: np.random.Generator) ->
     return dealt
 
 
-def case_run(num: np.ndarray, den: np.ndarray, proc: np.ndarray, sess: np.ndarray,
-             rng: np.random.Generator) -> CaseRun | None:
+def case_run(file: int, num: np.ndarray, den: np.ndarray, proc: np.ndarray,
+             sess: np.ndarray, rng: np.random.Generator) -> CaseRun | None:
     ok = np.isfinite(num) & np.isfinite(den) & (num > 0) & (den > 0)
     sample = process_sample(num, den, proc)
     if sample.n_processes < 2:
@@ -97,7 +98,7 @@ def case_run(num: np.ndarray, den: np.ndarray, proc: np.ndarray, sess: np.ndarra
     s_null = (float(np.mean([session_variance(r, proc, deal_within(proc, sess, rng))
                              for _ in range(SHUFFLES // 4)]))
               if np.isfinite(s_obs) else float("nan"))
-    return CaseRun(observed, float(np.mean(null)), bool(observed > np.percentile(null, 95)),
+    return CaseRun(file, observed, float(np.mean(null)), bool(observed > np.percentile(null, 95)),
                    s_obs, s_null)
 
 
@@ -163,12 +164,12 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     rows: dict[str, list[CaseRun]] = collections.defaultdict(list)
-    for f in args.files:
+    for i, f in enumerate(args.files):
         block_halves(f, args.base, args.pr)
         if args.times:
             time_split(f)
         for name, case in load_results(f).cases.items():
-            row = case_run(round_medians(case, args.pr), round_medians(case, args.base),
+            row = case_run(i, round_medians(case, args.pr), round_medians(case, args.base),
                            round_labels(case, "process"), round_labels(case, "session"), rng)
             if row is not None:
                 rows[name].append(row)
@@ -182,10 +183,13 @@ def main() -> None:
               f"{_fmt(_process_ratio(v)):>10s} {_fmt(_session_ratio(v)):>10s}")
     obs = np.array([x.observed for x in every])
     null = np.array([x.shuffled for x in every])
-    idx = rng.integers(0, len(every), size=(BOOTSTRAP, len(every)))
-    boot = obs[idx].sum(axis=1) / null[idx].sum(axis=1)
+    files = np.array([x.file for x in every])
+    per_file = np.array([[obs[files == i].sum(), null[files == i].sum()]
+                         for i in np.unique(files)])
+    idx = rng.integers(0, len(per_file), size=(BOOTSTRAP, len(per_file)))
+    boot = per_file[idx, 0].sum(axis=1) / per_file[idx, 1].sum(axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
-    print(f"pooled over {len(every)} case runs: process variance ratio "
+    print(f"pooled over {len(every)} case runs of {len(per_file)} files: process variance ratio "
           f"{obs.sum() / null.sum():.2f} [{lo:.2f}, {hi:.2f}], median per case run "
           f"{np.median(obs / null):.2f}, {sum(x.beyond_95 for x in every)} of {len(every)} "
           f"beyond 95 % of their shuffles (5 % expected with no process offsets); session "

@@ -139,7 +139,7 @@ def processes_option(default: int) -> Callable[[F], F]:
             show_default=True,
             help="Worker processes per case, interleaved across cases; the rounds are "
                  "spread over them. Each process has its own memory layout, which can "
-                 "shift speed by a fixed offset for its life (rare, but up to 28 % seen): "
+                 "shift speed by a fixed offset for its life (mostly small, up to 28 % seen): "
                  "more processes, not more rounds, average such an offset away.",
         )(f)
 
@@ -153,8 +153,8 @@ def sessions_option(default: int) -> Callable[[F], F]:
             type=click.IntRange(min=1),
             default=default,
             show_default=True,
-            help="Sessions per arm in each process, rotated over its rounds (a session "
-                 "can carry an offset of its own).",
+            help="Sessions per arm in each process, rotated over its rounds, in case a "
+                 "session carries an offset of its own.",
         )(f)
 
     return deco
