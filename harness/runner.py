@@ -2,7 +2,7 @@
 
 The parent never loads an EP library. It resolves arms, preflights them in a
 throw-away worker, then runs each case in ``processes`` worker processes (each with
-its own memory layout, which shifts an arm's speed by a fixed offset for the
+its own memory layout, which can shift an arm's speed by a fixed offset for the
 process's whole life), interleaved in time across cases: case A process 1, case B
 process 1, ..., case A process 2, ... so that a slow drift of the machine spreads
 over every case and process. Rounds stream back over a pipe; results go to disk as

@@ -11,7 +11,7 @@ Per case it keeps, for both comparison shapes `compare` uses,
 
 and the noise = max(95th percentile of |change|, median CI half-width). At judging
 time only its within-run sampling part (the CI half-width) is scaled by
-sqrt(profile rounds / compared rounds); the rest is a between-session offset
+sqrt(profile rounds / compared rounds); the rest is an offset (of a process or a session)
 that more rounds do not remove (see `scaled_noise`). A last run with a fixed
 arm order (the position-bias self-test) shows what counterbalancing removes.
 
@@ -233,7 +233,7 @@ def profile_noise(
 
 
 def pooled_offset(profile: Mapping[str, Any], mode: str) -> float:
-    """The between-session offset of the host, pooled over every case of the profile.
+    """The offset part of the host's A/A noise, pooled over every case of the profile.
 
     A case's own 5 repeats can all land on small offsets by chance; the offset is a
     property of the host and ORT, so its 95th percentile over all cases' A/A changes
@@ -259,8 +259,8 @@ def scaled_noise(
 
     Two parts: the within-run sampling error of a median over rounds (estimated by
     the A/A intervals' half-width `sampling`), which shrinks like 1 / sqrt(rounds),
-    and a between-session offset (two sessions of one model differ by a stable ~1 %
-    in every round), which more rounds do not shrink. The offset is what the A/A
+    and an offset (of a process or a session, or a drift), which more rounds do not
+    shrink. The offset is what the A/A
     spread holds beyond sampling: sqrt(noise^2 - sampling^2). Without a sampling
     estimate all of the noise is treated as offset (never scaled down).
     """

@@ -16,10 +16,11 @@ MIN_RESAMPLES = 2000
 RESAMPLES = MIN_RESAMPLES
 # Seed of every resampling RNG: the same inputs give the same intervals.
 SEED = 0
-# Smallest threshold a change is judged against (`--floor`). Two sessions of one
-# model can differ by a stable offset (0.3 % to 1.5 % seen on a shared 2-core host);
-# calibration measures it per host (reports.calibrate.scaled_noise keeps it at any
-# round count), and this floor is what is left when a profile saw smaller offsets.
+# Smallest threshold a change is judged against (`--floor`). Part of the A/A spread
+# does not shrink with rounds (offsets of a process or a session, drift: 0.3 % to 1.5 %
+# seen on a shared 2-core host); calibration measures it per host
+# (reports.calibrate.scaled_noise keeps it at any round count), and this floor is what
+# is left when a profile saw smaller offsets.
 FLOOR = 0.01
 # Threshold multiplier on the calibrated A/A noise: t = max(FLOOR, K * noise).
 K = 2.0

@@ -22,8 +22,8 @@ depths has no order-statistic interval; it is a descriptive finding, not a
 verdict.
 
 Processes are the replication unit above rounds. A process's memory layout (library
-load addresses, allocation alignment, the sessions' arenas) shifts an arm's speed by
-an offset fixed for the process's life, so rounds of one process are not independent
+load addresses, allocation alignment, the sessions' arenas) can shift an arm's speed
+by an offset fixed for the process's life, so rounds of one process are not independent
 draws of what a new process would show. With rounds from two or more processes, a
 change is estimated per process (the median of its rounds' log ratios, sessions
 rotated inside it) and the interval is Student's t over those per-process values:

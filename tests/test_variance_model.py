@@ -2,7 +2,7 @@
 
 Synthetic data with a known truth (seeded): per round, log(PR / base) is
 effect + process offset + session offset + round noise; the process offset is drawn
-once per process, as a process's memory layout shifts an arm's speed for its life.
+once per process, as a process's memory layout can shift an arm's speed for its life.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@
 # the arms and rounds are then exactly compare-commits' (ort, base, head, the twin; 48
 # rounds), so a run is faster and measures A/A only.
 # Writes OUT_DIR/runN/{results.json,head.json[,d2.json,d3.json]} and prints a summary
-# (run `python - OUT_DIR [RUNS]` on the script's last part to summarize a partial set).
+# (run `python - OUT_DIR [RUNS]` on the script's last part to summarize a partial set;
+# RUNS: how many of the runs to count, from run1).
 set -euo pipefail
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
 case $load in none|bursty|sustained) ;; *) echo "LOAD is none, bursty or sustained, not '$load'" >&2; exit 2;; esac
@@ -52,7 +53,7 @@ done
 "$py" - "$out" "$runs" <<'PY'
 # Per arm: verdicts, flagged (⚠️/🔴) with the Wilson 95 % upper bound, thresholds, and
 # per case how often it was flagged and the change the comparator measured.
-import collections, glob, json, statistics, sys
+import collections, glob, json, re, statistics, sys
 
 from epbench.workflows.validate import wilson_interval
 
@@ -60,7 +61,7 @@ out, last = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10**6
 for arm in ("head", "d2", "d3"):
     # every run of this series judged for this arm (not runs an earlier, longer one left)
     runs = [f for f in glob.glob(f"{out}/run*/{arm}.json")
-            if int(f.split("/run")[-1].split("/")[0]) <= last]
+            if (m := re.fullmatch(r"run(\d+)", f.split("/")[-2])) and int(m[1]) <= last]
     n = len(runs)
     if not n:
         continue
