@@ -75,6 +75,9 @@ class BackgroundLoad:
         self.kind = kind
         self.seed = seed
         self.children: list[subprocess.Popen[bytes]] = []
+        # Exit codes of children that had ended before stop(): the load was not running
+        # for all of what it was meant to load.
+        self.died: list[int] = []
 
     @property
     def pids(self) -> list[int]:
@@ -95,6 +98,7 @@ class BackgroundLoad:
     def stop(self) -> None:
         """Kill every child's whole process group and reap it (no zombie, no orphan)."""
         children, self.children = self.children, []
+        self.died += [rc for rc in (child.poll() for child in children) if rc is not None]
         for child in children:
             _signal_group(child.pid, signal.SIGTERM)
         for child in children:

@@ -231,3 +231,28 @@ def catches_sigterm(pid: int) -> bool:
         return False
     caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
     return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
+def test_stop_records_a_child_that_had_died_before_it():
+    load = bg.BackgroundLoad("sustained")
+    load.start()
+    try:
+        [child] = load.children
+        wait_until(lambda: catches_sigterm(child.pid), "the load to start")
+        os.kill(child.pid, signal.SIGKILL)
+        wait_until(lambda: child.poll() is not None, "the load to die")
+    finally:
+        load.stop()
+    assert load.died == [-signal.SIGKILL]
+
+
+def test_stop_of_a_running_load_records_no_death():
+    load = bg.BackgroundLoad("bursty")
+    load.start()
+    try:
+        [child] = load.children
+        wait_until(lambda: catches_sigterm(child.pid), "the load to start")
+    finally:
+        load.stop()
+    assert load.died == []
+    assert not running(child.pid)

@@ -484,3 +484,27 @@ def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypa
                                       str(tmp_path / "out")])
     assert result.exit_code == EXIT_INTERRUPTED
     assert f"every run measured so far is in {tmp_path / 'out' / 'runs'}" in result.output
+
+
+def test_a_load_that_died_during_a_run_stops_validate_and_keeps_the_run(tmp_path):
+    """A run labelled 'sustained' that was not all under the load would be a mislabelled
+    measurement: validate says so in one line, and the run itself is kept."""
+    fake = FakeRunner()
+
+    class Died:
+        died = [-9]  # what BackgroundLoad.stop() records for a child killed before it
+
+    @contextmanager
+    def dying_load(kind: str, seed: int) -> Iterator[Died]:
+        with fake.load(kind, seed):
+            yield Died()
+
+    with pytest.raises(EpbenchError) as raised:
+        val.validate(small(loads=("sustained",)), run=fake, clock=fake.clock,
+                     load_factory=dying_load, settings=SETTINGS, runs_dir=tmp_path)
+    # The pilot is run 1 (never under load); the first measured run is run 2.
+    [kept] = sorted(tmp_path.iterdir())
+    assert str(raised.value) == (
+        "the sustained load died during run 2 (exit code -9), so that run was not measured "
+        f"under the load it is labelled with; the run is kept in {kept}; rerun validate")
+    assert len(fake.configs) == 2  # nothing ran after it

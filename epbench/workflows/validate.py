@@ -271,10 +271,18 @@ def validate(
         nonlocal runs
         runs += 1
         # The load runs only while this run measures, and is stopped however the run ends.
-        with load_factory(load, seed):
+        with load_factory(load, seed) as background:
             doc = run(config)
+        kept = ""
         if runs_dir is not None:
-            write_results(Path(runs_dir) / f"{runs:04d}-{load}-{label}.json", doc)
+            path = Path(runs_dir) / f"{runs:04d}-{load}-{label}.json"
+            write_results(path, doc)
+            kept = f"; the run is kept in {path}"
+        died = getattr(background, "died", None)  # a test's fake load yields None
+        if died:
+            raise EpbenchError(
+                f"the {load} load died during run {runs} (exit code {died[0]}), so that run "
+                f"was not measured under the load it is labelled with{kept}; rerun validate")
         return doc
 
     def one_repeat(load: str, index: int) -> Repeat | None:
