@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -233,26 +235,28 @@ def catches_sigterm(pid: int) -> bool:
     return bool(int(caught.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
 
 
-def test_stop_records_a_child_that_had_died_before_it():
-    load = bg.BackgroundLoad("sustained")
+@contextmanager
+def started_load(kind: str) -> Iterator[tuple[bg.BackgroundLoad, subprocess.Popen[bytes]]]:
+    """A BackgroundLoad past its child's start-up checks; stopped however the block ends."""
+    load = bg.BackgroundLoad(kind)
     load.start()
     try:
         [child] = load.children
         wait_until(lambda: catches_sigterm(child.pid), "the load to start")
-        os.kill(child.pid, signal.SIGKILL)
-        wait_until(lambda: child.poll() is not None, "the load to die")
+        yield load, child
     finally:
         load.stop()
+
+
+def test_stop_records_a_child_that_had_died_before_it():
+    with started_load("sustained") as (load, child):
+        os.kill(child.pid, signal.SIGKILL)
+        wait_until(lambda: child.poll() is not None, "the load to die")
     assert load.died == [-signal.SIGKILL]
 
 
 def test_stop_of_a_running_load_records_no_death():
-    load = bg.BackgroundLoad("bursty")
-    load.start()
-    try:
-        [child] = load.children
-        wait_until(lambda: catches_sigterm(child.pid), "the load to start")
-    finally:
-        load.stop()
+    with started_load("bursty") as (load, child):
+        pass
     assert load.died == []
     assert not running(child.pid)

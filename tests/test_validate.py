@@ -21,6 +21,7 @@ import pytest
 
 from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
+from epbench.harness.load import BackgroundLoad
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.workflows import validate as val
@@ -55,12 +56,13 @@ class FakeRunner:
         return self.now
 
     @contextmanager
-    def load(self, kind: str, seed: int) -> Iterator[None]:
-        """The fake load: records when it is active; stopped however the block ends."""
+    def load(self, kind: str, seed: int) -> Iterator[BackgroundLoad]:
+        """The fake load: records when it is active; stopped however the block ends. It
+        yields a load that runs nothing (validate reads its `died`)."""
         assert self.active_load is None, "a load started while another ran"
         self.active_load = kind
         try:
-            yield
+            yield BackgroundLoad("none")
         finally:
             self.active_load = None
 
@@ -491,13 +493,11 @@ def test_a_load_that_died_during_a_run_stops_validate_and_keeps_the_run(tmp_path
     measurement: validate says so in one line, and the run itself is kept."""
     fake = FakeRunner()
 
-    class Died:
-        died = [-9]  # what BackgroundLoad.stop() records for a child killed before it
-
     @contextmanager
-    def dying_load(kind: str, seed: int) -> Iterator[Died]:
-        with fake.load(kind, seed):
-            yield Died()
+    def dying_load(kind: str, seed: int) -> Iterator[BackgroundLoad]:
+        with fake.load(kind, seed) as load:
+            yield load
+            load.died.append(-9)  # what stop() records for a child killed before it
 
     with pytest.raises(EpbenchError) as raised:
         val.validate(small(loads=("sustained",)), run=fake, clock=fake.clock,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,7 +46,7 @@ from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text, write_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.load import LOAD_KINDS, background_load
+from epbench.harness.load import LOAD_KINDS, BackgroundLoad, background_load
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as real_run
@@ -223,7 +224,7 @@ def validate(
     run: Callable[[Any], dict[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_status: Callable[[str], None] = lambda _: None,
-    load_factory: Callable[[str, int], Any] = background_load,
+    load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]] = background_load,
     runs_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the validation within ``plan.budget_s`` and return the validation document.
@@ -278,7 +279,7 @@ def validate(
             path = Path(runs_dir) / f"{runs:04d}-{load}-{label}.json"
             write_results(path, doc)
             kept = f"; the run is kept in {path}"
-        died = getattr(background, "died", None)  # a test's fake load yields None
+        died = background.died
         if died:
             raise EpbenchError(
                 f"the {load} load died during run {runs} (exit code {died[0]}), so that run "
