@@ -204,6 +204,9 @@ class GateReading:
     attempts: int
     threshold: float = DEFAULT_THRESHOLD
     excluded_core: int | None = None
+    # True when no look was taken: the previous round's meter found the other cores
+    # quiet up to this round's start (`carried_from_meter`).
+    carried: bool = False
 
     def busiest(self) -> tuple[str, float] | None:
         """The judged core with the lowest idle fraction, or None."""
@@ -215,6 +218,7 @@ class GateReading:
     def to_dict(self) -> dict:
         return {
             "attempts": self.attempts,
+            "carried": self.carried,
             "excluded_core": self.excluded_core,
             "idle": {k: round(v, 4) for k, v in sorted(self.idle.items())},
             "passed": self.passed,
@@ -358,6 +362,24 @@ class IdleGate:
             pause = min(pause * 2, MAX_BACKOFF_S)
 
 
+def carried_from_meter(interference: dict, threshold: float) -> GateReading | None:
+    """The gate reading of a round that starts as the previous one ends, taken from
+    that round's meter when it judged every other core quiet; None otherwise.
+
+    The meter covered the tens of milliseconds right before this round, longer than the
+    gate's own look, so looking again would only cost time. It cannot judge the worker's
+    own core, but a competitor runnable there while another core sat idle would have
+    been moved to the idle core by the scheduler, and shown up there. A meter that did
+    not judge (too few ticks) or saw load gives None: the gate looks as usual.
+    """
+    if interference.get("quiet") is not True:
+        return None
+    return GateReading(passed=True, idle=dict(interference["idle"]),
+                       steal=dict(interference["steal"]), waited_s=0.0, attempts=0,
+                       threshold=threshold, excluded_core=interference.get("own_core"),
+                       carried=True)
+
+
 class InterferenceMeter:
     """Idle and steal of the other cores across one round.
 
@@ -461,6 +483,8 @@ def _format_cores(reading: GateReading) -> str:
 
 def format_gate_reading(reading: GateReading) -> str:
     """One line for the terminal's live gate state."""
+    if reading.carried:
+        return f"gate ok: {_format_cores(reading)} during the previous round (no new look)"
     if reading.attempts == 0:
         return "gate off: not checked"
     verdict = "ok" if reading.passed else "BUSY"

@@ -33,3 +33,10 @@ def block_iterations(ns_per_run: float, target_ms: float, max_iters: int) -> int
     if ns_per_run <= 0:
         return max_iters
     return max(1, min(max_iters, int(target_ms * 1e6 / ns_per_run)))
+
+
+def slice_iterations(iterations: int, slices: int, part: int) -> int:
+    """Iterations of slice ``part`` when a block of ``iterations`` is cut into ``slices``
+    near-equal slices (the first ``iterations % slices`` get one more); they sum to
+    ``iterations``, and a block shorter than ``slices`` leaves the last slices empty."""
+    return iterations // slices + (1 if part < iterations % slices else 0)

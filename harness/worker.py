@@ -34,7 +34,13 @@ from epbench.core.results import dumps
 from epbench.engine.probe import read_counters
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
 from epbench.harness.conformance import run_in_worker
-from epbench.harness.gate import IdleGate, InterferenceMeter, format_gate_reading, quietest_core
+from epbench.harness.gate import (
+    IdleGate,
+    InterferenceMeter,
+    carried_from_meter,
+    format_gate_reading,
+    quietest_core,
+)
 from epbench.harness.instructions import count_in_worker
 from epbench.harness.overhead import measure_overhead
 from epbench.harness.sessions import (
@@ -47,7 +53,7 @@ from epbench.harness.sessions import (
     nodes_by_ep,
     register_arm,
 )
-from epbench.harness.timing import block_iterations, time_block
+from epbench.harness.timing import block_iterations, slice_iterations, time_block
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
 COUNTER_RUNS = 16
@@ -206,12 +212,14 @@ class Worker:
     def rounds(self, arms: list[ArmRun], core: int | None) -> None:
 
         by_key = {s.arm.key: s for s in arms}
+        slices = int(self.config.get("block_slices", 1))
         gate_cfg = self.config["gate"]
         gate = IdleGate(threshold=gate_cfg["threshold"], policy=gate_cfg["policy"],
                         max_wait_s=gate_cfg["max_wait_s"], cores=self.cores,
                         budget_s=gate_cfg["budget_s"])
+        carried = None
         for index, order in enumerate(self.request["orders"]):
-            reading = gate.check(exclude_core=None)
+            reading = carried if carried is not None else gate.check(exclude_core=None)
             self.emit({"event": "gate", "index": index, "gate": reading.to_dict(),
                        "text": format_gate_reading(reading)})
             # Sessions rotate over the rounds: round i runs session i mod K of every arm.
@@ -222,11 +230,15 @@ class Worker:
             meter = InterferenceMeter(exclude_core=core, cores=self.cores,
                                       threshold=gate_cfg["threshold"])
             meter.start()
-            samples = {}
-            for key in order:
-                state = by_key[key]
-                samples[key] = time_block(state.bounds[session].run, state.iterations)
+            samples: dict[str, list[int]] = {key: [] for key in order}
+            for part in range(slices):
+                for key in order:
+                    state = by_key[key]
+                    samples[key] += time_block(state.bounds[session].run,
+                                               slice_iterations(state.iterations, slices, part))
             interference = meter.stop()
+            carried = (carried_from_meter(interference, gate_cfg["threshold"])
+                       if gate_cfg["policy"] != "off" else None)
             record = {
                 "index": index, "order": list(order), "session": session,
                 # Quiet: the gate passed (or was turned off by the user) before the

@@ -408,6 +408,13 @@ def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[s
         if not settings.force:
             raise CompareError(message + ": re-run both on one machine, or pass --force")
         warnings.append(message + " (compared anyway because of --force; treat with suspicion)")
+    slices = (base.doc.config.block_slices, pr.doc.config.block_slices)
+    if slices[0] != slices[1]:
+        warnings.append(
+            f"base and PR cut their blocks into different numbers of slices ({slices[0]} vs "
+            f"{slices[1]}): how often the arms alternate can move their ratio to the control; "
+            "re-run the older side with the other's --slices"
+        )
     for side in (base, pr):
         if side.control not in side.doc.arms:
             raise CompareError(

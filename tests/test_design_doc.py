@@ -81,6 +81,8 @@ JSON_READERS = {
     "engine/__init__.py": "the engine library's info string",
     "docs/validation/variance_components.py": "kept samples (results.samples.jsonl.gz), "
                                               "which no command reads",
+    "docs/validation/slice_replay.py": "kept samples (results.samples.jsonl.gz), which no "
+                                       "command reads",
 }
 
 

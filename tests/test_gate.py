@@ -17,6 +17,7 @@ from epbench.harness.gate import (
     GateReading,
     IdleGate,
     InterferenceMeter,
+    carried_from_meter,
     current_gate_state,
     format_gate_reading,
     parse_proc_stat,
@@ -369,6 +370,7 @@ def test_reading_to_dict_is_rounded_and_sorted() -> None:
     as_dict = reading.to_dict()
     assert as_dict == {
         "attempts": 4,
+        "carried": False,
         "excluded_core": None,
         "idle": {"cpu0": 0.9877, "cpu1": 0.6},
         "passed": False,
@@ -594,3 +596,101 @@ def test_a_case_s_processes_share_one_gate_budget(monkeypatch):
     with pytest.raises(RuntimeError, match="all this test looks at"):
         w.rounds([], None)
     assert built["budget_s"] == DEFAULT_BUDGET_S / 4
+
+
+def test_a_quiet_meter_reading_carries_over_as_the_next_round_s_gate() -> None:
+    meter = {"idle": {"cpu0": 0.98}, "steal": {"cpu0": 0.01}, "own_core": 1, "quiet": True}
+    reading = carried_from_meter(meter, 0.93)
+    assert reading is not None
+    assert reading.to_dict() == {"attempts": 0, "carried": True, "excluded_core": 1,
+                                 "idle": {"cpu0": 0.98}, "passed": True,
+                                 "steal": {"cpu0": 0.01}, "threshold": 0.93, "waited_s": 0.0}
+    assert format_gate_reading(reading) == (
+        "gate ok: cpu0 idle 98.0% steal 1.0% during the previous round (no new look)")
+
+
+@pytest.mark.parametrize("quiet", [False, None])
+def test_a_busy_or_unjudged_meter_reading_carries_nothing(quiet) -> None:
+    meter = {"idle": {"cpu0": 0.5}, "steal": {"cpu0": 0.0}, "own_core": 1, "quiet": quiet}
+    assert carried_from_meter(meter, 0.93) is None
+
+
+class _FakeBound:
+    def __init__(self, key: str, calls: list[str]) -> None:
+        self.key, self.calls = key, calls
+
+    def run(self) -> None:
+        self.calls.append(self.key)
+
+
+def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meter_quiet: list):
+    """Worker.rounds over fake arms (a: 3 calls a block, b: 2), a fake gate and meter."""
+    from types import SimpleNamespace
+
+    from epbench.harness import worker
+
+    looks, calls, events = [], [], []
+    quiet = iter(meter_quiet)
+
+    class FakeGate:
+        def __init__(self, **kwargs) -> None:
+            pass
+
+        def check(self, exclude_core=None) -> GateReading:
+            looks.append(len(events))
+            return GateReading(passed=True, idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
+                               waited_s=0.05, attempts=1)
+
+    class FakeMeter:
+        def __init__(self, **kwargs) -> None:
+            pass
+
+        def start(self) -> None:
+            calls.append("|")
+
+        def stop(self) -> dict:
+            return {"idle": {"cpu0": 1.0}, "steal": {"cpu0": 0.0}, "own_core": 1,
+                    "quiet": next(quiet)}
+
+    monkeypatch.setattr(worker, "IdleGate", FakeGate)
+    monkeypatch.setattr(worker, "InterferenceMeter", FakeMeter)
+    arms = [SimpleNamespace(arm=SimpleNamespace(key=k), iterations=n,
+                            bounds=[_FakeBound(k, calls)]) for k, n in (("a", 3), ("b", 2))]
+    gate_cfg = {"threshold": 0.93, "policy": policy, "max_wait_s": 1.0, "budget_s": 10.0}
+    request = {"config": {"gate": gate_cfg, "block_slices": slices},
+               "orders": [["a", "b"], ["b", "a"], ["a", "b"]]}
+    worker.Worker(request, events.append).rounds(arms, 1)
+    return looks, "".join(calls), events
+
+
+def test_each_block_is_cut_into_slices_run_alternately_in_the_round_s_order(monkeypatch):
+    _, calls, events = _rounds_with_fakes(monkeypatch, "wait", 2, [True, True, True])
+    # Per round: two untimed calls per arm, "|" (the meter starts), then the slices:
+    # a's 3 calls as 2 + 1, b's 2 as 1 + 1, alternating in the round's order.
+    assert calls.split("|") == ["aabb", "aababbbaa", "baabaaabb", "aabab"]
+    rounds = [e["round"] for e in events if e["event"] == "round"]
+    assert [{k: v["n"] for k, v in r["summary_ns"].items()} for r in rounds] == [
+        {"a": 3, "b": 2}] * 3
+
+
+def test_one_slice_is_the_plain_block(monkeypatch):
+    _, calls, _ = _rounds_with_fakes(monkeypatch, "wait", 1, [True, True, True])
+    assert calls.split("|") == ["aabb", "aaabbbbaa", "bbaaaaabb", "aaabb"]
+
+
+def test_the_gate_looks_only_after_a_round_whose_meter_was_not_quiet(monkeypatch):
+    looks, _, events = _rounds_with_fakes(monkeypatch, "wait", 2, [True, None, False])
+    gates = [e["gate"] for e in events if e["event"] == "gate"]
+    # Round 0: a look; round 1: carried from round 0's quiet meter; round 2: round 1's
+    # meter could not judge, so a look again.
+    assert [g["carried"] for g in gates] == [False, True, False]
+    assert [g["attempts"] for g in gates] == [1, 0, 1]
+    assert len(looks) == 2
+    rounds = [e["round"] for e in events if e["event"] == "round"]
+    assert [r["quiet"] for r in rounds] == [True, True, False]
+
+
+def test_with_the_gate_off_nothing_is_carried(monkeypatch):
+    looks, _, events = _rounds_with_fakes(monkeypatch, "off", 2, [True, True, True])
+    assert len(looks) == 3
+    assert not any(e["gate"]["carried"] for e in events if e["event"] == "gate")

@@ -375,6 +375,19 @@ def test_refuses_different_hosts_unless_forced():
     assert any("different hosts" in w and "--force" in w for w in result["warnings"])
 
 
+def test_separate_runs_timed_with_different_slices_are_compared_with_a_warning():
+    base, pr = _doc(seed=1), _doc(seed=2)
+    pr["config"]["block_slices"] = 32  # base: an older file, which has no such key
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert [w for w in result["warnings"] if "slices" in w] == [
+        "base and PR cut their blocks into different numbers of slices (1 vs 32): how often "
+        "the arms alternate can move their ratio to the control; re-run the older side with "
+        "the other's --slices"]
+    base["config"]["block_slices"] = 32
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert not [w for w in result["warnings"] if "slices" in w]
+
+
 def test_refuses_different_schema_versions():
     base, pr = _doc(seed=1), _doc(seed=2)
     pr["schema"] = "epbench.results/3"

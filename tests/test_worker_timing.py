@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from epbench.harness.timing import block_iterations, time_block
+from epbench.harness.timing import block_iterations, slice_iterations, time_block
 
 
 class FakeClock:
@@ -79,3 +79,12 @@ def test_pinned_to_the_quietest_core_only_when_single_threaded(monkeypatch) -> N
     # ORT's pool threads inherit the affinity: several threads keep every core.
     assert worker.pin_to_quietest(2, events.append) == ([0, 1, 2], None)
     assert pinned == [{2}]
+
+
+@pytest.mark.parametrize(("iterations", "slices"), [(2000, 16), (2000, 64), (150, 64), (7, 3),
+                                                    (3, 8), (1, 1), (64, 64)])
+def test_slices_cover_the_block_exactly_and_differ_by_at_most_one(iterations, slices) -> None:
+    sizes = [slice_iterations(iterations, slices, part) for part in range(slices)]
+    assert sum(sizes) == iterations
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the longer slices come first

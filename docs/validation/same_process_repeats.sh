@@ -5,7 +5,8 @@
 # `base`, at compare-commits' default processes, sessions and requested rounds (6 arms make
 # 48 rounds 72: 12 per process, whole counterbalanced designs); `epbench compare
 # --base base --pr ARM` judges each the way compare-commits does (thresholds from the
-# run's own twin; no profile). Any flag of `head` is a false one; `d2`/`d3` measure power.
+# run's own twin; no profile). Any flag of `head` is a false one (but see HEAD_DELAY_NS);
+# `d2`/`d3` measure power.
 #   docs/validation/same_process_repeats.sh RUNS OUT_DIR [GRID] [LOAD]
 # LOAD (none, bursty or sustained; epbench.harness.load) runs in the background for the
 # whole series and dies with this script, however it ends. POWER=0 leaves out d2 and d3:
@@ -13,7 +14,10 @@
 # rounds), so a run is faster and measures A/A only.
 # Writes OUT_DIR/runN/{results.json,head.json[,d2.json,d3.json]} and prints a summary
 # (run `python - OUT_DIR [RUNS]` on the script's last part to summarize a partial set;
-# RUNS: how many of the runs to count, from run1).
+# RUNS: how many of the runs to count, from run1). RUN_ARGS: more `epbench run` options
+# (split on spaces), e.g. RUN_ARGS="--slices 16". HEAD_DELAY_NS: `head` is then the engine
+# slowed by that many ns per Run instead of a copy (with POWER=0: compare-commits' exact
+# arms and rounds, measuring power: every flag of `head` is a true one).
 set -euo pipefail
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
 case $load in none|bursty|sustained) ;; *) echo "LOAD is none, bursty or sustained, not '$load'" >&2; exit 2;; esac
@@ -22,6 +26,10 @@ py=${PYTHON:-.venv/bin/python}
 lib=$("$py" -c 'from epbench.engine.library import library_path; print(library_path())')
 mkdir -p "$out/head"
 cp "$lib" "$out/head/"   # its own file, as the head commit's library would be
+head_arm="engine@$out/head/$(basename "$lib"):name=head"
+if [ -n "${HEAD_DELAY_NS:-}" ]; then
+  head_arm="engine:name=head,inject_delay_ns_per_run=$HEAD_DELAY_NS"   # power, not A/A
+fi
 arms=(head); power=()
 if [ "${POWER:-1}" != 0 ]; then
   arms+=(d2 d3)
@@ -38,9 +46,9 @@ if [ "$load" != none ]; then
 fi
 for i in $(seq 1 "$runs"); do
   rm -f "$out/run$i"/{head,d2,d3}.json   # no verdicts left from an earlier series
-  "$ep" run --grid "$grid" --arm engine:name=base \
-      --arm "engine@$out/head/$(basename "$lib"):name=head" ${power[@]+"${power[@]}"} \
-      --aa-twin base --processes 6 --rounds 48 --seed "$i" --quiet --out "$out/run$i" --overwrite
+  "$ep" run --grid "$grid" --arm engine:name=base --arm "$head_arm" ${power[@]+"${power[@]}"} \
+      --aa-twin base --processes 6 --rounds 48 --seed "$i" --quiet --out "$out/run$i" --overwrite \
+      ${RUN_ARGS:-}
   for arm in "${arms[@]}"; do
     "$ep" compare "$out/run$i/results.json" --base base --pr "$arm" --format json \
         --out "$out/run$i/$arm.json" --fail-on never

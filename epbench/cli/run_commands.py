@@ -95,6 +95,10 @@ _RUN = run_defaults()
                    "results file keeps per-block summaries: median, min, quartiles, count).")
 @click.option("--block-ms", type=click.FloatRange(min=0.1), default=_RUN["block_target_ms"],
               show_default=True, help="Target duration of one arm's block in a round.")
+@click.option("--slices", type=click.IntRange(min=1), default=_RUN["block_slices"],
+              show_default=True,
+              help="Cut each arm's block into this many slices, run alternately in the "
+                   "round's order, so the arms share the machine's millisecond-scale noise.")
 @click.option("--max-block-iters", type=click.IntRange(min=1), default=_RUN["max_block_iters"],
               show_default=True,
               help="Cap on iterations per block (bounds the raw samples kept; fast cases "
@@ -129,7 +133,7 @@ _RUN = run_defaults()
 @quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
-        sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float,
+        sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
         instructions: str | None, out: str, overwrite: bool, quiet: bool) -> None:
@@ -152,11 +156,11 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     config = RunConfig(
         cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
         processes=processes, sessions=sessions, aa_twin=aa_twin, keep_samples=keep_samples,
-        block_target_ms=block_ms, max_block_iters=max_block_iters, warmup_ms=warmup_ms,
-        seed=seed, threads=threads, gate_policy=gate_policy, gate_threshold=gate_threshold,
-        gate_max_wait_s=gate_max_wait, silence_timeout_s=case_timeout,
-        allow_fallback=allow_fallback, instructions=instructions, out_dir=Path(out),
-        overwrite=overwrite,
+        block_target_ms=block_ms, block_slices=slices, max_block_iters=max_block_iters,
+        warmup_ms=warmup_ms, seed=seed, threads=threads, gate_policy=gate_policy,
+        gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
+        silence_timeout_s=case_timeout, allow_fallback=allow_fallback,
+        instructions=instructions, out_dir=Path(out), overwrite=overwrite,
         progress=progress_for(quiet), grids=tuple(grids),
     )
     try:

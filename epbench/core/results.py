@@ -12,6 +12,10 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        ``summary_ns`` (n, median, min, q1, q3) instead of ``samples_ns``, whose raw
        samples go to results.samples.jsonl.gz only with --keep-samples. ``floor`` (the
        harness's own cost) is renamed ``overhead``, at the top and per case.
+       Later, without a new version (an optional key whose absence means what older
+       files did): ``config.block_slices``, the slices each block was cut into
+       (absent: 1, whole blocks); a round's ``gate`` may say ``carried`` (no look of
+       its own: the previous round's meter found the machine quiet).
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
 line per process of a case as the process ends (so a killed harness loses nothing
