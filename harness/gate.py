@@ -368,12 +368,19 @@ def carried_from_meter(interference: dict, threshold: float) -> GateReading | No
 
     The meter covered the tens of milliseconds right before this round, longer than the
     gate's own look, so looking again would only cost time. It cannot judge the worker's
-    own core, but a competitor runnable there while another core sat idle would have
-    been moved to the idle core by the scheduler, and shown up there. A meter that did
-    not judge (too few ticks) or saw load gives None: the gate looks as usual.
+    own core's load, but a competitor runnable there while another core sat idle would
+    have been moved to the idle core by the scheduler, and shown up there (not so a task
+    bound to that core: the first round of every process, and every round after one
+    that did not pass, still look). The own core's steal it does read: above 1 -
+    threshold, or unread, nothing is carried. A meter that did not judge (too few
+    ticks) or saw load gives None: the gate looks as usual.
     """
     if interference.get("quiet") is not True:
         return None
+    if interference.get("own_core") is not None:
+        own_steal = interference.get("own_steal")
+        if own_steal is None or own_steal > 1.0 - threshold:
+            return None
     return GateReading(passed=True, idle=dict(interference["idle"]),
                        steal=dict(interference["steal"]), waited_s=0.0, attempts=0,
                        threshold=threshold, excluded_core=interference.get("own_core"),

@@ -129,9 +129,9 @@ class RunConfig:
         if not 0.0 < self.gate_threshold <= 1.0:
             raise EpbenchError("--gate-threshold is a fraction of idle time, in (0, 1]")
         if (self.threads < 1 or self.block_target_ms <= 0 or self.max_block_iters < 1
-                or self.silence_timeout_s <= 0):
-            raise EpbenchError("--threads, --block-ms, --max-block-iters and --case-timeout "
-                               "must be positive")
+                or self.silence_timeout_s <= 0 or self.block_slices < 1):
+            raise EpbenchError("--threads, --block-ms, --max-block-iters, --slices and "
+                               "--case-timeout must be positive")
 
 
 def defaults() -> dict[str, Any]:

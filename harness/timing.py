@@ -35,8 +35,38 @@ def block_iterations(ns_per_run: float, target_ms: float, max_iters: int) -> int
     return max(1, min(max_iters, int(target_ms * 1e6 / ns_per_run)))
 
 
+# The fewest calls a slice may have: the shortest slices measured here (a replay of kept
+# samples in slices of 25 calls, runs with 31; docs/validation/slices.txt). A case whose
+# blocks are too short for the requested slices gets fewer, so slow calls are not
+# alternated one by one, where each would mostly time the caches the other arms left.
+MIN_SLICE_CALLS = 25
+
+
+def round_slices(requested: int, fewest_iterations: int) -> int:
+    """Slices per block in a round: as requested, but at least MIN_SLICE_CALLS calls in
+    the shortest block's slices, and at least 1."""
+    return max(1, min(requested, fewest_iterations // MIN_SLICE_CALLS))
+
+
 def slice_iterations(iterations: int, slices: int, part: int) -> int:
     """Iterations of slice ``part`` when a block of ``iterations`` is cut into ``slices``
-    near-equal slices (the first ``iterations % slices`` get one more); they sum to
-    ``iterations``, and a block shorter than ``slices`` leaves the last slices empty."""
-    return iterations // slices + (1 if part < iterations % slices else 0)
+    near-equal slices, spread evenly: they sum to ``iterations`` and differ by at most 1."""
+    return iterations * (part + 1) // slices - iterations * part // slices
+
+
+def time_sliced(blocks: list[tuple[Callable[[], object], int]], slices: int,
+                clock: Callable[[], int] = time.perf_counter_ns) -> list[list[int]]:
+    """Time each ``(run, iterations)`` block cut into ``slices`` slices, slice 1 of every
+    block in the given order, then slice 2, ...; one sample list per block, in call order.
+    GC stays off for the whole round, not only inside each slice."""
+    samples: list[list[int]] = [[] for _ in blocks]
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for part in range(slices):
+            for out, (run, iterations) in zip(samples, blocks, strict=True):
+                out += time_block(run, slice_iterations(iterations, slices, part), clock)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples

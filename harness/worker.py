@@ -53,7 +53,7 @@ from epbench.harness.sessions import (
     nodes_by_ep,
     register_arm,
 )
-from epbench.harness.timing import block_iterations, slice_iterations, time_block
+from epbench.harness.timing import block_iterations, round_slices, time_block, time_sliced
 
 # Runs used to count an arm's deterministic work per Run (outside any timing).
 COUNTER_RUNS = 16
@@ -212,8 +212,11 @@ class Worker:
     def rounds(self, arms: list[ArmRun], core: int | None) -> None:
 
         by_key = {s.arm.key: s for s in arms}
-        slices = int(self.config.get("block_slices", 1))
+        slices = round_slices(int(self.config.get("block_slices", 1)),
+                              min((s.iterations for s in arms), default=1))
         gate_cfg = self.config["gate"]
+        # Only `wait` may skip a look: `strict` promises one before every round.
+        may_carry = gate_cfg["policy"] == "wait"
         gate = IdleGate(threshold=gate_cfg["threshold"], policy=gate_cfg["policy"],
                         max_wait_s=gate_cfg["max_wait_s"], cores=self.cores,
                         budget_s=gate_cfg["budget_s"])
@@ -230,21 +233,20 @@ class Worker:
             meter = InterferenceMeter(exclude_core=core, cores=self.cores,
                                       threshold=gate_cfg["threshold"])
             meter.start()
-            samples: dict[str, list[int]] = {key: [] for key in order}
-            for part in range(slices):
-                for key in order:
-                    state = by_key[key]
-                    samples[key] += time_block(state.bounds[session].run,
-                                               slice_iterations(state.iterations, slices, part))
+            timed = time_sliced([(by_key[key].bounds[session].run, by_key[key].iterations)
+                                 for key in order], slices)
             interference = meter.stop()
+            samples = dict(zip(order, timed, strict=True))
+            # Quiet: the gate passed (or was turned off by the user) before the round and
+            # no load was seen during it; a round whose gate reading was carried over had
+            # no look of its own, so its own meter must have judged it quiet.
+            quiet = (interference["quiet"] is True if reading.carried
+                     else reading.passed and interference["quiet"] is not False)
             carried = (carried_from_meter(interference, gate_cfg["threshold"])
-                       if gate_cfg["policy"] != "off" else None)
+                       if may_carry else None)
             record = {
-                "index": index, "order": list(order), "session": session,
-                # Quiet: the gate passed (or was turned off by the user) before the
-                # round, and no load was seen during it.
-                "quiet": bool(reading.passed and interference["quiet"] is not False),
-                "gate": reading.to_dict(), "interference": interference,
+                "index": index, "order": list(order), "session": session, "slices": slices,
+                "quiet": bool(quiet), "gate": reading.to_dict(), "interference": interference,
                 "summary_ns": {key: block_summary(s) for key, s in samples.items()},
             }
             if self.config.get("keep_samples"):

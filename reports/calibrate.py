@@ -150,6 +150,9 @@ def profile_from_runs(
         "host_key": first.host.key,
         "arm": arm_spec,
         "rounds": int(first.config.rounds or 0),
+        # How the calibration runs were timed: noise measured with whole blocks is larger
+        # than with slices (compare warns when the results were timed otherwise).
+        "block_slices": first.config.block_slices,
         "repeats": len(runs),
         "confidence": confidence,
         "cases": cases,

@@ -424,7 +424,8 @@ def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[s
 
 
 def _load_profile_noise(
-    profile: Mapping[str, Any] | None, host_key: str | None, settings: Settings, warnings: list[str]
+    profile: Mapping[str, Any] | None, host_key: str | None, slices: int, settings: Settings,
+    warnings: list[str],
 ) -> Mapping[str, Any] | None:
     if profile is None:
         return None
@@ -436,6 +437,15 @@ def _load_profile_noise(
         if not settings.force:
             raise CompareError(message + ": run `epbench calibrate` on this host, or pass --force")
         warnings.append(message + " (used anyway because of --force)")
+    # Profiles older than slicing have no key: they were timed with whole blocks.
+    calibrated, measured = profile.get("block_slices", 1), slices
+    if calibrated != measured:
+        warnings.append(
+            f"the noise profile was calibrated with {calibrated} slice(s) per block, these "
+            f"results were timed with {measured}: its noise figures "
+            f"{'overstate' if calibrated < measured else 'understate'} this run's; "
+            "re-run `epbench calibrate`"
+        )
     return profile
 
 
@@ -471,7 +481,8 @@ def compare(
     if same_run and base.arm == pr.arm:
         raise CompareError(f"--base and --pr are both {base.arm!r}; name two different arms")
     _check_comparable(base, pr, settings, warnings)
-    profile = _load_profile_noise(profile, base.host_key, settings, warnings)
+    profile = _load_profile_noise(profile, base.host_key, pr.doc.config.block_slices,
+                                  settings, warnings)
     has_twin = any(side.doc.twin for side in (base, pr))
     if profile is None and not has_twin:
         warnings.append(

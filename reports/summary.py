@@ -80,8 +80,11 @@ def gate_rounds(doc: Results) -> list[dict[str, Any]]:
             out.append({
                 "case": name,
                 "index": rnd.index,
-                "idle_before": min((float(v) for v in (gate.get("idle") or {}).values()),
-                                   default=None),
+                # A carried reading is the previous round's meter, not a look before
+                # this one.
+                "idle_before": (None if gate.get("carried") else
+                                min((float(v) for v in (gate.get("idle") or {}).values()),
+                                    default=None)),
                 "idle_during": min((float(v) for v in (during.get("idle") or {}).values()),
                                    default=None),
                 "steal": max(steals, default=None),

@@ -599,7 +599,8 @@ def test_a_case_s_processes_share_one_gate_budget(monkeypatch):
 
 
 def test_a_quiet_meter_reading_carries_over_as_the_next_round_s_gate() -> None:
-    meter = {"idle": {"cpu0": 0.98}, "steal": {"cpu0": 0.01}, "own_core": 1, "quiet": True}
+    meter = {"idle": {"cpu0": 0.98}, "steal": {"cpu0": 0.01}, "own_core": 1, "own_steal": 0.0,
+             "quiet": True}
     reading = carried_from_meter(meter, 0.93)
     assert reading is not None
     assert reading.to_dict() == {"attempts": 0, "carried": True, "excluded_core": 1,
@@ -623,23 +624,30 @@ class _FakeBound:
         self.calls.append(self.key)
 
 
-def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meter_quiet: list):
-    """Worker.rounds over fake arms (a: 3 calls a block, b: 2), a fake gate and meter."""
+def _meter(quiet, own_steal=0.0) -> dict:
+    return {"idle": {"cpu0": 1.0}, "steal": {"cpu0": 0.0}, "own_core": 1,
+            "own_steal": own_steal, "quiet": quiet}
+
+
+def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
+                       threshold: float = 0.93):
+    """Worker.rounds over fake arms (a: 3 calls a block, b: 2; two sessions, whose calls
+    are logged as A/B), a fake gate and meter; slices as asked (no minimum length)."""
     from types import SimpleNamespace
 
-    from epbench.harness import worker
+    from epbench.harness import timing, worker
 
     looks, calls, events = [], [], []
-    quiet = iter(meter_quiet)
+    scripted = iter(meters)
 
     class FakeGate:
         def __init__(self, **kwargs) -> None:
-            pass
+            assert kwargs["threshold"] == threshold
 
         def check(self, exclude_core=None) -> GateReading:
             looks.append(len(events))
             return GateReading(passed=True, idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
-                               waited_s=0.05, attempts=1)
+                               waited_s=0.05, attempts=1, threshold=threshold)
 
     class FakeMeter:
         def __init__(self, **kwargs) -> None:
@@ -649,48 +657,68 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meter_quiet: list)
             calls.append("|")
 
         def stop(self) -> dict:
-            return {"idle": {"cpu0": 1.0}, "steal": {"cpu0": 0.0}, "own_core": 1,
-                    "quiet": next(quiet)}
+            calls.append("/")
+            return next(scripted)
 
     monkeypatch.setattr(worker, "IdleGate", FakeGate)
     monkeypatch.setattr(worker, "InterferenceMeter", FakeMeter)
+    monkeypatch.setattr(timing, "MIN_SLICE_CALLS", 1)
     arms = [SimpleNamespace(arm=SimpleNamespace(key=k), iterations=n,
-                            bounds=[_FakeBound(k, calls)]) for k, n in (("a", 3), ("b", 2))]
-    gate_cfg = {"threshold": 0.93, "policy": policy, "max_wait_s": 1.0, "budget_s": 10.0}
+                            bounds=[_FakeBound(k, calls), _FakeBound(k.upper(), calls)])
+            for k, n in (("a", 3), ("b", 2))]
+    gate_cfg = {"threshold": threshold, "policy": policy, "max_wait_s": 1.0, "budget_s": 10.0}
     request = {"config": {"gate": gate_cfg, "block_slices": slices},
                "orders": [["a", "b"], ["b", "a"], ["a", "b"]]}
     worker.Worker(request, events.append).rounds(arms, 1)
-    return looks, "".join(calls), events
+    rounds = [e["round"] for e in events if e["event"] == "round"]
+    gates = [e["gate"] for e in events if e["event"] == "gate"]
+    return looks, "".join(calls), rounds, gates
 
 
 def test_each_block_is_cut_into_slices_run_alternately_in_the_round_s_order(monkeypatch):
-    _, calls, events = _rounds_with_fakes(monkeypatch, "wait", 2, [True, True, True])
-    # Per round: two untimed calls per arm, "|" (the meter starts), then the slices:
-    # a's 3 calls as 2 + 1, b's 2 as 1 + 1, alternating in the round's order.
-    assert calls.split("|") == ["aabb", "aababbbaa", "baabaaabb", "aabab"]
-    rounds = [e["round"] for e in events if e["event"] == "round"]
+    _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3)
+    # Per round: two untimed calls per arm, "|" (the meter starts), the slices (a's 3
+    # calls as 1 + 2, b's 2 as 1 + 1, alternating in the round's order), "/" (it stops).
+    # Odd rounds run the second session (upper case).
+    assert calls == "aabb|abaab/" "BBAA|BABAA/" "aabb|abaab/"
     assert [{k: v["n"] for k, v in r["summary_ns"].items()} for r in rounds] == [
         {"a": 3, "b": 2}] * 3
+    assert [r["slices"] for r in rounds] == [2, 2, 2]
 
 
 def test_one_slice_is_the_plain_block(monkeypatch):
-    _, calls, _ = _rounds_with_fakes(monkeypatch, "wait", 1, [True, True, True])
-    assert calls.split("|") == ["aabb", "aaabbbbaa", "bbaaaaabb", "aaabb"]
+    _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 1, [_meter(True)] * 3)
+    assert calls == "aabb|aaabb/" "BBAA|BBAAA/" "aabb|aaabb/"
+    assert [r["slices"] for r in rounds] == [1, 1, 1]
 
 
 def test_the_gate_looks_only_after_a_round_whose_meter_was_not_quiet(monkeypatch):
-    looks, _, events = _rounds_with_fakes(monkeypatch, "wait", 2, [True, None, False])
-    gates = [e["gate"] for e in events if e["event"] == "gate"]
+    looks, _, rounds, gates = _rounds_with_fakes(
+        monkeypatch, "wait", 2, [_meter(True), _meter(None), _meter(False)], threshold=0.9)
     # Round 0: a look; round 1: carried from round 0's quiet meter; round 2: round 1's
     # meter could not judge, so a look again.
     assert [g["carried"] for g in gates] == [False, True, False]
     assert [g["attempts"] for g in gates] == [1, 0, 1]
+    assert gates[1]["threshold"] == 0.9
     assert len(looks) == 2
-    rounds = [e["round"] for e in events if e["event"] == "round"]
-    assert [r["quiet"] for r in rounds] == [True, True, False]
+    # Round 1 had no look before it and its meter could not judge: not quiet.
+    assert [r["quiet"] for r in rounds] == [True, False, False]
 
 
-def test_with_the_gate_off_nothing_is_carried(monkeypatch):
-    looks, _, events = _rounds_with_fakes(monkeypatch, "off", 2, [True, True, True])
+def test_a_carried_round_whose_own_meter_was_quiet_is_quiet(monkeypatch):
+    _, _, rounds, gates = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3)
+    assert [g["carried"] for g in gates] == [False, True, True]
+    assert [r["quiet"] for r in rounds] == [True, True, True]
+
+
+@pytest.mark.parametrize("policy", ["off", "strict"])
+def test_only_wait_carries_a_reading_over(monkeypatch, policy):
+    looks, _, _, gates = _rounds_with_fakes(monkeypatch, policy, 2, [_meter(True)] * 3)
     assert len(looks) == 3
-    assert not any(e["gate"]["carried"] for e in events if e["event"] == "gate")
+    assert not any(g["carried"] for g in gates)
+
+
+@pytest.mark.parametrize("own_steal", [None, 0.08])
+def test_steal_on_the_worker_s_own_core_carries_nothing(own_steal) -> None:
+    assert carried_from_meter(_meter(True, own_steal), 0.93) is None
+    assert carried_from_meter(_meter(True, 0.06), 0.93) is not None

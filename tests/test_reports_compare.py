@@ -428,6 +428,28 @@ def test_refuses_a_profile_from_another_host_unless_forced():
         compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
 
 
+def test_a_profile_timed_with_other_slices_is_used_with_a_warning():
+    doc = _doc()
+    profile = _profile_for(doc, 0.01)  # no block_slices: an older profile, whole blocks
+    doc["config"]["block_slices"] = 64
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    assert [w for w in result["warnings"] if "slice" in w] == [
+        "the noise profile was calibrated with 1 slice(s) per block, these results were "
+        "timed with 64: its noise figures overstate this run's; re-run `epbench calibrate`"]
+    profile["block_slices"] = 64
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    assert not [w for w in result["warnings"] if "slice" in w]
+
+
+def test_a_profile_records_how_its_runs_were_timed():
+    runs = [_doc({"relu_d10_w8": {"ort": 1.0, "ort_b": 1.0}}, seed=100 + i) for i in range(2)]
+    for run in runs:
+        run["config"]["block_slices"] = 16
+    profile = calibrate.profile_from_runs([as_results(r) for r in runs], None, "ort", "ort_b",
+                                          arm_spec="ort")
+    assert profile["block_slices"] == 16
+
+
 def test_settings_refuse_nonsense():
     for bad in ({"confidence": 1.5}, {"fdr": 0.0}, {"floor": -1.0}, {"alert": 0.0},
                 {"resamples": 100}):

@@ -337,6 +337,14 @@ def test_gate_rounds_follow_the_run_order_with_worst_core_readings():
     assert rounds[3]["idle_before"] == 0.5 and rounds[3]["steal"] == 0.02
 
 
+def test_a_carried_gate_reading_is_no_look_before_its_round():
+    doc = _doc({"a_case": {"ort": 1.0}}, rounds=2)
+    doc["cases"]["a_case"]["rounds"][1]["gate"].update(carried=True, attempts=0)
+    rounds = gate_rounds(as_results(doc))
+    assert [r["idle_before"] for r in rounds] == [rounds[0]["idle_before"], None]
+    assert rounds[0]["idle_before"] is not None
+
+
 def _report(*args):
     return CliRunner().invoke(cli, ["report", *map(str, args)])
 

@@ -6,7 +6,14 @@ import gc
 
 import pytest
 
-from epbench.harness.timing import block_iterations, slice_iterations, time_block
+from epbench.harness.timing import (
+    MIN_SLICE_CALLS,
+    block_iterations,
+    round_slices,
+    slice_iterations,
+    time_block,
+    time_sliced,
+)
 
 
 class FakeClock:
@@ -87,4 +94,64 @@ def test_slices_cover_the_block_exactly_and_differ_by_at_most_one(iterations, sl
     sizes = [slice_iterations(iterations, slices, part) for part in range(slices)]
     assert sum(sizes) == iterations
     assert max(sizes) - min(sizes) <= 1
-    assert sizes == sorted(sizes, reverse=True)  # the longer slices come first
+
+
+def test_a_block_shorter_than_its_slices_spreads_its_calls_over_the_round() -> None:
+    assert [slice_iterations(3, 8, p) for p in range(8)] == [0, 0, 1, 0, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize(("requested", "fewest", "expected"),
+                         [(64, 2000, 64), (64, 266, 10), (64, 49, 1), (64, 1, 1), (1, 2000, 1),
+                          (8, 200, 8)])
+def test_a_slice_keeps_at_least_min_slice_calls_calls(requested, fewest, expected) -> None:
+    assert MIN_SLICE_CALLS == 25  # the expectations below are for 25
+    assert round_slices(requested, fewest) == expected
+
+
+def test_sliced_blocks_alternate_in_order_with_gc_off_for_the_whole_round() -> None:
+    calls: list[str] = []
+    gc_seen: list[bool] = []
+
+    def run(key: str):
+        def call() -> None:
+            calls.append(key)
+            gc_seen.append(gc.isenabled())
+        return call
+
+    ticks = iter(range(0, 10_000, 1))
+    gc.enable()
+    samples = time_sliced([(run("a"), 3), (run("b"), 2)], 2, clock=lambda: next(ticks))
+    assert "".join(calls) == "abaab"  # a: 1 + 2 calls, b: 1 + 1
+    assert [len(s) for s in samples] == [3, 2]
+    assert samples == [[1, 1, 1], [1, 1]]  # one sample per call: two clock reads each
+    assert gc_seen == [False] * 5 and gc.isenabled()
+
+
+def test_slices_reach_every_worker_and_the_results_file(monkeypatch, tmp_path) -> None:
+    """`--slices` is recorded in the file and sent to each process's worker (were it lost
+    on the way, the worker would time whole blocks while the file said otherwise)."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness import runner
+
+    sent = []
+
+    def fake_worker(request, on_event=None, silence_timeout_s=None, prefix=()):
+        sent.append(request)
+        return runner.WorkerOutcome(events=[{"event": "done"}], returncode=0, stderr_tail="")
+
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), rounds=4,
+                              processes=2, block_slices=8, out_dir=tmp_path / "out")
+    doc = runner.run(config)
+    assert doc["config"]["block_slices"] == 8
+    cases = [r for r in sent if r.get("mode") == "case"]
+    assert len(cases) == 2 and all(r["config"]["block_slices"] == 8 for r in cases)
+
+
+def test_slices_below_one_are_refused() -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.core.errors import EpbenchError
+    from epbench.harness.runner import RunConfig
+
+    with pytest.raises(EpbenchError, match="--slices"):
+        RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), block_slices=0)

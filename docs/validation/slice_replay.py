@@ -2,7 +2,8 @@
 
     python docs/validation/slice_replay.py RESULTS.samples.jsonl.gz...
 
-Reads the kept samples of a run written with `--keep-samples --slices 1` (whole blocks).
+Reads the kept samples of a run written with `--keep-samples --slices 1` (whole blocks;
+a sliced run is refused, since its blocks' calls are not back to back).
 Every block of at least 1 600 calls is one arm's calls back to back; its first 1 600 are
 split two ways into two pretend arms of identical code:
 
@@ -27,6 +28,9 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+from epbench.core.results import load_results
 
 CALLS = 1600
 SLICE_CALLS = (400, 200, 100, 50, 25, 10)
@@ -47,6 +51,10 @@ def split_log_ratios(samples: list[int]) -> dict[str, float]:
 def main(paths: list[str]) -> None:
     by_split: dict[str, list[float]] = defaultdict(list)
     for path in paths:
+        slices = load_results(Path(path).with_name("results.json")).config.block_slices
+        if slices != 1:
+            sys.exit(f"{path}: its blocks were cut into {slices} slices; replay a run "
+                     "made with --slices 1")
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 for samples in json.loads(line)["samples_ns"].values():

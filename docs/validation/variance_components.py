@@ -107,6 +107,11 @@ def block_halves(results: str, base: str, pr: str) -> None:
     path = Path(results).with_name("results.samples.jsonl.gz")
     if not path.exists():
         return
+    if load_results(results).config.block_slices != 1:
+        # Sliced blocks interleave with the other arms: their halves are not two stretches
+        # of time, so the comparison below would mean something else.
+        print(f"{results}: blocks were cut into slices; block halves need --slices 1")
+        return
     by_case: dict[str, tuple[list[float], list[float]]] = collections.defaultdict(
         lambda: ([], []))
     with gzip.open(path, "rt") as f:

@@ -98,7 +98,8 @@ _RUN = run_defaults()
 @click.option("--slices", type=click.IntRange(min=1), default=_RUN["block_slices"],
               show_default=True,
               help="Cut each arm's block into this many slices, run alternately in the "
-                   "round's order, so the arms share the machine's millisecond-scale noise.")
+                   "round's order, so the arms share the machine's millisecond-scale noise "
+                   "(fewer when a slice would have under 25 calls; 1: whole blocks).")
 @click.option("--max-block-iters", type=click.IntRange(min=1), default=_RUN["max_block_iters"],
               show_default=True,
               help="Cap on iterations per block (bounds the raw samples kept; fast cases "

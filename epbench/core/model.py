@@ -294,7 +294,7 @@ class Config(Record):
     sessions: int = _key("sessions", default=1)
     keep_samples: bool = _key("keep_samples", default=False)
     # Slices each block was cut into (older files timed whole blocks: 1).
-    block_slices: int = _key("block_slices", default=1)
+    block_slices: int = _key("block_slices", null=False, default=1)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
