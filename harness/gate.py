@@ -379,7 +379,8 @@ def carried_from_meter(interference: dict, threshold: float) -> GateReading | No
         return None
     if interference.get("own_core") is not None:
         own_steal = interference.get("own_steal")
-        if own_steal is None or own_steal > 1.0 - threshold:
+        # The meter rounds to 4 places; so does the bound (1 - 0.93 is 0.06999... in floats).
+        if own_steal is None or own_steal > round(1.0 - threshold, 4):
             return None
     return GateReading(passed=True, idle=dict(interference["idle"]),
                        steal=dict(interference["steal"]), waited_s=0.0, attempts=0,

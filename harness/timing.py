@@ -35,10 +35,11 @@ def block_iterations(ns_per_run: float, target_ms: float, max_iters: int) -> int
     return max(1, min(max_iters, int(target_ms * 1e6 / ns_per_run)))
 
 
-# The fewest calls a slice may have: the shortest slices measured here (a replay of kept
-# samples in slices of 25 calls, runs with 31; docs/validation/slices.txt). A case whose
-# blocks are too short for the requested slices gets fewer, so slow calls are not
-# alternated one by one, where each would mostly time the caches the other arms left.
+# The fewest calls a slice may have: a choice near what was measured (runs with slices
+# of 31 calls; a replay of kept samples down to 10; docs/validation/slices.txt). A case
+# whose shortest block is too short for the requested slices gets fewer, for all its
+# arms, so slow calls are not alternated one by one (where each might mostly time the
+# caches the other arms left: a guess, not measured).
 MIN_SLICE_CALLS = 25
 
 

@@ -237,13 +237,12 @@ class Worker:
                                  for key in order], slices)
             interference = meter.stop()
             samples = dict(zip(order, timed, strict=True))
-            # Quiet: the gate passed (or was turned off by the user) before the round and
-            # no load was seen during it; a round whose gate reading was carried over had
-            # no look of its own, so its own meter must have judged it quiet.
-            quiet = (interference["quiet"] is True if reading.carried
-                     else reading.passed and interference["quiet"] is not False)
+            # Quiet: the gate passed (or was turned off by the user) before the round, or
+            # the previous round's meter stood in for it, and no load was seen during it.
+            quiet = reading.passed and interference["quiet"] is not False
+            # A round whose gate did not pass lends nothing: the next one looks again.
             carried = (carried_from_meter(interference, gate_cfg["threshold"])
-                       if may_carry else None)
+                       if may_carry and reading.passed else None)
             record = {
                 "index": index, "order": list(order), "session": session, "slices": slices,
                 "quiet": bool(quiet), "gate": reading.to_dict(), "interference": interference,

@@ -73,8 +73,9 @@ def gate_rounds(doc: Results) -> list[dict[str, Any]]:
         for rnd in cases[name].rounds:
             gate = rnd.gate or {}
             during = rnd.interference or {}
-            steals = [float(v) for part in (gate, during)
-                      for v in (part.get("steal") or {}).values()]
+            # A carried gate reading is the previous round's meter: not this round's.
+            looked = (during,) if gate.get("carried") else (gate, during)
+            steals = [float(v) for part in looked for v in (part.get("steal") or {}).values()]
             if during.get("own_steal") is not None:
                 steals.append(float(during["own_steal"]))
             out.append({

@@ -630,7 +630,8 @@ def _meter(quiet, own_steal=0.0) -> dict:
 
 
 def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
-                       threshold: float = 0.93):
+                       threshold: float = 0.93, passes: list[bool] | None = None,
+                       min_slice_calls: int = 1):
     """Worker.rounds over fake arms (a: 3 calls a block, b: 2; two sessions, whose calls
     are logged as A/B), a fake gate and meter; slices as asked (no minimum length)."""
     from types import SimpleNamespace
@@ -639,6 +640,7 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
 
     looks, calls, events = [], [], []
     scripted = iter(meters)
+    verdicts = iter(passes or [True] * len(meters))
 
     class FakeGate:
         def __init__(self, **kwargs) -> None:
@@ -646,7 +648,7 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
 
         def check(self, exclude_core=None) -> GateReading:
             looks.append(len(events))
-            return GateReading(passed=True, idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
+            return GateReading(passed=next(verdicts), idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
                                waited_s=0.05, attempts=1, threshold=threshold)
 
     class FakeMeter:
@@ -662,7 +664,7 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
 
     monkeypatch.setattr(worker, "IdleGate", FakeGate)
     monkeypatch.setattr(worker, "InterferenceMeter", FakeMeter)
-    monkeypatch.setattr(timing, "MIN_SLICE_CALLS", 1)
+    monkeypatch.setattr(timing, "MIN_SLICE_CALLS", min_slice_calls)
     arms = [SimpleNamespace(arm=SimpleNamespace(key=k), iterations=n,
                             bounds=[_FakeBound(k, calls), _FakeBound(k.upper(), calls)])
             for k, n in (("a", 3), ("b", 2))]
@@ -701,14 +703,32 @@ def test_the_gate_looks_only_after_a_round_whose_meter_was_not_quiet(monkeypatch
     assert [g["attempts"] for g in gates] == [1, 0, 1]
     assert gates[1]["threshold"] == 0.9
     assert len(looks) == 2
-    # Round 1 had no look before it and its meter could not judge: not quiet.
-    assert [r["quiet"] for r in rounds] == [True, False, False]
+    # One rule for every round: a gate that passed (looked or carried) and no load seen.
+    assert [r["quiet"] for r in rounds] == [True, True, False]
 
 
-def test_a_carried_round_whose_own_meter_was_quiet_is_quiet(monkeypatch):
-    _, _, rounds, gates = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3)
-    assert [g["carried"] for g in gates] == [False, True, True]
+def test_a_round_whose_meter_could_not_judge_is_quiet_after_a_passed_look(monkeypatch):
+    _, _, rounds, gates = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(None)] * 3)
+    assert [g["carried"] for g in gates] == [False, False, False]
     assert [r["quiet"] for r in rounds] == [True, True, True]
+
+
+def test_a_round_whose_gate_did_not_pass_lends_nothing(monkeypatch):
+    # A load on the worker's own core fails the gate's look but not the meter, which
+    # leaves that core out: the next round must look again, not carry.
+    looks, _, rounds, gates = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3,
+                                                 passes=[False, True])
+    assert [g["carried"] for g in gates] == [False, False, True]
+    assert len(looks) == 2
+    assert [r["quiet"] for r in rounds] == [False, True, True]
+
+
+def test_the_worker_takes_fewer_slices_when_its_shortest_block_is_short(monkeypatch):
+    # b's block has 2 calls; with at least 2 calls a slice, 2 requested slices become 1.
+    _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3,
+                                             min_slice_calls=2)
+    assert [r["slices"] for r in rounds] == [1, 1, 1]
+    assert calls.startswith("aabb|aaabb/")
 
 
 @pytest.mark.parametrize("policy", ["off", "strict"])
@@ -718,7 +738,10 @@ def test_only_wait_carries_a_reading_over(monkeypatch, policy):
     assert not any(g["carried"] for g in gates)
 
 
-@pytest.mark.parametrize("own_steal", [None, 0.08])
+@pytest.mark.parametrize("own_steal", [None, 0.0701, 0.08])
 def test_steal_on_the_worker_s_own_core_carries_nothing(own_steal) -> None:
     assert carried_from_meter(_meter(True, own_steal), 0.93) is None
-    assert carried_from_meter(_meter(True, 0.06), 0.93) is not None
+
+
+def test_steal_up_to_one_minus_the_threshold_still_carries() -> None:
+    assert carried_from_meter(_meter(True, 0.07), 0.93) is not None

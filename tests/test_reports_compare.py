@@ -439,6 +439,11 @@ def test_a_profile_timed_with_other_slices_is_used_with_a_warning():
     profile["block_slices"] = 64
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     assert not [w for w in result["warnings"] if "slice" in w]
+    doc["config"]["block_slices"] = 1
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    assert [w for w in result["warnings"] if "slice" in w] == [
+        "the noise profile was calibrated with 64 slice(s) per block, these results were "
+        "timed with 1: its noise figures understate this run's; re-run `epbench calibrate`"]
 
 
 def test_a_profile_records_how_its_runs_were_timed():

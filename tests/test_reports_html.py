@@ -340,9 +340,13 @@ def test_gate_rounds_follow_the_run_order_with_worst_core_readings():
 def test_a_carried_gate_reading_is_no_look_before_its_round():
     doc = _doc({"a_case": {"ort": 1.0}}, rounds=2)
     doc["cases"]["a_case"]["rounds"][1]["gate"].update(carried=True, attempts=0)
+    for rnd in doc["cases"]["a_case"]["rounds"]:
+        rnd["gate"]["steal"] = {"cpu0": 0.3}  # the carried one: the round before's
+        rnd["interference"]["steal"] = {"cpu0": 0.01}
     rounds = gate_rounds(as_results(doc))
     assert [r["idle_before"] for r in rounds] == [rounds[0]["idle_before"], None]
     assert rounds[0]["idle_before"] is not None
+    assert [r["steal"] for r in rounds] == [0.3, 0.01]
 
 
 def _report(*args):

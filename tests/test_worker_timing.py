@@ -108,9 +108,16 @@ def test_a_slice_keeps_at_least_min_slice_calls_calls(requested, fewest, expecte
     assert round_slices(requested, fewest) == expected
 
 
-def test_sliced_blocks_alternate_in_order_with_gc_off_for_the_whole_round() -> None:
+def test_sliced_blocks_alternate_in_order_with_gc_off_for_the_whole_round(monkeypatch) -> None:
+    from epbench.harness import timing
+
     calls: list[str] = []
     gc_seen: list[bool] = []
+    # time_block turns GC off inside each slice by itself: look between the slices.
+    entering = []
+    plain = timing.time_block
+    monkeypatch.setattr(timing, "time_block",
+                        lambda *a, **k: (entering.append(gc.isenabled()), plain(*a, **k))[1])
 
     def run(key: str):
         def call() -> None:
@@ -125,6 +132,7 @@ def test_sliced_blocks_alternate_in_order_with_gc_off_for_the_whole_round() -> N
     assert [len(s) for s in samples] == [3, 2]
     assert samples == [[1, 1, 1], [1, 1]]  # one sample per call: two clock reads each
     assert gc_seen == [False] * 5 and gc.isenabled()
+    assert entering == [False] * 4
 
 
 def test_slices_reach_every_worker_and_the_results_file(monkeypatch, tmp_path) -> None:

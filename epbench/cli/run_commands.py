@@ -99,7 +99,8 @@ _RUN = run_defaults()
               show_default=True,
               help="Cut each arm's block into this many slices, run alternately in the "
                    "round's order, so the arms share the machine's millisecond-scale noise "
-                   "(fewer when a slice would have under 25 calls; 1: whole blocks).")
+                   "(fewer, for all arms of a case, when its shortest block would give "
+                   "slices of under 25 calls; 1: whole blocks).")
 @click.option("--max-block-iters", type=click.IntRange(min=1), default=_RUN["max_block_iters"],
               show_default=True,
               help="Cap on iterations per block (bounds the raw samples kept; fast cases "

@@ -293,7 +293,8 @@ class Config(Record):
     processes: int = _key("processes", default=1)
     sessions: int = _key("sessions", default=1)
     keep_samples: bool = _key("keep_samples", default=False)
-    # Slices each block was cut into (older files timed whole blocks: 1).
+    # Slices requested per block (older files timed whole blocks: 1); each round's own
+    # `slices` says how many its blocks got.
     block_slices: int = _key("block_slices", null=False, default=1)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()

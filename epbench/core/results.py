@@ -13,9 +13,10 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        samples go to results.samples.jsonl.gz only with --keep-samples. ``floor`` (the
        harness's own cost) is renamed ``overhead``, at the top and per case.
        Later, without a new version (an optional key whose absence means what older
-       files did): ``config.block_slices``, the slices each block was cut into
-       (absent: 1, whole blocks); a round's ``gate`` may say ``carried`` (no look of
-       its own: the previous round's meter found the machine quiet).
+       files did): ``config.block_slices``, the slices requested per block (absent: 1,
+       whole blocks), and a round's ``slices``, those its blocks were cut into (fewer
+       than requested for a case with short blocks); a round's ``gate`` may say
+       ``carried`` (no look of its own: the previous round's meter found it quiet).
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
 line per process of a case as the process ends (so a killed harness loses nothing
