@@ -136,7 +136,9 @@ def judge(
     """The verdict of one case from its change, its BH decision and its threshold.
 
     A case with rounds that failed the idle gate is an alert only if its quiet
-    rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one.
+    rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one; a
+    would-be alert whose quiet rounds alone make a regression is a regression, and
+    otherwise inconclusive.
     `needed` is the fewest usable rounds that give a bounded interval; `dropped`
     how many of the `rounds` had no usable time (zero, negative or missing).
     """
@@ -186,6 +188,18 @@ def _judge_bounded(
                     f"{th.alert:.1%}",
                     significant, q,
                 )
+            if unquiet and _quiet_regression(quiet_only, quiet_significant, th):
+                # The quiet rounds alone show a regression, not an alert: a regression,
+                # never the alert the unquiet rounds would have made it.
+                assert quiet_only is not None
+                q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+                return Judgement(
+                    "regression",
+                    f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
+                    f"rounds alone ({unquiet} unquiet set aside), beyond the threshold "
+                    f"{t:.1%}; {c:+.1%} on all rounds would be an alert",
+                    significant, q,
+                )
             if unquiet:
                 return Judgement(
                     "inconclusive",
@@ -215,12 +229,18 @@ def _judge_bounded(
     return Judgement("inconclusive", why + "; rerun with more --rounds", significant, q)
 
 
-def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
+def _quiet_regression(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
+    """The quiet rounds alone: significant, enough of them, and surely slower by t."""
     if quiet_only is None or quiet_only.n < defaults.MIN_ROUNDS or not significant:
         return False
     if not (math.isfinite(quiet_only.lo) and math.isfinite(quiet_only.ratio)):
         return False
-    return quiet_only.lo - 1.0 >= th.t and quiet_only.ratio - 1.0 >= th.alert
+    return quiet_only.lo - 1.0 >= th.t
+
+
+def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
+    return (_quiet_regression(quiet_only, significant, th)
+            and quiet_only is not None and quiet_only.ratio - 1.0 >= th.alert)
 
 
 def judge_grid(

@@ -153,6 +153,28 @@ def test_unquiet_alert_reason_names_the_gate():
     assert "4 of 30 rounds failed the idle gate" in j.reason
 
 
+@pytest.mark.parametrize(
+    ("quiet_only", "quiet_significant", "verdict"),
+    [
+        (_change(1.05, 1.045, 1.055, n=26), True, "alert"),  # the quiet rounds: an alert
+        (_change(1.03, 1.025, 1.035, n=26), True, "regression"),  # ...a regression only
+        (_change(1.03, 1.025, 1.035, n=26), False, "inconclusive"),  # ...not significant
+        (_change(1.03, 1.015, 1.045, n=26), True, "inconclusive"),  # ...straddling t
+        (_change(1.03, 1.025, 1.035, n=3), True, "inconclusive"),  # ...too few
+        (None, False, "inconclusive"),
+    ],
+)
+def test_a_would_be_alert_with_unquiet_rounds_stands_on_its_quiet_rounds(
+        quiet_only, quiet_significant, verdict):
+    j = compare.judge(_change(1.05, 1.045, 1.055), True, 0.01, TH, 4, 30, quiet_only,
+                      quiet_significant)
+    assert j.verdict == verdict
+    if verdict == "regression":
+        assert j.reason == ("slower by 3.0% (at least 2.5%) on the 26 quiet rounds alone (4 "
+                            "unquiet set aside), beyond the threshold 2.0%; +5.0% on all "
+                            "rounds would be an alert")
+
+
 def test_threshold_is_floor_or_k_times_noise_and_default_without_profile():
     s = Settings()
     assert compare.threshold_for(0.001, "profile", s).t == defaults.FLOOR
@@ -504,9 +526,12 @@ def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
     quiet = _change(1.10, 1.07, 1.13)
     j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, True)
     assert j.verdict == "alert" and "on the 30 quiet rounds alone (3 unquiet set aside)" in j.reason
-    for weak in (_change(1.10, 1.07, 1.13, n=4), _change(1.03, 1.025, 1.035)):
-        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, weak, True)
-        assert j.verdict == "inconclusive"
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+                      _change(1.10, 1.07, 1.13, n=4), True)
+    assert j.verdict == "inconclusive"  # too few quiet rounds to stand on
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+                      _change(1.03, 1.025, 1.035), True)
+    assert j.verdict == "regression"  # the quiet rounds make a regression, not an alert
     j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, False)
     assert j.verdict == "inconclusive"
 
