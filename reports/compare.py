@@ -13,8 +13,9 @@ calibration profile (or a conservative default, said out loud). Verdicts:
   ⚠️ regression   significant, CI above t
   🟢 improvement  significant, CI below -t
   ✅ no change    the whole CI lies within +-t
-  ❔ inconclusive anything else (the CI straddles a threshold); also any would-be
-                 alert from a case with rounds that failed the idle gate
+  ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
+                 alert with unquiet rounds whose quiet rounds alone make no regression
+                 (they make ⚠️ if a regression, 🔴 if an alert)
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
@@ -153,6 +154,8 @@ def judge(
         else:
             why += f"; rerun with --rounds {needed} or more"
         return Judgement("not_comparable", why, False, q)
+    if quiet_only is not None and not _stands_alone(quiet_only, change, needed):
+        quiet_only, quiet_significant = None, False
     judgement = _judge_bounded(
         change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant
     )
@@ -227,6 +230,13 @@ def _judge_bounded(
     else:
         why = f"the interval straddles {band}"
     return Judgement("inconclusive", why + "; rerun with more --rounds", significant, q)
+
+
+def _stands_alone(quiet_only: stats.Change, change: stats.Change, needed: int) -> bool:
+    """Can the quiet rounds alone be judged like the whole? As many rounds as a verdict
+    needs, and, when the whole spans processes, at least two of them: one process's
+    interval covers its rounds only, not what processes differ by."""
+    return quiet_only.n >= needed and (change.processes < 2 or quiet_only.processes >= 2)
 
 
 def _quiet_regression(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:

@@ -160,16 +160,20 @@ def test_unquiet_alert_reason_names_the_gate():
         (_change(1.03, 1.025, 1.035, n=26), True, "regression"),  # ...a regression only
         (_change(1.03, 1.025, 1.035, n=26), False, "inconclusive"),  # ...not significant
         (_change(1.03, 1.015, 1.045, n=26), True, "inconclusive"),  # ...straddling t
+        (_change(1.03, 1.02, 1.035, n=26), True, "regression"),  # ...lower bound at t
+        (_change(1.03, 1.0199, 1.035, n=26), True, "inconclusive"),  # ...just below t
         (_change(1.03, 1.025, 1.035, n=3), True, "inconclusive"),  # ...too few
+        (_change(1.03, 1.025, 1.035, n=5), True, "inconclusive"),  # ...fewer than needed
+        (_change(1.03, 1.025, 1.035, n=6), True, "regression"),  # ...as many as needed
         (None, False, "inconclusive"),
     ],
 )
 def test_a_would_be_alert_with_unquiet_rounds_stands_on_its_quiet_rounds(
         quiet_only, quiet_significant, verdict):
     j = compare.judge(_change(1.05, 1.045, 1.055), True, 0.01, TH, 4, 30, quiet_only,
-                      quiet_significant)
+                      quiet_significant, needed=6)
     assert j.verdict == verdict
-    if verdict == "regression":
+    if verdict == "regression" and quiet_only == _change(1.03, 1.025, 1.035, n=26):
         assert j.reason == ("slower by 3.0% (at least 2.5%) on the 26 quiet rounds alone (4 "
                             "unquiet set aside), beyond the threshold 2.0%; +5.0% on all "
                             "rounds would be an alert")
@@ -520,6 +524,24 @@ def test_judge_grid_controls_the_fdr_across_the_grid():
     assert "not significant" in js[0].reason
     js = compare.judge_grid(changes[:1], [TH], [0], [30], fdr=0.05)
     assert js[0].verdict == "alert"
+
+
+def test_quiet_rounds_whose_interval_starts_exactly_at_t_make_a_regression():
+    # Binary-exact numbers: a lower bound of exactly t counts ("at least t").
+    th = compare.Threshold(noise=0.25, source="profile", t=0.5, alert=1.0)
+    whole = _change(2.25, 2.0, 2.5)
+    at_t = compare.judge(whole, True, 0.01, th, 4, 30, _change(1.75, 1.5, 2.0, n=26), True)
+    assert at_t.verdict == "regression"
+
+
+def test_quiet_rounds_of_one_process_do_not_stand_for_a_case_of_several():
+    # One process's interval covers its rounds, not what processes differ by.
+    whole = stats.Change(1.05, 1.045, 1.055, 0.001, 30, processes=6)
+    for processes, verdict in ((1, "inconclusive"), (2, "regression")):
+        quiet = stats.Change(1.03, 1.025, 1.035, 0.001, 20, processes=processes)
+        assert compare.judge(whole, True, 0.01, TH, 4, 30, quiet, True).verdict == verdict
+    quiet = stats.Change(1.05, 1.045, 1.055, 0.001, 20, processes=1)
+    assert compare.judge(whole, True, 0.01, TH, 4, 30, quiet, True).verdict == "inconclusive"
 
 
 def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
