@@ -84,7 +84,8 @@ def test_a_killed_harness_leaves_no_worker_and_no_complete_looking_results(tmp_p
          "--block-ms", "1", "--max-block-iters", "10", "--warmup-ms", "1", "--gate", "off",
          "--quiet", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "EPBENCH_TEST_FAULT": "stall:relu_d10_w8"},
+        # Its temporary folders in tmp_path: a SIGKILLed harness cannot remove them.
+        env={**os.environ, "EPBENCH_TEST_FAULT": "stall:relu_d10_w8", "TMPDIR": str(tmp_path)},
     )
     deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
     workers: list[int] = []
