@@ -181,26 +181,18 @@ def _judge_bounded(
         return Judgement("no_change", f"the whole interval lies within {band}", significant, q)
     if significant and c > 0 and lo >= t:
         if c >= th.alert:
-            if unquiet and _quiet_alert(quiet_only, quiet_significant, th):
-                assert quiet_only is not None
-                q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
-                return Judgement(
-                    "alert",
-                    f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
-                    f"rounds alone ({unquiet} unquiet set aside), beyond the alert level "
-                    f"{th.alert:.1%}",
-                    significant, q,
-                )
             if unquiet and _quiet_regression(quiet_only, quiet_significant, th):
-                # The quiet rounds alone show a regression, not an alert: a regression,
-                # never the alert the unquiet rounds would have made it.
+                # Judged on the quiet rounds alone: an alert if they make one, else a
+                # regression, never the alert the unquiet rounds would have made it.
                 assert quiet_only is not None
                 q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+                alert = q_c >= th.alert
+                beyond = (f"the alert level {th.alert:.1%}" if alert else
+                          f"the threshold {t:.1%}; {c:+.1%} on all rounds would be an alert")
                 return Judgement(
-                    "regression",
+                    "alert" if alert else "regression",
                     f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
-                    f"rounds alone ({unquiet} unquiet set aside), beyond the threshold "
-                    f"{t:.1%}; {c:+.1%} on all rounds would be an alert",
+                    f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
                     significant, q,
                 )
             if unquiet:
@@ -247,10 +239,6 @@ def _quiet_regression(quiet_only: stats.Change | None, significant: bool, th: Th
         return False
     return quiet_only.lo - 1.0 >= th.t
 
-
-def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
-    return (_quiet_regression(quiet_only, significant, th)
-            and quiet_only is not None and quiet_only.ratio - 1.0 >= th.alert)
 
 
 def judge_grid(
