@@ -22,6 +22,7 @@ runs=${1:?how many runs}; out=${2:?output folder}; iters=${3:-}; load=${4:-none}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "RUNS is a positive number, not '$runs'" >&2; exit 2; }
 [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] || { echo "SLOW_ITERS is a positive number, not '$iters'" >&2; exit 2; }
 case $load in none|bursty|sustained) ;; *) echo "LOAD is none, bursty or sustained, not '$load'" >&2; exit 2;; esac
+out=$(realpath -m "$out")   # before the cd below: a relative OUT_DIR is the caller's
 cd "$(git rev-parse --show-toplevel)"
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
