@@ -240,7 +240,6 @@ def _quiet_regression(quiet_only: stats.Change | None, significant: bool, th: Th
     return quiet_only.lo - 1.0 >= th.t
 
 
-
 def judge_grid(
     changes: Sequence[stats.Change],
     thresholds: Sequence[Threshold],

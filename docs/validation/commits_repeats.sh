@@ -18,6 +18,7 @@
 # results.jsonl) and prints the summary below. `python - OUT_DIR RUNS` on the script's
 # last part summarizes a partial series.
 set -euo pipefail
+source "$(dirname "$0")/background_load.sh"
 runs=${1:?how many runs}; out=${2:?output folder}; iters=${3:-}; load=${4:-none}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "RUNS is a positive number, not '$runs'" >&2; exit 2; }
 [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] || { echo "SLOW_ITERS is a positive number, not '$iters'" >&2; exit 2; }
@@ -50,14 +51,7 @@ else
   echo "$setup" > "$repo.setup"
 fi
 base=$(git -C "$repo" rev-parse aa~1)
-load_pid=
-trap '[ -z "$load_pid" ] || { kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; } || true' EXIT
-if [ "$load" != none ]; then
-  # Its last argument is this script's pid: the load dies with this script, even on SIGKILL.
-  "$py" -m epbench.harness.load "$load" 0 $$ & load_pid=$!
-  sleep 1
-  kill -0 "$load_pid" 2>/dev/null || { echo "the $load load did not start" >&2; exit 1; }
-fi
+[ "$load" = none ] || load_start "$py" "$load" 0
 for i in $(seq 1 "$runs"); do
   for kind in $kinds; do
     d=$out/${kind}_$i
@@ -69,9 +63,7 @@ for i in $(seq 1 "$runs"); do
     "$ep" compare "$d/results.jsonl" --base base --pr head --format json --out "$d/first.json" \
         --fail-on never
   done
-  if [ -n "$load_pid" ] && ! kill -0 "$load_pid" 2>/dev/null; then
-    echo "the $load load died during run $i, so that run was not all under load; stopping" >&2; exit 1
-  fi
+  load_alive "the $load load died during run $i, so that run was not all under load; stopping"
 done
 "$py" - "$out" "$runs" <<'PY'
 # Per kind: how many runs had a twin warning, and the verdicts after re-runs and of the

@@ -19,6 +19,7 @@
 # slowed by that many ns per Run instead of a copy (with POWER=0: compare-commits' exact
 # arms and rounds, measuring power: every flag of `head` is a true one).
 set -euo pipefail
+source "$(dirname "$0")/background_load.sh"
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
 case $load in none|bursty|sustained) ;; *) echo "LOAD is none, bursty or sustained, not '$load'" >&2; exit 2;; esac
 ep=${EPBENCH:-.venv/bin/epbench}
@@ -36,14 +37,7 @@ if [ "${POWER:-1}" != 0 ]; then
   power=(--arm engine:name=d2,inject_delay_ns_per_run=122
          --arm engine:name=d3,inject_delay_ns_per_run=183)
 fi
-load_pid=
-trap '[ -z "$load_pid" ] || { kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; } || true' EXIT
-if [ "$load" != none ]; then
-  # Its last argument is this script's pid: the load dies with this script, even on SIGKILL.
-  "$py" -m epbench.harness.load "$load" 0 $$ & load_pid=$!
-  sleep 1
-  kill -0 "$load_pid" 2>/dev/null || { echo "the $load load did not start" >&2; exit 1; }
-fi
+[ "$load" = none ] || load_start "$py" "$load" 0
 for i in $(seq 1 "$runs"); do
   rm -f "$out/run$i"/{head,d2,d3}.json   # no verdicts left from an earlier series
   "$ep" run --grid "$grid" --arm engine:name=base --arm "$head_arm" ${power[@]+"${power[@]}"} \
@@ -53,9 +47,7 @@ for i in $(seq 1 "$runs"); do
     "$ep" compare "$out/run$i/results.json" --base base --pr "$arm" --format json \
         --out "$out/run$i/$arm.json" --fail-on never
   done
-  if [ -n "$load_pid" ] && ! kill -0 "$load_pid" 2>/dev/null; then
-    echo "the $load load died during run $i, so that run was not all under load; stopping" >&2; exit 1
-  fi
+  load_alive "the $load load died during run $i, so that run was not all under load; stopping"
   echo "run $i done $(date +%T)"
 done
 "$py" - "$out" "$runs" <<'PY'

@@ -8,19 +8,15 @@
 # Writes OUT_DIR/pairN/{a,b}/results.json and OUT_DIR/pairN/compare.json and prints a
 # summary (verdicts, flagged with the Wilson 95 % upper bound, the changes' range).
 set -euo pipefail
+source "$(dirname "$0")/background_load.sh"
 pairs=${1:?how many pairs}; out=${2:?output folder}; grid=${3:-quick}
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
-load_pid=
-trap '[ -z "$load_pid" ] || { kill "$load_pid" 2>/dev/null; wait "$load_pid" 2>/dev/null; } || true' EXIT
 for i in $(seq 1 "$pairs"); do
-  # Its last argument is this script's pid: the load dies with this script, even on SIGKILL.
-  "$py" -m epbench.harness.load sustained "$i" $$ & load_pid=$!
-  sleep 1
-  kill -0 "$load_pid" 2>/dev/null || { echo "the busy loop did not start" >&2; exit 1; }
+  load_start "$py" sustained "$i"
   "$ep" run --grid "$grid" --arm engine --seed "$i" --quiet --out "$out/pair$i/a" --overwrite
-  kill -0 "$load_pid" 2>/dev/null || { echo "the busy loop died during pair $i" >&2; exit 1; }
-  kill "$load_pid"; wait "$load_pid" 2>/dev/null || true; load_pid=
+  load_alive "the busy loop died during pair $i"
+  load_stop
   "$ep" run --grid "$grid" --arm engine --seed "$((i + 1000))" --quiet --out "$out/pair$i/b" \
       --overwrite
   "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" --base engine \
