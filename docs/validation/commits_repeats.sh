@@ -13,7 +13,8 @@
 #   docs/validation/commits_repeats.sh RUNS OUT_DIR [SLOW_ITERS] [LOAD]
 # LOAD (none, bursty or sustained; epbench.harness.load) runs for the whole series and dies
 # with this script. Run it from the repository; OUT_DIR's clone is made once, for one
-# HEAD and SLOW_ITERS (a later call with others stops). Writes OUT_DIR/{aa,slow}_N/
+# HEAD and SLOW_ITERS (a later call with others stops). FIRST=N starts at run N, so a
+# series stopped for time is finished into the same OUT_DIR. Writes OUT_DIR/{aa,slow}_N/
 # (compare-commits' output, with first.json: the first pass alone, judged from its
 # results.jsonl) and prints the summary below. `python - OUT_DIR RUNS` on the script's
 # last part summarizes a partial series.
@@ -52,7 +53,9 @@ else
 fi
 base=$(git -C "$repo" rev-parse aa~1)
 [ "$load" = none ] || load_start "$py" "$load" 0
-for i in $(seq 1 "$runs"); do
+first=${FIRST:-1}
+[[ $first =~ ^[1-9][0-9]*$ ]] || { echo "FIRST is a positive number, not '$first'" >&2; exit 2; }
+for i in $(seq "$first" "$runs"); do
   for kind in $kinds; do
     d=$out/${kind}_$i
     rm -rf "$d"   # nothing left from an earlier series (--overwrite keeps compare.json)
