@@ -17,7 +17,8 @@ from epbench.engine.library import LIBRARY_NAME, library_path
 # fused node each; "per_node" makes every supported node its own partition; "kernel" runs
 # every supported node as a kernel from the EP's kernel registry. The inject_*
 # knobs are for validating the harness and default to 0: a busy-wait per Run / per node
-# (nanoseconds), and extra harmless ORT API calls per Run (visible in the counters).
+# (nanoseconds, spun as a calibrated loop, counted in injected_spins), and extra harmless
+# ORT API calls per Run (visible in the counters).
 EP_OPTIONS = (
     "partition",
     "inject_delay_ns_per_run",

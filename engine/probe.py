@@ -66,6 +66,20 @@ def read_counters(library_path: str, ep_name: str | None = None) -> dict[str, in
     return {name: int(values[i]) for i, name in enumerate(names[:count])}
 
 
+def spins_for_ns(library_path: str, ns: int) -> int | None:
+    """Loop iterations the library's inject_delay_* knobs spin for ns nanoseconds in this
+    process (its calibration since it was last registered); None for a library without
+    the export (any other plugin EP, or an engine built before the knobs spun a loop)."""
+    handle = ctypes.CDLL(library_path)
+    try:
+        spins = handle.epbench_probe_spins_for_ns
+    except AttributeError:
+        return None
+    spins.restype = ctypes.c_uint64
+    spins.argtypes = [ctypes.c_uint64]
+    return int(spins(ns))
+
+
 def reset_counters(library_path: str) -> None:
     """Zero every counter (total and per EP) of the library; call it between Runs."""
     handle = _load(library_path)

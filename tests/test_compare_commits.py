@@ -19,8 +19,8 @@ from tests.support.gitrepo import git, init_repo
 
 ROOT = Path(__file__).parent.parent
 # The slowdown the second commit adds to every Run, and the extra ORT calls.
-SLOWER_RUN = ("ebe_busy_wait_ns(ep->options.inject_delay_ns_per_run);",
-              "ebe_busy_wait_ns(ep->options.inject_delay_ns_per_run + 20000);")
+SLOWER_RUN = ("ebe_busy_wait_ns(ep->counters, ep->options.inject_delay_ns_per_run);",
+              "ebe_busy_wait_ns(ep->counters, ep->options.inject_delay_ns_per_run + 20000);")
 MORE_CALLS = ("i < ep->options.inject_api_calls_per_run;",
               "i < ep->options.inject_api_calls_per_run + 3;")
 

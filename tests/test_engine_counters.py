@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from epbench.engine import library_path
-from epbench.engine.probe import counter_names, read_counters, reset_counters
+from epbench.engine.probe import counter_names, read_counters, reset_counters, spins_for_ns
 from tests.support.engine_sessions import engine_session
 
 
@@ -97,6 +97,7 @@ def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes
     assert per_run["compute_errors"] == 0
     assert per_run["scratch_overflows"] == 0
     assert per_run["strided_broadcasts"] == 0  # the grid's Adds take the fast kernels
+    assert per_run["injected_spins"] == 0  # no delay knob set
     if options.get("partition") != "kernel":
         assert per_run["in_place_steps"] == 0  # only a registered kernel can be given one
 
@@ -156,15 +157,31 @@ def test_injected_api_calls_are_exact_and_only_in_that_arm() -> None:
     assert _per_run(plain, built.inputs, "ebe_plain")["ort_api_calls"] == 4
 
 
-def test_delay_knobs_change_no_count() -> None:
+@pytest.mark.parametrize("partition", ["fused", "kernel"])
+def test_delay_knobs_spin_their_calibrated_count_and_change_no_other(partition) -> None:
     spec, built = _case("relu_d10_w8")
     session = engine_session(built.model_bytes, _library(), "ebe_delay",
-                             {"inject_delay_ns_per_run": "1000",
+                             {"partition": partition,
+                              "inject_delay_ns_per_run": "1000",
                               "inject_delay_ns_per_node": "100"})
     per_run = _per_run(session, built.inputs, "ebe_delay")
-    assert per_run["ort_api_calls"] == 4
+    # Asked after the session's registration: the calibration its Runs used.
+    per_run_spins, per_node_spins = (spins_for_ns(_library(), ns) for ns in (1000, 100))
+    assert per_run["injected_spins"] == per_run_spins + 10 * per_node_spins
+    assert per_run["ort_api_calls"] == (4 if partition == "fused" else 40)
     assert per_run["heap_allocs"] == 0
     assert per_run["nodes_executed"] == 10
+
+
+def test_a_delay_shorter_than_two_clock_reads_is_still_spun() -> None:
+    # The knob used to watch the clock, and returned at once below two reads (~40 ns):
+    # 2 % of a 1.7 us Run was not injected. A loop iteration is ~0.25 ns on x86 today.
+    lib = _library()
+    engine_session(_case("relu_d1_w8")[1].model_bytes, lib, "ebe_short")  # registers it
+    spins = {ns: spins_for_ns(lib, ns) for ns in (0, 20, 40, 1000, 2000)}
+    assert spins[0] == 0
+    assert 0 < spins[20] < spins[40] < spins[1000]
+    assert abs(spins[2000] - 2 * spins[1000]) <= 1  # one rate, rounded to the nearest
 
 
 def test_scratch_grows_once_for_a_bigger_batch_then_is_reused() -> None:

@@ -65,11 +65,14 @@ OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context);
 /* Free a plan and everything it owns. NULL is a no-op. */
 void ebe_plan_free(ebe_plan *plan);
 
-/* Spin for ns nanoseconds on the monotonic clock (test knob; exact on average for
- * requests above two clock reads, not a sleep). Cannot fail. */
-void ebe_busy_wait_ns(uint64_t ns);
+/* Spin about ns nanoseconds (test knob, not a sleep): a calibrated count of loop
+ * iterations, added to `counters`' injected_spins. 0 costs nothing. Cannot fail. */
+void ebe_busy_wait_ns(ebe_counters *counters, uint64_t ns);
 
-/* Measure the wait's own overhead; called once when the library is registered. */
+/* How many loop iterations ebe_busy_wait_ns spins for ns (0 for 0). Cannot fail. */
+uint64_t ebe_busy_wait_iterations(uint64_t ns);
+
+/* Time the loop (once, when the library is registered; again is harmless). */
 void ebe_busy_wait_calibrate(void);
 
 #endif

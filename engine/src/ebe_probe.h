@@ -1,7 +1,8 @@
 /* ebe_probe.h -- the engine's deterministic counters: one block in total, one per EP name.
  *
  * Exported with C linkage (see epbench_engine.map): epbench_probe_snapshot,
- * epbench_probe_snapshot_ep, epbench_probe_reset, epbench_probe_name. Counters are relaxed
+ * epbench_probe_snapshot_ep, epbench_probe_reset, epbench_probe_name,
+ * epbench_probe_spins_for_ns. Counters are relaxed
  * atomics: exact counts, no ordering promises between them.
  */
 #ifndef EBE_PROBE_H
@@ -23,6 +24,7 @@ typedef enum ebe_counter_id {
   EBE_C_SCRATCH_OVERFLOWS, /* Runs that found every pooled scratch busy (heap fallback) */
   EBE_C_STRIDED_BROADCASTS, /* Add/Mul steps run by the general strided broadcast */
   EBE_C_IN_PLACE_STEPS,     /* one-node steps whose output buffer ORT made the input's */
+  EBE_C_INJECTED_SPINS,     /* loop iterations spun by the inject_delay_* test knobs */
   EBE_C_COUNT
 } ebe_counter_id;
 

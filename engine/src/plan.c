@@ -89,31 +89,54 @@ static uint64_t ebe_monotonic_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-/* What the wait itself costs beyond its target: the first clock read plus the read that
- * crosses the target, about two reads (epbench validate measured a 1 % delay of a 2.2 us
- * Run as +3 % before this was taken off). Measured once, at registration. */
-static _Atomic uint64_t ebe_wait_overhead_ns;
+/* The injected delay is a counted number of iterations of one loop, not a watch on the
+ * clock: a clock-watching wait cannot be shorter than two clock reads (about 40 ns on a
+ * host with a 10 ns clock, so 2 % of a 1.7 us Run was not injected at all), while a loop
+ * iteration costs about a nanosecond. Picoseconds per iteration, measured at
+ * registration; 0 until then. */
+static _Atomic uint64_t ebe_spin_ps_per_iteration;
 
-/* Cannot fail. Measures the cheapest pair of back-to-back clock reads. */
-void ebe_busy_wait_calibrate(void) {
-  uint64_t best = UINT64_MAX;
-  for (int i = 0; i < 256; i++) {
-    const uint64_t a = ebe_monotonic_ns();
-    const uint64_t b = ebe_monotonic_ns();
-    if (b - a < best) best = b - a;
+/* Cannot fail. The loop every injected delay runs (volatile: the compiler keeps each
+ * iteration). */
+static void ebe_spin(uint64_t iterations) {
+  for (volatile uint64_t i = 0; i < iterations; i++) {
   }
-  atomic_store_explicit(&ebe_wait_overhead_ns, 2 * best, memory_order_relaxed);
 }
 
-/* Cannot fail; spins on CLOCK_MONOTONIC so that the call lasts about ns nanoseconds in
- * all (0, or less than the wait's own overhead: returns at once). */
-void ebe_busy_wait_ns(uint64_t ns) {
-  const uint64_t overhead = atomic_load_explicit(&ebe_wait_overhead_ns, memory_order_relaxed);
-  if (ns <= overhead) return;
-  const uint64_t target = ns - overhead;
-  const uint64_t start = ebe_monotonic_ns();
-  while (ebe_monotonic_ns() - start < target) {
+enum {
+  EBE_SPIN_CALIBRATION_ITERATIONS = 100000, /* about 0.1 ms a try on a 3 GHz core */
+  EBE_SPIN_CALIBRATION_TRIES = 5            /* the fastest try: one preemption is ignored */
+};
+
+/* Cannot fail. Times the loop and keeps the fastest of a few tries. */
+void ebe_busy_wait_calibrate(void) {
+  uint64_t best = UINT64_MAX;
+  for (int t = 0; t < EBE_SPIN_CALIBRATION_TRIES; t++) {
+    const uint64_t start = ebe_monotonic_ns();
+    ebe_spin(EBE_SPIN_CALIBRATION_ITERATIONS);
+    const uint64_t took = ebe_monotonic_ns() - start;
+    if (took < best) best = took;
   }
+  const uint64_t ps = best * 1000u / EBE_SPIN_CALIBRATION_ITERATIONS;
+  atomic_store_explicit(&ebe_spin_ps_per_iteration, ps > 0 ? ps : 1, memory_order_relaxed);
+}
+
+uint64_t ebe_busy_wait_iterations(uint64_t ns) {
+  if (ns == 0) return 0;
+  uint64_t ps = atomic_load_explicit(&ebe_spin_ps_per_iteration, memory_order_relaxed);
+  if (ps == 0) { /* not registered yet (a probe call before CreateEpFactories) */
+    ebe_busy_wait_calibrate();
+    ps = atomic_load_explicit(&ebe_spin_ps_per_iteration, memory_order_relaxed);
+  }
+  if (ns > UINT64_MAX / 1000u) ns = UINT64_MAX / 1000u; /* 213 days: a typo, not a wait */
+  return (ns * 1000u + ps / 2) / ps; /* nearest; at least 1 for any request of ps / 2 or more */
+}
+
+void ebe_busy_wait_ns(ebe_counters *counters, uint64_t ns) {
+  if (ns == 0) return; /* the normal case: no knob set, nothing counted */
+  const uint64_t iterations = ebe_busy_wait_iterations(ns);
+  ebe_probe_add(counters, EBE_C_INJECTED_SPINS, iterations);
+  ebe_spin(iterations);
 }
 
 /* ---- shape rules (shared by the shape pass and the execution pass) ---------------------- */
@@ -875,7 +898,7 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
   if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
     ebe_probe_add(plan->counters, EBE_C_IN_PLACE_STEPS, 1);
   ebe_exec(step->op, a, b, &out, &bc, plan->counters);
-  ebe_busy_wait_ns(plan->delay_ns_per_node);
+  ebe_busy_wait_ns(plan->counters, plan->delay_ns_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
   return NULL;
 }
@@ -904,7 +927,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
   }
   for (size_t s = 0; s < plan->n_steps; s++) {
     ebe_run_step(plan, scratch, s);
-    ebe_busy_wait_ns(plan->delay_ns_per_node);
+    ebe_busy_wait_ns(plan->counters, plan->delay_ns_per_node);
   }
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
   return NULL;

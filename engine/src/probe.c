@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "ebe_common.h"
+#include "ebe_plan.h"
 
 #define EBE_PROBE_MAX_EPS 64
 #define EBE_PROBE_MAX_NAME 128
@@ -29,6 +30,7 @@ static const char *const ebe_probe_names[EBE_C_COUNT] = {
     [EBE_C_SCRATCH_OVERFLOWS] = "scratch_overflows",
     [EBE_C_STRIDED_BROADCASTS] = "strided_broadcasts",
     [EBE_C_IN_PLACE_STEPS] = "in_place_steps",
+    [EBE_C_INJECTED_SPINS] = "injected_spins",
 };
 
 /* Lock-free lookup of an existing entry; NULL when absent. */
@@ -105,4 +107,10 @@ EBE_EXPORT void epbench_probe_reset(void) {
 /* Name of counter i, or NULL past the end. */
 EBE_EXPORT const char *epbench_probe_name(size_t i) {
   return i < EBE_C_COUNT ? ebe_probe_names[i] : NULL;
+}
+
+/* Loop iterations the inject_delay_* knobs spin for a request of ns nanoseconds in this
+ * process (the count injected_spins then shows): lets a test pin the knob exactly. */
+EBE_EXPORT uint64_t epbench_probe_spins_for_ns(uint64_t ns) {
+  return ebe_busy_wait_iterations(ns);
 }
