@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from epbench.core.errors import EpbenchError
-from epbench.core.model import Case, Results
+from epbench.core.model import Case, Results, changed_counters
 from epbench.core.numbers import median
 from epbench.core.results import load_results
 from epbench.reports import defaults, stats
@@ -831,14 +831,10 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
         b, p = _counters(base, name), _counters(pr, name)
         if not b and not p:
             continue
-        # Counters are a free-form mapping (name -> value per Run): .get is a lookup here.
-        b, p = b or {}, p or {}
-        for counter in sorted(set(b) | set(p)):
-            if b.get(counter) != p.get(counter):
-                old, new = b.get(counter), p.get(counter)
-                change = (new - old) / old if old and new is not None else None
-                rows.append({"case": name, "counter": counter, "base": old, "pr": new,
-                             "change": change})
+        for counter, (old, new) in changed_counters(b, p).items():
+            change = (new - old) / old if old and new is not None else None
+            rows.append({"case": name, "counter": counter, "base": old, "pr": new,
+                         "change": change})
     return rows
 
 

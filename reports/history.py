@@ -34,7 +34,7 @@ import math
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.errors import EpbenchError
-from epbench.core.model import Results
+from epbench.core.model import Results, changed_counters
 from epbench.core.paths import cache_dir
 from epbench.core.results import dumps, load_results
 from epbench.reports import changepoints, stats
@@ -723,13 +723,6 @@ class SeriesTooShort(HistoryError):
     """A series with fewer points than a change-point test needs."""
 
 
-def _counters_changed(before: Mapping[str, Any] | None,
-                      after: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
-    before, after = before or {}, after or {}
-    return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
-            if before.get(k) != after.get(k)}
-
-
 def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = "",
                  machine: str = "", weighted: bool = False,
                  significance: float = changepoints.SIGNIFICANCE,
@@ -770,7 +763,7 @@ def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = ""
         findings.append(Finding(
             case=case, arm=arm, machine=machine, before=prev.commit, after=nxt.commit,
             index=cp.index, change=change, p=cp.p,
-            counters_changed=_counters_changed(prev.counters, nxt.counters),
+            counters_changed=changed_counters(prev.counters, nxt.counters),
         ))
     return findings
 

@@ -7,7 +7,7 @@
 #   aa    a comment changed in the engine's source: identical code, so every flag is false;
 #   slow  (with SLOW_ITERS) the engine counts a volatile loop SLOW_ITERS times more per Run:
 #         every flag is true. A change to the code, as a PR makes, not the engine's
-#         inject_delay knob (which spins a calibrated loop and counts it).
+#         inject_delay knob (worked out when the EP is made, so no line to edit).
 # Each run compares HEAD against one of them, alternating (slow, aa, slow, aa, ...), so
 # the machine's drift spreads over both; KINDS="aa" or "slow" runs one only.
 #   docs/validation/commits_repeats.sh RUNS OUT_DIR [SLOW_ITERS] [LOAD]
@@ -38,7 +38,7 @@ if [ -d "$repo" ]; then
 else
   git clone -q . "$repo"
   src=engine/src/ep.c
-  wait_line='  ebe_busy_wait_ns(ep->counters, ep->options.inject_delay_ns_per_run);'
+  wait_line='  ebe_probe_add(ep->counters, EBE_C_RUNS, 1);'
   grep -qxF "$wait_line" "$repo/$src" || { echo "$src has no line '$wait_line' to slow" >&2; exit 1; }
   git -C "$repo" checkout -q -b aa
   echo "/* A/A: this comment is the only change. */" >> "$repo/$src"

@@ -2,6 +2,7 @@
 #ifndef EBE_EP_H
 #define EBE_EP_H
 
+#include "ebe_delay.h"
 #include "ebe_factory.h"
 
 typedef enum ebe_partition {
@@ -32,6 +33,7 @@ typedef struct ebe_ep {
   char *name; /* == the factory's registration name */
   ebe_counters *counters;
   ebe_ep_options options;
+  ebe_delay delay_per_run;         /* options.inject_delay_ns_per_run as loop iterations */
   OrtKernelRegistry *registry;     /* partition=kernel only, else NULL; owned */
   ebe_kernel_source kernel_sources[8]; /* [op]: the create functions' state (>= EBE_OP_COUNT) */
 } ebe_ep;

@@ -5,6 +5,7 @@
 #define EBE_PLAN_H
 
 #include "ebe_common.h"
+#include "ebe_delay.h"
 
 typedef enum ebe_op {
   EBE_OP_IDENTITY = 0,
@@ -24,7 +25,7 @@ size_t ebe_op_arity(ebe_op op);
 typedef struct ebe_plan_config {
   const OrtApi *api;
   ebe_counters *counters;     /* per-EP block (may be NULL); totals are always counted */
-  uint64_t delay_ns_per_node; /* test knob: busy-wait after each node, 0 = off */
+  uint64_t delay_ns_per_node; /* test knob: spin this long after each node, 0 = off */
 } ebe_plan_config;
 
 typedef struct ebe_plan ebe_plan;
@@ -64,15 +65,5 @@ OrtStatus *ebe_plan_run(ebe_plan *plan, OrtKernelContext *context);
 
 /* Free a plan and everything it owns. NULL is a no-op. */
 void ebe_plan_free(ebe_plan *plan);
-
-/* Spin about ns nanoseconds (test knob, not a sleep): a calibrated count of loop
- * iterations, added to `counters`' injected_spins. 0 costs nothing. Cannot fail. */
-void ebe_busy_wait_ns(ebe_counters *counters, uint64_t ns);
-
-/* How many loop iterations ebe_busy_wait_ns spins for ns (0 for 0). Cannot fail. */
-uint64_t ebe_busy_wait_iterations(uint64_t ns);
-
-/* Time the loop (once, when the library is registered; again is harmless). */
-void ebe_busy_wait_calibrate(void);
 
 #endif

@@ -24,7 +24,7 @@ typedef enum ebe_counter_id {
   EBE_C_SCRATCH_OVERFLOWS, /* Runs that found every pooled scratch busy (heap fallback) */
   EBE_C_STRIDED_BROADCASTS, /* Add/Mul steps run by the general strided broadcast */
   EBE_C_IN_PLACE_STEPS,     /* one-node steps whose output buffer ORT made the input's */
-  EBE_C_INJECTED_SPINS,     /* loop iterations spun by the inject_delay_* test knobs */
+  EBE_C_INJECTED_DELAY_NS,  /* nanoseconds asked of the inject_delay_* test knobs */
   EBE_C_COUNT
 } ebe_counter_id;
 

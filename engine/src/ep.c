@@ -486,7 +486,7 @@ static OrtStatus *ORT_API_CALL ebe_ep_on_run_start(OrtEp *this_ptr,
   ebe_probe_add(ep->counters, EBE_C_RUNS, 1);
   for (uint64_t i = 0; i < ep->options.inject_api_calls_per_run; i++)
     (void)EBE_CALL0(ep->counters, ep->api, GetEpApi); /* harmless, visible in the counters */
-  ebe_busy_wait_ns(ep->counters, ep->options.inject_delay_ns_per_run);
+  ebe_delay_inject(ep->counters, &ep->delay_per_run);
   return NULL;
 }
 
@@ -518,6 +518,7 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
    * SetDynamicOptions, OnRunEnd, CreateAllocator, CreateSyncStreamForDevice, ... (ORT's CPU
    * defaults apply). */
   OrtStatus *status = ebe_read_options(ep, session_options);
+  ep->delay_per_run = ebe_delay_for_ns(ep->options.inject_delay_ns_per_run);
   if (status == NULL && ep->options.partition == EBE_PARTITION_KERNEL)
     status = ebe_registry_create(ep);
   if (status != NULL) {

@@ -11,7 +11,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "ebe_kernels.h"
 #include "ebe_plan.h"
@@ -57,7 +56,7 @@ typedef struct ebe_scratch {
 struct ebe_plan {
   const OrtApi *api;
   ebe_counters *counters;
-  uint64_t delay_ns_per_node;
+  ebe_delay delay_per_node; /* test knob, spun after every node */
   size_t n_values, n_steps, n_inputs, n_outputs, n_slots;
   ebe_value *values;
   ebe_step *steps;
@@ -81,62 +80,6 @@ int ebe_op_from_name(const char *op_type) {
 
 size_t ebe_op_arity(ebe_op op) {
   return op == EBE_OP_ADD || op == EBE_OP_MUL || op == EBE_OP_MATMUL ? 2 : 1;
-}
-
-static uint64_t ebe_monotonic_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-}
-
-/* The injected delay is a counted number of iterations of one loop, not a watch on the
- * clock: a clock-watching wait cannot be shorter than two clock reads (about 40 ns on a
- * host with a 10 ns clock, so 2 % of a 1.7 us Run was not injected at all), while a loop
- * iteration costs about a nanosecond. Picoseconds per iteration, measured at
- * registration; 0 until then. */
-static _Atomic uint64_t ebe_spin_ps_per_iteration;
-
-/* Cannot fail. The loop every injected delay runs (volatile: the compiler keeps each
- * iteration). */
-static void ebe_spin(uint64_t iterations) {
-  for (volatile uint64_t i = 0; i < iterations; i++) {
-  }
-}
-
-enum {
-  EBE_SPIN_CALIBRATION_ITERATIONS = 100000, /* about 0.1 ms a try on a 3 GHz core */
-  EBE_SPIN_CALIBRATION_TRIES = 5            /* the fastest try: one preemption is ignored */
-};
-
-/* Cannot fail. Times the loop and keeps the fastest of a few tries. */
-void ebe_busy_wait_calibrate(void) {
-  uint64_t best = UINT64_MAX;
-  for (int t = 0; t < EBE_SPIN_CALIBRATION_TRIES; t++) {
-    const uint64_t start = ebe_monotonic_ns();
-    ebe_spin(EBE_SPIN_CALIBRATION_ITERATIONS);
-    const uint64_t took = ebe_monotonic_ns() - start;
-    if (took < best) best = took;
-  }
-  const uint64_t ps = best * 1000u / EBE_SPIN_CALIBRATION_ITERATIONS;
-  atomic_store_explicit(&ebe_spin_ps_per_iteration, ps > 0 ? ps : 1, memory_order_relaxed);
-}
-
-uint64_t ebe_busy_wait_iterations(uint64_t ns) {
-  if (ns == 0) return 0;
-  uint64_t ps = atomic_load_explicit(&ebe_spin_ps_per_iteration, memory_order_relaxed);
-  if (ps == 0) { /* not registered yet (a probe call before CreateEpFactories) */
-    ebe_busy_wait_calibrate();
-    ps = atomic_load_explicit(&ebe_spin_ps_per_iteration, memory_order_relaxed);
-  }
-  if (ns > UINT64_MAX / 1000u) ns = UINT64_MAX / 1000u; /* 213 days: a typo, not a wait */
-  return (ns * 1000u + ps / 2) / ps; /* nearest; at least 1 for any request of ps / 2 or more */
-}
-
-void ebe_busy_wait_ns(ebe_counters *counters, uint64_t ns) {
-  if (ns == 0) return; /* the normal case: no knob set, nothing counted */
-  const uint64_t iterations = ebe_busy_wait_iterations(ns);
-  ebe_probe_add(counters, EBE_C_INJECTED_SPINS, iterations);
-  ebe_spin(iterations);
 }
 
 /* ---- shape rules (shared by the shape pass and the execution pass) ---------------------- */
@@ -389,7 +332,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   if (plan == NULL) return ebe_error(api, c, ORT_FAIL, "engine: out of memory building a plan");
   plan->api = api;
   plan->counters = c;
-  plan->delay_ns_per_node = cfg->delay_ns_per_node;
+  plan->delay_per_node = ebe_delay_for_ns(cfg->delay_ns_per_node);
 
   EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetNumInputs, fused_node, &plan->n_inputs),
                     fail);
@@ -549,7 +492,7 @@ OrtStatus *ebe_plan_build_node(const ebe_plan_config *cfg, ebe_op op, const char
     return ebe_error(cfg->api, c, ORT_FAIL, "engine: out of memory building a kernel");
   plan->api = cfg->api;
   plan->counters = c;
-  plan->delay_ns_per_node = cfg->delay_ns_per_node;
+  plan->delay_per_node = ebe_delay_for_ns(cfg->delay_ns_per_node);
   plan->n_inputs = arity;
   plan->n_outputs = 1;
   plan->n_steps = 1;
@@ -898,7 +841,7 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
   if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
     ebe_probe_add(plan->counters, EBE_C_IN_PLACE_STEPS, 1);
   ebe_exec(step->op, a, b, &out, &bc, plan->counters);
-  ebe_busy_wait_ns(plan->counters, plan->delay_ns_per_node);
+  ebe_delay_inject(plan->counters, &plan->delay_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
   return NULL;
 }
@@ -927,8 +870,9 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
   }
   for (size_t s = 0; s < plan->n_steps; s++) {
     ebe_run_step(plan, scratch, s);
-    ebe_busy_wait_ns(plan->counters, plan->delay_ns_per_node);
+    ebe_delay_spin(&plan->delay_per_node);
   }
+  ebe_delay_count(plan->counters, &plan->delay_per_node, plan->n_steps); /* one add a Run */
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
   return NULL;
 }

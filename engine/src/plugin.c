@@ -1,6 +1,6 @@
 /* plugin.c -- the two entry points ORT looks up in a plugin EP library. */
+#include "ebe_delay.h"
 #include "ebe_factory.h"
-#include "ebe_plan.h"
 
 /* Create one factory named `registered_name`. If the running ORT is older than the API
  * version we request, report no factory (and make no OrtStatus: there is no API to make
@@ -12,7 +12,7 @@ EBE_EXPORT OrtStatus *CreateEpFactories(const char *registered_name,
                                         size_t *num_factories) {
   (void)default_logger;
   *num_factories = 0;
-  ebe_busy_wait_calibrate();
+  ebe_delay_calibrate(); /* before any EP works out its delays */
   ebe_counters *c = ebe_probe_counters_for(registered_name);
   const OrtApi *api = EBE_CALL(c, ort_api_base, GetApi, EBE_ORT_API_VERSION);
   if (api == NULL) return NULL;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "ebe_common.h"
-#include "ebe_plan.h"
+#include "ebe_delay.h"
 
 #define EBE_PROBE_MAX_EPS 64
 #define EBE_PROBE_MAX_NAME 128
@@ -30,7 +30,7 @@ static const char *const ebe_probe_names[EBE_C_COUNT] = {
     [EBE_C_SCRATCH_OVERFLOWS] = "scratch_overflows",
     [EBE_C_STRIDED_BROADCASTS] = "strided_broadcasts",
     [EBE_C_IN_PLACE_STEPS] = "in_place_steps",
-    [EBE_C_INJECTED_SPINS] = "injected_spins",
+    [EBE_C_INJECTED_DELAY_NS] = "injected_delay_ns",
 };
 
 /* Lock-free lookup of an existing entry; NULL when absent. */
@@ -109,8 +109,8 @@ EBE_EXPORT const char *epbench_probe_name(size_t i) {
   return i < EBE_C_COUNT ? ebe_probe_names[i] : NULL;
 }
 
-/* Loop iterations the inject_delay_* knobs spin for a request of ns nanoseconds in this
- * process (the count injected_spins then shows): lets a test pin the knob exactly. */
+/* Loop iterations the inject_delay_* knobs of this library copy spin for ns nanoseconds
+ * (calibrating first if nothing has). Cannot fail. */
 EBE_EXPORT uint64_t epbench_probe_spins_for_ns(uint64_t ns) {
-  return ebe_busy_wait_iterations(ns);
+  return ebe_delay_spins_for_ns(ns);
 }

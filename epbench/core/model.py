@@ -321,6 +321,21 @@ class Twin(Record):
     absent: frozenset[str] = frozenset()
 
 
+def changed_counters(before: Mapping[str, Any] | None,
+                     after: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+    """The deterministic counters that differ, name -> (before, after).
+
+    When both sides report counters, one missing on one side and 0 on the other is no
+    change: a build older than a counter does not report it, and a newer one reports 0
+    until something counts. A side with no counters at all (not the engine) differs in
+    every counter the other reports.
+    """
+    before, after = before or {}, after or {}
+    missing = 0 if before and after else None
+    return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
+            if before.get(k, missing) != after.get(k, missing)}
+
+
 @dataclass(frozen=True)
 class Results(Record):
     """A results document (schema epbench.results/2)."""
