@@ -17,7 +17,7 @@ from epbench.engine.library import LIBRARY_NAME, library_path
 # fused node each; "per_node" makes every supported node its own partition; "kernel" runs
 # every supported node as a kernel from the EP's kernel registry. The inject_*
 # knobs are for validating the harness and default to 0: a busy-wait per Run / per node
-# (nanoseconds, spun as a calibrated loop, counted in injected_spins), and extra harmless
+# (nanoseconds, spun as a calibrated loop, counted in injected_delay_ns), and extra harmless
 # ORT API calls per Run (visible in the counters).
 EP_OPTIONS = (
     "partition",

@@ -68,7 +68,7 @@ def read_counters(library_path: str, ep_name: str | None = None) -> dict[str, in
 
 def spins_for_ns(library_path: str, ns: int) -> int | None:
     """Loop iterations the library's inject_delay_* knobs spin for ns nanoseconds in this
-    process (its calibration since it was last registered); None for a library without
+    process (timed once per library copy, on first use); None for a library without
     the export (any other plugin EP, or an engine built before the knobs spun a loop)."""
     if ns < 0:
         raise ValueError(f"a delay is a non-negative number of nanoseconds, not {ns}")

@@ -172,9 +172,31 @@ def test_delay_knobs_count_what_was_asked_and_change_no_other_count(partition) -
     assert per_run["nodes_executed"] == 10
 
 
+@pytest.mark.parametrize(("partition", "option"), [("fused", "inject_delay_ns_per_run"),
+                                                   ("fused", "inject_delay_ns_per_node"),
+                                                   ("kernel", "inject_delay_ns_per_node")])
+def test_delay_knobs_really_spin(partition, option) -> None:
+    # The count above is of what was asked; this is the spinning. A lower bound only, with
+    # a 2x margin: load can only lengthen a Run, so it cannot fail for noise.
+    import time
+
+    spec, built = _case("relu_d10_w8")
+    per_run_ns = 2_000_000
+    ns = per_run_ns if option == "inject_delay_ns_per_run" else per_run_ns // 10
+    session = engine_session(built.model_bytes, _library(), "ebe_spin",
+                             {"partition": partition, option: str(ns)})
+    session.run(None, built.inputs)
+    took = []
+    for _ in range(3):
+        start = time.perf_counter_ns()
+        session.run(None, built.inputs)
+        took.append(time.perf_counter_ns() - start)
+    assert min(took) >= per_run_ns / 2, took
+
+
 def test_a_delay_shorter_than_two_clock_reads_is_still_spun() -> None:
     # The knob used to watch the clock, and returned at once below two reads (~40 ns):
-    # 2 % of a 1.7 us Run was not injected. It spins a loop now (~0.25 ns an iteration on
+    # 2 % of a 1.7 us Run was not injected. It spins a loop now (~0.22 ns an iteration on
     # this project's VM; the bounds allow 0.01 to 100 ns).
     lib = _library()
     spins = {ns: spins_for_ns(lib, ns) for ns in (0, 20, 40, 1000, 2000)}

@@ -288,15 +288,19 @@ def test_records_are_frozen_at_the_top_level_and_share_the_documents_nested_valu
         assert "immutable" not in flat
 
 
-def test_changed_counters_treats_a_counter_one_build_lacks_as_zero_only_beside_counters() -> None:
+def test_changed_counters_hides_only_a_counter_added_at_zero() -> None:
     from epbench.core.model import changed_counters
 
-    older = {"ort_api_calls": 4.0}                     # a build before injected_delay_ns
-    newer = {"ort_api_calls": 4.0, "injected_delay_ns": 0.0}
+    older = {"runs": 1.0, "ort_api_calls": 4.0}         # a build before injected_delay_ns
+    newer = {**older, "injected_delay_ns": 0.0}
     assert changed_counters(older, newer) == {}
     assert changed_counters(older, {**newer, "injected_delay_ns": 17.0}) == {
         "injected_delay_ns": (None, 17.0)}
-    assert changed_counters(older, {"ort_api_calls": 5.0}) == {"ort_api_calls": (4.0, 5.0)}
-    # A side with no counters (a plugin without the probe) differs in every one, zeros too.
-    assert changed_counters(None, newer) == {"ort_api_calls": (None, 4.0),
-                                             "injected_delay_ns": (None, 0.0)}
+    assert changed_counters(older, {**newer, "ort_api_calls": 5.0}) == {
+        "ort_api_calls": (4.0, 5.0)}
+    # A counter a build stopped reporting is a change, even one that was 0.
+    assert changed_counters(newer, older) == {"injected_delay_ns": (0.0, None)}
+    # A side without the probe (ORT's CPU EP has `instructions` at most) differs in every
+    # counter the other reports, zeros too.
+    for no_probe in (None, {"instructions": 9.0}):
+        assert changed_counters(no_probe, newer)["injected_delay_ns"] == (None, 0.0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The path a PR takes, repeated: each run holds the engine as `base`, a copy of the same
-# library file as `head` (A/A: identical code), the engine slowed by a fixed busy-wait per
+# library file as `head` (A/A: identical code), the engine slowed by its inject_delay knob per
 # Run (`d2`, `d3`: about 2 and 3 % of a quick-grid case's ~6 µs Run) and an A/A twin of
 # `base`, at compare-commits' default processes, sessions and requested rounds (6 arms make
 # 48 rounds 72: 12 per process, whole counterbalanced designs); `epbench compare

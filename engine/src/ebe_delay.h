@@ -1,9 +1,10 @@
 /* ebe_delay.h -- the inject_delay_* test knobs: a counted, calibrated loop.
  *
  * A wait that watches the clock cannot be shorter than two clock reads (about 40 ns where
- * the clock ticks in 10 ns steps: 2 % of a 1.7 us Run was not injected at all). A loop
- * iteration costs well under a nanosecond on a current x86 core, so the knobs spin a loop
- * for the number of iterations that the library timed when it was first registered.
+ * the clock ticks in 10 ns steps: 2 % of a 1.7 us Run was not injected at all). An
+ * iteration of a loop costs a fraction of a nanosecond to a few cycles, so the knobs spin
+ * a loop for the number of iterations that this library copy timed the first time a knob
+ * was set.
  */
 #ifndef EBE_DELAY_H
 #define EBE_DELAY_H
@@ -19,25 +20,40 @@ typedef struct ebe_delay {
   uint64_t spins;
 } ebe_delay;
 
-/* Time the loop, once per library copy (later calls return at once). Cannot fail. */
-void ebe_delay_calibrate(void);
-
-/* Loop iterations that take about ns nanoseconds (0 for 0; the nearest count; calibrates
- * first if nothing has). Cannot fail. */
+/* Loop iterations that take about ns nanoseconds: 0 for 0, else the nearest count at this
+ * library copy's rate, timed on the first call (a few ms: tries of at least 250 us, the
+ * fastest of five). Cannot fail. */
 uint64_t ebe_delay_spins_for_ns(uint64_t ns);
 
-/* The delay for ns nanoseconds. Cannot fail. */
+/* The delay for ns nanoseconds (times the loop on first use). Cannot fail. */
 ebe_delay ebe_delay_for_ns(uint64_t ns);
 
-/* Spin one delay and add its ns to `counters`' injected_delay_ns (NULL: the unattributed
- * block). A zero delay costs one branch. Cannot fail. */
-void ebe_delay_inject(ebe_counters *counters, const ebe_delay *delay);
+/* Spin `spins` iterations of the timed loop (never inlined: the calibration times the
+ * very same code). Cannot fail. */
+void ebe_delay_loop(uint64_t spins);
 
 /* Spin one delay, counting nothing: a plan spins after each node and counts the Run's
- * worth once (an atomic add per node would be part of a delay of a few ns). */
-void ebe_delay_spin(const ebe_delay *delay);
+ * worth once (an atomic add per node would be part of a delay of a few ns). With the knob
+ * at 0 this is one compare and branch. Cannot fail. */
+static inline void ebe_delay_spin(const ebe_delay *delay) {
+  if (delay->spins != 0) ebe_delay_loop(delay->spins);
+}
 
-/* Add times * ns to injected_delay_ns (nothing for a zero delay). Cannot fail. */
-void ebe_delay_count(ebe_counters *counters, const ebe_delay *delay, uint64_t times);
+/* Add times * ns to `counters`' injected_delay_ns (NULL: the unattributed block; saturates
+ * rather than wraps). Nothing for a zero delay. Cannot fail. */
+static inline void ebe_delay_count(ebe_counters *counters, const ebe_delay *delay,
+                                   uint64_t times) {
+  if (delay->ns == 0) return;
+  const uint64_t ns =
+      times != 0 && delay->ns > UINT64_MAX / times ? UINT64_MAX : delay->ns * times;
+  ebe_probe_add(counters, EBE_C_INJECTED_DELAY_NS, ns);
+}
+
+/* Count and spin one delay. Nothing for a zero delay. Cannot fail. */
+static inline void ebe_delay_inject(ebe_counters *counters, const ebe_delay *delay) {
+  if (delay->ns == 0) return;
+  ebe_probe_add(counters, EBE_C_INJECTED_DELAY_NS, delay->ns);
+  ebe_delay_loop(delay->spins);
+}
 
 #endif

@@ -518,7 +518,7 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
    * SetDynamicOptions, OnRunEnd, CreateAllocator, CreateSyncStreamForDevice, ... (ORT's CPU
    * defaults apply). */
   OrtStatus *status = ebe_read_options(ep, session_options);
-  ep->delay_per_run = ebe_delay_for_ns(ep->options.inject_delay_ns_per_run);
+  if (status == NULL) ep->delay_per_run = ebe_delay_for_ns(ep->options.inject_delay_ns_per_run);
   if (status == NULL && ep->options.partition == EBE_PARTITION_KERNEL)
     status = ebe_registry_create(ep);
   if (status != NULL) {

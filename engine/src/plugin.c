@@ -1,5 +1,4 @@
 /* plugin.c -- the two entry points ORT looks up in a plugin EP library. */
-#include "ebe_delay.h"
 #include "ebe_factory.h"
 
 /* Create one factory named `registered_name`. If the running ORT is older than the API
@@ -12,7 +11,6 @@ EBE_EXPORT OrtStatus *CreateEpFactories(const char *registered_name,
                                         size_t *num_factories) {
   (void)default_logger;
   *num_factories = 0;
-  ebe_delay_calibrate(); /* before any EP works out its delays */
   ebe_counters *c = ebe_probe_counters_for(registered_name);
   const OrtApi *api = EBE_CALL(c, ort_api_base, GetApi, EBE_ORT_API_VERSION);
   if (api == NULL) return NULL;

@@ -110,7 +110,7 @@ EBE_EXPORT const char *epbench_probe_name(size_t i) {
 }
 
 /* Loop iterations the inject_delay_* knobs of this library copy spin for ns nanoseconds
- * (calibrating first if nothing has). Cannot fail. */
+ * (timing the loop first if no knob has yet). Cannot fail. */
 EBE_EXPORT uint64_t epbench_probe_spins_for_ns(uint64_t ns) {
   return ebe_delay_spins_for_ns(ns);
 }

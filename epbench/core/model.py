@@ -321,19 +321,24 @@ class Twin(Record):
     absent: frozenset[str] = frozenset()
 
 
+# Every build of the engine's probe reports this counter; a side without it has no probe
+# (any other plugin EP, or ORT's CPU EP, whose only counter may be `instructions`).
+PROBE_COUNTER = "runs"
+
+
 def changed_counters(before: Mapping[str, Any] | None,
                      after: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
     """The deterministic counters that differ, name -> (before, after).
 
-    When both sides report counters, one missing on one side and 0 on the other is no
-    change: a build older than a counter does not report it, and a newer one reports 0
-    until something counts. A side with no counters at all (not the engine) differs in
-    every counter the other reports.
+    A counter that `before` lacks although it has the engine's probe, and that `after`
+    reports as 0, is no change: a build older than a counter does not report it. Every
+    other difference is one, a counter that `after` stopped reporting included.
     """
     before, after = before or {}, after or {}
-    missing = 0 if before and after else None
+    was_added = PROBE_COUNTER in before
     return {k: (before.get(k), after.get(k)) for k in sorted(set(before) | set(after))
-            if before.get(k, missing) != after.get(k, missing)}
+            if not (was_added and k not in before and after[k] == 0)
+            and before.get(k) != after.get(k)}
 
 
 @dataclass(frozen=True)
