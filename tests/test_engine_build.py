@@ -24,6 +24,7 @@ from epbench.engine import build as engine_build
 
 EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
            "epbench_probe_snapshot_ep", "epbench_probe_reset", "epbench_probe_name",
+           "epbench_probe_spins_for_ns",
            "epbench_build_info"}
 
 
