@@ -9,8 +9,8 @@
 static _Atomic uint64_t ebe_delay_fs_per_spin;
 
 enum {
-  EBE_DELAY_TRY_NS = 250000, /* a timed try lasts at least this long: 10 ns clock steps are
-                                0.004 % of it, and a coarse clock still gives a rate */
+  EBE_DELAY_TRY_NS = 250000, /* the fastest try lasts at least this long: 10 ns clock steps
+                                are 0.004 % of it, and a coarse clock still gives a rate */
   EBE_DELAY_TRIES = 5        /* the fastest try is kept: a preemption in one is ignored */
 };
 
@@ -40,15 +40,20 @@ static uint64_t ebe_delay_time_ns(uint64_t spins) {
 static uint64_t ebe_delay_rate_fs(void) {
   uint64_t fs = atomic_load_explicit(&ebe_delay_fs_per_spin, memory_order_relaxed);
   if (fs != 0) return fs;
-  uint64_t spins = 1000;
-  while (spins < (UINT64_C(1) << 40) && ebe_delay_time_ns(spins) < EBE_DELAY_TRY_NS)
+  /* Double the tries' length until even the fastest of them is long enough (a single
+   * preempted try cannot stop the doubling early). About 2 ms in all here. */
+  uint64_t spins = 1000, best = 0;
+  for (;;) {
+    best = UINT64_MAX;
+    for (int t = 0; t < EBE_DELAY_TRIES; t++) {
+      const uint64_t took = ebe_delay_time_ns(spins);
+      if (took < best) best = took;
+    }
+    if (best >= EBE_DELAY_TRY_NS || spins >= (UINT64_C(1) << 40)) break;
     spins *= 2;
-  uint64_t best = UINT64_MAX;
-  for (int t = 0; t < EBE_DELAY_TRIES; t++) {
-    const uint64_t took = ebe_delay_time_ns(spins);
-    if (took < best) best = took;
   }
-  /* best * 10^6 cannot wrap: a try lasts about EBE_DELAY_TRY_NS, far below 5 hours. */
+  /* best * 10^6 cannot wrap: the fastest try lasts under 2 * EBE_DELAY_TRY_NS (its half
+   * was shorter), far below 5 hours. */
   fs = (best * EBE_FS_PER_NS + spins / 2) / spins;
   if (fs == 0) fs = 1;
   atomic_store_explicit(&ebe_delay_fs_per_spin, fs, memory_order_relaxed);

@@ -1,7 +1,7 @@
 /* ebe_delay.h -- the inject_delay_* test knobs: a counted, calibrated loop.
  *
- * A wait that watches the clock cannot be shorter than two clock reads (about 40 ns where
- * the clock ticks in 10 ns steps: 2 % of a 1.7 us Run was not injected at all). An
+ * A wait that watches the clock cannot be shorter than two clock reads (20-40 ns where the
+ * clock ticks in 10 ns steps: 1 % of a 1.7 us Run was not injected, 2 % only in part). An
  * iteration of a loop costs a fraction of a nanosecond to a few cycles, so the knobs spin
  * a loop for the number of iterations that this library copy timed the first time a knob
  * was set.
@@ -33,8 +33,8 @@ ebe_delay ebe_delay_for_ns(uint64_t ns);
 void ebe_delay_loop(uint64_t spins);
 
 /* Spin one delay, counting nothing: a plan spins after each node and counts the Run's
- * worth once (an atomic add per node would be part of a delay of a few ns). With the knob
- * at 0 this is one compare and branch. Cannot fail. */
+ * worth once (an atomic add per node would add to each delay). With the knob at 0 this is
+ * one compare and branch. Cannot fail. */
 static inline void ebe_delay_spin(const ebe_delay *delay) {
   if (delay->spins != 0) ebe_delay_loop(delay->spins);
 }
