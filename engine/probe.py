@@ -32,6 +32,9 @@ def _load(library_path: str) -> ctypes.CDLL | None:
     handle.epbench_probe_name.argtypes = [ctypes.c_size_t]
     handle.epbench_probe_reset.restype = None
     handle.epbench_probe_reset.argtypes = []
+    if hasattr(handle, "epbench_probe_spins_for_ns"):  # builds since the knobs spin a loop
+        handle.epbench_probe_spins_for_ns.restype = ctypes.c_uint64
+        handle.epbench_probe_spins_for_ns.argtypes = [ctypes.c_uint64]
     return handle
 
 
@@ -72,14 +75,10 @@ def spins_for_ns(library_path: str, ns: int) -> int | None:
     the export (any other plugin EP, or an engine built before the knobs spun a loop)."""
     if ns < 0:
         raise ValueError(f"a delay is a non-negative number of nanoseconds, not {ns}")
-    handle = ctypes.CDLL(library_path)
-    try:
-        spins = handle.epbench_probe_spins_for_ns
-    except AttributeError:
+    handle = _load(library_path)
+    if handle is None or not hasattr(handle, "epbench_probe_spins_for_ns"):
         return None
-    spins.restype = ctypes.c_uint64
-    spins.argtypes = [ctypes.c_uint64]
-    return int(spins(ns))
+    return int(handle.epbench_probe_spins_for_ns(ns))
 
 
 def reset_counters(library_path: str) -> None:
