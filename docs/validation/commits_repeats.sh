@@ -17,7 +17,10 @@
 # series stopped for time is finished into the same OUT_DIR. Writes OUT_DIR/{aa,slow}_N/
 # (compare-commits' output, with first.json: the first pass alone, judged from its
 # results.jsonl) and prints the summary below. `python - OUT_DIR RUNS` on the script's
-# last part summarizes a partial series.
+# last part summarizes a partial series. PROFILE=FILE judges every run with that calibration
+# profile (`--profile FILE`; made by `epbench calibrate`); without it, a run that found a
+# cached profile for this host stops the summary, since the series is then not the CI
+# situation it says.
 set -euo pipefail
 source "$(dirname "$0")/background_load.sh"
 runs=${1:?how many runs}; out=${2:?output folder}; iters=${3:-}; load=${4:-none}
@@ -61,14 +64,15 @@ for i in $(seq "$first" "$runs"); do
     rm -rf "$d"   # nothing left from an earlier series (--overwrite keeps compare.json)
     start=$(date +%s)
     "$ep" compare-commits "$base" "$kind" --repo "$repo" --out "$d" --overwrite --quiet \
-        --fail-on never > "$d.log" 2>&1 || { echo "compare-commits failed: $d.log" >&2; exit 1; }
+        --fail-on never ${PROFILE:+--profile "$PROFILE"} > "$d.log" 2>&1 || {
+      echo "compare-commits failed: $d.log" >&2; exit 1; }
     echo "$kind $i $(( $(date +%s) - start )) s $(date +%T)" | tee -a "$out/progress.txt"
     "$ep" compare "$d/results.jsonl" --base base --pr head --format json --out "$d/first.json" \
-        --fail-on never
+        --fail-on never ${PROFILE:+--profile "$PROFILE"}
   done
   load_alive "the $load load died during run $i, so that run was not all under load; stopping"
 done
-"$py" - "$out" "$runs" <<'PY'
+"$py" - "$out" "$runs" "${PROFILE:-}" <<'PY'
 # Per kind: how many runs had a twin warning, and the verdicts after re-runs and of the
 # first pass alone; as rates with the Wilson 95 % interval: case comparisons flagged ⚠️ or
 # 🔴, those failing the job at the default --fail-on (🔴 or ❌), for aa also any finding
@@ -83,6 +87,7 @@ from epbench.reports.defaults import FAIL_ON as DEFAULT_FAIL_ON
 from epbench.workflows.validate import wilson_interval
 
 out, runs = sys.argv[1], int(sys.argv[2])
+with_profile = len(sys.argv) > 3 and bool(sys.argv[3])
 FLAG = {"regression", "alert"}
 FINDING = FLAG | {"improvement"}
 FAILS = FAIL_ON[DEFAULT_FAIL_ON]
@@ -106,8 +111,9 @@ for kind in ("slow", "aa"):
     runs_flagged = runs_found = twin_warned = 0
     for d in dirs:
         doc = json.load(open(f"{d}/compare.json"))
-        if doc.get("profile"):
-            sys.exit(f"{d} was judged with a profile: this series is for runs without one")
+        if bool(doc.get("profile")) != with_profile:
+            sys.exit(f"{d} was judged {'without' if with_profile else 'with'} a profile: "
+                     f"this series is for runs {'with' if with_profile else 'without'} one")
         twin_warned += any("A/A twin differs" in w for w in doc.get("warnings", []))
         runs_flagged += any(r["verdict"] in FLAG for r in doc["cases"])
         runs_found += any(r["verdict"] in FINDING for r in doc["cases"])
