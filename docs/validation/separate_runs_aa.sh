@@ -4,11 +4,15 @@
 # ORT control; no twin, no profile, so the conservative threshold). Identical code on both
 # sides: every flag is a false one. A background load (epbench.harness.load) runs during
 # the first run of each pair (LOAD_RUNS=first, the default) or both (LOAD_RUNS=both);
-# LOAD is sustained (one core kept busy, the default), bursty, or none.
-#   [LOAD=none|bursty|sustained] [LOAD_RUNS=first|both] \
+# LOAD is sustained (one core kept busy, the default), bursty, or none. PROFILE=FILE (made
+# by `epbench calibrate --arm engine`) judges every pair a second time with that profile,
+# into compare-profile.json, and summarizes both; with a profile the threshold comes from
+# the profile's separate-runs noise and can be below the conservative one.
+#   [LOAD=none|bursty|sustained] [LOAD_RUNS=first|both] [PROFILE=FILE] \
 #   docs/validation/separate_runs_aa.sh PAIRS OUT_DIR [GRID]
 # Writes OUT_DIR/pairN/{a,b}/results.json and OUT_DIR/pairN/compare.json and prints a
-# summary (verdicts, flagged with the Wilson 95 % upper bound, the changes' range).
+# summary (verdicts, flagged with the Wilson 95 % upper bound, the changes' range);
+# `python - OUT_DIR PAIRS [PROFILE]` on the script's last part summarizes a partial series.
 set -euo pipefail
 source "$(dirname "$0")/background_load.sh"
 pairs=${1:?how many pairs}; out=${2:?output folder}; grid=${3:-quick}
@@ -17,6 +21,8 @@ py=${PYTHON:-.venv/bin/python}
 load=${LOAD:-sustained}; load_runs=${LOAD_RUNS:-first}
 case "$load" in none|bursty|sustained) ;; *) echo "LOAD must be none, bursty or sustained" >&2; exit 2;; esac
 case "$load_runs" in first|both) ;; *) echo "LOAD_RUNS must be first or both" >&2; exit 2;; esac
+profile=${PROFILE:-}
+[ -z "$profile" ] || [ -r "$profile" ] || { echo "PROFILE '$profile' is not a readable file" >&2; exit 2; }
 for i in $(seq 1 "$pairs"); do
   [ "$load" = none ] || load_start "$py" "$load" "$i"
   "$ep" run --grid "$grid" --arm engine --seed "$i" --quiet --out "$out/pair$i/a" --overwrite
@@ -28,22 +34,42 @@ for i in $(seq 1 "$pairs"); do
   load_stop
   "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" --base engine \
       --pr engine --format json --out "$out/pair$i/compare.json" --fail-on never
+  [ -z "$profile" ] || "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" \
+      --base engine --pr engine --profile "$profile" --format json \
+      --out "$out/pair$i/compare-profile.json" --fail-on never
   echo "pair $i done $(date +%T)"
 done
-"$py" - "$out" "$pairs" <<'PY'
-import collections, json, sys
+"$py" - "$out" "$pairs" "$profile" <<'PY'
+import collections, json, os, sys
 
 from epbench.workflows.validate import wilson_interval
 
 out, pairs = sys.argv[1], int(sys.argv[2])
-verdicts, changes = collections.Counter(), []
-for i in range(1, pairs + 1):
-    for row in json.load(open(f"{out}/pair{i}/compare.json"))["cases"]:
-        verdicts[row["emoji"]] += 1
-        changes.append(row["change"])
-n = sum(verdicts.values())
-flagged = verdicts["⚠️"] + verdicts["🔴"]
-print(f"{pairs} pairs, {n} comparisons, verdicts {dict(verdicts)}; flagged {flagged}/{n} "
-      f"(Wilson 95 % upper {wilson_interval(flagged, n)[1]:.1%}); "
-      f"changes {min(changes):+.2%} .. {max(changes):+.2%}")
+profile = len(sys.argv) > 3 and bool(sys.argv[3])
+for name, label in [("compare", "without a profile")] + (
+        [("compare-profile", "with the profile")] if profile else []):
+    verdicts, changes, thresholds, pairs_flagged, done = collections.Counter(), [], [], 0, 0
+    for i in range(1, pairs + 1):
+        path = f"{out}/pair{i}/{name}.json"
+        if not os.path.exists(path):
+            continue
+        done += 1
+        doc = json.load(open(path))
+        if bool(doc.get("profile")) != (name == "compare-profile"):
+            sys.exit(f"{path} was judged {'with' if doc.get('profile') else 'without'} a "
+                     f"profile: this summary is for pairs judged {label}")
+        rows = doc["cases"]
+        pairs_flagged += any(r["emoji"] in ("⚠️", "🔴", "🟢") for r in rows)
+        for row in rows:
+            verdicts[row["emoji"]] += 1
+            # None for a case that could not be judged (its verdict says why).
+            changes += [row["change"]] if row["change"] is not None else []
+            thresholds += [row["threshold"]] if row["threshold"] is not None else []
+    n = sum(verdicts.values())
+    flagged = verdicts["⚠️"] + verdicts["🔴"]
+    print(f"{label}: {done} pairs, {n} comparisons, verdicts {dict(verdicts)}; flagged "
+          f"{flagged}/{n} (Wilson 95 % upper {wilson_interval(flagged, n)[1]:.1%}); pairs "
+          f"with any finding {pairs_flagged}/{done} (upper "
+          f"{wilson_interval(pairs_flagged, done)[1]:.1%}); changes {min(changes):+.2%} .. "
+          f"{max(changes):+.2%}; thresholds {min(thresholds):.2%} .. {max(thresholds):.2%}")
 PY
