@@ -289,10 +289,15 @@ def test_readme_quotes_the_statistical_defaults_as_the_code_has_them() -> None:
     assert f"(default `{defaults.FAIL_ON}`)" in readme
     assert f"noise is taken as {documented['no-profile noise']}" in readme
     assert f"at least {documented['alert']}" in readme
-    from epbench.workflows.compare_commits import DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE
+    from epbench.workflows.compare_commits import (
+        DEFAULT_BUDGET_S,
+        DEFAULT_BUDGET_SHARE,
+        DEFAULT_TARGET_S_PER_CASE,
+    )
 
     assert ("`--budget` seconds last (default: half the first pass's time, at most "
-            f"{DEFAULT_BUDGET_S:g} s)") in readme
+            f"{DEFAULT_BUDGET_S:g} s, and no more than keeps the whole command within "
+            f"{DEFAULT_TARGET_S_PER_CASE:g} s per case,") in readme
     assert DEFAULT_BUDGET_SHARE == 0.5  # "half" above
 
 

@@ -178,9 +178,10 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                        settings=Settings(), profile_path=None, budget_s=0)
     assert calls == [list(names)]  # no budget: no re-run
 
-    # Every clock reading 50 s after the last: the first pass took 50 s for 2 cases.
-    # 60 s of budget are not spent yet when the loop looks, but one 25 s re-run no
-    # longer fits in what is left (10 s): the budget bounds the re-runs, not their start.
+    # Every clock reading 50 s after the last (the command's start, the first pass's start
+    # and end: it took 50 s for 2 cases). 60 s of budget are not spent yet when the loop
+    # looks, but one 25 s re-run no longer fits in what is left (10 s): the budget bounds
+    # the re-runs, not their start.
     clock = iter(range(0, 10_000, 50))
     monkeypatch.setattr(cc.time, "monotonic", lambda: next(clock))
     calls.clear()
@@ -188,14 +189,44 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                        settings=Settings(), profile_path=None, budget_s=60)
     assert calls == [list(names)]
 
-    # No --budget: half of what the first pass took (50 s here), so one 25 s re-run fits
-    # when the loop looks; after it (30 s later) nothing is left.
-    assert cc.default_budget(50.0) == 25.0 and cc.default_budget(1000.0) == cc.DEFAULT_BUDGET_S
-    clock = iter([0, 50, 50, 50] + [80] * 100)
+    # No --budget: half of what the first pass took (20 s here, 10 s a case; the 2 cases'
+    # time target, 60 s, leaves 40 s), so one 10 s re-run fits when the loop looks; after
+    # it (10 s later) nothing is left. Readings: the command's start, the first pass's
+    # start and end, the default budget's reading of the time so far, the budget's start,
+    # the loop's looks.
+    clock = iter([0, 0, 20, 20, 20, 20] + [30] * 100)
     calls.clear()
     cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
                        settings=Settings(), profile_path=None, budget_s=None)
     assert len(calls) == 2 and len(calls[1]) == 1
+
+    # The same first pass after 35 s of builds: the time target leaves 5 s, less than one
+    # case's 10 s, so nothing is re-run although half the first pass (10 s) would allow one.
+    clock = iter([0, 35, 55, 55, 55, 55] + [65] * 100)
+    calls.clear()
+    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                config=config, settings=Settings(), profile_path=None,
+                                budget_s=None)
+    assert calls == [list(names)]
+    left = cc.cmp.ambiguous_cases(result.comparison)
+    assert left  # the first pass's noise left some ❔, and the note says how to settle them
+    assert result.notes == [
+        f"{len(left)} ❔ case(s) not settled within the default re-run budget (5 s: half the "
+        "first pass, at most 120 s, keeping the command within 30 s per case); pass --budget "
+        "SECONDS to re-run them for longer"]
+
+
+def test_the_default_rerun_budget_is_half_the_first_pass_within_the_time_target() -> None:
+    from epbench.workflows import compare_commits as cc
+
+    target = cc.DEFAULT_TARGET_S_PER_CASE
+    assert cc.default_budget(50.0, elapsed_s=0.0, cases=100) == 25.0
+    assert cc.default_budget(1000.0, elapsed_s=0.0, cases=100) == cc.DEFAULT_BUDGET_S
+    # The quick grid's 6 cases: what is left of 6 x the target per case, never below 0.
+    assert cc.default_budget(50.0, elapsed_s=6 * target - 10.0, cases=6) == 10.0
+    assert cc.default_budget(50.0, elapsed_s=6 * target + 30.0, cases=6) == 0.0
+    # The issue's promises on 2 cores: the quick grid in 3 minutes, the default in 12.
+    assert 6 * target <= 180.0 and 20 * target <= 720.0
 
 
 def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,

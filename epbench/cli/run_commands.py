@@ -54,6 +54,7 @@ from epbench.workflows.compare_commits import (
     COMMITS_ROUNDS,
     DEFAULT_BUDGET_S,
     DEFAULT_BUDGET_SHARE,
+    DEFAULT_TARGET_S_PER_CASE,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
@@ -303,7 +304,8 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds "
                    f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
-                   f"{DEFAULT_BUDGET_S:.0f} s].")
+                   f"{DEFAULT_BUDGET_S:.0f} s, and no more than keeps the whole command "
+                   f"within {DEFAULT_TARGET_S_PER_CASE:.0f} s per case].")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "

@@ -50,6 +50,12 @@ HEAD_ARM = "head"
 # in all with 120 s, 2.6 min with half its ~110 s first pass; the default grid keeps 120 s).
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_BUDGET_SHARE = 0.5
+# Nor may the default budget take the whole command (builds, first pass, re-runs) past this
+# many seconds per case: what a PR job is promised on 2 cores (the quick grid's 6 cases in
+# 3 minutes, the default grid's 20 in 12). A loaded runner, whose first pass is slow, then
+# re-runs less rather than more (under a sustained load the quick grid took 138-139 s
+# without a re-run and up to 209 s with them: docs/validation/commits_repeats.txt).
+DEFAULT_TARGET_S_PER_CASE = 30.0
 # compare-commits' defaults: more processes than `run`'s, since a PR's verdict rests on
 # what two processes differ by (see docs/validation for what they buy).
 COMMITS_PROCESSES = 6
@@ -104,9 +110,12 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
     return added
 
 
-def default_budget(first_pass_s: float) -> float:
-    """The re-run budget when none is given: a share of the first pass, at most 120 s."""
-    return min(DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE * first_pass_s)
+def default_budget(first_pass_s: float, *, elapsed_s: float, cases: int) -> float:
+    """The re-run budget when none is given: a share of the first pass, at most 120 s, and
+    no more than keeps the command (``elapsed_s`` so far) within its time target for
+    ``cases`` cases; never below 0."""
+    target_left = DEFAULT_TARGET_S_PER_CASE * cases - elapsed_s
+    return max(0.0, min(DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE * first_pass_s, target_left))
 
 
 def compare_commits(
@@ -132,6 +141,7 @@ def compare_commits(
     says so.
     """
 
+    command_start = time.monotonic()
     root = repo_root(repo)
     notes = []
     if has_uncommitted_changes(root):
@@ -149,8 +159,10 @@ def compare_commits(
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     first_pass_s = time.monotonic() - started
     seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
+    defaulted = budget_s is None
     if budget_s is None:
-        budget_s = default_budget(first_pass_s)
+        budget_s = default_budget(first_pass_s, elapsed_s=time.monotonic() - command_start,
+                                  cases=len(doc["cases"]))
     # The host is the first pass's (re-runs only add rounds): read once, through the model.
     host_key = Results.from_dict(doc, source="the run").host.key
     profile = cmp.load_profile_for(host_key, profile_path)
@@ -193,6 +205,13 @@ def compare_commits(
             reruns[name] = reruns.get(name, 0) + count
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
+    left_over = cmp.ambiguous_cases(comparison)
+    if defaulted and left_over and not doc["interrupted"]:
+        notes.append(f"{len(left_over)} ❔ case(s) not settled within the default re-run "
+                     f"budget ({budget_s:.0f} s: half the first pass, at most "
+                     f"{DEFAULT_BUDGET_S:g} s, keeping the command within "
+                     f"{DEFAULT_TARGET_S_PER_CASE:g} s per case); pass --budget SECONDS to "
+                     "re-run them for longer")
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
