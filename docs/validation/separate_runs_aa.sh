@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Separate runs, A/A: PAIRS times, two separate `epbench run --grid GRID --arm engine` at
 # `run`'s defaults, then `epbench compare first second` (the double ratio to each run's own
-# ORT control; no twin, no profile, so the conservative threshold). Identical code on both
-# sides: every flag is a false one. A background load (epbench.harness.load) runs during
-# the first run of each pair (LOAD_RUNS=first, the default) or both (LOAD_RUNS=both);
-# LOAD is sustained (one core kept busy, the default), bursty, or none. PROFILE=FILE (made
-# by `epbench calibrate --arm engine`) judges every pair a second time with that profile,
-# into compare-profile.json, and summarizes both; with a profile the threshold comes from
-# the profile's separate-runs noise and can be below the conservative one.
+# ORT control; no twin and no profile, so the conservative threshold; a cached profile of
+# this host stops the script, since the series is then not the situation it says).
+# Identical code on both sides: every flag is a false one. A background load
+# (epbench.harness.load) runs during the first run of each pair (LOAD_RUNS=first, the
+# default) or both (LOAD_RUNS=both); LOAD is sustained (one core kept busy, the default),
+# bursty, or none. PROFILE=FILE (made by `epbench calibrate --arm engine --profile FILE`,
+# outside the host's cache) judges every pair a second time with that profile, into
+# compare-profile.json, and summarizes both: with a profile the threshold comes from the
+# profile's separate-runs noise and can be below the conservative one.
 #   [LOAD=none|bursty|sustained] [LOAD_RUNS=first|both] [PROFILE=FILE] \
 #   docs/validation/separate_runs_aa.sh PAIRS OUT_DIR [GRID]
-# Writes OUT_DIR/pairN/{a,b}/results.json and OUT_DIR/pairN/compare.json and prints a
-# summary (verdicts, flagged with the Wilson 95 % upper bound, the changes' range);
-# `python - OUT_DIR PAIRS [PROFILE]` on the script's last part summarizes a partial series.
+# Writes OUT_DIR/pairN/{a,b}/results.json, OUT_DIR/pairN/compare.json (and
+# compare-profile.json) and prints a summary (verdicts, flagged with the Wilson 95 % upper
+# bound, pairs with any finding, the changes' and thresholds' ranges); `python - OUT_DIR
+# PAIRS [PROFILE]` on the script's last part summarizes a partial series.
 set -euo pipefail
 source "$(dirname "$0")/background_load.sh"
 pairs=${1:?how many pairs}; out=${2:?output folder}; grid=${3:-quick}
@@ -34,6 +37,10 @@ for i in $(seq 1 "$pairs"); do
   load_stop
   "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" --base engine \
       --pr engine --format json --out "$out/pair$i/compare.json" --fail-on never
+  "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["profile"] is not None)' \
+      "$out/pair$i/compare.json" || {
+    echo "pair $i was judged with this host's cached profile: move it away, or pass PROFILE" >&2
+    exit 1; }
   [ -z "$profile" ] || "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" \
       --base engine --pr engine --profile "$profile" --format json \
       --out "$out/pair$i/compare-profile.json" --fail-on never
@@ -66,6 +73,9 @@ for name, label in [("compare", "without a profile")] + (
             changes += [row["change"]] if row["change"] is not None else []
             thresholds += [row["threshold"]] if row["threshold"] is not None else []
     n = sum(verdicts.values())
+    if not n or not changes or not thresholds:
+        print(f"{label}: {done} pairs, {n} comparisons, nothing judged to summarize")
+        continue
     flagged = verdicts["⚠️"] + verdicts["🔴"]
     print(f"{label}: {done} pairs, {n} comparisons, verdicts {dict(verdicts)}; flagged "
           f"{flagged}/{n} (Wilson 95 % upper {wilson_interval(flagged, n)[1]:.1%}); pairs "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -304,8 +305,9 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds "
                    f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
-                   f"{DEFAULT_BUDGET_S:.0f} s, and no more than keeps the whole command "
-                   f"within {DEFAULT_TARGET_S_PER_CASE:.0f} s per case].")
+                   f"{DEFAULT_BUDGET_S:.0f} s, ending {DEFAULT_TARGET_S_PER_CASE:.0f} s per "
+                   "case after the command began, builds included, less a few seconds for "
+                   "the reports].")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "
@@ -357,6 +359,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     be read is an error (exit 1), found before anything is built; one of an older
     schema, and any trouble with $EPBENCH_DB, is a note and no check.
     """
+    started_at = time.monotonic()
     history_db, history_note = hist.history_to_check(history_db)
     if history_note:
         click.echo(f"note: {history_note}", err=True)
@@ -384,7 +387,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
             repo=repo, base_rev=base_rev, head_rev=head_rev, build=build_command,
             config=config, settings=settings, profile_path=profile_path, budget_s=budget_s,
             on_status=lambda line: click.echo(line, err=True), history_db=history_db,
-            history_machine=machine_class, history_arms=history_arms,
+            history_machine=machine_class, history_arms=history_arms, started_at=started_at,
         )
     except KeyboardInterrupt:
         click.echo("interrupted; worktrees were removed", err=True)

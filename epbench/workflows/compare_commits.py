@@ -19,6 +19,7 @@ written is posted as markdown.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -50,12 +51,15 @@ HEAD_ARM = "head"
 # in all with 120 s, 2.6 min with half its ~110 s first pass; the default grid keeps 120 s).
 DEFAULT_BUDGET_S = 120.0
 DEFAULT_BUDGET_SHARE = 0.5
-# Nor may the default budget take the whole command (builds, first pass, re-runs) past this
-# many seconds per case: what a PR job is promised on 2 cores (the quick grid's 6 cases in
-# 3 minutes, the default grid's 20 in 12). A loaded runner, whose first pass is slow, then
-# re-runs less rather than more (under a sustained load the quick grid took 138-139 s
+# Nor may default re-runs go on past this many seconds per case since the command began
+# (builds and first pass included), less REPORT_RESERVE_S for what follows them: what a PR
+# job is promised on 2 cores (the quick grid's 6 cases in 3 minutes; the default grid's 20
+# in 10, inside its promised 12). A loaded runner, whose first pass is slow, then re-runs
+# less rather than running over (under a sustained load the quick grid took 138-139 s
 # without a re-run and up to 209 s with them: docs/validation/commits_repeats.txt).
 DEFAULT_TARGET_S_PER_CASE = 30.0
+# Kept back for the reports written after the re-runs (a run's HTML page took 1.5 s here).
+REPORT_RESERVE_S = 5.0
 # compare-commits' defaults: more processes than `run`'s, since a PR's verdict rests on
 # what two processes differ by (see docs/validation for what they buy).
 COMMITS_PROCESSES = 6
@@ -110,12 +114,15 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
     return added
 
 
-def default_budget(first_pass_s: float, *, elapsed_s: float, cases: int) -> float:
-    """The re-run budget when none is given: a share of the first pass, at most 120 s, and
-    no more than keeps the command (``elapsed_s`` so far) within its time target for
-    ``cases`` cases; never below 0."""
-    target_left = DEFAULT_TARGET_S_PER_CASE * cases - elapsed_s
-    return max(0.0, min(DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE * first_pass_s, target_left))
+def default_budget(first_pass_s: float) -> float:
+    """The re-run budget when none is given: a share of the first pass, at most 120 s."""
+    return min(DEFAULT_BUDGET_S, DEFAULT_BUDGET_SHARE * first_pass_s)
+
+
+def rerun_deadline(started_at: float, cases: int) -> float:
+    """When default re-runs must have ended, on ``time.monotonic``'s clock: the command's
+    time target for ``cases`` cases, counted from ``started_at``, less the reports' reserve."""
+    return started_at + DEFAULT_TARGET_S_PER_CASE * cases - REPORT_RESERVE_S
 
 
 def compare_commits(
@@ -124,6 +131,7 @@ def compare_commits(
     on_status: Callable[[str], None] = lambda _: None,
     history_db: str | None = None, history_machine: str | None = None,
     history_arms: tuple[str, ...] = (),
+    started_at: float | None = None,
 ) -> CommitsResult:
     """Build both commits, run them interleaved, compare, re-run ❔ cases within budget.
 
@@ -139,9 +147,13 @@ def compare_commits(
     The store is only read, never migrated. When it cannot be read then, the run's
     files are written all the same: ``base_history`` carries the ``error`` and a note
     says so.
+
+    ``started_at``: when the command began (``time.monotonic``; default: this call). With
+    no ``budget_s``, re-runs also end by ``rerun_deadline`` counted from it.
     """
 
-    command_start = time.monotonic()
+    if started_at is None:
+        started_at = time.monotonic()
     root = repo_root(repo)
     notes = []
     if has_uncommitted_changes(root):
@@ -159,10 +171,10 @@ def compare_commits(
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     first_pass_s = time.monotonic() - started
     seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
-    defaulted = budget_s is None
+    deadline = None
     if budget_s is None:
-        budget_s = default_budget(first_pass_s, elapsed_s=time.monotonic() - command_start,
-                                  cases=len(doc["cases"]))
+        budget_s = default_budget(first_pass_s)
+        deadline = rerun_deadline(started_at, len(doc["cases"]))
     # The host is the first pass's (re-runs only add rounds): read once, through the model.
     host_key = Results.from_dict(doc, source="the run").host.key
     profile = cmp.load_profile_for(host_key, profile_path)
@@ -187,7 +199,10 @@ def compare_commits(
     budget_start = time.monotonic()
     attempt = 0
     while not doc["interrupted"]:
-        left = budget_s - (time.monotonic() - budget_start)
+        now = time.monotonic()
+        left = budget_s - (now - budget_start)
+        if deadline is not None:
+            left = min(left, deadline - now)
         fits = int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR)) if left > 0 else 0
         pending = cmp.ambiguous_cases(comparison)[:fits]
         if not pending:
@@ -206,12 +221,12 @@ def compare_commits(
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
     left_over = cmp.ambiguous_cases(comparison)
-    if defaulted and left_over and not doc["interrupted"]:
+    if deadline is not None and left_over and not doc["interrupted"]:
+        wanted = math.ceil(len(left_over) * seconds_per_case * RERUN_ROUNDS_FACTOR)
         notes.append(f"{len(left_over)} ❔ case(s) not settled within the default re-run "
-                     f"budget ({budget_s:.0f} s: half the first pass, at most "
-                     f"{DEFAULT_BUDGET_S:g} s, keeping the command within "
-                     f"{DEFAULT_TARGET_S_PER_CASE:g} s per case); pass --budget SECONDS to "
-                     "re-run them for longer")
+                     f"budget ({DEFAULT_BUDGET_SHARE:.0%} of the first pass, at most "
+                     f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per case "
+                     f"after the start); --budget {wanted} re-runs each once more")
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
