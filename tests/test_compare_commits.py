@@ -204,10 +204,10 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # What is left ❔ is in a note; with nothing left there is none.
     assert bool(result.notes) == bool(cc.cmp.ambiguous_cases(result.comparison))
 
-    # The same first pass after 35 s of builds ends at the deadline (55 s): nothing is
-    # re-run although half the first pass (10 s) would allow one, and a note says what
-    # --budget would re-run what is left (10 s a case).
-    clock = iter([0, 35, 55, 55] + [55] * 100)
+    # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
+    # one case's 10 s, so nothing is re-run although half the first pass (10 s) would
+    # allow one, and a note names the cases left and what re-running one costs.
+    clock = iter([0, 30, 50, 50] + [50] * 100)
     calls.clear()
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
@@ -216,9 +216,19 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     left = cc.cmp.ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
     assert result.notes == [
-        f"{len(left)} ❔ case(s) not settled within the default re-run budget (50% of the "
-        "first pass, at most 120 s, ending 30 s per case after the start); --budget "
-        f"{10 * len(left)} re-runs each once more"]
+        f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
+        "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
+        "takes about 10 s here: pass --budget with that much for each ❔ case to re-run them"]
+
+    # A first pass that ends past the deadline by more than a case's time (15 s): nothing
+    # is re-run, though both cases are ❔ (a negative count would slice some off the end).
+    clock = iter([0, 50, 70, 70] + [70] * 100)
+    calls.clear()
+    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                config=config, settings=Settings(), profile_path=None,
+                                budget_s=None)
+    assert calls == [list(names)]
+    assert cc.cmp.ambiguous_cases(result.comparison) == list(names)
 
     # Interrupted: nothing is re-run, and no note offers a budget.
     def interrupted_run(config):
@@ -227,7 +237,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         return doc
 
     monkeypatch.setattr(cc, "run", interrupted_run)
-    clock = iter([0, 35, 55, 55] + [55] * 100)
+    clock = iter([0, 30, 50, 50] + [50] * 100)
     calls.clear()
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
@@ -258,10 +268,13 @@ def test_the_default_rerun_budget_and_its_deadline() -> None:
     # From the command's start: its cases' time target less the reports' reserve.
     assert cc.rerun_deadline(100.0, 6) == (100.0 + 6 * cc.DEFAULT_TARGET_S_PER_CASE
                                            - cc.REPORT_RESERVE_S)
-    # The promises on 2 cores, which the README quotes: the quick grid (6 cases) in 3
-    # minutes, the default grid (20) in 10, inside the 12.
-    assert cc.rerun_deadline(0.0, 6) + cc.REPORT_RESERVE_S == 180.0
-    assert cc.rerun_deadline(0.0, 20) + cc.REPORT_RESERVE_S == 600.0
+    # The promises on 2 cores, which the README quotes: the quick grid in 3 minutes, the
+    # default grid in 10, inside the 12.
+    from epbench.cases.grids import load_grid
+
+    quick, default = len(load_grid("quick")), len(load_grid("default"))
+    assert cc.rerun_deadline(0.0, quick) + cc.REPORT_RESERVE_S == 180.0
+    assert cc.rerun_deadline(0.0, default) + cc.REPORT_RESERVE_S == 600.0
 
 
 def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(tmp_path,
@@ -319,13 +332,20 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
         seen["probe"] = time.monotonic()
         return False, "no valgrind here"
 
+    def fake_history_check(db):
+        time.sleep(0.001)
+        seen["history"] = time.monotonic()
+        return None, None
+
     def fake_comparison(**kwargs):
         seen["started_at"] = kwargs["started_at"]
         raise KeyboardInterrupt  # the command's own way out; nothing else is needed
 
     monkeypatch.setattr(run_commands, "valgrind_available", fake_probe)
+    monkeypatch.setattr(run_commands.hist, "history_to_check", fake_history_check)
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
                                       "--out", str(tmp_path / "o")])
     assert "interrupted" in result.output
-    assert seen["started_at"] is not None and seen["started_at"] < seen["probe"]
+    assert seen["started_at"] is not None
+    assert seen["started_at"] < seen["history"] < seen["probe"]

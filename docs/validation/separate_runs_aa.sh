@@ -66,6 +66,8 @@ for name, label in [("compare", "without a profile")] + (
             sys.exit(f"{path} was judged {'with' if doc.get('profile') else 'without'} a "
                      f"profile: this summary is for pairs judged {label}")
         rows = doc["cases"]
+        # A finding is ⚠️, 🔴 or 🟢 (a 🟢 on identical code is as false as a ⚠️), as
+        # commits_repeats.sh counts it; "flagged" below is ⚠️/🔴 only.
         pairs_flagged += any(r["emoji"] in ("⚠️", "🔴", "🟢") for r in rows)
         for row in rows:
             verdicts[row["emoji"]] += 1

@@ -56,6 +56,7 @@ from epbench.workflows.compare_commits import (
     DEFAULT_BUDGET_S,
     DEFAULT_BUDGET_SHARE,
     DEFAULT_TARGET_S_PER_CASE,
+    REPORT_RESERVE_S,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
@@ -305,9 +306,9 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases with more rounds "
                    f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
-                   f"{DEFAULT_BUDGET_S:.0f} s, ending {DEFAULT_TARGET_S_PER_CASE:.0f} s per "
-                   "case after the command began, builds included, less a few seconds for "
-                   "the reports].")
+                   f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
+                   f"case after the command began, builds included, less {REPORT_RESERVE_S:g} "
+                   "s for the reports].")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "

@@ -19,7 +19,6 @@ written is posted as markdown.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -149,7 +148,7 @@ def compare_commits(
     says so.
 
     ``started_at``: when the command began (``time.monotonic``; default: this call). With
-    no ``budget_s``, re-runs also end by ``rerun_deadline`` counted from it.
+    no ``budget_s``, the re-runs' budget also ends by ``rerun_deadline`` counted from it.
     """
 
     if started_at is None:
@@ -171,10 +170,7 @@ def compare_commits(
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     first_pass_s = time.monotonic() - started
     seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
-    deadline = None
-    if budget_s is None:
-        budget_s = default_budget(first_pass_s)
-        deadline = rerun_deadline(started_at, len(doc["cases"]))
+    defaulted = budget_s is None
     # The host is the first pass's (re-runs only add rounds): read once, through the model.
     host_key = Results.from_dict(doc, source="the run").host.key
     profile = cmp.load_profile_for(host_key, profile_path)
@@ -197,12 +193,13 @@ def compare_commits(
     comparison = judge()
     reruns: dict[str, int] = {}
     budget_start = time.monotonic()
+    if budget_s is None:
+        # Spending at most this from now on ends the re-runs by the deadline too.
+        deadline_left = rerun_deadline(started_at, len(doc["cases"])) - budget_start
+        budget_s = min(default_budget(first_pass_s), deadline_left)
     attempt = 0
     while not doc["interrupted"]:
-        now = time.monotonic()
-        left = budget_s - (now - budget_start)
-        if deadline is not None:
-            left = min(left, deadline - now)
+        left = budget_s - (time.monotonic() - budget_start)
         fits = int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR)) if left > 0 else 0
         pending = cmp.ambiguous_cases(comparison)[:fits]
         if not pending:
@@ -221,12 +218,13 @@ def compare_commits(
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
     left_over = cmp.ambiguous_cases(comparison)
-    if deadline is not None and left_over and not doc["interrupted"]:
-        wanted = math.ceil(len(left_over) * seconds_per_case * RERUN_ROUNDS_FACTOR)
-        notes.append(f"{len(left_over)} ❔ case(s) not settled within the default re-run "
-                     f"budget ({DEFAULT_BUDGET_SHARE:.0%} of the first pass, at most "
+    if defaulted and left_over and not doc["interrupted"]:
+        notes.append(f"{', '.join(left_over)} left ❔: the default re-run budget "
+                     f"({DEFAULT_BUDGET_SHARE:.0%} of the first pass, at most "
                      f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per case "
-                     f"after the start); --budget {wanted} re-runs each once more")
+                     "after the command began) ran out; a case's re-run takes about "
+                     f"{seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass --budget "
+                     "with that much for each ❔ case to re-run them")
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
