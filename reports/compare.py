@@ -14,9 +14,8 @@ calibration profile (or a conservative default, said out loud). Verdicts:
   🟢 improvement  significant, CI below -t
   ✅ no change    the whole CI lies within +-t
   ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
-                 alert with unquiet rounds whose quiet rounds, enough to stand alone,
-                 make no regression (they make ⚠️ if a regression, 🔴 if an alert;
-                 with too few of them to stand alone it is ⚠️)
+                 alert with unquiet rounds whose quiet rounds alone make no regression
+                 (they make ⚠️ if a regression, 🔴 if an alert)
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
@@ -139,9 +138,8 @@ def judge(
 
     A case with rounds that failed the idle gate is an alert only if its quiet
     rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one; a
-    would-be alert whose quiet rounds alone make a regression is a regression, one
-    with too few quiet rounds to stand alone is a regression too (judged on all
-    rounds, as a smaller change would be), and otherwise inconclusive.
+    would-be alert whose quiet rounds alone make a regression is a regression, and
+    otherwise inconclusive.
     `needed` is the fewest usable rounds that give a bounded interval; `dropped`
     how many of the `rounds` had no usable time (zero, negative or missing).
     """
@@ -197,24 +195,11 @@ def _judge_bounded(
                     f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
                     significant, q,
                 )
-            if unquiet and quiet_only is None:
-                # Too few quiet rounds to stand for the case (under a load on every round,
-                # none): judged on all rounds as a change below the alert level is, so a
-                # larger slowdown never gets a weaker verdict than a smaller one; never 🔴.
-                return Judgement(
-                    "regression",
-                    f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {t:.1%}; it "
-                    f"would be an alert, but {unquiet} of {rounds} rounds failed the idle "
-                    "gate, too many for the quiet ones to stand alone; rerun on a quiet "
-                    "machine to tell",
-                    significant, q,
-                )
             if unquiet:
                 return Judgement(
                     "inconclusive",
                     f"{c:+.1%} would be an alert, but {unquiet} of {rounds} rounds failed "
-                    "the idle gate and the quiet rounds alone make no regression; rerun on a "
-                    "quiet machine",
+                    "the idle gate; rerun on a quiet machine",
                     significant, q,
                 )
             return Judgement(
