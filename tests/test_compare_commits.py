@@ -178,16 +178,20 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                        settings=Settings(), profile_path=None, budget_s=0)
     assert calls == [list(names)]  # no budget: no re-run
 
+    def with_clock(readings, budget_s):
+        """compare_commits with time.monotonic returning ``readings`` in turn."""
+        ticks = iter(readings)
+        monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
+        calls.clear()
+        return cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                  config=config, settings=Settings(), profile_path=None,
+                                  budget_s=budget_s)
+
     # Every clock reading 50 s after the last (the command's start, the first pass's start
     # and end: it took 50 s for 2 cases). 60 s of budget are not spent yet when the loop
     # looks, but one 25 s re-run no longer fits in what is left (10 s): the budget bounds
     # the re-runs, not their start. A --budget given is the user's: no note about it.
-    clock = iter(range(0, 10_000, 50))
-    monkeypatch.setattr(cc.time, "monotonic", lambda: next(clock))
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=60)
+    result = with_clock(range(0, 10_000, 50), budget_s=60)
     assert calls == [list(names)]
     assert cc.cmp.ambiguous_cases(result.comparison) and result.notes == []
 
@@ -195,11 +199,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # re-run fits when the loop looks (the 2 cases' deadline, 60 - 5 s after the start, is
     # 35 s away); after it (10 s later) nothing is left. Readings: the command's start, the
     # first pass's start and end, the budget's start, the loop's looks.
-    clock = iter([0, 0, 20, 20, 20] + [30] * 100)
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=None)
+    result = with_clock([0, 0, 20, 20, 20] + [30] * 100, budget_s=None)
     assert len(calls) == 2 and len(calls[1]) == 1
     # What is left ❔ is in a note; with nothing left there is none.
     assert bool(result.notes) == bool(cc.cmp.ambiguous_cases(result.comparison))
@@ -207,11 +207,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
     # one case's 10 s, so nothing is re-run although half the first pass (10 s) would
     # allow one, and a note names the cases left and what re-running one costs.
-    clock = iter([0, 30, 50, 50] + [50] * 100)
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=None)
+    result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert calls == [list(names)]
     left = cc.cmp.ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
@@ -222,11 +218,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).
-    clock = iter([0, 50, 70, 70] + [70] * 100)
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=None)
+    result = with_clock([0, 50, 70, 70] + [70] * 100, budget_s=None)
     assert calls == [list(names)]
     assert cc.cmp.ambiguous_cases(result.comparison) == list(names)
 
@@ -237,11 +229,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         return doc
 
     monkeypatch.setattr(cc, "run", interrupted_run)
-    clock = iter([0, 30, 50, 50] + [50] * 100)
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=None)
+    result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert calls == [list(names)] and result.notes == []
 
     # Nothing ❔ after the first pass: nothing re-run, no note.
@@ -252,11 +240,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                            processes=config.processes)
 
     monkeypatch.setattr(cc, "run", settled_run)
-    clock = iter([0, 0, 20, 20] + [20] * 100)
-    calls.clear()
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=None)
+    result = with_clock([0, 0, 20, 20] + [20] * 100, budget_s=None)
     assert calls == [list(names)] and not cc.cmp.ambiguous_cases(result.comparison)
     assert result.notes == []
 
