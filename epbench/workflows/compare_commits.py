@@ -194,7 +194,7 @@ def compare_commits(
     comparison = judge()
     reruns: dict[str, int] = {}
     budget_start = time.monotonic()
-    if budget_s is None:
+    if defaulted:
         # Spending at most this from now on ends the re-runs by the deadline too.
         deadline_left = rerun_deadline(started_at, len(doc["cases"])) - budget_start
         budget_s = min(default_budget(first_pass_s), deadline_left)
