@@ -54,7 +54,9 @@ from epbench.harness.gate import (
     DEFAULT_MAX_WAIT_S,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_S,
+    FUTILE_PROCESSES_BEFORE_NO_WAIT,
     POLICIES,
+    RunWaitBudget,
 )
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.sessions import CPU_EP
@@ -488,7 +490,9 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
         "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
                  "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
                  # Per process: a case's processes share one case's budget.
-                 "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3)},
+                 "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
+                 # ...and 0 once this many processes in a row saw no quiet round.
+                 "stops_waiting_after": FUTILE_PROCESSES_BEFORE_NO_WAIT},
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
@@ -604,6 +608,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False
+    waits = RunWaitBudget(doc["config"]["gate"]["budget_s"], config.gate_policy)
     try:
         # Process p of every case before process p + 1 of any: drifts spread evenly.
         for process in range(config.processes):
@@ -614,9 +619,12 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                     continue
                 orders = (fixed_order(keys, per_process) if config.fixed_order
                           else counterbalanced_order(keys, per_process, rng))
+                gate_budget_s = waits.next_budget_s()
                 process_config = {**worker_config, "measure_overhead": process == 0,
                                   "process": process,
-                                  "layout_seed": rng.getrandbits(32)}
+                                  "layout_seed": rng.getrandbits(32),
+                                  "gate": {**worker_config["gate"],
+                                           "budget_s": gate_budget_s}}
                 try:
                     record = run_process(
                         spec, arms, libraries, orders, process_config,
@@ -626,14 +634,16 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 if samples_out is not None:
                     _write_samples(samples_out, spec.name, process, record["rounds"])
                 record["definition_sha256"] = case["definition_sha256"]
-                merge_process(case, process, record, per_process)
+                _report_waiting_change(waits, record["rounds"], progress)
+                merge_process(case, process, record, per_process, gate_budget_s)
                 progress.process_done(spec.name, process, case,
                                       per_process - len(record["rounds"]))
                 if doc["overhead"] is None:
                     doc["overhead"] = case["overhead"]
                 if jsonl is not None:
                     jsonl.write({"type": "process", "name": spec.name, "process": process,
-                                 "planned": per_process, "result": record})
+                                 "planned": per_process, "gate_budget_s": gate_budget_s,
+                                 "result": record})
                 if stopped:
                     break
                 if out is not None:
@@ -663,6 +673,19 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     if out is not None:
         write_results(out / "results.json", doc)
     return doc
+
+
+def _report_waiting_change(waits: RunWaitBudget, rounds: list[dict[str, Any]],
+                           progress: Progress) -> None:
+    """Count a process's rounds into the run's gate budget; say when waiting stops or resumes."""
+    was_waiting = waits.waiting
+    waits.record(rounds)
+    if was_waiting and not waits.waiting:
+        progress.status(f"idle gate: no quiet round in {waits.futile_in_a_row} processes in a "
+                        "row (a sustained load); rounds now start after one look, waiting "
+                        "resumes once a look passes")
+    elif waits.waiting and not was_waiting:
+        progress.status("idle gate: a look passed; rounds wait for a quiet moment again")
 
 
 def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any]]) -> None:

@@ -745,3 +745,85 @@ def test_steal_on_the_worker_s_own_core_carries_nothing(own_steal) -> None:
 
 def test_steal_up_to_one_minus_the_threshold_still_carries() -> None:
     assert carried_from_meter(_meter(True, 0.07), 0.93) is not None
+
+
+def _process_rounds(passed: bool | None) -> list[dict]:
+    """A process's rounds for RunWaitBudget: none (it crashed first), or two rounds of
+    which the second's gate passed when `passed`."""
+    if passed is None:
+        return []
+    return [{"gate": {"passed": False}}, {"gate": {"passed": passed}}]
+
+
+def test_a_run_stops_waiting_after_processes_in_a_row_with_no_quiet_round() -> None:
+    from epbench.harness.gate import FUTILE_PROCESSES_BEFORE_NO_WAIT, RunWaitBudget
+
+    assert FUTILE_PROCESSES_BEFORE_NO_WAIT == 2  # the expectations below are for 2
+    waits = RunWaitBudget(2.5, "wait")
+    budgets = []
+    # One process after another in run order: a quiet round anywhere in a process
+    # resets the count; a process with no round (a crash) leaves it as it was.
+    for passed in [False, False, False, True, False, None, False, False, True]:
+        budgets.append(waits.next_budget_s())
+        waits.record(_process_rounds(passed))
+    assert budgets == [2.5, 2.5, 0.0, 0.0, 2.5, 2.5, 2.5, 0.0, 0.0]
+    assert waits.next_budget_s() == 2.5
+
+
+@pytest.mark.parametrize("policy", ["strict", "off"])
+def test_only_the_wait_policy_stops_waiting(policy) -> None:
+    from epbench.harness.gate import RunWaitBudget
+
+    waits = RunWaitBudget(2.5, policy)
+    for _ in range(5):
+        waits.record(_process_rounds(False))
+    assert waits.next_budget_s() == 2.5 and waits.waiting
+
+
+def test_each_process_gets_the_budget_the_processes_before_it_leave(monkeypatch) -> None:
+    """The runner asks RunWaitBudget before each process, in run order (process p of
+    every case before process p + 1), sends that budget to the worker, records it in the
+    file, and says when waiting stops and resumes."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness import runner
+
+    # Run order: (p0: a, b, c), (p1: a, b, c), (p2: a, b, c). The c of p1 crashes at once.
+    script = iter([False, False, False, True, False, None, False, False, False])
+    sent = []
+
+    def fake_worker(request, on_event=None, silence_timeout_s=None, prefix=()):
+        if request["mode"] != "case":  # the arms' probe
+            return runner.WorkerOutcome(events=[{"event": "done"}], returncode=0,
+                                        stderr_tail="")
+        sent.append(request["config"]["gate"]["budget_s"])
+        passed = next(script)
+        if passed is None:
+            return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="")
+        events = [{"event": "round", "round": r} for r in _process_rounds(passed)]
+        for e in events:
+            on_event(e)
+        on_event({"event": "done"})
+        return runner.WorkerOutcome(events=[*events, {"event": "done"}], returncode=0,
+                                    stderr_tail="")
+
+    said = []
+
+    class Said(runner._NoProgress):
+        def status(self, text: str) -> None:
+            said.append(text)
+
+    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    names = ("relu_d1_w8", "relu_d10_w8", "add_d10_w8")
+    config = runner.RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(),
+                              rounds=4, processes=3, progress=Said())
+    doc = runner.run(config)
+    full = doc["config"]["gate"]["budget_s"]
+    assert full > 0 and doc["config"]["gate"]["stops_waiting_after"] == 2
+    assert sent == [full, full, 0.0, 0.0, full, full, full, 0.0, 0.0]
+    recorded = [doc["cases"][n]["processes"][p]["gate_budget_s"]
+                for p in range(3) for n in names]
+    assert recorded == sent
+    assert [s.split(";")[0] for s in said] == [
+        "idle gate: no quiet round in 2 processes in a row (a sustained load)",
+        "idle gate: a look passed",
+        "idle gate: no quiet round in 2 processes in a row (a sustained load)"]

@@ -36,7 +36,12 @@ from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.model import Results
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.gate import current_gate_state, format_gate_reading
+from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
+from epbench.harness.gate import (
+    FUTILE_PROCESSES_BEFORE_NO_WAIT,
+    current_gate_state,
+    format_gate_reading,
+)
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.instructions import valgrind_available
@@ -122,7 +127,10 @@ _RUN = run_defaults()
               help="Minimum idle fraction of every core for a round to count as quiet.")
 @click.option("--gate-max-wait", type=click.FloatRange(min=0), default=_RUN["gate_max_wait_s"],
               show_default=True,
-              help="Seconds `--gate wait` waits for quiet before running a round as unquiet.")
+              help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
+                   f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; none once "
+                   f"{FUTILE_PROCESSES_BEFORE_NO_WAIT} processes in a row saw no quiet round, "
+                   "until a look passes).")
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "

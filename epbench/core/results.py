@@ -138,7 +138,8 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
                     **{k: v for k, v in result.items() if k != "rounds"},
                     "rounds": [], "processes": [], "arms": {}, "core": None, "overhead": None,
                 })
-                merge_process(case, record["process"], result, record["planned"])
+                merge_process(case, record["process"], result, record["planned"],
+                              record.get("gate_budget_s"))
             elif record.get("type") == "instructions" and doc is not None:
                 case = doc["cases"].get(record["name"])
                 if case is not None:
@@ -176,7 +177,7 @@ def schema_version(schema: Any, name: str, current: int, path: Path, what: str,
 
 
 def merge_process(case: dict[str, Any], process: int, record: dict[str, Any],
-                  planned: int) -> None:
+                  planned: int, gate_budget_s: float | None = None) -> None:
     """Add one process's record to its case: rounds appended (labelled with the process),
     the first process's facts kept, and the case's status decided.
 
@@ -194,6 +195,8 @@ def merge_process(case: dict[str, Any], process: int, record: dict[str, Any],
         "rounds": len(record["rounds"]), "planned": planned,
         "block_iters": {k: a.get("block_iters") for k, a in record["arms"].items()},
     })
+    if gate_budget_s is not None:  # the gate's pause budget (0: the run stopped waiting)
+        case["processes"][-1]["gate_budget_s"] = gate_budget_s
     if case["core"] is None:
         case["core"] = record["core"]
     if case["overhead"] is None:
