@@ -63,12 +63,12 @@ DEFAULT_MAX_WAIT_S = 1.0
 # all, so a machine that stays busy costs a bounded time per case; its rounds are
 # marked unquiet. The runner gives each of a case's processes its share.
 DEFAULT_BUDGET_S = 10.0
-# A run stops waiting once this many of its processes in a row (in run order, across
-# cases) saw no round whose gate passed: the load is then sustained, and every further
-# wait would run out too (under sustained load here that was half the quick grid's
-# first pass). Under a bursty load a process of 8 rounds all unquiet is rare, two in a
-# row rarer still. See `RunWaitBudget`.
-FUTILE_PROCESSES_BEFORE_NO_WAIT = 2
+# A run stops waiting once this many of its rounds in a row (in run order, across
+# processes and cases) had no gate look that passed: the load is then sustained, and
+# every further wait would run out too (under a sustained load here those waits were
+# half the quick grid's first pass). 16 is two whole processes at compare-commits'
+# default 8 rounds each. See `RunWaitBudget`.
+FUTILE_ROUNDS_BEFORE_NO_WAIT = 16
 # Fewest ticks per core (10 ms each on most kernels) for a round's interference
 # reading to count: below it a single tick decides between 0 % and 100 % idle.
 MIN_JUDGED_TICKS = 5
@@ -369,38 +369,34 @@ class IdleGate:
 
 
 class RunWaitBudget:
-    """The gate budget each process of a run gets, from what the processes before it saw.
+    """The gate budget each process of a run gets, from the rounds before it.
 
-    Every process gets `per_process_s` (its share of a case's budget) until
-    FUTILE_PROCESSES_BEFORE_NO_WAIT finished processes in a row had no round whose gate
-    passed. From then on a process gets 0: its gate still looks once before every
-    round, so its rounds are judged as before, but it no longer sleeps waiting for
-    a quiet moment the load has not left. The first process with a round whose gate
-    passed gives the next one its full share again. A process that measured no round
-    (it crashed first) tells nothing and leaves the count as it was. Only the `wait`
-    policy waits, so the others always get the full share (it is not used).
+    A process gets `per_process_s` (its share of a case's budget) while fewer than
+    FUTILE_ROUNDS_BEFORE_NO_WAIT rounds in a row, counted over the processes before
+    it in run order, had no gate look that passed (its own or carried). Then it gets
+    0: its gate still looks once before every round, so its rounds are judged as
+    before, but it no longer sleeps waiting for a quiet moment the load has not left.
+    A round whose look passed ends the streak, and the next process gets its share
+    again. Only the `wait` policy waits; the others always get the share (unused).
+    `futile_in_a_row` may start above 0: a re-run continues its first pass's count.
     """
 
-    def __init__(self, per_process_s: float, policy: str) -> None:
+    def __init__(self, per_process_s: float, policy: str, futile_in_a_row: int = 0) -> None:
         self.per_process_s = per_process_s
         self.policy = policy
-        self.futile_in_a_row = 0
+        self.futile_in_a_row = futile_in_a_row
 
     @property
     def waiting(self) -> bool:
-        return self.policy != "wait" or self.futile_in_a_row < FUTILE_PROCESSES_BEFORE_NO_WAIT
+        return self.policy != "wait" or self.futile_in_a_row < FUTILE_ROUNDS_BEFORE_NO_WAIT
 
     def next_budget_s(self) -> float:
         return self.per_process_s if self.waiting else 0.0
 
     def record(self, rounds: list[dict]) -> None:
-        """Count a finished process by its rounds (each with its `gate` reading)."""
-        if not rounds:
-            return
-        if any(r["gate"]["passed"] for r in rounds):
-            self.futile_in_a_row = 0
-        else:
-            self.futile_in_a_row += 1
+        """Count a finished process's rounds (each with its `gate` reading), in order."""
+        for rnd in rounds:
+            self.futile_in_a_row = 0 if rnd["gate"]["passed"] else self.futile_in_a_row + 1
 
 
 def carried_from_meter(interference: dict, threshold: float) -> GateReading | None:

@@ -54,7 +54,7 @@ from epbench.harness.gate import (
     DEFAULT_MAX_WAIT_S,
     DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_S,
-    FUTILE_PROCESSES_BEFORE_NO_WAIT,
+    FUTILE_ROUNDS_BEFORE_NO_WAIT,
     POLICIES,
     RunWaitBudget,
 )
@@ -103,6 +103,9 @@ class RunConfig:
     gate_policy: str = "wait"
     gate_threshold: float = DEFAULT_THRESHOLD
     gate_max_wait_s: float = DEFAULT_MAX_WAIT_S
+    # Rounds in a row with no passing gate look before this run began (RunWaitBudget):
+    # a re-run of some cases continues its first pass's count.
+    futile_rounds_before: int = 0
     # A worker silent this long is taken for hung and killed (its case: crashed).
     silence_timeout_s: float = 300.0
     allow_fallback: bool = False
@@ -491,8 +494,8 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
                  "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
                  # Per process: a case's processes share one case's budget.
                  "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
-                 # ...and 0 once this many processes in a row saw no quiet round.
-                 "stops_waiting_after": FUTILE_PROCESSES_BEFORE_NO_WAIT},
+                 # ...and 0 once this many rounds in a row had no passing look.
+                 "stops_waiting_after_rounds": FUTILE_ROUNDS_BEFORE_NO_WAIT},
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
@@ -608,7 +611,10 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False
-    waits = RunWaitBudget(doc["config"]["gate"]["budget_s"], config.gate_policy)
+    share_s = doc["config"]["gate"]["budget_s"]
+    waits = RunWaitBudget(share_s, config.gate_policy, config.futile_rounds_before)
+    says_waiting_changes = config.gate_policy == "wait" and config.gate_max_wait_s > 0
+    last_budget_s = share_s
     try:
         # Process p of every case before process p + 1 of any: drifts spread evenly.
         for process in range(config.processes):
@@ -620,6 +626,9 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 orders = (fixed_order(keys, per_process) if config.fixed_order
                           else counterbalanced_order(keys, per_process, rng))
                 gate_budget_s = waits.next_budget_s()
+                if says_waiting_changes and gate_budget_s != last_budget_s:
+                    progress.status(_waiting_change(gate_budget_s, waits.futile_in_a_row))
+                last_budget_s = gate_budget_s
                 process_config = {**worker_config, "measure_overhead": process == 0,
                                   "process": process,
                                   "layout_seed": rng.getrandbits(32),
@@ -634,7 +643,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 if samples_out is not None:
                     _write_samples(samples_out, spec.name, process, record["rounds"])
                 record["definition_sha256"] = case["definition_sha256"]
-                _report_waiting_change(waits, record["rounds"], progress)
+                waits.record(record["rounds"])
                 merge_process(case, process, record, per_process, gate_budget_s)
                 progress.process_done(spec.name, process, case,
                                       per_process - len(record["rounds"]))
@@ -675,17 +684,23 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     return doc
 
 
-def _report_waiting_change(waits: RunWaitBudget, rounds: list[dict[str, Any]],
-                           progress: Progress) -> None:
-    """Count a process's rounds into the run's gate budget; say when waiting stops or resumes."""
-    was_waiting = waits.waiting
-    waits.record(rounds)
-    if was_waiting and not waits.waiting:
-        progress.status(f"idle gate: no quiet round in {waits.futile_in_a_row} processes in a "
-                        "row (a sustained load); rounds now start after one look, waiting "
-                        "resumes once a look passes")
-    elif waits.waiting and not was_waiting:
-        progress.status("idle gate: a look passed; rounds wait for a quiet moment again")
+def _waiting_change(budget_s: float, futile_in_a_row: int) -> str:
+    if budget_s == 0:
+        return (f"idle gate: {futile_in_a_row} rounds in a row had no passing look (a "
+                "sustained load); rounds now start after one look, and waiting resumes "
+                "from the process after a look passes")
+    return "idle gate: a look passed; rounds wait for a quiet moment again"
+
+
+def futile_rounds_at_end(doc: dict[str, Any], before: int = 0) -> int:
+    """Rounds in a row with no passing gate look at the end of a run (in run order:
+    process p of every case before process p + 1), counted on from ``before``: what
+    ``RunConfig.futile_rounds_before`` of a run that continues this one gets."""
+    waits = RunWaitBudget(0.0, "wait", before)  # only its count is used
+    for process in range(doc["config"]["processes"]):
+        for case in doc["cases"].values():
+            waits.record([r for r in case["rounds"] if r.get("process") == process])
+    return waits.futile_in_a_row
 
 
 def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any]]) -> None:

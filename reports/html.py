@@ -473,6 +473,7 @@ def environment() -> Any:
     env.filters.update(
         ns=render.format_ns, pct=render.format_pct, share=render.format_share,
         ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
+        stopped_waiting=render.gate_waiting_text,
     )
     return env
 

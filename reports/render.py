@@ -106,9 +106,19 @@ def environment() -> Any:
     )
     env.filters.update(
         ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
-        count=format_count,
+        count=format_count, stopped_waiting=gate_waiting_text,
     )
     return env
+
+
+def gate_waiting_text(gate: Mapping[str, Any]) -> str:
+    """What the gate's pause budget did, when the run stopped waiting ("" otherwise)."""
+    stopped = gate.get("processes_not_waiting") or 0
+    if not stopped:
+        return ""
+    return (f"; the gate stopped waiting for quiet in {stopped} of {gate['processes']} "
+            f"processes (after {gate.get('stops_waiting_after_rounds') or 'many'} rounds in "
+            "a row had no passing look: a sustained load)")
 
 
 def format_count(value: float | int | None) -> str:
@@ -383,6 +393,7 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
             f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
             f"{g.get('quiet')}/{g.get('rounds')} "
             f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
+            f"{gate_waiting_text(g)}"
         )
     return "\n".join(lines) + "\n"
 

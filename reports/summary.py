@@ -49,6 +49,7 @@ def gate_summary(doc: Results) -> dict[str, Any]:
                 max_steal = max(max_steal, float(value))
             for value in ((rnd.interference or {}).get("steal") or {}).values():
                 max_steal = max(max_steal, float(value))
+    processes = [p for case in doc.cases.values() for p in case.processes]
     cfg = doc.config.gate
     return {
         "policy": cfg.policy,
@@ -58,6 +59,10 @@ def gate_summary(doc: Results) -> dict[str, Any]:
         "unquiet": total - quiet,
         "max_steal": max_steal,
         "waited_s": waited,
+        "processes": len(processes),
+        # Processes that got no pause budget: the run had stopped waiting (sustained load).
+        "processes_not_waiting": sum(p.gate_budget_s == 0 for p in processes),
+        "stops_waiting_after_rounds": cfg.extra.get("stops_waiting_after_rounds"),
     }
 
 

@@ -124,10 +124,22 @@ def test_reruns_append_rounds_with_fresh_indices() -> None:
     assert doc["cases"]["b"]["rounds"] == [] and doc["cases"]["b"]["rerun_errors"] == ["boom"]
 
 
+def _fake_commits(monkeypatch, fake_run) -> None:
+    """compare_commits with ``fake_run`` for the runner and both sides built and cached."""
+    from epbench.harness.commits import BuiltSide
+    from epbench.workflows import compare_commits as cc
+
+    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None: BuiltSide(
+        label, rev, sha, f"/lib/{label}.so", cached=True))
+    monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
+    monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
+    monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
+
+
 def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -> None:
     """The re-run loop against a fake runner: ❔ cases get more rounds, others do not."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
@@ -146,14 +158,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
                            seed=len(calls), noise=model, processes=config.processes)
 
-    def fake_build(repo, label, revision, sha, build=None):
-        return BuiltSide(label, revision, sha, f"/lib/{label}.so", cached=True)
-
-    monkeypatch.setattr(cc, "run", fake_run)
-    monkeypatch.setattr(cc, "build_commit", fake_build)
-    monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 8)
-    monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
-    monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
+    _fake_commits(monkeypatch, fake_run)
     names = ("relu_d1_w8", "relu_d10_w8")
     config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6,
                        instructions="valgrind")
@@ -245,6 +250,47 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert result.notes == []
 
 
+def test_a_rerun_goes_on_from_the_gate_count_of_the_pass_before_it(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Rounds with no passing gate look at the end of each pass reach the next re-run,
+    so a sustained load is not waited out again by every re-run's first processes."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
+
+    before = []  # futile_rounds_before of each pass
+    returned = []  # the rounds each pass returned, and whether its last one was quiet
+
+    def fake_run(config):
+        before.append(config.futile_rounds_before)
+        truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
+        # Passes 1-2: every round unquiet; pass 3: each case's last round quiet (so the
+        # run ends on a passing look); all noisy, so their cases stay ❔; pass 4 is
+        # interrupted, which ends the re-runs.
+        last_quiet = len(before) == 3
+        returned.append((len(config.cases) * config.rounds, last_quiet))
+        doc = results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
+                          seed=len(before), processes=config.processes,
+                          noise=NoiseModel(arm_sigma=0.1, machine_sigma=0.0, spike_prob=0.0),
+                          unquiet_rounds={c.name: range(config.rounds - last_quiet)
+                                          for c in config.cases})
+        doc["interrupted"] = len(before) == 4
+        return doc
+
+    _fake_commits(monkeypatch, fake_run)
+    names = ("relu_d1_w8", "relu_d10_w8")
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=6)
+    cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
+                       settings=Settings(), profile_path=None, budget_s=3600)
+    assert len(before) == 4
+    assert before[0] == 0
+    for i, (rounds, last_quiet) in enumerate(returned[:3]):
+        assert before[i + 1] == (0 if last_quiet else before[i] + rounds)
+    assert before[1] == 12 and before[2] > before[1] and before[3] == 0
+
+
 def test_the_default_rerun_budget_and_its_deadline() -> None:
     from epbench.workflows import compare_commits as cc
 
@@ -265,7 +311,6 @@ def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(t
                                                                               monkeypatch):
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.commits import BuiltSide
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
@@ -276,12 +321,7 @@ def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(t
         return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds, seed=3,
                            noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0, spike_prob=0.0))
 
-    monkeypatch.setattr(cc, "run", fake_run)
-    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None: BuiltSide(
-        label, rev, sha, f"/lib/{label}.so", cached=True))
-    monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
-    monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
-    monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)
+    _fake_commits(monkeypatch, fake_run)
     out = tmp_path / "out"
     out.mkdir()
     config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=12, progress=False,

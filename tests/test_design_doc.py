@@ -50,6 +50,7 @@ def test_the_quoted_numbers_are_the_code():
         f"{gate.DEFAULT_WINDOW_S * 1000:g} ms window",
         f"up to {gate.DEFAULT_MAX_WAIT_S:g} s per round and {gate.DEFAULT_BUDGET_S:g} s per case",
         f"at least {gate.MIN_JUDGED_TICKS} ticks",
+        f"Once {gate.FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row",
         f"over {COUNTER_RUNS} untimed runs",
         f"every arm makes {REWARM_CALLS} untimed calls",
         f"from {MIN_DRIFT_ROUNDS} rounds",

@@ -747,27 +747,36 @@ def test_steal_up_to_one_minus_the_threshold_still_carries() -> None:
     assert carried_from_meter(_meter(True, 0.07), 0.93) is not None
 
 
-def _process_rounds(passed: bool | None) -> list[dict]:
-    """A process's rounds for RunWaitBudget: none (it crashed first), or two rounds of
-    which the second's gate passed when `passed`."""
-    if passed is None:
-        return []
-    return [{"gate": {"passed": False}}, {"gate": {"passed": passed}}]
+
+def _rounds(pattern: str) -> list[dict]:
+    """A process's rounds for RunWaitBudget: "P" a round whose gate look passed, "F" one
+    whose did not; "" a process that crashed before its first round."""
+    return [{"quiet": c == "P", "summary_ns": {}, "gate": {"passed": c == "P"}}
+            for c in pattern]
 
 
-def test_a_run_stops_waiting_after_processes_in_a_row_with_no_quiet_round() -> None:
-    from epbench.harness.gate import FUTILE_PROCESSES_BEFORE_NO_WAIT, RunWaitBudget
+# Processes in run order (their rounds), and the budget each must get: the streak of
+# rounds with no passing look goes on across processes, a passing round anywhere in a
+# process ends it, and a process with no round leaves it as it was.
+WAIT_SCRIPT = [("F" * 8, "full"), ("F" * 8, "full"), ("F" * 8, 0.0), ("FFFPFFFF", 0.0),
+               ("PFFFFFFF", "full"), ("F" * 8, "full"), ("", "full"), ("F", "full"),
+               ("F" * 8, 0.0)]
 
-    assert FUTILE_PROCESSES_BEFORE_NO_WAIT == 2  # the expectations below are for 2
+
+def test_a_run_stops_waiting_after_rounds_in_a_row_with_no_passing_look() -> None:
+    from epbench.harness.gate import FUTILE_ROUNDS_BEFORE_NO_WAIT, RunWaitBudget
+
+    assert FUTILE_ROUNDS_BEFORE_NO_WAIT == 16  # WAIT_SCRIPT is for 16
     waits = RunWaitBudget(2.5, "wait")
     budgets = []
-    # One process after another in run order: a quiet round anywhere in a process
-    # resets the count; a process with no round (a crash) leaves it as it was.
-    for passed in [False, False, False, True, False, None, False, False, True]:
+    for pattern, _ in WAIT_SCRIPT:
         budgets.append(waits.next_budget_s())
-        waits.record(_process_rounds(passed))
-    assert budgets == [2.5, 2.5, 0.0, 0.0, 2.5, 2.5, 2.5, 0.0, 0.0]
-    assert waits.next_budget_s() == 2.5
+        waits.record(_rounds(pattern))
+    assert budgets == [2.5 if b == "full" else b for _, b in WAIT_SCRIPT]
+    assert waits.futile_in_a_row == 24 and waits.next_budget_s() == 0.0
+    # A run that continues another (a re-run) starts from its count.
+    assert RunWaitBudget(2.5, "wait", 16).next_budget_s() == 0.0
+    assert RunWaitBudget(2.5, "wait", 15).next_budget_s() == 2.5
 
 
 @pytest.mark.parametrize("policy", ["strict", "off"])
@@ -775,20 +784,19 @@ def test_only_the_wait_policy_stops_waiting(policy) -> None:
     from epbench.harness.gate import RunWaitBudget
 
     waits = RunWaitBudget(2.5, policy)
-    for _ in range(5):
-        waits.record(_process_rounds(False))
+    waits.record(_rounds("F" * 40))
     assert waits.next_budget_s() == 2.5 and waits.waiting
 
 
-def test_each_process_gets_the_budget_the_processes_before_it_leave(monkeypatch) -> None:
+def test_each_process_gets_the_budget_the_rounds_before_it_leave(monkeypatch, tmp_path) -> None:
     """The runner asks RunWaitBudget before each process, in run order (process p of
-    every case before process p + 1), sends that budget to the worker, records it in the
-    file, and says when waiting stops and resumes."""
+    every case before process p + 1), sends that budget to the worker, records it in
+    results.json and results.jsonl alike, and says when waiting stops and resumes."""
     from epbench.cases.grids import case_by_name
+    from epbench.core.results import load_results
     from epbench.harness import runner
 
-    # Run order: (p0: a, b, c), (p1: a, b, c), (p2: a, b, c). The c of p1 crashes at once.
-    script = iter([False, False, False, True, False, None, False, False, False])
+    script = iter(WAIT_SCRIPT)
     sent = []
 
     def fake_worker(request, on_event=None, silence_timeout_s=None, prefix=()):
@@ -796,15 +804,14 @@ def test_each_process_gets_the_budget_the_processes_before_it_leave(monkeypatch)
             return runner.WorkerOutcome(events=[{"event": "done"}], returncode=0,
                                         stderr_tail="")
         sent.append(request["config"]["gate"]["budget_s"])
-        passed = next(script)
-        if passed is None:
+        pattern, _ = next(script)
+        if not pattern:  # killed before its first round
             return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="")
-        events = [{"event": "round", "round": r} for r in _process_rounds(passed)]
+        events = [*({"event": "round", "round": r} for r in _rounds(pattern)),
+                  {"event": "done"}]
         for e in events:
             on_event(e)
-        on_event({"event": "done"})
-        return runner.WorkerOutcome(events=[*events, {"event": "done"}], returncode=0,
-                                    stderr_tail="")
+        return runner.WorkerOutcome(events=events, returncode=0, stderr_tail="")
 
     said = []
 
@@ -815,15 +822,20 @@ def test_each_process_gets_the_budget_the_processes_before_it_leave(monkeypatch)
     monkeypatch.setattr(runner, "run_worker", fake_worker)
     names = ("relu_d1_w8", "relu_d10_w8", "add_d10_w8")
     config = runner.RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(),
-                              rounds=4, processes=3, progress=Said())
+                              rounds=4, processes=3, progress=Said(), out_dir=tmp_path / "o")
     doc = runner.run(config)
     full = doc["config"]["gate"]["budget_s"]
-    assert full > 0 and doc["config"]["gate"]["stops_waiting_after"] == 2
-    assert sent == [full, full, 0.0, 0.0, full, full, full, 0.0, 0.0]
-    recorded = [doc["cases"][n]["processes"][p]["gate_budget_s"]
+    assert full > 0 and doc["config"]["gate"]["stops_waiting_after_rounds"] == 16
+    assert sent == [full if b == "full" else b for _, b in WAIT_SCRIPT]
+    recorded = [doc["cases"][n]["processes"][p].get("gate_budget_s")
                 for p in range(3) for n in names]
     assert recorded == sent
-    assert [s.split(";")[0] for s in said] == [
-        "idle gate: no quiet round in 2 processes in a row (a sustained load)",
-        "idle gate: a look passed",
-        "idle gate: no quiet round in 2 processes in a row (a sustained load)"]
+    stream, whole = load_results(tmp_path / "o" / "results.jsonl"), load_results(tmp_path / "o")
+    assert stream.to_dict() == whole.to_dict()
+    assert [p.gate_budget_s for p in whole.cases["relu_d1_w8"].processes] == sent[::3]
+    assert runner.futile_rounds_at_end(doc) == 24
+    assert runner.futile_rounds_at_end(doc, before=100) == 24  # a passing look came since
+    assert [s.split(" (")[0] for s in said] == [
+        "idle gate: 16 rounds in a row had no passing look",
+        "idle gate: a look passed; rounds wait for a quiet moment again",
+        "idle gate: 16 rounds in a row had no passing look"]

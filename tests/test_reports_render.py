@@ -203,6 +203,26 @@ def test_a_twin_is_named_as_the_source_of_the_thresholds():
     assert "no noise profile and no A/A twin" not in text
 
 
+def test_a_run_that_stopped_waiting_for_quiet_says_so_in_every_report():
+    doc = synthetic.results_doc({"relu_d10_w8": {"ort": 1000.0, "base": 800.0, "pr": 800.0}},
+                                rounds=24, processes=4)
+    doc["config"]["gate"]["stops_waiting_after_rounds"] = 16
+    budgets = [2.5, 2.5, 0.0, 0.0]
+    for process, budget in zip(doc["cases"]["relu_d10_w8"]["processes"], budgets, strict=True):
+        process["gate_budget_s"] = budget
+    comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    said = ("the gate stopped waiting for quiet in 2 of 4 processes (after 16 rounds in a row "
+            "had no passing look: a sustained load)")
+    assert said in render.render_markdown(comparison)
+    assert said in render.render_terminal(comparison)
+    assert said in render.render_summary_table(summary.summarize(as_results(doc)))
+    assert said in run_report.render_run_report(as_results(doc))
+    doc["cases"]["relu_d10_w8"]["processes"][2]["gate_budget_s"] = 2.5
+    doc["cases"]["relu_d10_w8"]["processes"][3]["gate_budget_s"] = 2.5
+    comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert "stopped waiting" not in render.render_markdown(comparison)
+
+
 def test_number_formats():
     assert render.format_ns(812.4) == "812 ns"
     assert render.format_ns(12_345.0) == "12.3 µs"

@@ -276,7 +276,8 @@ def test_summary_has_the_documented_shape():
     assert fam["arms"]["ep"]["intercept_ns"] == pytest.approx(800 - 700 / 9, rel=2e-3)
     assert s["gate"] == {
         "policy": "wait", "threshold": 0.93, "rounds": 90, "quiet": 90, "unquiet": 0,
-        "max_steal": 0.0, "waited_s": 0.0,
+        "max_steal": 0.0, "waited_s": 0.0, "processes": 3, "processes_not_waiting": 0,
+        "stops_waiting_after_rounds": None,
     }
     text = render.render_summary_table(s)
     assert "matmul_128x128" in text and "1.200x" in text and "relu_w8 (d=1,10)" in text

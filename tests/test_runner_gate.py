@@ -49,3 +49,20 @@ def test_gate_off_records_no_reading(tmp_path, busy_machine) -> None:
     assert all(r["gate"]["attempts"] == 0 for r in rounds)
     report = (tmp_path / "report.md").read_text()
     assert "The idle gate was off" in report and "passed the idle gate" not in report
+
+
+def test_a_run_on_a_machine_that_stays_busy_stops_waiting_and_says_so(tmp_path,
+                                                                       busy_machine) -> None:
+    """Every look fails: processes get their share of the case's pause budget until 16
+    rounds in a row had no passing look, then none; the file and the report say so."""
+    result = CliRunner().invoke(cli, [*ARGS[:-2], "--processes", "3", "--rounds", "24",
+                                      "--gate", "wait", "--gate-max-wait", "0.01",
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = load_results(tmp_path).to_dict()
+    share = doc["config"]["gate"]["budget_s"]
+    processes = doc["cases"]["relu_d1_w8"]["processes"]
+    assert [p["rounds"] for p in processes] == [8, 8, 8]
+    assert share > 0 and [p["gate_budget_s"] for p in processes] == [share, share, 0.0]
+    assert ("the gate stopped waiting for quiet in 1 of 3 processes (after 16 rounds in a row "
+            "had no passing look: a sustained load)") in (tmp_path / "report.md").read_text()

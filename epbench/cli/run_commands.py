@@ -38,7 +38,7 @@ from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
 from epbench.harness.gate import (
-    FUTILE_PROCESSES_BEFORE_NO_WAIT,
+    FUTILE_ROUNDS_BEFORE_NO_WAIT,
     current_gate_state,
     format_gate_reading,
 )
@@ -129,8 +129,8 @@ _RUN = run_defaults()
               show_default=True,
               help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
                    f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; none once "
-                   f"{FUTILE_PROCESSES_BEFORE_NO_WAIT} processes in a row saw no quiet round, "
-                   "until a look passes).")
+                   f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row had no passing look, from "
+                   "the process after a look passes again).")
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "

@@ -215,6 +215,8 @@ class Process(Record):
     signal: int | None = _key("signal")
     core: int | None = _key("core")
     block_iters: Mapping[str, int | None] | None = _key("block_iters")
+    # The idle gate's pause budget it had; 0 once the run had stopped waiting.
+    gate_budget_s: float | None = _key("gate_budget_s")
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 

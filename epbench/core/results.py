@@ -16,7 +16,11 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        files did): ``config.block_slices``, the slices requested per block (absent: 1,
        whole blocks), and a round's ``slices``, those its blocks were cut into (fewer
        than requested for a case with short blocks); a round's ``gate`` may say
-       ``carried`` (no look of its own: the previous round's meter found it quiet).
+       ``carried`` (no look of its own: the previous round's meter found it quiet);
+       ``config.gate.budget_s``, a process's share of a case's pause budget while the
+       run waits, ``config.gate.stops_waiting_after_rounds`` and a process's
+       ``gate_budget_s`` (0: the run had stopped waiting; absent: every process had
+       the share).
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
 line per process of a case as the process ends (so a killed harness loses nothing

@@ -36,7 +36,7 @@ from epbench.harness.commits import (
     resolve_revision,
 )
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
-from epbench.harness.runner import RunConfig, run
+from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import history as hist
 from epbench.reports import html, render
@@ -199,6 +199,9 @@ def compare_commits(
         deadline_left = rerun_deadline(started_at, len(doc["cases"])) - budget_start
         budget_s = min(default_budget(first_pass_s), deadline_left)
     attempt = 0
+    # A re-run goes on from the gate's count of the run before it: a load that the first
+    # pass found sustained is not waited out again by every re-run's first processes.
+    futile_rounds = futile_rounds_at_end(doc)
     while not doc["interrupted"]:
         left = budget_s - (time.monotonic() - budget_start)
         fits = int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR)) if left > 0 else 0
@@ -213,7 +216,9 @@ def compare_commits(
             config, arms=arms, out_dir=None, instructions=None, cases=tuple(
                 c for c in config.cases if c.name in pending),
             rounds=config.rounds * RERUN_ROUNDS_FACTOR, seed=config.seed + attempt,
+            futile_rounds_before=futile_rounds,
         ))
+        futile_rounds = futile_rounds_at_end(extra, futile_rounds)
         for name, count in merge_rounds(doc, extra).items():
             reruns[name] = reruns.get(name, 0) + count
         doc["interrupted"] = bool(extra["interrupted"])
