@@ -133,13 +133,18 @@ def judge(
     *,
     needed: int = defaults.MIN_ROUNDS,
     dropped: int = 0,
+    shared_load: bool = False,
 ) -> Judgement:
     """The verdict of one case from its change, its BH decision and its threshold.
 
     A case with rounds that failed the idle gate is an alert only if its quiet
     rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one; a
     would-be alert whose quiet rounds alone make a regression is a regression, and
-    otherwise inconclusive.
+    otherwise inconclusive. With `shared_load` (both arms in one run, sliced through the
+    same rounds, so a load falls on both alike) a would-be alert whose quiet rounds are
+    too few to stand alone is a regression: the load can take the alert away, not the
+    slowdown; between two runs a load on one of them is not shared, and it stays
+    inconclusive.
     `needed` is the fewest usable rounds that give a bounded interval; `dropped`
     how many of the `rounds` had no usable time (zero, negative or missing).
     """
@@ -157,7 +162,8 @@ def judge(
     if quiet_only is not None and not _stands_alone(quiet_only, change, needed):
         quiet_only, quiet_significant = None, False
     judgement = _judge_bounded(
-        change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant
+        change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant,
+        shared_load,
     )
     if dropped:
         reason = f"{judgement.reason} ({dropped} of {rounds} rounds dropped: no usable time)"
@@ -174,6 +180,7 @@ def _judge_bounded(
     rounds: int,
     quiet_only: stats.Change | None,
     quiet_significant: bool,
+    shared_load: bool,
 ) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
     band = f"±{t:.1%}"
@@ -193,6 +200,15 @@ def _judge_bounded(
                     "alert" if alert else "regression",
                     f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
                     f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
+                    significant, q,
+                )
+            if unquiet and shared_load and quiet_only is None:
+                return Judgement(
+                    "regression",
+                    f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
+                    f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
+                    "and too few quiet ones stand alone: a regression, not an alert; rerun "
+                    "on a quiet machine for the alert",
                     significant, q,
                 )
             if unquiet:
@@ -250,6 +266,7 @@ def judge_grid(
     *,
     needed: int = defaults.MIN_ROUNDS,
     dropped: Sequence[int] | None = None,
+    shared_load: bool = False,
 ) -> list[Judgement]:
     """Benjamini-Hochberg across the grid decides 'significant', then judge each case.
 
@@ -268,7 +285,7 @@ def judge_grid(
     rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, dropped, strict=True)
     return [
         judge(c, sig, qv, th, u, n, qc, qc is not None and qc.p <= cutoff,
-              needed=needed, dropped=d)
+              needed=needed, dropped=d, shared_load=shared_load)
         for c, sig, qv, th, u, n, qc, d in rows
     ]
 
@@ -608,7 +625,7 @@ def compare(
         drifts.append(max(finite, key=abs) if finite else None)
     needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
     judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes,
-                            needed=needed, dropped=dropped)
+                            needed=needed, dropped=dropped, shared_load=same_run)
     for name, change, th, j, u, r, drift in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
     ):
@@ -816,8 +833,18 @@ def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
 
 
 def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
-    """Cases worth re-running (❔): more rounds can settle them, a budget permitting."""
-    return [row["case"] for row in comparison["cases"] if row["verdict"] == "inconclusive"]
+    """Cases worth re-running, a budget permitting: ❔, which more rounds can settle, and
+    ⚠️ held back from 🔴 by the idle gate (all rounds at the alert level, some unquiet),
+    which more quiet rounds can make 🔴."""
+    return [row["case"] for row in comparison["cases"]
+            if row["verdict"] == "inconclusive" or held_back_by_gate(row)]
+
+
+def held_back_by_gate(row: Mapping[str, Any]) -> bool:
+    """A ⚠️ whose change over all rounds reaches the alert level: only unquiet rounds
+    make such a case ⚠️ (`judge`), so the idle gate, not the change, kept it from 🔴."""
+    return (row["verdict"] == "regression" and row["change"] is not None
+            and row["change"] >= row["alert"])
 
 
 # --------------------------------------------------------------------------- counters

@@ -219,7 +219,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert result.notes == [
         f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
         "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
-        "takes about 10 s here: pass --budget with that much for each ❔ case to re-run them"]
+        "takes about 10 s here: pass --budget with that much for each such case to re-run them"]
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).

@@ -551,6 +551,14 @@ def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
     j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
                       _change(1.10, 1.07, 1.13, n=4), True)
     assert j.verdict == "inconclusive"  # too few quiet rounds to stand on
+    for quiet_only in (_change(1.10, 1.07, 1.13, n=4), None):
+        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet_only, True,
+                          shared_load=True)
+        assert j.verdict == "regression"  # ...but a load both arms shared takes the alert only
+    # Quiet rounds that stand alone and make no regression still leave it inconclusive.
+    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+                      _change(1.01, 0.99, 1.03), True, shared_load=True)
+    assert j.verdict == "inconclusive"
     j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
                       _change(1.03, 1.025, 1.035), True)
     assert j.verdict == "regression"  # the quiet rounds make a regression, not an alert
@@ -559,8 +567,10 @@ def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
 
 
 @pytest.mark.parametrize(("unquiet", "verdict"), [(range(0, 30, 10), "alert"),
-                                                  (range(4, 30), "inconclusive")])
+                                                  (range(4, 30), "regression")])
 def test_compare_judges_alerts_on_quiet_rounds_only(unquiet, verdict):
+    """One run: 3 unquiet rounds leave 27 quiet ones that make the alert; 26 leave too
+    few to stand alone, and the load, shared by both arms, caps the alert at ⚠️."""
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.10), seed=3,
                unquiet_rounds={"relu_d100_w8": list(unquiet)})
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
@@ -568,6 +578,19 @@ def test_compare_judges_alerts_on_quiet_rounds_only(unquiet, verdict):
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["verdict"] == verdict
     assert row["unquiet"] == len(unquiet)
+    if verdict == "regression":
+        assert "rounds failed the idle gate and too few quiet ones stand alone" in row["reason"]
+
+
+def test_between_two_runs_an_unquiet_would_be_alert_stays_inconclusive():
+    """A load in one run is not shared by the other's arm: no cap at ⚠️, but ❔."""
+    unquiet = {"relu_d100_w8": list(range(4, 30))}
+    base = _doc(CASES, seed=3, unquiet_rounds=unquiet)
+    pr = _doc(_slower(CASES, ["relu_d100_w8"], 1.10), seed=4, unquiet_rounds=unquiet)
+    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+                             profile=_calibrated_profile())
+    row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
+    assert row["verdict"] == "inconclusive" and "would be an alert" in row["reason"]
 
 
 def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
@@ -578,6 +601,21 @@ def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
     assert compare.ambiguous_cases(result) == [
         r["case"] for r in result["cases"] if r["verdict"] == "inconclusive"
     ]
+
+
+def test_a_warning_the_idle_gate_held_back_from_an_alert_is_worth_a_rerun():
+    """relu_d100_w8: +10 %, 26 of 30 rounds unquiet (⚠️ held back); relu_d10_w8: +10 %
+    on quiet rounds (🔴); matmul_128x128: +3 %, 26 unquiet (a ⚠️ below the alert level)."""
+    unquiet = list(range(4, 30))
+    doc = _doc(_slower(_slower(CASES, ["relu_d100_w8", "relu_d10_w8"], 1.10),
+                       ["matmul_128x128"], 1.03), seed=3,
+               unquiet_rounds={"relu_d100_w8": unquiet, "matmul_128x128": unquiet})
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+                             profile=_calibrated_profile())
+    verdicts = {r["case"]: r["verdict"] for r in result["cases"]}
+    assert verdicts == {"relu_d1_w8": "no_change", "relu_d10_w8": "alert",
+                        "relu_d100_w8": "regression", "matmul_128x128": "regression"}
+    assert compare.ambiguous_cases(result) == ["relu_d100_w8"]
 
 
 def test_documented_defaults_match_the_constants():

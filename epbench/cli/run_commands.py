@@ -312,7 +312,8 @@ def summary(results: str, fmt: str) -> None:
               help="A change in instructions per Run at least this large gets its own mark "
                    "(never a 🔴 on its own).")
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
-              help="Seconds to spend re-running inconclusive (❔) cases with more rounds "
+              help="Seconds to spend re-running inconclusive (❔) cases, and ⚠️ ones the "
+                   "idle gate held back from 🔴, with more rounds "
                    f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
                    f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
                    f"case after the command began, builds included, less {REPORT_RESERVE_S:g} "
