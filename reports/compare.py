@@ -15,7 +15,8 @@ calibration profile (or a conservative default, said out loud). Verdicts:
   ✅ no change    the whole CI lies within +-t
   ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
                  alert with unquiet rounds whose quiet rounds alone make no regression
-                 (they make ⚠️ if a regression, 🔴 if an alert)
+                 (they make ⚠️ if a regression, 🔴 if an alert), or, between two
+                 runs, too few quiet rounds to stand alone (⚠️ within one run)
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
@@ -208,7 +209,7 @@ def _judge_bounded(
                     f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
                     f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
                     "and too few quiet ones stand alone: a regression, not an alert; rerun "
-                    "on a quiet machine for the alert",
+                    "on a quiet machine to tell whether it is one",
                     significant, q,
                 )
             if unquiet:
@@ -841,8 +842,9 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
 
 
 def held_back_by_gate(row: Mapping[str, Any]) -> bool:
-    """A ⚠️ whose change over all rounds reaches the alert level: only unquiet rounds
-    make such a case ⚠️ (`judge`), so the idle gate, not the change, kept it from 🔴."""
+    """A ⚠️ whose change over all rounds reaches the alert level. Only unquiet rounds make
+    such a case ⚠️ (`judge`): its quiet rounds alone made a regression only, or were too
+    few to stand alone, so the idle gate, not the change, kept it from 🔴."""
     return (row["verdict"] == "regression" and row["change"] is not None
             and row["change"] >= row["alert"])
 

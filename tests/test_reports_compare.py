@@ -618,6 +618,14 @@ def test_a_warning_the_idle_gate_held_back_from_an_alert_is_worth_a_rerun():
     assert compare.ambiguous_cases(result) == ["relu_d100_w8"]
 
 
+def test_held_back_is_a_warning_whose_change_reaches_the_alert_level() -> None:
+    row = {"verdict": "regression", "change": 0.04, "alert": 0.04, "unquiet": 3}
+    assert compare.held_back_by_gate(row)  # at the alert level exactly: held back
+    assert not compare.held_back_by_gate({**row, "change": 0.0399})
+    assert not compare.held_back_by_gate({**row, "verdict": "alert"})
+    assert not compare.held_back_by_gate({**row, "change": None})
+
+
 def test_documented_defaults_match_the_constants():
     from click.testing import CliRunner
 

@@ -2,8 +2,9 @@
 
 Both commits' libraries are built (harness.commits) and run as two arms of one
 process, `base` and `head`, beside ORT's CPU EP as the in-run control, so the
-machine's drift hits both sides alike. Cases that come out inconclusive are run
-again, their new rounds added to the old, while the re-run budget lasts.
+machine's drift hits both sides alike. Cases that come out inconclusive, or ⚠️ held
+back from 🔴 by the idle gate (`compare.ambiguous_cases`), are run again, their new
+rounds added to the old, while the re-run budget lasts.
 
 Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
@@ -44,7 +45,7 @@ from epbench.reports.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
-# Seconds spent re-running inconclusive cases unless --budget says otherwise: a share of
+# Seconds spent re-running ambiguous cases unless --budget says otherwise: a share of
 # what the first pass took, at most DEFAULT_BUDGET_S, so a small grid is not re-run for
 # longer than it ran (the quick grid, measured once each on a quiet 2-core VM: 3.7 min
 # in all with 120 s, 2.6 min with half its ~110 s first pass; the default grid keeps 120 s).
@@ -64,7 +65,7 @@ REPORT_RESERVE_S = 5.0
 # what two processes differ by (see docs/validation for what they buy).
 COMMITS_PROCESSES = 6
 COMMITS_ROUNDS = 48
-# Rounds a re-run adds to each inconclusive case, as a multiple of the first pass.
+# Rounds a re-run adds to each ambiguous case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
 # The most of a history error kept in compare.json (the schema bounds its texts).
 HISTORY_ERROR_CHARS = 1000
@@ -209,7 +210,8 @@ def compare_commits(
         if not pending:
             break
         attempt += 1
-        on_status(f"re-running {len(pending)} inconclusive case(s): {', '.join(pending)}")
+        on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
+                  f"idle gate): {', '.join(pending)}")
         # More rounds only: the first pass's instruction counts are exact already, and
         # counting again cost more than the rounds themselves (a valgrind start per pass).
         extra = run(replace(
