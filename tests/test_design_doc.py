@@ -84,6 +84,8 @@ JSON_READERS = {
                                               "which no command reads",
     "docs/validation/slice_replay.py": "kept samples (results.samples.jsonl.gz), which no "
                                        "command reads",
+    "docs/validation/rejudge.py": "the stored comparisons (compare.json), set beside their "
+                                  "re-judgement (results files go through load_results)",
 }
 
 
