@@ -747,7 +747,6 @@ def test_steal_up_to_one_minus_the_threshold_still_carries() -> None:
     assert carried_from_meter(_meter(True, 0.07), 0.93) is not None
 
 
-
 def _rounds(pattern: str) -> list[dict]:
     """A process's rounds for RunWaitBudget: "P" a round whose gate look passed, "F" one
     whose did not; "" a process that crashed before its first round."""
@@ -756,8 +755,8 @@ def _rounds(pattern: str) -> list[dict]:
 
 
 # Processes in run order (their rounds), and the budget each must get: the streak of
-# rounds with no passing look goes on across processes, a passing round anywhere in a
-# process ends it, and a process with no round leaves it as it was.
+# rounds with no passing look goes on across processes, a passing round ends it (the
+# rounds after it start a new one), and a process with no round leaves it as it was.
 WAIT_SCRIPT = [("F" * 8, "full"), ("F" * 8, "full"), ("F" * 8, 0.0), ("FFFPFFFF", 0.0),
                ("PFFFFFFF", "full"), ("F" * 8, "full"), ("", "full"), ("F", "full"),
                ("F" * 8, 0.0)]

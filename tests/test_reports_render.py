@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from epbench.core.results import load_results
-from epbench.reports import calibrate, compare, render, run_report, summary
+from epbench.reports import calibrate, compare, html, render, run_report, summary
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
@@ -217,6 +217,7 @@ def test_a_run_that_stopped_waiting_for_quiet_says_so_in_every_report():
     assert said in render.render_terminal(comparison)
     assert said in render.render_summary_table(summary.summarize(as_results(doc)))
     assert said in run_report.render_run_report(as_results(doc))
+    assert said in html.render_html(doc=as_results(doc), comparison=comparison)
     doc["cases"]["relu_d10_w8"]["processes"][2]["gate_budget_s"] = 2.5
     doc["cases"]["relu_d10_w8"]["processes"][3]["gate_budget_s"] = 2.5
     comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))

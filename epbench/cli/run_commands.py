@@ -128,9 +128,9 @@ _RUN = run_defaults()
 @click.option("--gate-max-wait", type=click.FloatRange(min=0), default=_RUN["gate_max_wait_s"],
               show_default=True,
               help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
-                   f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; none once "
-                   f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row had no passing look, from "
-                   "the process after a look passes again).")
+                   f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; after "
+                   f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row with no passing look, "
+                   "none until the process after a look passes).")
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
