@@ -613,7 +613,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     stopped = False
     share_s = doc["config"]["gate"]["budget_s"]
     waits = RunWaitBudget(share_s, config.gate_policy, config.futile_rounds_before)
-    says_waiting_changes = config.gate_policy == "wait" and config.gate_max_wait_s > 0
+    says_waiting_changes = config.gate_max_wait_s > 0  # with no wait, nothing changes
     last_budget_s = share_s
     try:
         # Process p of every case before process p + 1 of any: drifts spread evenly.

@@ -4,6 +4,7 @@ readings, the interference meter, the quietest core and the terminal line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -838,3 +839,7 @@ def test_each_process_gets_the_budget_the_rounds_before_it_leave(monkeypatch, tm
         "idle gate: 16 rounds in a row had no passing look",
         "idle gate: a look passed; rounds wait for a quiet moment again",
         "idle gate: 16 rounds in a row had no passing look"]
+    # With --gate-max-wait 0 no round waits anyway: the same budgets, nothing said.
+    script, said[:] = iter(WAIT_SCRIPT), []
+    runner.run(replace(config, gate_max_wait_s=0.0, out_dir=None))
+    assert said == []

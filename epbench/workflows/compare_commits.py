@@ -57,7 +57,8 @@ DEFAULT_BUDGET_SHARE = 0.5
 # in 10, inside its promised 12). A loaded runner, whose first pass is slow, then re-runs
 # less rather than running over (under a sustained load the quick grid took 138-139 s
 # without a re-run and up to 209 s with them: docs/validation/commits_repeats.txt). The
-# first pass itself is not bounded: on a slower VM under that load it took ~185 s alone.
+# first pass itself is not bounded: on a slower VM under that load it took ~185 s alone
+# until the idle gate stopped waiting out a load that does not leave (harness.gate).
 DEFAULT_TARGET_S_PER_CASE = 30.0
 # Kept back for the reports written after the re-runs (a run's HTML page took 1.5 s here).
 REPORT_RESERVE_S = 5.0
