@@ -221,6 +221,10 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
         "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
         "takes about 10 s here: pass --budget with that much for each such case to re-run them"]
+    # The reports carry it as a warning, after the comparator's own: the PR comment's
+    # reader sees the ❔, not the job's log.
+    assert result.comparison["warnings"][-1] == result.notes[0]
+    assert f"> - **Warning:** {result.notes[0]}" in render.render_markdown(result.comparison)
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).
@@ -237,6 +241,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     monkeypatch.setattr(cc, "run", interrupted_run)
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert calls == [list(names)] and result.notes == []
+    assert not any("re-run budget" in w for w in result.comparison["warnings"])
 
     # Nothing ❔ after the first pass: nothing re-run, no note.
     def settled_run(config):
@@ -414,3 +419,32 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
     assert "interrupted" in result.output
     assert seen["started_at"] is not None
     assert seen["started_at"] < seen["history"] < seen["probe"]
+
+
+def test_a_note_the_reports_carry_is_printed_once(tmp_path, monkeypatch) -> None:
+    """The re-run budget's note is a warning of the verdicts the command prints; only the
+    notes the reports do not carry go to stderr as notes."""
+    from epbench.cli import run_commands
+    from epbench.core.model import Results
+    from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import results_doc
+
+    doc = results_doc({"relu_d1_w8": {"ort": 1000.0, "base": 1000.0, "head": 1000.0}},
+                      rounds=12)
+    results = Results.from_dict(doc, source="a test")
+    comparison = cc.cmp.compare(cc.cmp.Side("base", results, "base"),
+                                cc.cmp.Side("pr", results, "head"))
+    budget_note = "relu_d1_w8 left ❔: the default re-run budget ran out"
+    comparison["warnings"].append(budget_note)
+    notes = [budget_note, "the base commit was not checked against the history: gone"]
+
+    def fake_comparison(**kwargs):
+        return cc.CommitsResult(None, None, doc, comparison, {}, notes)
+
+    monkeypatch.setattr(run_commands, "valgrind_available", lambda: (False, "none here"))
+    monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
+    result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
+                                      "--out", str(tmp_path / "o")])
+    lines = result.output.splitlines()
+    assert [ln for ln in lines if budget_note in ln] == [f"warning: {budget_note}"]
+    assert f"note: {notes[1]}" in lines
