@@ -68,15 +68,17 @@ benchmarks: setup
 # injected slowdown, position bias and counter exactness on this machine, on both paths
 # (same-process, separate runs) and under each background load validate makes itself.
 # 21 repeats per load give 126 A/A comparisons per path and load on the quick grid:
-# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat takes
-# about 10 minutes on a 2-core VM, so the whole target takes about 10 hours; a shorter
-# one: make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800
+# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 10-15
+# minutes on this project's 2-core VMs, so the whole target takes 10-16 hours (the budget
+# leaves room: a load stops at VALIDATION_REPEATS). A shorter one, elsewhere:
+#   make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800 VALIDATION_OUT=build/v
 VALIDATION_LOADS ?= none,bursty,sustained
-VALIDATION_BUDGET ?= 40000
+VALIDATION_BUDGET ?= 60000
 VALIDATION_REPEATS ?= 21
+VALIDATION_OUT ?= docs/validation
 validation: setup
 	$(VENV)/bin/epbench validate --grid quick --load $(VALIDATION_LOADS) \
-	    --budget $(VALIDATION_BUDGET) --max-repeats $(VALIDATION_REPEATS) --out docs/validation
+	    --budget $(VALIDATION_BUDGET) --max-repeats $(VALIDATION_REPEATS) --out $(VALIDATION_OUT)
 
 # docs/images/report.png: the HTML report (`epbench report`) of a seeded sample run
 # (docs/images/make_report_sample.py), rendered by headless Chromium. Chromium and an

@@ -671,7 +671,7 @@ def compare(
     if twins["flagged"]:
         warnings.insert(0,
             "the run's A/A twin differs from the arm it copies beyond the threshold on "
-            f"{', '.join(twins['flagged'])}: two copies of one library measured apart, so "
+            f"{named(twins['flagged'])}: two copies of one library measured apart, so "
             "this run's verdicts are not to be trusted; rerun (more --processes), on a "
             "quieter machine")
     return {
@@ -839,6 +839,17 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
     which more quiet rounds can make 🔴."""
     return [row["case"] for row in comparison["cases"]
             if row["verdict"] == "inconclusive" or held_back_by_gate(row)]
+
+
+# A warning names at most this many cases: the comment job refuses a warning over 4000
+# characters (comparison.schema.json), and a grid can have thousands.
+NAMED_CASES = 20
+
+
+def named(cases: Sequence[str], most: int = NAMED_CASES) -> str:
+    """``a, b, c`` or, past ``most`` names, ``a, b, c and 7 more``."""
+    shown = ", ".join(cases[:most])
+    return shown if len(cases) <= most else f"{shown} and {len(cases) - most} more"
 
 
 def held_back_by_gate(row: Mapping[str, Any]) -> bool:

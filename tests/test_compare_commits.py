@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from markupsafe import escape as html_escape
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
@@ -184,14 +186,17 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                        settings=Settings(), profile_path=None, budget_s=0)
     assert calls == [list(names)]  # no budget: no re-run
 
-    def with_clock(readings, budget_s):
+    def with_clock(readings, budget_s, out_dir=None):
         """compare_commits with time.monotonic returning ``readings`` in turn."""
         ticks = iter(readings)
         monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
         calls.clear()
         return cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                  config=config, settings=Settings(), profile_path=None,
-                                  budget_s=budget_s)
+                                  config=replace(config, out_dir=out_dir), settings=Settings(),
+                                  profile_path=None, budget_s=budget_s)
+
+    def budget_warnings(result):
+        return [w for w in result.comparison["warnings"] if "re-run budget" in w]
 
     # Every clock reading 50 s after the last (the command's start, the first pass's start
     # and end: it took 50 s for 2 cases). 60 s of budget are not spent yet when the loop
@@ -199,7 +204,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # the re-runs, not their start. A --budget given is the user's: no note about it.
     result = with_clock(range(0, 10_000, 50), budget_s=60)
     assert calls == [list(names)]
-    assert cc.cmp.ambiguous_cases(result.comparison) and result.notes == []
+    assert cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
     # No --budget: half of what the first pass took (20 s here, 10 s a case), so one 10 s
     # re-run fits when the loop looks (the 2 cases' deadline, 60 - 5 s after the start, is
@@ -207,24 +212,30 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # first pass's start and end, the budget's start, the loop's looks.
     result = with_clock([0, 0, 20, 20, 20] + [30] * 100, budget_s=None)
     assert len(calls) == 2 and len(calls[1]) == 1
-    # What is left ❔ is in a note; with nothing left there is none.
-    assert bool(result.notes) == bool(cc.cmp.ambiguous_cases(result.comparison))
+    # What is left ❔ is in a warning; with nothing left there is none.
+    assert len(budget_warnings(result)) == bool(cc.cmp.ambiguous_cases(result.comparison))
 
     # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
     # one case's 10 s, so nothing is re-run although half the first pass (10 s) would
-    # allow one, and a note names the cases left and what re-running one costs.
-    result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
+    # allow one, and a warning names the cases left and what re-running one costs: in
+    # every report, the PR comment too, whose reader sees the ❔ and not the job's log.
+    out = tmp_path / "out"
+    out.mkdir()  # the runner makes it; the fake run does not
+    result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None, out_dir=out)
     assert calls == [list(names)]
     left = cc.cmp.ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
-    assert result.notes == [
+    warning = (
         f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
         "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
-        "takes about 10 s here: pass --budget with that much for each such case to re-run them"]
-    # The reports carry it as a warning, after the comparator's own: the PR comment's
-    # reader sees the ❔, not the job's log.
-    assert result.comparison["warnings"][-1] == result.notes[0]
-    assert f"> - **Warning:** {result.notes[0]}" in render.render_markdown(result.comparison)
+        "takes about 10 s here: pass --budget with that much for each such case to re-run them")
+    assert result.comparison["warnings"][-1] == warning and result.notes == []
+    written = json.loads((out / "compare.json").read_text(encoding="utf-8"))
+    assert written["warnings"][-1] == warning
+    assert f"> - **Warning:** {warning}" in (out / "report.md").read_text(encoding="utf-8")
+    assert str(html_escape(warning)) in (out / "report.html").read_text(
+        encoding="utf-8")
+    assert f"warning: {warning}" in render.render_terminal(result.comparison)
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).
@@ -240,8 +251,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 
     monkeypatch.setattr(cc, "run", interrupted_run)
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
-    assert calls == [list(names)] and result.notes == []
-    assert not any("re-run budget" in w for w in result.comparison["warnings"])
+    assert calls == [list(names)] and budget_warnings(result) == []
 
     # Nothing ❔ after the first pass: nothing re-run, no note.
     def settled_run(config):
@@ -253,7 +263,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     monkeypatch.setattr(cc, "run", settled_run)
     result = with_clock([0, 0, 20, 20] + [20] * 100, budget_s=None)
     assert calls == [list(names)] and not cc.cmp.ambiguous_cases(result.comparison)
-    assert result.notes == []
+    assert budget_warnings(result) == []
 
 
 def test_a_rerun_goes_on_from_the_gate_count_of_the_pass_before_it(tmp_path,
@@ -333,7 +343,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     assert (rows["relu_d1_w8"]["verdict"], rows["relu_d10_w8"]["verdict"]) == (
         "regression", "no_change")
     assert cc.cmp.held_back_by_gate(rows["relu_d1_w8"])
-    assert result.notes[0].startswith(
+    assert result.comparison["warnings"][-1].startswith(
         "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
 
@@ -420,31 +430,3 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
     assert seen["started_at"] is not None
     assert seen["started_at"] < seen["history"] < seen["probe"]
 
-
-def test_a_note_the_reports_carry_is_printed_once(tmp_path, monkeypatch) -> None:
-    """The re-run budget's note is a warning of the verdicts the command prints; only the
-    notes the reports do not carry go to stderr as notes."""
-    from epbench.cli import run_commands
-    from epbench.core.model import Results
-    from epbench.workflows import compare_commits as cc
-    from tests.support.synthetic import results_doc
-
-    doc = results_doc({"relu_d1_w8": {"ort": 1000.0, "base": 1000.0, "head": 1000.0}},
-                      rounds=12)
-    results = Results.from_dict(doc, source="a test")
-    comparison = cc.cmp.compare(cc.cmp.Side("base", results, "base"),
-                                cc.cmp.Side("pr", results, "head"))
-    budget_note = "relu_d1_w8 left ❔: the default re-run budget ran out"
-    comparison["warnings"].append(budget_note)
-    notes = [budget_note, "the base commit was not checked against the history: gone"]
-
-    def fake_comparison(**kwargs):
-        return cc.CommitsResult(None, None, doc, comparison, {}, notes)
-
-    monkeypatch.setattr(run_commands, "valgrind_available", lambda: (False, "none here"))
-    monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
-    result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
-                                      "--out", str(tmp_path / "o")])
-    lines = result.output.splitlines()
-    assert [ln for ln in lines if budget_note in ln] == [f"warning: {budget_note}"]
-    assert f"note: {notes[1]}" in lines

@@ -765,3 +765,11 @@ def test_min_rounds_for_one_and_two_runs():
     # One run at 95 %: 2 / 2^6 <= 0.05 < 2 / 2^5. Two runs split alpha: 2 / 2^7 <= 0.025.
     assert stats.min_rounds(0.95) == 6
     assert stats.min_rounds(0.95, 2) == 7
+
+
+def test_a_warning_names_at_most_so_many_cases():
+    # The comment job refuses a warning over 4000 characters; a grid can have thousands.
+    names = [f"case_{i:04d}" for i in range(compare.NAMED_CASES + 5)]
+    assert compare.named(names[:compare.NAMED_CASES]) == ", ".join(names[:compare.NAMED_CASES])
+    assert compare.named(names) == ", ".join(names[:compare.NAMED_CASES]) + " and 5 more"
+    assert compare.named(names[:1]) == "case_0000"

@@ -402,10 +402,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     except KeyboardInterrupt:
         click.echo("interrupted; worktrees were removed", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    shown = set(result.comparison["warnings"])  # the verdicts below print these
     for note in result.notes:
-        if note not in shown:
-            click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {note}", err=True)
     click.echo(render.render_terminal(result.comparison), nl=False)
     if annotations_wanted(github_annotations):
         emit_annotations(result.comparison)

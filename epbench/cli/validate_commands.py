@@ -45,7 +45,7 @@ from epbench.workflows import validate as val
               default=val.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
 @click.option("--max-repeats", type=click.IntRange(min=1), default=50, show_default=True,
-              help="Stop after this many repeats even if the budget allows more.")
+              help="Stop a load after this many repeats even if the budget allows more.")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run A/A in a fixed arm order, to show the bias counterbalancing removes.")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), default=None,

@@ -230,7 +230,7 @@ def compare_commits(
     if defaulted and left_over and not doc["interrupted"]:
         rows = {row["case"]: row for row in comparison["cases"]}
         held = any(cmp.held_back_by_gate(rows[name]) for name in left_over)
-        budget_note = (f"{', '.join(left_over)} left ❔"
+        budget_note = (f"{cmp.named(left_over)} left ❔"
                        f"{' or held back from 🔴 by the idle gate' if held else ''}: "
                        "the default re-run budget "
                        f"({DEFAULT_BUDGET_SHARE:.0%} of the first pass, at most "
@@ -238,8 +238,7 @@ def compare_commits(
                        "case after the command began) ran out; a case's re-run takes about "
                        f"{seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass --budget "
                        "with that much for each such case to re-run them")
-        notes.append(budget_note)
-        # The reports say it too: a PR's reader sees the ❔ in the comment, not the job's log.
+        # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
         comparison["warnings"].append(budget_note)
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
