@@ -384,6 +384,14 @@ def test_outputs_written_and_rendered(tmp_path):
     assert "| `matmul_64x64` | 9.00 µs | 4.0% | in-run A/A twin | > 10 % | 0/2 |" in md
     assert "other change, in every repeat: 12/12 exact." in md
     assert "judged **without** one" in md
+    # The report lists the first notes and counts the rest, which the JSON keeps.
+    notes = [f"note {i:02d}" for i in range(val.NOTES_SHOWN + 3)]
+    md = val.render_markdown({**result, "notes": notes})
+    assert [ln for ln in md.splitlines() if ln.startswith("- note ")] == [
+        f"- {n}" for n in notes[:val.NOTES_SHOWN]]
+    assert "- … and 3 more, all in validation.json (`notes`)." in md
+    md = val.render_markdown({**result, "notes": notes[:val.NOTES_SHOWN]})
+    assert "more, all in validation.json" not in md
 
 
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():

@@ -84,6 +84,9 @@ RESERVE_S = 5.0
 RUNS_DIR = "runs"
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
+# validation.md lists this many notes (validate's own come first); validation.json has all:
+# on a drifting machine the comparator warns about every case of every repeat.
+NOTES_SHOWN = 12
 _RUN = run_defaults()
 
 
@@ -572,7 +575,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in LEVELS], power=POWER_TARGET,
-        flagged="⚠️/🔴",
+        flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
     )
 
 
