@@ -725,7 +725,12 @@ def test_a_falling_control_warns_like_a_rising_one():
     doc = _doc(noise=synthetic.NoiseModel(0.0, 0.002, 0.0, drift=-0.08, session_sigma=0.0))
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["cases"][0]["control_drift"] == pytest.approx(-0.08, abs=0.01)
-    assert any("drifted -8" in w and "not biased" in w for w in result["warnings"])
+    # Every case drifted: one warning names them all, each with its drift.
+    (warning,) = [w for w in result["warnings"] if "control drifted" in w]
+    assert "not biased" in warning
+    for row in result["cases"]:
+        assert row["drift_exceeds_threshold"]
+        assert f"{row['case']} ({row['control_drift']:+.1%})" in warning
 
 
 def test_both_sides_failed_is_not_comparable_not_failed():
