@@ -664,8 +664,8 @@ def compare(
         # One warning for them all: on a drifting machine every case drifts, and a warning
         # per case buried the PR comment's table (the rows keep each case's drift).
         warnings.append(
-            "the ORT control drifted from the first round to the last by more than the "
-            f"case's threshold on {named(drifted)}: the machine changed speed during the "
+            "the ORT control drifted from the first round to the last by more than each "
+            f"case's own threshold on {named(drifted)}: the machine changed speed during the "
             "run. The per-round ratios cancel a change that slows every arm alike, so the "
             "verdicts are not biased by it, but the ns columns are, and a change that "
             "depends on the machine's state (clock, cache) may not cancel; rerun on a "
@@ -844,15 +844,22 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
             if row["verdict"] == "inconclusive" or held_back_by_gate(row)]
 
 
-# A warning names at most this many cases: the comment job refuses a warning over 4000
-# characters (comparison.schema.json), and a grid can have thousands.
+# A warning names at most this many cases, in at most this many characters: the comment
+# job refuses a warning over 4000 (comparison.schema.json), a grid can have thousands of
+# cases, and a case's name up to 200 characters.
 NAMED_CASES = 20
+NAMED_CHARS = 2000
 
 
-def named(cases: Sequence[str], most: int = NAMED_CASES) -> str:
-    """``a, b, c`` or, past ``most`` names, ``a, b, c and 7 more``."""
-    shown = ", ".join(cases[:most])
-    return shown if len(cases) <= most else f"{shown} and {len(cases) - most} more"
+def named(cases: Sequence[str]) -> str:
+    """``a, b, c`` or, past NAMED_CASES names or NAMED_CHARS characters, ``a, b and 8 more``."""
+    shown: list[str] = []
+    for case in cases[:NAMED_CASES]:
+        if shown and len(", ".join([*shown, case])) > NAMED_CHARS:
+            break
+        shown.append(case)
+    rest = len(cases) - len(shown)
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
 def held_back_by_gate(row: Mapping[str, Any]) -> bool:

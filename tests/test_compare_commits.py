@@ -228,7 +228,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     warning = (
         f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
         "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
-        "takes about 10 s here: pass --budget with that much for each such case to re-run them")
+        "takes about 10 s here: pass --budget with that much for each such case to re-run them "
+        "(in CI, to the bench workflow's compare-commits)")
     assert result.comparison["warnings"][-1] == warning and result.notes == []
     written = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     assert written["warnings"][-1] == warning
@@ -236,6 +237,11 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert str(html_escape(warning)) in (out / "report.html").read_text(
         encoding="utf-8")
     assert f"warning: {warning}" in render.render_terminal(result.comparison)
+    # A long list is cut: the comment job refuses a warning over 4000 characters.
+    monkeypatch.setattr(cc.cmp, "NAMED_CASES", 1)
+    result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
+    assert len(left) == 2
+    assert result.comparison["warnings"][-1].startswith(f"{left[0]} and 1 more left ❔: ")
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).

@@ -721,7 +721,7 @@ def test_unquiet_rounds_of_the_base_run_count_too():
     assert "on the 27 quiet rounds alone (3 unquiet set aside)" in row["reason"]
 
 
-def test_a_falling_control_warns_like_a_rising_one():
+def test_a_falling_control_warns_like_a_rising_one(monkeypatch):
     doc = _doc(noise=synthetic.NoiseModel(0.0, 0.002, 0.0, drift=-0.08, session_sigma=0.0))
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["cases"][0]["control_drift"] == pytest.approx(-0.08, abs=0.01)
@@ -731,6 +731,13 @@ def test_a_falling_control_warns_like_a_rising_one():
     for row in result["cases"]:
         assert row["drift_exceeds_threshold"]
         assert f"{row['case']} ({row['control_drift']:+.1%})" in warning
+    # A long list is cut: the comment job refuses a warning over 4000 characters.
+    monkeypatch.setattr(compare, "NAMED_CASES", 1)
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    (warning,) = [w for w in result["warnings"] if "control drifted" in w]
+    first = result["cases"][0]
+    assert (f"{first['case']} ({first['control_drift']:+.1%}) and "
+            f"{len(result['cases']) - 1} more:") in warning
 
 
 def test_both_sides_failed_is_not_comparable_not_failed():
@@ -778,3 +785,11 @@ def test_a_warning_names_at_most_so_many_cases():
     assert compare.named(names[:compare.NAMED_CASES]) == ", ".join(names[:compare.NAMED_CASES])
     assert compare.named(names) == ", ".join(names[:compare.NAMED_CASES]) + " and 5 more"
     assert compare.named(names[:1]) == "case_0000"
+    # Names of 200 characters (the schema's most): cut by length before the count.
+    long = [f"{i:03d}" + "x" * 197 for i in range(compare.NAMED_CASES)]
+    text = compare.named(long)
+    fit = compare.NAMED_CHARS // 202  # ", " between names
+    assert text == ", ".join(long[:fit]) + f" and {len(long) - fit} more"
+    assert len(text) <= compare.NAMED_CHARS + len(" and 99 more")
+    # One name is always shown, however long.
+    assert compare.named(["y" * 3000]) == "y" * 3000

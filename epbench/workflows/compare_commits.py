@@ -237,7 +237,8 @@ def compare_commits(
                        f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
                        "case after the command began) ran out; a case's re-run takes about "
                        f"{seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass --budget "
-                       "with that much for each such case to re-run them")
+                       "with that much for each such case to re-run them (in CI, to the bench "
+                       "workflow's compare-commits)")
         # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
         comparison["warnings"].append(budget_note)
     if history_db is not None:

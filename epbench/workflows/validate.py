@@ -85,7 +85,7 @@ RUNS_DIR = "runs"
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
 # validation.md lists this many notes (validate's own come first); validation.json has all:
-# on a drifting machine the comparator warns about every case of every repeat.
+# on a drifting machine the comparator warns in every comparison of every repeat.
 NOTES_SHOWN = 12
 _RUN = run_defaults()
 
