@@ -68,9 +68,10 @@ benchmarks: setup
 # injected slowdown, position bias and counter exactness on this machine, on both paths
 # (same-process, separate runs) and under each background load validate makes itself.
 # 21 repeats per load give 126 A/A comparisons per path and load on the quick grid:
-# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 10-15
-# minutes on this project's 2-core VMs, so the whole target takes 10-16 hours (the budget
-# leaves room: a load stops at VALIDATION_REPEATS). A shorter one, elsewhere:
+# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat is estimated
+# at 10-15 minutes on this project's 2-core VMs (717 s unloaded; loaded ones not yet timed),
+# so the whole target takes 10-16 hours (the budget leaves room: a load stops at
+# VALIDATION_REPEATS). A shorter one, elsewhere:
 #   make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800 VALIDATION_OUT=build/v
 VALIDATION_LOADS ?= none,bursty,sustained
 VALIDATION_BUDGET ?= 60000
