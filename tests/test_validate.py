@@ -142,6 +142,9 @@ def small(**kw: Any) -> val.Plan:
 def test_known_effects_give_known_rates_and_mde_on_both_paths():
     fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
     result = fake.validate(small(max_repeats=3))
+    # --max-repeats, not the budget, ended the load: no note about repeats cut short.
+    assert result["plan"]["repeats"] == {"none": 3}
+    assert not any("repeats, as one more" in note for note in result["notes"])
     assert [(r["path"], r["load"], r["profile"]) for r in result["results"]] == [
         ("same-process", "none", "without"), ("separate-runs", "none", "without")]
     for path in val.PATHS:
@@ -255,6 +258,14 @@ def test_budget_is_shared_between_loads():
     # What the plan records is FakeRunner's clock (no real time passes): its runs' seconds.
     assert result["plan"]["elapsed_s"] == fake.now == len(fake.configs) * fake.seconds_per_run
     assert not any("over budget" in note for note in result["notes"])
+    # Both loads stopped short of --max-repeats for the budget, and the notes say so.
+    max_repeats = result["plan"]["max_repeats"]
+    assert max_repeats > 2
+    assert [n for n in result["notes"] if "repeats, as one more" in n] == [
+        f"none load: 2 of {max_repeats} repeats, as one more would not fit its share of the "
+        "budget (292 s); raise --budget for more",
+        f"sustained load: 2 of {max_repeats} repeats, as one more would not fit its share "
+        "of the budget (335 s); raise --budget for more"]
     assert [(r["path"], r["load"]) for r in result["results"]] == [
         (p, k) for p in val.PATHS for k in ("none", "sustained")]
 

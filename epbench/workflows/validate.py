@@ -323,6 +323,10 @@ def validate(
         done, spent = 0, 0.0
         while done < plan.max_repeats:
             if done and (clock() - load_start) + spent / done > share:
+                # Said, since a load's figures with fewer repeats are weaker than asked for.
+                notes.append(
+                    f"{load} load: {done} of {plan.max_repeats} repeats, as one more would "
+                    f"not fit its share of the budget ({share:.0f} s); raise --budget for more")
                 break
             began = clock()
             rep = one_repeat(load, done)
