@@ -277,6 +277,10 @@ def test_a_small_budget_still_measures_every_load_once_and_says_so():
     # The position test comes right after the first unloaded repeat, so it is kept.
     assert result["plan"]["position_test"] is True
     assert any("over budget" in note for note in result["notes"])
+    # bursty's share was spent before it began: said so, not as a negative share.
+    assert [n for n in result["notes"] if n.startswith("bursty load:")] == [
+        f"bursty load: 1 of {result['plan']['max_repeats']} repeats, as the budget was spent "
+        "before it began; raise --budget for more"]
 
 
 def test_load_runs_only_while_a_run_measures():
@@ -300,7 +304,8 @@ def test_load_is_stopped_when_a_run_is_interrupted_by_ctrl_c():
             raise KeyboardInterrupt
         return fake(config)
 
-    with pytest.raises(KeyboardInterrupt):
+    # Before the first repeat finished, so there is nothing to summarize.
+    with pytest.raises(EpbenchError, match="interrupted before the first repeat finished"):
         val.validate(small(loads=("sustained",)), run=run, clock=fake.clock,
                      load_factory=fake.load, settings=SETTINGS)
     # The load ran under the interrupted run, and was stopped on the way out.
@@ -479,6 +484,23 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats():
     assert len(fake.configs) == 1 + per_repeat + 2  # nothing ran after the interruption
     assert result["plan"]["repeats"] == {"none": 1}
     assert any(n.startswith("interrupted") for n in result["notes"])
+    # The interruption, not the budget, ended the load.
+    assert not any("repeats, as one more" in n for n in result["notes"])
+
+    # A Ctrl-C the runner does not catch (a load or a worker starting) ends it the same way.
+    fake = FakeRunner()
+
+    def run_raising(config: Any) -> dict[str, Any]:
+        if len(fake.configs) == 1 + per_repeat + 2:
+            raise KeyboardInterrupt
+        return fake(config)
+
+    result = val.validate(small(max_repeats=5, position_test=False), run=run_raising,
+                          clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
+    assert len(fake.configs) == 1 + per_repeat + 2
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert any(n.startswith("interrupted") for n in result["notes"])
+    assert fake.active_load is None  # the load stopped with the run
 
     fake = FakeRunner()
 

@@ -275,8 +275,14 @@ def validate(
         nonlocal runs
         runs += 1
         # The load runs only while this run measures, and is stopped however the run ends.
-        with load_factory(load, seed) as background:
-            doc = run(config)
+        try:
+            with load_factory(load, seed) as background:
+                doc = run(config)
+        except KeyboardInterrupt:
+            # The runner makes a Ctrl-C between rounds an interrupted document; one that
+            # lands elsewhere (a load or a worker starting) loses this run, not the
+            # finished repeats (seen: a Ctrl-C as repeat 4 began lost the report of 3).
+            return {"interrupted": True}
         kept = ""
         if runs_dir is not None:
             path = Path(runs_dir) / f"{runs:04d}-{load}-{label}.json"
@@ -324,9 +330,10 @@ def validate(
         while done < plan.max_repeats:
             if done and (clock() - load_start) + spent / done > share:
                 # Said, since a load's figures with fewer repeats are weaker than asked for.
-                notes.append(
-                    f"{load} load: {done} of {plan.max_repeats} repeats, as one more would "
-                    f"not fit its share of the budget ({share:.0f} s); raise --budget for more")
+                why = (f"one more would not fit its share of the budget ({share:.0f} s)"
+                       if share > 0 else "the budget was spent before it began")
+                notes.append(f"{load} load: {done} of {plan.max_repeats} repeats, as {why}; "
+                             "raise --budget for more")
                 break
             began = clock()
             rep = one_repeat(load, done)
