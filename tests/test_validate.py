@@ -501,6 +501,7 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats():
     assert result["plan"]["repeats"] == {"none": 1}
     assert any(n.startswith("interrupted") for n in result["notes"])
     assert fake.active_load is None  # the load stopped with the run
+    assert result["interrupted"] is True
 
     fake = FakeRunner()
 
@@ -520,6 +521,8 @@ def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypa
     from epbench.cli.main import cli
     from epbench.core.errors import EXIT_INTERRUPTED
 
+    real_validate = val.validate
+
     def interrupted(plan, **kw):
         assert kw["runs_dir"] == tmp_path / "out" / val.RUNS_DIR and kw["runs_dir"].is_dir()
         raise KeyboardInterrupt
@@ -529,6 +532,26 @@ def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypa
                                       str(tmp_path / "out")])
     assert result.exit_code == EXIT_INTERRUPTED
     assert f"every run measured so far is in {tmp_path / 'out' / 'runs'}" in result.output
+
+    # Interrupted after a repeat finished: the report is written, and the exit code says
+    # it is not a complete run; a complete one exits 0.
+    fake = FakeRunner()
+    for cut, code in ((1 + 4 * len(CASES) + 2, EXIT_INTERRUPTED), (None, 0)):
+        def stopped(plan, cut=cut, **kw):
+            def run(config):
+                if len(fake.configs) == cut:
+                    raise KeyboardInterrupt
+                return fake(config)
+            return real_validate(small(max_repeats=2, position_test=False), run=run,
+                                 clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
+
+        fake.configs.clear()
+        monkeypatch.setattr(val, "validate", stopped)
+        out = tmp_path / f"out-{code}"
+        result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out",
+                                          str(out)])
+        assert result.exit_code == code, result.output
+        assert (out / "validation.md").is_file()
 
 
 def test_a_load_that_died_during_a_run_stops_validate_and_keeps_the_run(tmp_path):

@@ -111,6 +111,9 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
                    f"counterbalanced {bias['median_abs_counterbalanced']:.2%} (median |A/A|)")
     click.echo(f"counters exact: {result['counters']['exact']}/{result['counters']['n']}")
     click.echo(f"wrote {md_path} and {json_path}")
+    if result.get("interrupted"):
+        # The report is of the repeats finished before the Ctrl-C: not a complete run.
+        click.get_current_context().exit(EXIT_INTERRUPTED)
 
 
 def _share(value: float | None) -> str:

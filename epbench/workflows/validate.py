@@ -400,6 +400,8 @@ def validate(
         "profile": {"path": (profile or {}).get("path"), "used": profile is not None,
                     "judged": ["without", "with"] if profile is not None else ["without"]},
         "notes": notes + result.pop("notes"),
+        # A Ctrl-C ended it: the report covers whole repeats, and the command exits 130.
+        "interrupted": interrupted,
     })
     return result
 
