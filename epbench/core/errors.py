@@ -38,6 +38,12 @@ class EpbenchError(Exception):
         self.message = message
 
 
+class Interrupted(EpbenchError):
+    """A Ctrl-C stopped the work before it had anything to report; what ran is kept."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
 class ResultsError(EpbenchError):
     """A results file that cannot be read or written."""
 

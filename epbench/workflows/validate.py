@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epbench.core.errors import EpbenchError
+from epbench.core.errors import EpbenchError, Interrupted
 from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text, write_results
@@ -362,7 +362,7 @@ def validate(
         if interrupted:
             break
     if not repeats:
-        raise EpbenchError("interrupted before the first repeat finished: nothing to "
+        raise Interrupted("interrupted before the first repeat finished: nothing to "
                            "summarize" + (f"; the runs measured are in {runs_dir}"
                                           if runs_dir is not None else ""))
     elapsed = clock() - start
