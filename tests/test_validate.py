@@ -258,14 +258,18 @@ def test_budget_is_shared_between_loads():
     # What the plan records is FakeRunner's clock (no real time passes): its runs' seconds.
     assert result["plan"]["elapsed_s"] == fake.now == len(fake.configs) * fake.seconds_per_run
     assert not any("over budget" in note for note in result["notes"])
-    # Both loads stopped short of --max-repeats for the budget, and the notes say so.
-    max_repeats = result["plan"]["max_repeats"]
+    # Both loads stopped short of --max-repeats for the budget, and the notes say so, with
+    # the shares worked out above from the plan and FakeRunner's clock (its runs' seconds).
+    max_repeats, run_s = result["plan"]["max_repeats"], fake.seconds_per_run
     assert max_repeats > 2
+    left = result["plan"]["budget_s"] - val.RESERVE_S
+    none_share = (left - run_s) / 2  # after the pilot
+    sustained_share = left - run_s * (1 + 2 * 4 * len(CASES) + 1)  # after none's runs
     assert [n for n in result["notes"] if "repeats, as one more" in n] == [
         f"none load: 2 of {max_repeats} repeats, as one more would not fit its share of the "
-        "budget (292 s); raise --budget for more",
+        f"budget ({none_share:.0f} s); raise --budget for more",
         f"sustained load: 2 of {max_repeats} repeats, as one more would not fit its share "
-        "of the budget (335 s); raise --budget for more"]
+        f"of the budget ({sustained_share:.0f} s); raise --budget for more"]
     assert [(r["path"], r["load"]) for r in result["results"]] == [
         (p, k) for p in val.PATHS for k in ("none", "sustained")]
 
