@@ -141,11 +141,11 @@ def judge(
     A case with rounds that failed the idle gate is an alert only if its quiet
     rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one; a
     would-be alert whose quiet rounds alone make a regression is a regression, and
-    otherwise inconclusive. With `shared_load` (both arms in one run, sliced through the
-    same rounds, so a load falls on both alike) a would-be alert whose quiet rounds are
-    too few to stand alone is a regression: the load can take the alert away, not the
-    slowdown; between two runs a load on one of them is not shared, and it stays
-    inconclusive.
+    otherwise inconclusive. A would-be alert whose quiet rounds are too few to stand
+    alone is a regression: the load can take the alert away, not the slowdown. Between
+    two runs (not `shared_load`) a load on one of them is not shared, but a smaller
+    change with the same unquiet rounds is a regression too, and a larger one must not
+    get a weaker verdict; `shared_load` only words the advice to rerun.
     `needed` is the fewest usable rounds that give a bounded interval; `dropped`
     how many of the `rounds` had no usable time (zero, negative or missing).
     """
@@ -203,13 +203,15 @@ def _judge_bounded(
                     f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
                     significant, q,
                 )
-            if unquiet and shared_load and quiet_only is None:
+            if unquiet and quiet_only is None:
+                rerun = ("rerun on a quiet machine" if shared_load else
+                         "rerun both runs on a quiet machine")
                 return Judgement(
                     "regression",
                     f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
                     f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
-                    "and too few quiet ones stand alone: a regression, not an alert; rerun "
-                    "on a quiet machine to tell whether it is one",
+                    f"and too few quiet ones stand alone: a regression, not an alert; {rerun} "
+                    "to tell whether it is one",
                     significant, q,
                 )
             if unquiet:
