@@ -10,13 +10,13 @@ Per case the threshold is t = max(floor, k x noise), noise from the host's
 calibration profile (or a conservative default, said out loud). Verdicts:
 
   🔴 alert        significant (BH across the grid), CI above t, change >= alert (2t)
-  ⚠️ regression   significant, CI above t
+  ⚠️ regression   significant, CI above t; also a would-be alert with unquiet rounds
+                 and too few quiet ones to stand alone (held back from 🔴)
   🟢 improvement  significant, CI below -t
   ✅ no change    the whole CI lies within +-t
   ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
                  alert with unquiet rounds whose quiet rounds alone make no regression
-                 (they make ⚠️ if a regression, 🔴 if an alert), or, between two
-                 runs, too few quiet rounds to stand alone (⚠️ within one run)
+                 (they make ⚠️ if a regression, 🔴 if an alert)
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
@@ -144,8 +144,10 @@ def judge(
     otherwise inconclusive. A would-be alert whose quiet rounds are too few to stand
     alone is a regression: the load can take the alert away, not the slowdown. Between
     two runs (not `shared_load`) a load on one of them is not shared, but a smaller
-    change with the same unquiet rounds is a regression too, and a larger one must not
-    get a weaker verdict; `shared_load` only words the advice to rerun.
+    change (below the alert level) with the same unquiet rounds is a regression too, so
+    ❔ would give the larger one a weaker verdict; `shared_load` only words the advice
+    to rerun. (Quiet rounds that stand alone and make no regression still leave a
+    would-be alert ❔ where a smaller change is ⚠️: they are evidence against it.)
     `needed` is the fewest usable rounds that give a bounded interval; `dropped`
     how many of the `rounds` had no usable time (zero, negative or missing).
     """
@@ -203,9 +205,9 @@ def _judge_bounded(
                     f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
                     significant, q,
                 )
+            rerun = ("rerun on a quiet machine" if shared_load else
+                     "rerun both runs on a quiet machine")
             if unquiet and quiet_only is None:
-                rerun = ("rerun on a quiet machine" if shared_load else
-                         "rerun both runs on a quiet machine")
                 return Judgement(
                     "regression",
                     f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
@@ -218,7 +220,7 @@ def _judge_bounded(
                 return Judgement(
                     "inconclusive",
                     f"{c:+.1%} would be an alert, but {unquiet} of {rounds} rounds failed "
-                    "the idle gate; rerun on a quiet machine",
+                    f"the idle gate; {rerun}",
                     significant, q,
                 )
             return Judgement(

@@ -563,10 +563,13 @@ def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
                           shared_load=shared_load)
         assert j.verdict == "regression"
         assert ("rerun both runs" in j.reason) is not shared_load
-    # Quiet rounds that stand alone and make no regression still leave it inconclusive.
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
-                      _change(1.01, 0.99, 1.03), True, shared_load=True)
-    assert j.verdict == "inconclusive"
+    # Quiet rounds that stand alone and make no regression still leave it inconclusive,
+    # in one run or two.
+    for shared_load in (True, False):
+        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+                          _change(1.01, 0.99, 1.03), True, shared_load=shared_load)
+        assert j.verdict == "inconclusive"
+        assert ("rerun both runs" in j.reason) is not shared_load
     j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
                       _change(1.03, 1.025, 1.035), True)
     assert j.verdict == "regression"  # the quiet rounds make a regression, not an alert

@@ -531,8 +531,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             detection[level_arm(level)] = {
                 "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
                 "measured_change": _finite_median(changes[n][level_arm(level)]),
-                # ❔ is not a detection: e.g. between two runs, a would-be 🔴 from rounds
-                # that failed the gate.
+                # ❔ is not a detection: e.g. an interval that straddles the threshold.
                 "inconclusive": sum(v == "inconclusive" for v in got),
                 "verdicts": got,
             }
