@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -240,5 +241,5 @@ def copy_library(path: str | None, folder: Path) -> str | None:
         shutil.copy2(path, target)
     except OSError as exc:
         raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror}); free space in "
-                       f"{folder.parent} or run without --aa-twin") from None
+                       f"{tempfile.gettempdir()} or run without --aa-twin") from None
     return str(target)

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from epbench.core.errors import EXIT_CASE_FAILED, EXIT_OK, EpbenchError
@@ -233,6 +232,10 @@ def _run_data_sets(session: Any, model: Any, case: NodeCase) -> list[DataSetResu
 def run_case(case: NodeCase, registration: Any, ep_name: str,
              ep_options: dict[str, str]) -> CaseResult:
     """Run one case with the EP (CPU fallback allowed); inside a worker only."""
+    # Imported here, not with the module: the timed workers import this module too, and
+    # onnx's import was most of a worker's start-up (cases.built).
+    import onnx
+
     model = onnx.load_from_string(case.model)
 
     def cpu_session() -> Any:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from epbench.cases.built import load_built_case
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import cache_dir as cache_root
@@ -214,7 +215,8 @@ def count_in_worker(worker: Any) -> None:
     and the libraries start once under valgrind, not once per case (the quick grid's
     pass with four arms, on a shared machine: 111 s one worker per case, 65 s one
     worker in all, instrumented only while counting).
-    The request's ``instructions`` field names the method; for valgrind, ``helper``
+    Each case is read from where the runner saved it (``built``, by case name; see
+    cases.built). The request's ``instructions`` field names the method; for valgrind, ``helper``
     is the toggle library and ``dump_dir`` where callgrind writes. A case that
     cannot be counted reports its error and the next case is counted all the same.
     """
@@ -230,7 +232,7 @@ def count_in_worker(worker: Any) -> None:
             state.bounds.clear()
         worker.emit({"event": "counting", "case": spec.name})  # a crash is pinned on it
         try:
-            worker.build_sessions(arms, spec.build(), spec)
+            worker.build_sessions(arms, load_built_case(request["built"][spec.name]), spec)
             per_run = count(arms, index)
         except Exception as exc:  # noqa: BLE001 -- one case's failure is that case's record
             worker.emit({"event": "instructions", "case": spec.name,

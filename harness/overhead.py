@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from epbench.cases.built import BuiltCase
 from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
 from epbench.core.numbers import median
@@ -47,10 +48,13 @@ def noop_call_ns(samples: int, clock: Callable[[], int] = time.perf_counter_ns) 
 
 
 def ort_trivial_run_ns(samples: int, threads: int = 1,
-                       clock: Callable[[], int] = time.perf_counter_ns) -> float:
-    """Median time of the bound, timed call on the one-node case on ORT's CPU EP."""
+                       clock: Callable[[], int] = time.perf_counter_ns,
+                       built: BuiltCase | None = None) -> float:
+    """Median time of the bound, timed call on the one-node case on ORT's CPU EP
+    (``built``: that case already built, as a worker gets it; else it is built here)."""
     spec = case_by_name(OVERHEAD_CASE)
-    built = spec.build()
+    if built is None:
+        built = spec.build()
     session = create_session(parse_arm("ort"), built.model_bytes, spec.opt_level, threads,
                              None, False)
     outputs = session.run(None, built.inputs)
@@ -60,12 +64,13 @@ def ort_trivial_run_ns(samples: int, threads: int = 1,
 
 
 def measure_overhead(samples: int = OVERHEAD_SAMPLES, threads: int = 1,
-                  clock: Callable[[], int] = time.perf_counter_ns) -> dict[str, Any]:
+                     clock: Callable[[], int] = time.perf_counter_ns,
+                     built: BuiltCase | None = None) -> dict[str, Any]:
     """The overhead as recorded in results files and printed by `epbench overhead`."""
     if samples < 1:
 
         raise EpbenchError("--samples must be at least 1 (2000 gives a steady median)")
-    ort_ns = ort_trivial_run_ns(samples, threads, clock)
+    ort_ns = ort_trivial_run_ns(samples, threads, clock, built)
     return {
         "samples": samples,
         "timer_ns": clock_pair_ns(samples, clock),

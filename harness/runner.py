@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import epbench
+from epbench.cases.built import load_built_case, save_built_case
+from epbench.cases.grids import case_by_name
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import (
     ArmError,
@@ -59,6 +61,7 @@ from epbench.harness.gate import (
     RunWaitBudget,
 )
 from epbench.harness.host import fingerprint_key, host_fingerprint
+from epbench.harness.overhead import OVERHEAD_CASE
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 
@@ -356,8 +359,11 @@ def _empty_case(spec: CaseSpec) -> dict[str, Any]:
 
 def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
                 orders: list[list[str]], worker_config: dict[str, Any],
-                on_event: OnEvent | None = None) -> dict[str, Any]:
+                built: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
     """Run one process of a case in a worker; return what it measured, crash or not.
+
+    ``built`` is where the case was saved (cases.built): the worker reads it, and also
+    ``overhead_case`` from ``worker_config`` when it measures the harness's overhead.
 
     The record has the case record's fields (status, error, core, arms, rounds, ...);
     ``merge_process`` adds it to the case.
@@ -382,7 +388,7 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
         if on_event is not None:
             on_event(event)
 
-    request = {"mode": "case", "case": spec.to_dict(), "orders": orders,
+    request = {"mode": "case", "case": spec.to_dict(), "built": built, "orders": orders,
                "config": worker_config,
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
     try:
@@ -546,7 +552,10 @@ def run(config: RunConfig) -> dict[str, Any]:
     if config.instructions is not None:
         instructions.check_method(config.instructions)  # before anything runs or is written
     arms = with_control(list(config.arms))
-    with tempfile.TemporaryDirectory(prefix="epbench-twin-") as twin_dir:
+    # The twin's copy of its library, and the cases built for the workers to read.
+    with tempfile.TemporaryDirectory(prefix="epbench-run-") as scratch:
+        twin_dir = Path(scratch) / "twin"
+        twin_dir.mkdir()
         libraries = {a.key: resolve_library(a) for a in arms}
         twin = None
         if config.aa_twin is not None:
@@ -556,7 +565,7 @@ def run(config: RunConfig) -> dict[str, Any]:
                                f"name one of {', '.join(a.key for a in arms)}")
             twin = twin_arm(base)
             arms = with_control([*arms, twin])
-            libraries[twin.key] = copy_library(libraries[base.key], Path(twin_dir))
+            libraries[twin.key] = copy_library(libraries[base.key], twin_dir)
         try:
             probed = probe_arms(arms, libraries)
         except ArmError as exc:
@@ -567,11 +576,32 @@ def run(config: RunConfig) -> dict[str, Any]:
             raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
                            f"it ({exc}); the library cannot be loaded twice in one process: "
                            "run without --aa-twin") from None
-        return _run_arms(config, arms, libraries, probed, twin)
+        return _run_arms(config, arms, libraries, probed, twin, Path(scratch) / "cases")
+
+
+def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str, Any]],
+                                                             dict[str, Any]]:
+    """Build every case once, and the overhead's one-node case, into ``folder``.
+
+    Returns each case's saved record (what its workers read) and the overhead case's.
+    """
+    def save(spec: CaseSpec, stem: str) -> dict[str, Any]:
+        built = spec.build()  # one at a time: a user's model may be large
+        try:
+            folder.mkdir(exist_ok=True)
+            return save_built_case(built, folder, stem)
+        except OSError as exc:
+            raise EpbenchError(f"cannot save case {spec.name} for the workers in {folder} "
+                               f"({exc.strerror}); free space in {tempfile.gettempdir()} or "
+                               "point TMPDIR at a folder with room") from None
+
+    saved = {spec.name: save(spec, f"case{i}") for i, spec in enumerate(specs)}
+    return saved, save(case_by_name(OVERHEAD_CASE), "overhead")
 
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
-              probed: dict[str, dict], twin: ArmSpec | None) -> dict[str, Any]:
+              probed: dict[str, dict], twin: ArmSpec | None,
+              cases_dir: Path) -> dict[str, Any]:
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     host = host_fingerprint()
@@ -605,9 +635,11 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             samples_out = gzip.open(out / SAMPLES_FILE, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
     rng = random.Random(config.seed)
     specs = list(_iter_cases(config))
+    saved, worker_config["overhead_case"] = save_cases(specs, cases_dir)
     for spec in specs:
         doc["cases"][spec.name] = _empty_case(spec)
-        doc["cases"][spec.name]["definition_sha256"] = spec.definition_sha256
+        doc["cases"][spec.name]["definition_sha256"] = (
+            load_built_case(saved[spec.name]).definition_sha256)
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False
@@ -636,7 +668,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                                            "budget_s": gate_budget_s}}
                 try:
                     record = run_process(
-                        spec, arms, libraries, orders, process_config,
+                        spec, arms, libraries, orders, process_config, saved[spec.name],
                         lambda e, n=spec.name, p=process: progress.event(n, p, e))
                 except _Interrupted as stop:
                     record, stopped = stop.partial, True
@@ -665,7 +697,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 progress.status(f"counting instructions ({config.instructions}) of "
                                 f"{len(counted)} case(s) in one untimed pass")
                 _count_instructions(counted, arms, libraries, worker_config, doc["cases"],
-                                    progress, jsonl)
+                                    saved, progress, jsonl)
     except KeyboardInterrupt:
         # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
@@ -715,8 +747,8 @@ def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any
 
 def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
                         libraries: dict[str, str | None], worker_config: dict[str, Any],
-                        cases: dict[str, dict[str, Any]], progress: Progress,
-                        jsonl: JsonlWriter | None) -> None:
+                        cases: dict[str, dict[str, Any]], saved: dict[str, dict[str, Any]],
+                        progress: Progress, jsonl: JsonlWriter | None) -> None:
     done: list[str] = []
 
     def counted(name: str) -> None:
@@ -732,6 +764,7 @@ def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
                          "instructions": case["instructions"], "arms": case["arms"]})
 
     request = {"mode": "instructions", "cases": [s.to_dict() for s in specs], "orders": [],
+               "built": {s.name: saved[s.name] for s in specs},
                # One fixed load order: instruction counts are compared exactly.
                "config": {**worker_config, "sessions": 1, "layout_seed": 0},
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from epbench.cases.built import load_built_case
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError, EpbenchError, GateError
 from epbench.core.numbers import block_summary, median
@@ -274,10 +275,12 @@ class Worker:
 
         if self.config.get("measure_overhead", True):
             # The harness's own cost per timed call, on this core, recorded with the case.
-            self.emit({"event": "overhead",
-                       "overhead": measure_overhead(threads=self.config["threads"])})
+            self.emit({"event": "overhead", "overhead": measure_overhead(
+                threads=self.config["threads"],
+                built=load_built_case(self.config["overhead_case"]))})
         spec = CaseSpec.from_dict(self.request["case"])
-        built = spec.build()
+        # Built once by the runner (cases.built): building here would import onnx.
+        built = load_built_case(self.request["built"])
         arms = self.setup_arms()
         info = self.build_sessions(arms, built, spec)
         self.size_blocks(arms, info)

@@ -256,3 +256,23 @@ def test_write_cases_into_an_unwritable_place(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(CaseError, match="cannot write cases to .*choose a writable --out"):
         write_cases(load_grid("quick")[:1], blocker / "sub")
+
+
+def test_a_saved_case_reads_back_as_the_same_definition(typed_model: Path, tmp_path: Path) -> None:
+    """What the runner saves for its workers (cases.built) is the case itself: every input
+    by name, in order, with its dtype and shape, and the same model bytes, so the same
+    definition hash, for a user model of seven types and a synthetic case."""
+    from epbench.cases.built import load_built_case, save_built_case
+    from epbench.cases.grids import case_by_name
+
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    for i, spec in enumerate((model_case(typed_model, {"batch": 4, "seq": 5}),
+                              case_by_name("add_d10_w8"))):
+        built = spec.build()
+        back = load_built_case(save_built_case(built, folder, f"case{i}"))
+        assert list(back.inputs) == list(built.inputs)
+        assert [(a.dtype, a.shape) for a in back.inputs.values()] == [
+            (a.dtype, a.shape) for a in built.inputs.values()]
+        assert back.model_bytes == built.model_bytes and back.n_nodes == built.n_nodes
+        assert back.definition_sha256 == spec.definition_sha256

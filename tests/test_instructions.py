@@ -198,20 +198,24 @@ def test_ctrl_c_in_the_pass_marks_the_uncounted_cases_and_propagates(monkeypatch
 
 
 def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failure(
-        monkeypatch):
+        monkeypatch, tmp_path):
     """count_in_worker: a case whose sessions fail reports its error and no counts; the
-    next case is counted on its own sessions only, under its own name."""
+    next case is counted on its own sessions only, under its own name, from the case the
+    runner saved for it."""
     from types import SimpleNamespace
 
+    from epbench.cases.built import save_built_case
     from epbench.cases.grids import case_by_name
+    from epbench.cases.spec import CaseSpec
 
     events = []
     built = []
+    specs = [case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")]
 
     class FakeWorker:
-        request = {"instructions": "valgrind",
-                   "cases": [case_by_name("relu_d1_w8").to_dict(),
-                             case_by_name("relu_d10_w8").to_dict()]}
+        request = {"instructions": "valgrind", "cases": [s.to_dict() for s in specs],
+                   "built": {s.name: save_built_case(s.build(), tmp_path, f"case{i}")
+                             for i, s in enumerate(specs)}}
         arms = [SimpleNamespace(arm=SimpleNamespace(key="x"), sessions=[], bounds=[])]
 
         def emit(self, event):
@@ -222,6 +226,7 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
 
         def build_sessions(self, arms, model, spec):
             assert all(not a.sessions and not a.bounds for a in arms)  # fresh per case
+            assert model.definition_sha256 == expected[spec.name]  # its own case's
             built.append(spec.name)
             for a in arms:
                 a.sessions.append(spec.name)
@@ -229,6 +234,9 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
             if spec.name == "relu_d1_w8":
                 raise RuntimeError("no session")
 
+    expected = {s.name: s.definition_sha256 for s in specs}
+    # The worker reads what the runner saved; building (and so onnx) is the parent's.
+    monkeypatch.setattr(CaseSpec, "build", lambda self: pytest.fail("the worker built a case"))
     monkeypatch.setattr(ins, "_callgrind_counts", lambda request: (
         lambda arms, index: {a.arm.key: float(100 + index) for a in arms}))
     ins.count_in_worker(FakeWorker())

@@ -1,0 +1,65 @@
+"""A timed worker starts without onnx: the runner builds each case once and saves it
+(cases.built), and its workers read what was saved.
+
+onnx's import (ml_dtypes, mostly) was about 0.8 s of a worker's 1.1 s start on this
+project's 2-core VM, paid by each of a run's dozens of workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Stands in for onnx on the workers' PYTHONPATH: a worker that imports it dies at once.
+POISON = """import os, sys
+sys.stderr.write("a timed worker imported onnx\\n")
+sys.stderr.flush()
+os._exit(97)
+"""
+
+
+@pytest.mark.slow
+def test_timed_workers_never_import_onnx(tmp_path, monkeypatch) -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import parse_arm
+    from epbench.harness.runner import RunConfig, run
+
+    (tmp_path / "poison" / "onnx").mkdir(parents=True)
+    (tmp_path / "poison" / "onnx" / "__init__.py").write_text(POISON)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "poison"))
+    names = ("relu_d1_w8", "add_d10_w8")  # node counts apart: each worker got its own case
+    doc = run(RunConfig(cases=tuple(case_by_name(n) for n in names),
+                        arms=(parse_arm("engine"),), rounds=4, processes=2, sessions=1,
+                        warmup_ms=5.0, gate_policy="off"))
+    for name in names:
+        case = doc["cases"][name]
+        assert case["status"] == "ok", case["error"]
+        assert len(case["rounds"]) == 4 and {r["process"] for r in case["rounds"]} == {0, 1}
+        # Process 0 measured the harness's overhead on the saved one-node case.
+        assert case["overhead"]["ort_trivial_run_ns"] > 0
+        # Every node ran on the engine: the saved model is the case's own.
+        assert case["arms"]["engine"]["nodes_executed"] == case_by_name(name).n_nodes
+
+
+def test_save_cases_saves_each_case_under_its_name_and_the_overhead_case(tmp_path) -> None:
+    from epbench.cases.built import load_built_case
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.overhead import OVERHEAD_CASE
+    from epbench.harness.runner import save_cases
+
+    specs = [case_by_name(n) for n in ("add_d10_w8", "relu_d10_w8", "matmul_64x64")]
+    saved, overhead = save_cases(specs, tmp_path / "cases")
+    assert {name: load_built_case(r).definition_sha256 for name, r in saved.items()} == {
+        s.name: s.definition_sha256 for s in specs}
+    assert (load_built_case(overhead).definition_sha256
+            == case_by_name(OVERHEAD_CASE).definition_sha256)
+
+
+def test_a_case_that_cannot_be_saved_says_where_and_what_to_do(tmp_path) -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.core.errors import EpbenchError
+    from epbench.harness.runner import save_cases
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(EpbenchError, match=r"cannot save case relu_d1_w8 for the workers in "
+                       r".*file/cases \(Not a directory\); free space in .* or point TMPDIR"):
+        save_cases([case_by_name("relu_d1_w8")], tmp_path / "file" / "cases")
