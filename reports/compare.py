@@ -662,19 +662,10 @@ def compare(
     counters = counter_changes(base, pr, common)
     families = family_changes(base, pr, rows, settings, medians)
     overall = overall_verdict(rows)
-    drifted = [f"{row.case} ({row.control_drift:+.1%})" for row in rows
-               if row.drift_exceeds_threshold]
-    if drifted:
-        # One warning for them all: on a drifting machine every case drifts, and a warning
-        # per case buried the PR comment's table (the rows keep each case's drift).
-        warnings.append(
-            "the ORT control drifted from the first round to the last by more than each "
-            f"case's own threshold on {named(drifted)}: the machine changed speed during the "
-            "run. The per-round ratios cancel a change that slows every arm alike, so the "
-            "verdicts are not biased by it, but the ns columns are, and a change that "
-            "depends on the machine's state (clock, cache) may not cancel; rerun on a "
-            "quieter machine to be sure"
-        )
+    case_rows = [asdict(r) for r in rows]
+    drift = drift_warning(case_rows)
+    if drift is not None:
+        warnings.append(drift)
     if twins["flagged"]:
         warnings.insert(0,
             "the run's A/A twin differs from the arm it copies beyond the threshold on "
@@ -692,7 +683,7 @@ def compare(
         "warnings": warnings,
         "overall": overall,
         "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
-        "cases": [asdict(r) for r in rows],
+        "cases": case_rows,
         "only_base": only_base,
         "only_pr": only_pr,
         "counters": counters,
@@ -853,6 +844,25 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
 # cases, and a case's name up to 200 characters.
 NAMED_CASES = 20
 NAMED_CHARS = 2000
+# Why a drifting control does not bias a verdict; said wherever a drift is warned of.
+DRIFT_CANCELS = ("The per-round ratios cancel a change that slows every arm alike, so the "
+                 "verdicts are not biased by it")
+
+
+def drift_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one warning for every case (``compare``'s rows) whose ORT control drifted
+    beyond its threshold, or None. One for them all: on a drifting machine every case
+    drifts, and a warning per case buried the PR comment's table (the rows keep each
+    case's drift)."""
+    drifted = [f"{row['case']} ({row['control_drift']:+.1%})" for row in rows
+               if row["drift_exceeds_threshold"]]
+    if not drifted:
+        return None
+    return ("the ORT control drifted from the first round to the last by more than each "
+            f"case's own threshold on {named(drifted)}: the machine changed speed during the "
+            f"run. {DRIFT_CANCELS}, but the ns columns are, and a change that depends on the "
+            "machine's state (clock, cache) may not cancel; rerun on a quieter machine to "
+            "be sure")
 
 
 def named(cases: Sequence[str]) -> str:

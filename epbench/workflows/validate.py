@@ -509,11 +509,18 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     changes = {n: {w: [] for w in whats} for n in names}
     thresholds: dict[str, list[float]] = {n: [] for n in names}
     sources: dict[str, set[str]] = {n: set() for n in names}
+    prefix = f"{path}, {load} load, {label} profile: "
+    drifts, compared = [], 0
     for rep in repeats:
         for what, base, pr in comparisons(rep, path):
             comparison = cmp.compare(base, pr, settings=settings, profile=profile)
-            warnings.update(f"{path}, {load} load, {label} profile: {w}"
-                            for w in comparison.get("warnings", []))
+            # The control's drift is summed up below, once for the path: one warning per
+            # comparison, each naming other cases, made most of a drifting VM's report.
+            drift = cmp.drift_warning(comparison["cases"])
+            warnings.update(prefix + w for w in comparison.get("warnings", []) if w != drift)
+            compared += len(comparison["cases"])
+            drifts += [r["control_drift"] for r in comparison["cases"]
+                       if r["drift_exceeds_threshold"]]
             rows = {r["case"]: r for r in comparison["cases"]}
             for n in names:
                 row = rows.get(n)
@@ -522,6 +529,12 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 if what == "aa" and row:
                     thresholds[n].append(row["threshold"])
                     sources[n].add(row["noise_source"])
+    if drifts:
+        warnings.add(
+            f"{prefix}the ORT control drifted from the first round to the last by more than "
+            f"the case's threshold in {len(drifts)} of {compared} case comparisons (from "
+            f"{min(drifts):+.1%} to {max(drifts):+.1%}): the machine changed speed during the "
+            f"runs. {cmp.DRIFT_CANCELS}; validate on a quieter machine to be sure")
     cases = {}
     for n in names:
         aa = verdicts[n]["aa"]
