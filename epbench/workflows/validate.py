@@ -510,17 +510,21 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     thresholds: dict[str, list[float]] = {n: [] for n in names}
     sources: dict[str, set[str]] = {n: set() for n in names}
     prefix = f"{path}, {load} load, {label} profile: "
-    drifts, compared = [], 0
-    for rep in repeats:
+    # (repeat, case) pairs, and the drifts beyond the threshold seen in each: a repeat's
+    # comparisons share its runs, so counting comparisons would count one drift many times.
+    pairs: set[tuple[int, str]] = set()
+    drifted: dict[tuple[int, str], list[float]] = {}
+    for index, rep in enumerate(repeats):
         for what, base, pr in comparisons(rep, path):
             comparison = cmp.compare(base, pr, settings=settings, profile=profile)
             # The control's drift is summed up below, once for the path: one warning per
             # comparison, each naming other cases, made most of a drifting VM's report.
             drift = cmp.drift_warning(comparison["cases"])
             warnings.update(prefix + w for w in comparison.get("warnings", []) if w != drift)
-            compared += len(comparison["cases"])
-            drifts += [r["control_drift"] for r in comparison["cases"]
-                       if r["drift_exceeds_threshold"]]
+            for r in comparison["cases"]:
+                pairs.add((index, r["case"]))
+                if r["drift_exceeds_threshold"]:
+                    drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
             rows = {r["case"]: r for r in comparison["cases"]}
             for n in names:
                 row = rows.get(n)
@@ -529,12 +533,14 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 if what == "aa" and row:
                     thresholds[n].append(row["threshold"])
                     sources[n].add(row["noise_source"])
-    if drifts:
+    if drifted:
+        seen = [d for ds in drifted.values() for d in ds]
         warnings.add(
             f"{prefix}the ORT control drifted from the first round to the last by more than "
-            f"the case's threshold in {len(drifts)} of {compared} case comparisons (from "
-            f"{min(drifts):+.1%} to {max(drifts):+.1%}): the machine changed speed during the "
-            f"runs. {cmp.DRIFT_CANCELS}; validate on a quieter machine to be sure")
+            f"the case's threshold for {len(drifted)} of {len(pairs)} cases over the repeats "
+            f"(repeat x case; from {min(seen):+.1%} to {max(seen):+.1%}): the machine "
+            f"changed speed during the runs. {cmp.DRIFT_CANCELS}; validate on a quieter "
+            "machine to be sure")
     cases = {}
     for n in names:
         aa = verdicts[n]["aa"]
