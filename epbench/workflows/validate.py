@@ -510,8 +510,9 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     thresholds: dict[str, list[float]] = {n: [] for n in names}
     sources: dict[str, set[str]] = {n: set() for n in names}
     prefix = f"{path}, {load} load, {label} profile: "
-    # (repeat, case) pairs, and the drifts beyond the threshold seen in each: a repeat's
-    # comparisons share its runs, so counting comparisons would count one drift many times.
+    # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
+    # threshold seen in each: a repeat's comparisons share its runs, so counting
+    # comparisons would count one run's drift many times.
     pairs: set[tuple[int, str]] = set()
     drifted: dict[tuple[int, str], list[float]] = {}
     for index, rep in enumerate(repeats):
@@ -522,6 +523,8 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             drift = cmp.drift_warning(comparison["cases"])
             warnings.update(prefix + w for w in comparison.get("warnings", []) if w != drift)
             for r in comparison["cases"]:
+                if r["control_drift"] is None or r["case"] not in verdicts:
+                    continue  # a failed case, or too few rounds to tell a drift
                 pairs.add((index, r["case"]))
                 if r["drift_exceeds_threshold"]:
                     drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
@@ -535,12 +538,13 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                     sources[n].add(row["noise_source"])
     if drifted:
         seen = [d for ds in drifted.values() for d in ds]
+        lo, hi = f"{min(seen):+.1%}", f"{max(seen):+.1%}"
+        spread = f"a drift of {lo}" if lo == hi else f"drifts between {lo} and {hi}"
         warnings.add(
             f"{prefix}the ORT control drifted from the first round to the last by more than "
-            f"the case's threshold for {len(drifted)} of {len(pairs)} cases over the repeats "
-            f"(repeat x case; from {min(seen):+.1%} to {max(seen):+.1%}): the machine "
-            f"changed speed during the runs. {cmp.DRIFT_CANCELS}; validate on a quieter "
-            "machine to be sure")
+            f"the case's threshold in {len(drifted)} of {len(pairs)} case-repeats (a case's "
+            f"runs in one repeat; {spread}): the machine changed speed during the runs. "
+            f"{cmp.DRIFT_CANCELS}; validate on a quieter machine to be sure")
     cases = {}
     for n in names:
         aa = verdicts[n]["aa"]
