@@ -216,8 +216,8 @@ def count_in_worker(worker: Any) -> None:
     pass with four arms, on a shared machine: 111 s one worker per case, 65 s one
     worker in all, instrumented only while counting).
     Each case is read from where the runner saved it (``built``, by case name; see
-    cases.built). The request's ``instructions`` field names the method; for valgrind, ``helper``
-    is the toggle library and ``dump_dir`` where callgrind writes. A case that
+    cases.built). The request's ``instructions`` field names the method; for valgrind,
+    ``helper`` is the toggle library and ``dump_dir`` where callgrind writes. A case that
     cannot be counted reports its error and the next case is counted all the same.
     """
 

@@ -18,7 +18,8 @@ the runs as groups:
   processes of a run sample all that separate runs differ by, larger when runs share
   something their processes do not (a library file's pages, say), which the two-run
   interval, built from the processes, would then not cover. It is pooled over cases
-  (sums of squares and degrees of freedom added), with its 95 % critical value.
+  (sums of squares and degrees of freedom added), with its 95 % critical value (which
+  takes the cases as independent; they share each run's machine state, so it is too low).
 
 Then, per arm and case, over every run of every label in the order they were made, the
 lag-1 autocorrelation of the run means: when runs made next to each other in time (with
