@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Separate runs, A/A: PAIRS times, two separate `epbench run --grid GRID --arm engine` at
-# `run`'s defaults, then `epbench compare first second` (the double ratio to each run's own
+# Separate runs, A/A: PAIRS times, two separate `epbench run --grid GRID --arm ARM` at
+# `run`'s defaults (ARM the bundled engine unless set, e.g. ARM=plugin:nxrt_ep_cpu), then
+# `epbench compare first second` (the double ratio to each run's own
 # ORT control; no twin and no profile, so the conservative threshold; a cached profile of
 # this host stops the script, since the series is then not the situation it says).
 # Identical code on both sides: every flag is a false one. A background load
 # (epbench.harness.load) runs during the first run of each pair (LOAD_RUNS=first, the
 # default) or both (LOAD_RUNS=both); LOAD is sustained (one core kept busy, the default),
-# bursty, or none. PROFILE=FILE (made by `epbench calibrate --arm engine --profile FILE`,
+# bursty, or none. PROFILE=FILE (made by `epbench calibrate --arm ARM --profile FILE`,
 # outside the host's cache) judges every pair a second time with that profile, into
 # compare-profile.json, and summarizes both: with a profile the threshold comes from the
 # profile's separate-runs noise and can be below the conservative one.
-#   [LOAD=none|bursty|sustained] [LOAD_RUNS=first|both] [PROFILE=FILE] \
+#   [LOAD=none|bursty|sustained] [LOAD_RUNS=first|both] [PROFILE=FILE] [ARM=SPEC] \
 #   docs/validation/separate_runs_aa.sh PAIRS OUT_DIR [GRID]
 # Writes OUT_DIR/pairN/{a,b}/results.json, OUT_DIR/pairN/compare.json (and
 # compare-profile.json) and prints a summary (verdicts, flagged with the Wilson 95 % upper
@@ -25,24 +26,25 @@ load=${LOAD:-sustained}; load_runs=${LOAD_RUNS:-first}
 case "$load" in none|bursty|sustained) ;; *) echo "LOAD must be none, bursty or sustained" >&2; exit 2;; esac
 case "$load_runs" in first|both) ;; *) echo "LOAD_RUNS must be first or both" >&2; exit 2;; esac
 profile=${PROFILE:-}
+arm=${ARM:-engine}
 [ -z "$profile" ] || [ -r "$profile" ] || { echo "PROFILE '$profile' is not a readable file" >&2; exit 2; }
 for i in $(seq 1 "$pairs"); do
   [ "$load" = none ] || load_start "$py" "$load" "$i"
-  "$ep" run --grid "$grid" --arm engine --seed "$i" --quiet --out "$out/pair$i/a" --overwrite
+  "$ep" run --grid "$grid" --arm "$arm" --seed "$i" --quiet --out "$out/pair$i/a" --overwrite
   load_alive "the $load load died during pair $i"
   [ "$load_runs" = both ] || load_stop
-  "$ep" run --grid "$grid" --arm engine --seed "$((i + 1000))" --quiet --out "$out/pair$i/b" \
+  "$ep" run --grid "$grid" --arm "$arm" --seed "$((i + 1000))" --quiet --out "$out/pair$i/b" \
       --overwrite
   load_alive "the $load load died during pair $i"
   load_stop
-  "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" --base engine \
-      --pr engine --format json --out "$out/pair$i/compare.json" --fail-on never
+  "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" --base "$arm" \
+      --pr "$arm" --format json --out "$out/pair$i/compare.json" --fail-on never
   "$py" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["profile"] is not None)' \
       "$out/pair$i/compare.json" || {
     echo "pair $i was judged with this host's cached profile: move it away, or pass PROFILE" >&2
     exit 1; }
   [ -z "$profile" ] || "$ep" compare "$out/pair$i/a/results.json" "$out/pair$i/b/results.json" \
-      --base engine --pr engine --profile "$profile" --format json \
+      --base "$arm" --pr "$arm" --profile "$profile" --format json \
       --out "$out/pair$i/compare-profile.json" --fail-on never
   echo "pair $i done $(date +%T)"
 done
