@@ -47,8 +47,8 @@ def save_built_case(built: BuiltCase, folder: Path, stem: str) -> dict[str, Any]
     JSON-able record that `load_built_case` reads back.
 
     The runner builds each case once and its workers read it: building needs onnx,
-    whose import (ml_dtypes, mostly) was about 0.8 s of a worker's 1.1 s start on this
-    project's 2-core VM, paid by every one of a run's dozens of workers. Inputs go in
+    whose import (ml_dtypes, mostly) was most of a worker's start, paid by every one of
+    a run's dozens of workers (docs/validation/run_time.txt). Inputs go in
     by position, their names in the record, so any input name is a safe file name.
     """
     import numpy as np

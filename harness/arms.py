@@ -17,12 +17,11 @@ import importlib.util
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from epbench import engine
-from epbench.core.errors import ArmError
+from epbench.core.errors import ArmError, scratch_remedy
 from epbench.engine import EP_OPTIONS
 
 CONTROL_KEY = "ort"
@@ -240,6 +239,7 @@ def copy_library(path: str | None, folder: Path) -> str | None:
     try:
         shutil.copy2(path, target)
     except OSError as exc:
-        raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror}); free space in "
-                       f"{tempfile.gettempdir()} or run without --aa-twin") from None
+        remedy = scratch_remedy(exc, "run without --aa-twin")
+        raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror or exc}); "
+                       f"{remedy}") from None
     return str(target)

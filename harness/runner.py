@@ -32,6 +32,7 @@ from epbench.cases.spec import CaseSpec
 from epbench.core.errors import (
     ArmError,
     EpbenchError,
+    scratch_remedy,
 )
 from epbench.core.results import (
     SCHEMA,
@@ -585,23 +586,29 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
 
     Returns each case's saved record (what its workers read) and the overhead case's.
     """
-    def save(spec: CaseSpec, stem: str) -> dict[str, Any]:
+    def save(spec: CaseSpec, stem: str, what: str) -> dict[str, Any]:
         built = spec.build()  # one at a time: a user's model may be large
         try:
             folder.mkdir(exist_ok=True)
             return save_built_case(built, folder, stem)
         except OSError as exc:
-            raise EpbenchError(f"cannot save case {spec.name} for the workers in {folder} "
-                               f"({exc.strerror}); free space in {tempfile.gettempdir()} or "
-                               "point TMPDIR at a folder with room") from None
+            remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to")
+            raise EpbenchError(f"cannot save {what} for the workers in {folder} "
+                               f"({exc.strerror or exc}); {remedy}") from None
 
-    saved = {spec.name: save(spec, f"case{i}") for i, spec in enumerate(specs)}
-    return saved, save(case_by_name(OVERHEAD_CASE), "overhead")
+    saved = {spec.name: save(spec, f"case{i}", f"case {spec.name}")
+             for i, spec in enumerate(specs)}
+    return saved, save(case_by_name(OVERHEAD_CASE), "overhead",
+                       f"the harness's overhead case ({OVERHEAD_CASE})")
 
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
               cases_dir: Path) -> dict[str, Any]:
+    # Before the output folder is touched: a case that cannot be built or saved leaves
+    # nothing behind to --overwrite.
+    specs = list(_iter_cases(config))
+    saved, overhead_case = save_cases(specs, cases_dir)
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     host = host_fingerprint()
@@ -624,7 +631,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                      "silence_timeout_s": config.silence_timeout_s,
                      "instructions": config.instructions, "sessions": config.sessions,
                      "keep_samples": config.keep_samples,
-                     "gate": doc["config"]["gate"]}
+                     "gate": doc["config"]["gate"], "overhead_case": overhead_case}
     jsonl = samples_out = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
@@ -634,10 +641,9 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
         if config.keep_samples:
             samples_out = gzip.open(out / SAMPLES_FILE, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
     rng = random.Random(config.seed)
-    specs = list(_iter_cases(config))
-    saved, worker_config["overhead_case"] = save_cases(specs, cases_dir)
     for spec in specs:
         doc["cases"][spec.name] = _empty_case(spec)
+        # Hashed as read back: the hash describes what the workers will measure.
         doc["cases"][spec.name]["definition_sha256"] = (
             load_built_case(saved[spec.name]).definition_sha256)
     progress = config.progress or _NoProgress()

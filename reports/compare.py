@@ -847,6 +847,7 @@ NAMED_CHARS = 2000
 # Why a drifting control does not bias a verdict; said wherever a drift is warned of.
 DRIFT_CANCELS = ("The per-round ratios cancel a change that slows every arm alike, so the "
                  "verdicts are not biased by it")
+DRIFT_MAY_NOT_CANCEL = "a change that depends on the machine's state (clock, cache) may not cancel"
 
 
 def drift_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
@@ -860,9 +861,8 @@ def drift_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
         return None
     return ("the ORT control drifted from the first round to the last by more than each "
             f"case's own threshold on {named(drifted)}: the machine changed speed during the "
-            f"run. {DRIFT_CANCELS}, but the ns columns are, and a change that depends on the "
-            "machine's state (clock, cache) may not cancel; rerun on a quieter machine to "
-            "be sure")
+            f"run. {DRIFT_CANCELS}, but the ns columns are, and {DRIFT_MAY_NOT_CANCEL}; rerun "
+            "on a quieter machine to be sure")
 
 
 def named(cases: Sequence[str]) -> str:

@@ -276,3 +276,21 @@ def test_a_saved_case_reads_back_as_the_same_definition(typed_model: Path, tmp_p
             (a.dtype, a.shape) for a in built.inputs.values()]
         assert back.model_bytes == built.model_bytes and back.n_nodes == built.n_nodes
         assert back.definition_sha256 == spec.definition_sha256
+
+
+def test_a_saved_case_keeps_input_names_that_numpy_would_misread(tmp_path: Path) -> None:
+    """Inputs are saved by position with their names in the record: a name that is numpy's
+    own (`file`, savez's argument; `arr_0`, its default key, here in the wrong order) or
+    not a file name (`a/b:0`) comes back as itself, with its array."""
+    from epbench.cases.built import BuiltCase, load_built_case, save_built_case
+
+    names = ("file", "arr_1", "arr_0", "a/b:0")
+    inputs = {n: np.full((2, i + 1), i, dtype=np.int32 if i % 2 else np.float16)
+              for i, n in enumerate(names)}
+    built = BuiltCase(model_bytes=b"not a model", inputs=inputs, n_nodes=3)
+    back = load_built_case(save_built_case(built, tmp_path, "case0"))
+    assert list(back.inputs) == list(names)
+    for name in names:
+        np.testing.assert_array_equal(back.inputs[name], inputs[name])
+        assert back.inputs[name].dtype == inputs[name].dtype
+    assert back.definition_sha256 == built.definition_sha256

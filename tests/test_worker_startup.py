@@ -1,11 +1,15 @@
 """A timed worker starts without onnx: the runner builds each case once and saves it
 (cases.built), and its workers read what was saved.
 
-onnx's import (ml_dtypes, mostly) was about 0.8 s of a worker's 1.1 s start on this
-project's 2-core VM, paid by each of a run's dozens of workers.
+onnx's import (ml_dtypes, mostly) was most of a worker's start, paid by each of a run's
+dozens of workers (docs/validation/run_time.txt).
 """
 
 from __future__ import annotations
+
+import errno
+import os
+import re
 
 import pytest
 
@@ -61,5 +65,61 @@ def test_a_case_that_cannot_be_saved_says_where_and_what_to_do(tmp_path) -> None
 
     (tmp_path / "file").write_text("")
     with pytest.raises(EpbenchError, match=r"cannot save case relu_d1_w8 for the workers in "
-                       r".*file/cases \(Not a directory\); free space in .* or point TMPDIR"):
+                       r".*file/cases \(Not a directory\); point TMPDIR at a folder you can "
+                       r"write to$"):
         save_cases([case_by_name("relu_d1_w8")], tmp_path / "file" / "cases")
+
+
+def full_disk(*_: object, **__: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_temp_folder_says_to_make_room_and_names_the_overhead_case(
+        tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    from epbench.cases.built import save_built_case
+    from epbench.cases.grids import case_by_name
+    from epbench.core.errors import EpbenchError
+    from epbench.harness import runner
+    from epbench.harness.overhead import OVERHEAD_CASE
+
+    def full_for_overhead(built, folder, stem):
+        if stem == "overhead":
+            full_disk()
+        return save_built_case(built, folder, stem)
+
+    monkeypatch.setattr(runner, "save_built_case", full_for_overhead)
+    room = (rf"\({os.strerror(errno.ENOSPC)}\); free space in "
+            rf"{re.escape(tempfile.gettempdir())} or point TMPDIR at a folder with room$")
+    with pytest.raises(EpbenchError, match=r"cannot save the harness's overhead case "
+                       rf"\({OVERHEAD_CASE}\) for the workers in .* " + room):
+        runner.save_cases([case_by_name("add_d10_w8")], tmp_path / "cases")
+
+
+def test_a_case_that_cannot_be_saved_leaves_no_output_folder(tmp_path, monkeypatch) -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.core.errors import EpbenchError
+    from epbench.harness import runner
+    from epbench.harness.arms import parse_arm
+
+    monkeypatch.setattr(runner, "save_built_case", full_disk)
+    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                              rounds=2, processes=1, sessions=1, gate_policy="off",
+                              out_dir=tmp_path / "out")
+    with pytest.raises(EpbenchError, match="cannot save case relu_d1_w8"):
+        runner.run(config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_twin_copy_on_a_full_temp_folder_says_to_make_room(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    from epbench.core.errors import ArmError
+    from epbench.harness.arms import copy_library
+
+    monkeypatch.setattr(shutil, "copy2", full_disk)
+    with pytest.raises(ArmError, match=r"cannot copy .*lib\.so for the A/A twin "
+                       rf"\({os.strerror(errno.ENOSPC)}\); free space in .* or point TMPDIR "
+                       r"at a folder with room$"):
+        copy_library(str(tmp_path / "lib.so"), tmp_path)

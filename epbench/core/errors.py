@@ -28,6 +28,17 @@ EXIT_CODES: dict[int, str] = {
 }
 
 
+def scratch_remedy(exc: OSError, otherwise: str) -> str:
+    """What to do when a file under the temp folder could not be written: make room
+    when it is full, else ``otherwise``."""
+    import errno
+    import tempfile
+
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space in {tempfile.gettempdir()} or point TMPDIR at a folder with room"
+    return otherwise
+
+
 class EpbenchError(Exception):
     """A mistake the user can fix; the message says how."""
 

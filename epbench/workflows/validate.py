@@ -524,7 +524,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             warnings.update(prefix + w for w in comparison.get("warnings", []) if w != drift)
             for r in comparison["cases"]:
                 if r["control_drift"] is None or r["case"] not in verdicts:
-                    continue  # a failed case, or too few rounds to tell a drift
+                    continue  # a failed case, too few rounds to tell a drift, or not shown
                 pairs.add((index, r["case"]))
                 if r["drift_exceeds_threshold"]:
                     drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
@@ -544,7 +544,8 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             f"{prefix}the ORT control drifted from the first round to the last by more than "
             f"the case's threshold in {len(drifted)} of {len(pairs)} case-repeats (a case's "
             f"runs in one repeat; {spread}): the machine changed speed during the runs. "
-            f"{cmp.DRIFT_CANCELS}; validate on a quieter machine to be sure")
+            f"{cmp.DRIFT_CANCELS}, but {cmp.DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
+            "machine to be sure")
     cases = {}
     for n in names:
         aa = verdicts[n]["aa"]
