@@ -175,24 +175,36 @@ def test_delay_knobs_count_what_was_asked_and_change_no_other_count(partition) -
 @pytest.mark.parametrize(("partition", "option"), [("fused", "inject_delay_ns_per_run"),
                                                    ("fused", "inject_delay_ns_per_node"),
                                                    ("kernel", "inject_delay_ns_per_node")])
-def test_delay_knobs_really_spin(partition, option) -> None:
+def test_delay_knobs_really_spin(partition, option, tmp_path) -> None:
     # The count above is of what was asked; this is the spinning. A lower bound only, with
-    # a 2x margin: load can only lengthen a Run (only a loop timed slow in all five of its
-    # calibration tries, so given too few iterations, could make it fail).
+    # a 2x margin: load can only lengthen a Run. But a loop timed slow in all five of its
+    # calibration tries spins too few iterations: on a VM whose steal reached 60 % of a
+    # core, 2 of 12 tries timed it 6x slow (a Run of 0.33 ms among ones of 2.1-2.4 ms). The
+    # loop is timed once per library copy, so each attempt loads a fresh copy, timed anew;
+    # a knob that does not spin fails all three.
+    import shutil
     import time
+    from pathlib import Path
 
     spec, built = _case("relu_d10_w8")
     per_run_ns = 2_000_000
     ns = per_run_ns if option == "inject_delay_ns_per_run" else per_run_ns // 10
-    session = engine_session(built.model_bytes, _library(), "ebe_spin",
-                             {"partition": partition, option: str(ns)})
-    session.run(None, built.inputs)
-    took = []
-    for _ in range(3):
-        start = time.perf_counter_ns()
+    attempts = []
+    for attempt in range(3):
+        copy = tmp_path / f"attempt{attempt}-{Path(_library()).name}"
+        shutil.copy2(_library(), copy)
+        session = engine_session(built.model_bytes, str(copy), f"ebe_spin{attempt}",
+                                 {"partition": partition, option: str(ns)})
         session.run(None, built.inputs)
-        took.append(time.perf_counter_ns() - start)
-    assert min(took) >= per_run_ns / 2, took
+        took = []
+        for _ in range(3):
+            start = time.perf_counter_ns()
+            session.run(None, built.inputs)
+            took.append(time.perf_counter_ns() - start)
+        attempts.append(took)
+        if min(took) >= per_run_ns / 2:
+            break
+    assert min(attempts[-1]) >= per_run_ns / 2, attempts
 
 
 def test_a_delay_shorter_than_two_clock_reads_still_gets_spins() -> None:

@@ -79,7 +79,7 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     config = RunConfig(
         cases=(case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")),
-        arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=5")),
+        arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=50")),
         rounds=2, processes=1, warmup_ms=5.0, gate_policy="off", instructions="valgrind",
     )
     counts = []
@@ -108,14 +108,16 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     for key, bound in (("a", INSTRUCTIONS_THRESHOLD / 2), ("c", INSTRUCTIONS_THRESHOLD / 2),
                        ("ort", INSTRUCTIONS_THRESHOLD)):
         assert abs(counts[0][key] - counts[1][key]) < bound * counts[0][key], (key, counts)
-    # Five extra ORT calls per Run cost instructions; the comparator shows the change exactly.
-    assert counts[0]["c"] > counts[0]["a"]
+    # Fifty extra ORT calls per Run cost instructions, beyond what the arms differ by
+    # between processes (five did not always: 20,894 against 20,897 once on a 2-core VM);
+    # the comparator shows the change exactly.
+    assert counts[0]["c"] > counts[0]["a"], counts
     run = as_results(doc)
     rows = cmp.counter_changes(cmp.Side("base", run, "a"), cmp.Side("pr", run, "c"),
                                ["relu_d1_w8"])
     shown = {r["counter"]: (r["base"], r["pr"]) for r in rows}
     assert shown["instructions"] == (counts[1]["a"], counts[1]["c"])
-    assert shown["ort_api_calls"][1] - shown["ort_api_calls"][0] == 5
+    assert shown["ort_api_calls"][1] - shown["ort_api_calls"][0] == 50
     assert doc["config"]["instructions"] == "valgrind"
 
 
