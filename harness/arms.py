@@ -239,7 +239,8 @@ def copy_library(path: str | None, folder: Path) -> str | None:
     try:
         shutil.copy2(path, target)
     except OSError as exc:
-        remedy = scratch_remedy(exc, "run without --aa-twin")
+        remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to, or run "
+                                     "without --aa-twin")
         raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror or exc}); "
                        f"{remedy}") from None
     return str(target)

@@ -37,6 +37,7 @@ from epbench.core.errors import (
 from epbench.core.results import (
     SCHEMA,
     JsonlWriter,
+    check_out_dir,
     dumps,
     merge_process,
     prepare_out_dir,
@@ -605,10 +606,15 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
               cases_dir: Path) -> dict[str, Any]:
-    # Before the output folder is touched: a case that cannot be built or saved leaves
-    # nothing behind to --overwrite.
+    # A refused --out is said before the cases are built; the cases are built, saved and
+    # hashed before the folder is touched, so a case that cannot be leaves an earlier
+    # run's results as they were.
+    if config.out_dir is not None:
+        check_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     specs = list(_iter_cases(config))
     saved, overhead_case = save_cases(specs, cases_dir)
+    # Hashed as read back: the hash describes what the workers will measure.
+    hashes = {spec.name: load_built_case(saved[spec.name]).definition_sha256 for spec in specs}
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     host = host_fingerprint()
@@ -643,9 +649,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     rng = random.Random(config.seed)
     for spec in specs:
         doc["cases"][spec.name] = _empty_case(spec)
-        # Hashed as read back: the hash describes what the workers will measure.
-        doc["cases"][spec.name]["definition_sha256"] = (
-            load_built_case(saved[spec.name]).definition_sha256)
+        doc["cases"][spec.name]["definition_sha256"] = hashes[spec.name]
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False

@@ -193,7 +193,9 @@ def test_delay_knobs_really_spin(partition, option, tmp_path) -> None:
     for attempt in range(3):
         copy = tmp_path / f"attempt{attempt}-{Path(_library()).name}"
         shutil.copy2(_library(), copy)
-        session = engine_session(built.model_bytes, str(copy), f"ebe_spin{attempt}",
+        # Its own registration name: a name registered before keeps its first library.
+        name = f"ebe_spin_{partition}_{option}_{attempt}"
+        session = engine_session(built.model_bytes, str(copy), name,
                                  {"partition": partition, option: str(ns)})
         session.run(None, built.inputs)
         took = []

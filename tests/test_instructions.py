@@ -111,7 +111,8 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     # Fifty extra ORT calls per Run cost instructions, beyond what the arms differ by
     # between processes (five did not always: 20,894 against 20,897 once on a 2-core VM);
     # the comparator shows the change exactly.
-    assert counts[0]["c"] > counts[0]["a"], counts
+    # (617 more were counted; over 4 a call is well clear of the +-70.)
+    assert all(count["c"] - count["a"] > 200 for count in counts), counts
     run = as_results(doc)
     rows = cmp.counter_changes(cmp.Side("base", run, "a"), cmp.Side("pr", run, "c"),
                                ["relu_d1_w8"])

@@ -97,7 +97,10 @@ def test_a_full_temp_folder_says_to_make_room_and_names_the_overhead_case(
         runner.save_cases([case_by_name("add_d10_w8")], tmp_path / "cases")
 
 
-def test_a_case_that_cannot_be_saved_leaves_no_output_folder(tmp_path, monkeypatch) -> None:
+def test_a_case_that_cannot_be_saved_leaves_the_output_folder_as_it_was(
+        tmp_path, monkeypatch) -> None:
+    from dataclasses import replace
+
     from epbench.cases.grids import case_by_name
     from epbench.core.errors import EpbenchError
     from epbench.harness import runner
@@ -110,6 +113,45 @@ def test_a_case_that_cannot_be_saved_leaves_no_output_folder(tmp_path, monkeypat
     with pytest.raises(EpbenchError, match="cannot save case relu_d1_w8"):
         runner.run(config)
     assert not (tmp_path / "out").exists()
+    # An earlier run's results survive a run with --overwrite that never got to measure.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "results.json").write_text("earlier")
+    with pytest.raises(EpbenchError, match="cannot save case relu_d1_w8"):
+        runner.run(replace(config, out_dir=tmp_path / "old", overwrite=True))
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["results.json"]
+    assert (tmp_path / "old" / "results.json").read_text() == "earlier"
+    # Nor does one stopped while the saved cases are read back to be hashed.
+    monkeypatch.undo()
+
+    def stopped(record):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "load_built_case", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(replace(config, out_dir=tmp_path / "old", overwrite=True))
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["results.json"]
+
+
+def test_a_refused_output_folder_is_said_before_any_case_is_built(tmp_path, monkeypatch) -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.cases.spec import CaseSpec
+    from epbench.core.errors import ResultsError
+    from epbench.harness import runner
+    from epbench.harness.arms import parse_arm
+
+    def never(self):
+        raise AssertionError("a case was built before --out was checked")
+
+    monkeypatch.setattr(CaseSpec, "build", never)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.jsonl").write_text("earlier")
+    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                              rounds=2, processes=1, sessions=1, gate_policy="off",
+                              out_dir=tmp_path / "out")
+    with pytest.raises(ResultsError, match=r"results\.jsonl already exists; choose another "
+                       r"--out or pass --overwrite"):
+        runner.run(config)
+    assert (tmp_path / "out" / "results.jsonl").read_text() == "earlier"
 
 
 def test_a_twin_copy_on_a_full_temp_folder_says_to_make_room(tmp_path, monkeypatch) -> None:

@@ -81,15 +81,21 @@ def write_results(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_text(Path(path), dumps(doc))
 
 
-def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
-    """Create the output directory, refusing to clobber an earlier run's results."""
+def check_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Refuse an output directory that `prepare_out_dir` would refuse, touching nothing:
+    so a run can say so before its slow set-up, and leave the directory as it was."""
     out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ResultsError(
-            f"cannot create output directory {str(out_dir)!r}: {exc.strerror}; choose another --out"
-        ) from None
+    if not out_dir.exists():
+        parent = next((p for p in out_dir.absolute().parents if p.exists()), None)
+        if parent is not None and parent.is_dir() and not os.access(parent, os.W_OK):
+            raise ResultsError(f"cannot create output directory {str(out_dir)!r} in "
+                               f"{str(parent)!r}, which is not writable; choose another --out")
+        return
+    _refuse_existing(out_dir, overwrite)
+
+
+def _refuse_existing(out_dir: Path, overwrite: bool) -> list[str]:
+    """The earlier run's files in ``out_dir``, or the error that refuses it."""
     if not os.access(out_dir, os.W_OK):
         raise ResultsError(
             f"output directory {str(out_dir)!r} is not writable; choose another --out"
@@ -99,7 +105,19 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         raise ResultsError(
             f"{out_dir / existing[0]} already exists; choose another --out or pass --overwrite"
         )
-    for name in existing:
+    return existing
+
+
+def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
+    """Create the output directory, refusing to clobber an earlier run's results."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(
+            f"cannot create output directory {str(out_dir)!r}: {exc.strerror}; choose another --out"
+        ) from None
+    for name in _refuse_existing(out_dir, overwrite):
         (out_dir / name).unlink()
 
 
