@@ -31,6 +31,7 @@ from epbench.cases.grids import case_by_name
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import (
     ArmError,
+    CaseError,
     EpbenchError,
     scratch_remedy,
 )
@@ -585,7 +586,9 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
                                                              dict[str, Any]]:
     """Build every case once, and the overhead's one-node case, into ``folder``.
 
-    Returns each case's saved record (what its workers read) and the overhead case's.
+    Returns each case's saved record (what its workers read) and the overhead case's. A
+    case that cannot be built is a failed case, as when its workers built it, not a
+    failed run: its record is ``{"error", "error_kind"}`` and the other cases run.
     """
     def save(spec: CaseSpec, stem: str, what: str) -> dict[str, Any]:
         built = spec.build()  # one at a time: a user's model may be large
@@ -597,8 +600,13 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
             raise EpbenchError(f"cannot save {what} for the workers in {folder} "
                                f"({exc.strerror or exc}); {remedy}") from None
 
-    saved = {spec.name: save(spec, f"case{i}", f"case {spec.name}")
-             for i, spec in enumerate(specs)}
+    def save_case(i: int, spec: CaseSpec) -> dict[str, Any]:
+        try:
+            return save(spec, f"case{i}", f"case {spec.name}")
+        except CaseError as exc:  # this case's own definition: the others can still run
+            return {"error": f"cannot build case {spec.name}: {exc}", "error_kind": "case"}
+
+    saved = {spec.name: save_case(i, spec) for i, spec in enumerate(specs)}
     return saved, save(case_by_name(OVERHEAD_CASE), "overhead",
                        f"the harness's overhead case ({OVERHEAD_CASE})")
 
@@ -614,7 +622,8 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     specs = list(_iter_cases(config))
     saved, overhead_case = save_cases(specs, cases_dir)
     # Hashed as read back: the hash describes what the workers will measure.
-    hashes = {spec.name: load_built_case(saved[spec.name]).definition_sha256 for spec in specs}
+    hashes = {name: load_built_case(record).definition_sha256
+              for name, record in saved.items() if "error" not in record}
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
     host = host_fingerprint()
@@ -649,7 +658,11 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     rng = random.Random(config.seed)
     for spec in specs:
         doc["cases"][spec.name] = _empty_case(spec)
-        doc["cases"][spec.name]["definition_sha256"] = hashes[spec.name]
+        if spec.name in hashes:
+            doc["cases"][spec.name]["definition_sha256"] = hashes[spec.name]
+        else:
+            doc["cases"][spec.name].update(status="failed", error=saved[spec.name]["error"],
+                                           error_kind=saved[spec.name]["error_kind"])
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False

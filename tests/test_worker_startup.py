@@ -165,3 +165,31 @@ def test_a_twin_copy_on_a_full_temp_folder_says_to_make_room(tmp_path, monkeypat
                        rf"\({os.strerror(errno.ENOSPC)}\); free space in .* or point TMPDIR "
                        r"at a folder with room$"):
         copy_library(str(tmp_path / "lib.so"), tmp_path)
+
+
+def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
+    """As when each worker built its case: the case is failed, with the reason, and the
+    run measures the others."""
+    from epbench.cases.grids import case_by_name
+    from epbench.cases.spec import CaseSpec
+    from epbench.core.errors import CaseError
+    from epbench.harness import runner
+    from epbench.harness.arms import parse_arm
+
+    build = CaseSpec.build
+
+    def build_but_one(self):
+        if self.name == "add_d10_w8":
+            raise CaseError("input 'x' has no --dim")
+        return build(self)
+
+    monkeypatch.setattr(CaseSpec, "build", build_but_one)
+    doc = runner.run(runner.RunConfig(
+        cases=(case_by_name("add_d10_w8"), case_by_name("relu_d1_w8")), arms=(parse_arm("ort"),),
+        rounds=2, processes=1, sessions=1, warmup_ms=5.0, gate_policy="off"))
+    failed, ok = doc["cases"]["add_d10_w8"], doc["cases"]["relu_d1_w8"]
+    assert (failed["status"], failed["error_kind"], failed["error"]) == (
+        "failed", "case", "cannot build case add_d10_w8: input 'x' has no --dim")
+    assert failed["rounds"] == [] and failed["definition_sha256"] is None
+    assert ok["status"] == "ok" and len(ok["rounds"]) == 2
+    assert ok["definition_sha256"] == case_by_name("relu_d1_w8").definition_sha256
