@@ -19,7 +19,8 @@ enum {
 /* The wall clock, not the thread's CPU clock. The CPU clock leaves out steal, which can
  * make all five tries slow (a knob spinning a sixth of what was asked was seen:
  * tests/test_engine_counters.py), but on VM E it read the loop about 3.2 times too fast
- * in 21 of 50 unstopped calibrations of one pass (docs/validation/delay_clock.c and its README). */
+ * in 21 of 50 unstopped calibrations of one pass (docs/validation/delay_clock.c, and the
+ * README beside it). */
 static uint64_t ebe_delay_now_ns(void) {
   struct timespec now;
   if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return 0; /* never on Linux; a 0 try
