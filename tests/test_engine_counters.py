@@ -178,10 +178,10 @@ def test_delay_knobs_count_what_was_asked_and_change_no_other_count(partition) -
 def test_delay_knobs_really_spin(partition, option, tmp_path) -> None:
     # The count above is of what was asked; this is the spinning. A lower bound only, with
     # a 2x margin: load can only lengthen a Run. But a loop timed slow in all five of its
-    # calibration tries spins too few iterations: on a VM whose steal reached 60 % of a
-    # core, 2 of 12 tries timed it 6x slow (a Run of 0.33 ms among ones of 2.1-2.4 ms). The
-    # loop is timed once per library copy, so each attempt loads a fresh copy, timed anew;
-    # a knob that does not spin fails all three.
+    # calibration tries spins too few iterations under steal. The loop is timed once per
+    # library copy, so each attempt loads a fresh copy, timed anew; a knob that does not
+    # spin fails all three. (Runs of 0.33 ms among ones of 2.0-2.4 ms, first put down to
+    # steal, were the old memory loop running at a cycle an iteration: see delay.c.)
     import shutil
     import time
     from pathlib import Path
@@ -211,8 +211,8 @@ def test_delay_knobs_really_spin(partition, option, tmp_path) -> None:
 
 def test_a_delay_shorter_than_two_clock_reads_still_gets_spins() -> None:
     # The knob used to watch the clock, and returned at once below two reads (~40 ns):
-    # 2 % of a 1.7 us Run was not injected. It spins a loop now (~0.22 ns an iteration on
-    # this project's VM; the bounds allow 0.01 to 100 ns).
+    # 2 % of a 1.7 us Run was not injected. It spins a loop now (a cycle an iteration, ~0.33
+    # ns on VM E; the bounds allow 0.01 to 100 ns).
     lib = _library()
     spins = {ns: spins_for_ns(lib, ns) for ns in (0, 20, 40, 1000, 2000)}
     assert spins[0] == 0

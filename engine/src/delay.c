@@ -16,11 +16,9 @@ enum {
 
 #define EBE_FS_PER_NS UINT64_C(1000000)
 
-/* The wall clock, not the thread's CPU clock. The CPU clock leaves out steal, which can
- * make all five tries slow (a knob spinning a sixth of what was asked was seen:
- * tests/test_engine_counters.py), but on VM E it read the loop about 3.2 times too fast
- * in 21 of 50 unstopped calibrations of one pass (docs/validation/delay_clock.c, and the
- * README beside it). */
+/* The wall clock (a vDSO read, 29 ns on VM E). The thread's CPU clock would leave out
+ * steal, which can make all five tries slow, but is a system call (482 ns), and was not
+ * shown better unstopped (docs/validation/delay_clock.c, and the README beside it). */
 static uint64_t ebe_delay_now_ns(void) {
   struct timespec now;
   if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return 0; /* never on Linux; a 0 try
@@ -28,9 +26,14 @@ static uint64_t ebe_delay_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-/* volatile: the compiler keeps every iteration. */
+/* The counter stays in a register and goes through an empty asm, so the compiler keeps
+ * every iteration: one dependent add, a cycle each on any core. It was a volatile counter
+ * in memory, whose cost is up to the core: 2.0-2.7 ns an iteration on VM E's Intel core,
+ * but at times a cycle (memory renaming), so a Run spun a sixth of what was asked
+ * (test_delay_knobs_really_spin failed all three attempts so, each with a fresh library). */
 __attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
-  for (volatile uint64_t i = 0; i < spins; i++) {
+  for (uint64_t i = 0; i < spins; i++) {
+    __asm__ volatile("" : "+r"(i));
   }
 }
 
