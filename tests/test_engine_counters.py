@@ -180,8 +180,9 @@ def test_delay_knobs_really_spin(partition, option, tmp_path) -> None:
     # a 2x margin: load can only lengthen a Run. But a loop timed slow in all five of its
     # calibration tries spins too few iterations under steal. The loop is timed once per
     # library copy, so each attempt loads a fresh copy, timed anew; a knob that does not
-    # spin fails all three. (Runs of 0.33 ms among ones of 2.0-2.4 ms, first put down to
-    # steal, were the old memory loop running at a cycle an iteration: see delay.c.)
+    # spin fails all three. (A 0.33 ms Run among 2.1-2.4 ms ones, first put down to steal,
+    # and in CI one of 0.33-0.38 ms among 1.4-2.1 ms in each of three copies, were most
+    # likely the old memory loop running fast: see delay.c.)
     import shutil
     import time
     from pathlib import Path

@@ -26,11 +26,13 @@ static uint64_t ebe_delay_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-/* The counter stays in a register and goes through an empty asm, so the compiler keeps
- * every iteration: one dependent add, a cycle each on any core. It was a volatile counter
- * in memory, whose cost is up to the core: 2.0-2.7 ns an iteration on VM E's Intel core,
- * but at times a cycle (memory renaming), so a Run spun a sixth of what was asked
- * (test_delay_knobs_really_spin failed all three attempts so, each with a fresh library). */
+/* An add, compare and branch on a register, with no memory access; the empty asm hides
+ * the counter, so the compiler keeps every iteration. About a cycle an iteration on VM E
+ * (0.32-0.38 ns); other cores and compilers may differ, and the calibration measures it.
+ * It was a volatile counter on the stack, about 2.0-2.3 ns an iteration there, but at
+ * times five to six times faster (probably memory renaming; not confirmed, the guest has no
+ * performance counters), so a Run's delay lasted a sixth of what was asked and
+ * test_delay_knobs_really_spin failed all three attempts, each with a fresh library. */
 __attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
   for (uint64_t i = 0; i < spins; i++) {
     __asm__ volatile("" : "+r"(i));
@@ -49,7 +51,7 @@ static uint64_t ebe_delay_rate_fs(void) {
   uint64_t fs = atomic_load_explicit(&ebe_delay_fs_per_spin, memory_order_relaxed);
   if (fs != 0) return fs;
   /* Double the tries' length until even the fastest of them is long enough (a single
-   * preempted try cannot stop the doubling early). About 2 ms in all here. */
+   * preempted try cannot stop the doubling early). A few ms in all. */
   uint64_t spins = 1000, best = 0;
   for (;;) {
     best = UINT64_MAX;
