@@ -26,16 +26,19 @@ static uint64_t ebe_delay_now_ns(void) {
   return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 }
 
-/* An add, compare and branch on a register, with no memory access; the empty asm hides
- * the counter, so the compiler keeps every iteration. About a cycle an iteration on VM E
- * (0.32-0.38 ns); other cores and compilers may differ, and the calibration measures it.
- * It was a volatile counter on the stack, about 2.0-2.3 ns an iteration there, but at
- * times five to six times faster (probably memory renaming; not confirmed, the guest has no
- * performance counters), so a Run's delay lasted a sixth of what was asked and
- * test_delay_knobs_really_spin failed all three attempts, each with a fresh library. */
+/* Each iteration waits for the last: x = 3x + 1 (one lea on x86), with an empty asm hiding
+ * x, so the compiler keeps every iteration and no core can overlap or drop them. Measured
+ * on VM E (12 processes, the fastest of five tries each): this chain 0.65-0.69 ns an
+ * iteration; a bare counter in a register 0.32-0.61 ns (a loop bound by its branch, which a
+ * busy sibling hyperthread probably shares); the volatile counter on the stack that this
+ * was at first 1.35-2.45 ns, and at times five to six times faster within a process
+ * (probably memory renaming; the guest has no performance counters to confirm it), so a
+ * Run's delay lasted a sixth of what was asked (docs/validation/README.md). */
 __attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
+  uint64_t x = 1;
   for (uint64_t i = 0; i < spins; i++) {
-    __asm__ volatile("" : "+r"(i));
+    x = 3 * x + 1;
+    __asm__ volatile("" : "+r"(x));
   }
 }
 
