@@ -27,13 +27,15 @@ static uint64_t ebe_delay_now_ns(void) {
 }
 
 /* Each iteration waits for the last: x = 3x + 1 (one lea on x86), with an empty asm hiding
- * x, so the compiler keeps every iteration and no core can overlap or drop them. Measured
- * on VM E (12 processes, the fastest of five tries each): this chain 0.65-0.69 ns an
- * iteration; a bare counter in a register 0.32-0.61 ns (a loop bound by its branch, which a
- * busy sibling hyperthread probably shares); the volatile counter on the stack that this
- * was at first 1.35-2.45 ns, and at times five to six times faster within a process
- * (probably memory renaming; the guest has no performance counters to confirm it), so a
- * Run's delay lasted a sixth of what was asked (docs/validation/README.md). */
+ * x, so the compiler keeps every iteration. The counter and branch do not wait for x, so an
+ * out-of-order core may start what follows while the chain's last iterations still run (a
+ * reorder buffer's worth at most); the calibration, between ordered clock reads, times the
+ * whole chain. On VM E, side by side in 12 processes (docs/validation/delay_loops.c): this
+ * chain 0.65-0.69 ns an iteration (8 calibrations 0.67-0.72); a bare counter in a register
+ * 0.32-0.61 ns, probably bound by its taken branch and a busy sibling hyperthread (not
+ * confirmed: the guest has no performance counters); the volatile counter on the stack that
+ * this was at first 1.35-2.45 ns, and at times five to six times faster within a process
+ * (probably memory renaming), so a Run's delay lasted a sixth of what was asked. */
 __attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
   uint64_t x = 1;
   for (uint64_t i = 0; i < spins; i++) {
