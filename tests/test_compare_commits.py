@@ -206,18 +206,18 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert calls == [list(names)]
     assert cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
-    # No --budget: half of what the first pass took (20 s here, 10 s a case), so one 10 s
-    # re-run fits when the loop looks (the 2 cases' deadline, 60 - 5 s after the start, is
-    # 35 s away); after it (10 s later) nothing is left. Readings: the command's start, the
-    # first pass's start and end, the budget's start, the loop's looks.
-    result = with_clock([0, 0, 20, 20, 20] + [30] * 100, budget_s=None)
+    # No --budget: as long as the first pass took (20 s here, 10 s a case), so when the
+    # loop looks 10 s into the budget one 10 s re-run still fits (the 2 cases' deadline, 60
+    # - 5 s after the start, is 35 s away); 10 s later nothing is left. Readings: the
+    # command's start, the first pass's start and end, the budget's start, the loop's looks.
+    result = with_clock([0, 0, 20, 20, 30] + [40] * 100, budget_s=None)
     assert len(calls) == 2 and len(calls[1]) == 1
     # What is left ❔ is in a warning; with nothing left there is none.
     assert len(budget_warnings(result)) == bool(cc.cmp.ambiguous_cases(result.comparison))
 
     # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
-    # one case's 10 s, so nothing is re-run although half the first pass (10 s) would
-    # allow one, and a warning names the cases left and what re-running one costs: in
+    # one case's 10 s, so nothing is re-run although the first pass's 20 s would allow
+    # two, and a warning names the cases left and what re-running one costs: in
     # every report, the PR comment too, whose reader sees the ❔ and not the job's log.
     out = tmp_path / "out"
     out.mkdir()  # the runner makes it; the fake run does not
@@ -226,8 +226,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     left = cc.cmp.ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
     warning = (
-        f"{', '.join(left)} left ❔: the default re-run budget (50% of the first pass, at "
-        "most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
+        f"{', '.join(left)} left ❔: the default re-run budget (as long as the first pass, "
+        "at most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
         "takes about 10 s here: pass --budget with that much for each such case to re-run them "
         "(in CI, to the bench workflow's compare-commits)")
     assert result.comparison["warnings"][-1] == warning and result.notes == []
@@ -338,8 +338,9 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     names = ("relu_d1_w8", "relu_d10_w8")
     config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=12)
     # The clock: the command's start, the first pass's start and end (20 s, 10 s a case),
-    # the budget's start, then the loop's looks: half the first pass fits one re-run.
-    ticks = iter([0, 0, 20, 20, 20] + [30] * 100)
+    # the budget's start (20 s, the first pass's), then the loop's looks: 10 s into it one
+    # re-run still fits; 10 s later none.
+    ticks = iter([0, 0, 20, 20, 30] + [40] * 100)
     monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
@@ -356,7 +357,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
 def test_the_default_rerun_budget_and_its_deadline() -> None:
     from epbench.workflows import compare_commits as cc
 
-    assert cc.default_budget(50.0) == 25.0 and cc.default_budget(1000.0) == cc.DEFAULT_BUDGET_S
+    assert cc.default_budget(50.0) == 50.0 and cc.default_budget(1000.0) == cc.DEFAULT_BUDGET_S
     # From the command's start: its cases' time target less the reports' reserve.
     assert cc.rerun_deadline(100.0, 6) == (100.0 + 6 * cc.DEFAULT_TARGET_S_PER_CASE
                                            - cc.REPORT_RESERVE_S)

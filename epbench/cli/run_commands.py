@@ -59,7 +59,6 @@ from epbench.workflows.compare_commits import (
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
     DEFAULT_BUDGET_S,
-    DEFAULT_BUDGET_SHARE,
     DEFAULT_TARGET_S_PER_CASE,
     REPORT_RESERVE_S,
 )
@@ -314,7 +313,7 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases, and ⚠️ ones the "
                    "idle gate held back from 🔴, with more rounds "
-                   f"[default: {DEFAULT_BUDGET_SHARE:.0%} of the first pass's time, at most "
+                   "[default: as long as the first pass took, at most "
                    f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
                    f"case after the command began, builds included, less {REPORT_RESERVE_S:g} "
                    "s for the reports].")
