@@ -354,6 +354,47 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
         "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
 
+def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
+                                                                   monkeypatch) -> None:
+    """When a pass fits fewer cases than are ambiguous, those re-run least go first: the
+    smaller change is not starved by the larger, which compare's order puts first."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
+
+    calls = []
+    names = ("relu_d1_w8", "relu_d10_w8")
+
+    def fake_run(config):
+        # +20 % and +10 % with every round unquiet: held back from 🔴 by the idle gate
+        # whatever the rounds, so both stay ambiguous after every pass, the +20 % first in
+        # compare's order.
+        calls.append([c.name for c in config.cases])
+        head = {"relu_d1_w8": 1200.0, "relu_d10_w8": 1100.0}
+        return results_doc({c.name: {"ort": 1000.0, "base": 1000.0, "head": head[c.name]}
+                            for c in config.cases}, rounds=config.rounds, seed=len(calls),
+                           processes=config.processes,
+                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
+                                            spike_prob=0.0),
+                           unquiet_rounds={c.name: range(config.rounds) for c in config.cases})
+
+    _fake_commits(monkeypatch, fake_run)
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=12)
+    # The command's start, the first pass's start and end (10 s a case), the budget's start
+    # (35 s given), then three looks that each leave room for one case (17-19 s), and one
+    # after the budget.
+    ticks = iter([0, 0, 20, 20, 36, 37, 38] + [100] * 100)
+    monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
+    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                config=config, settings=Settings(), profile_path=None,
+                                budget_s=35)
+    assert calls == [list(names), ["relu_d1_w8"], ["relu_d10_w8"], ["relu_d1_w8"]]
+    assert {name: case.get("reruns") for name, case in result.doc["cases"].items()} == {
+        "relu_d1_w8": 2, "relu_d10_w8": 1}
+
+
 def test_the_default_rerun_budget_and_its_deadline() -> None:
     from epbench.workflows import compare_commits as cc
 
