@@ -354,45 +354,98 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
         "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
 
-def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
-                                                                   monkeypatch) -> None:
-    """When a pass fits fewer cases than are ambiguous, those re-run least go first: the
-    smaller change is not starved by the larger, which compare's order puts first."""
+def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
+    """❔ before ⚠️ held back from 🔴, then the cases tried fewest times, then compare's
+    order (the rows as given)."""
+    from epbench.workflows import compare_commits as cc
+
+    def row(case, verdict, change=0.012, alert=0.02):
+        return {"case": case, "verdict": verdict, "change": change, "alert": alert}
+
+    comparison = {"cases": [row("held", "regression", change=0.05),
+                            row("big", "inconclusive", change=0.018),
+                            row("small", "inconclusive", change=0.011),
+                            row("flagged", "regression"),  # ⚠️ below the alert level
+                            row("fine", "no_change", change=0.001)]}
+    assert cc.rerun_order(comparison, {}) == ["big", "small", "held"]
+    assert cc.rerun_order(comparison, {"big": 1}) == ["small", "big", "held"]
+    assert cc.rerun_order(comparison, {"big": 2, "small": 1}) == ["small", "big", "held"]
+    assert cc.rerun_order(comparison, {"big": 1, "small": 1, "held": 0}) == [
+        "big", "small", "held"]
+
+
+def _two_held_back_cases(monkeypatch, fail_reruns_of=()):
+    """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 whatever the
+    rounds (+20 % and +10 %, every round unquiet; the +20 % first in compare's order);
+    re-runs of ``fail_reruns_of`` fail. Returns the list of cases each pass was given."""
+    from tests.support.synthetic import NoiseModel, results_doc
+
+    calls = []
+
+    def fake_run(config):
+        calls.append([c.name for c in config.cases])
+        head = {"relu_d1_w8": 1200.0, "relu_d10_w8": 1100.0}
+        doc = results_doc({c.name: {"ort": 1000.0, "base": 1000.0, "head": head[c.name]}
+                           for c in config.cases}, rounds=config.rounds, seed=len(calls),
+                          processes=config.processes,
+                          noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
+                                           spike_prob=0.0),
+                          unquiet_rounds={c.name: range(config.rounds) for c in config.cases})
+        for name in fail_reruns_of if len(calls) > 1 else ():
+            if name in doc["cases"]:
+                doc["cases"][name].update(status="error", error="the worker crashed")
+        return doc
+
+    _fake_commits(monkeypatch, fake_run)
+    return calls
+
+
+def _compare_with_clock(monkeypatch, tmp_path, readings, budget_s):
     from epbench.cases.grids import case_by_name
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
-    from tests.support.synthetic import NoiseModel, results_doc
 
-    calls = []
     names = ("relu_d1_w8", "relu_d10_w8")
-
-    def fake_run(config):
-        # +20 % and +10 % with every round unquiet: held back from 🔴 by the idle gate
-        # whatever the rounds, so both stay ambiguous after every pass, the +20 % first in
-        # compare's order.
-        calls.append([c.name for c in config.cases])
-        head = {"relu_d1_w8": 1200.0, "relu_d10_w8": 1100.0}
-        return results_doc({c.name: {"ort": 1000.0, "base": 1000.0, "head": head[c.name]}
-                            for c in config.cases}, rounds=config.rounds, seed=len(calls),
-                           processes=config.processes,
-                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
-                                            spike_prob=0.0),
-                           unquiet_rounds={c.name: range(config.rounds) for c in config.cases})
-
-    _fake_commits(monkeypatch, fake_run)
     config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=12)
+    ticks = iter(readings)
+    monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
+    return cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                              config=config, settings=Settings(), profile_path=None,
+                              budget_s=budget_s)
+
+
+def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
+                                                                   monkeypatch) -> None:
+    """When a pass fits fewer cases than are ambiguous, those tried least go first, a
+    failed re-run counting as a try: the +10 % is not starved by the +20 %, which
+    compare's order puts first, even when the +20 %'s re-runs fail (and so add nothing)."""
+    from epbench.reports import compare as cmp
+
+    calls = _two_held_back_cases(monkeypatch, fail_reruns_of=("relu_d1_w8",))
     # The command's start, the first pass's start and end (10 s a case), the budget's start
     # (35 s given), then three looks that each leave room for one case (17-19 s), and one
     # after the budget.
-    ticks = iter([0, 0, 20, 20, 36, 37, 38] + [100] * 100)
-    monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
-    result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
-                                config=config, settings=Settings(), profile_path=None,
-                                budget_s=35)
-    assert calls == [list(names), ["relu_d1_w8"], ["relu_d10_w8"], ["relu_d1_w8"]]
-    assert {name: case.get("reruns") for name, case in result.doc["cases"].items()} == {
-        "relu_d1_w8": 2, "relu_d10_w8": 1}
+    result = _compare_with_clock(monkeypatch, tmp_path, [0, 0, 20, 20, 36, 37, 38] + [100] * 100,
+                                 budget_s=35)
+    assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8"], ["relu_d10_w8"],
+                     ["relu_d1_w8"]]
+    cases = result.doc["cases"]
+    assert len(cases["relu_d1_w8"]["rerun_errors"]) == 2 and "reruns" not in cases["relu_d1_w8"]
+    assert cases["relu_d10_w8"]["reruns"] == 1
+    assert all(cmp.held_back_by_gate(row) for row in result.comparison["cases"])
+
+
+def test_a_default_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path,
+                                                                    monkeypatch) -> None:
+    """The default budget is the first pass's time, k cases' worth: a look a millisecond
+    after the budget's start still fits all k."""
+    calls = _two_held_back_cases(monkeypatch)
+    # The command's start, the first pass's start and end (20 s, 10 s a case; the deadline
+    # 55 s away), the budget's start, a look 1 ms later, then one after the budget.
+    _compare_with_clock(monkeypatch, tmp_path, [0, 0, 20, 20, 20.001] + [100] * 100,
+                        budget_s=None)
+    assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8", "relu_d10_w8"]]
 
 
 def test_the_default_rerun_budget_and_its_deadline() -> None:

@@ -21,7 +21,8 @@ written is posted as markdown.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ HEAD_ARM = "head"
 # Seconds spent re-running ambiguous cases unless --budget says otherwise: as long as the
 # first pass took, at most DEFAULT_BUDGET_S, so a small grid is not re-run for longer than
 # it ran; the deadline below keeps the whole command within its time target. Half the first
-# pass until 2026-12-03: under a sustained load on VM E runs ended at 111-116 s with that
+# pass until 2026-12-03: under a sustained load on VM E runs ended at 107-118 s with that
 # budget spent and cases left ❔, a minute of the quick grid's 3 minutes unused
 # (docs/validation/commits_repeats.txt). A first pass of 240 s or more (the default grid
 # on a slow VM) keeps 120 s as before. How often a case is looked at again is bounded by
@@ -71,6 +72,10 @@ COMMITS_PROCESSES = 6
 COMMITS_ROUNDS = 48
 # Rounds a re-run adds to each ambiguous case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
+# A case's re-run fits when this share of a case's estimated time is short of what is left:
+# the estimate is the first pass's mean, and the clock moves between the budget's start and
+# a look, so a budget of exactly k cases' time (the default: the first pass) fitted k - 1.
+RERUN_FIT_SLACK = 0.05
 # The most of a history error kept in compare.json (the schema bounds its texts).
 HISTORY_ERROR_CHARS = 1000
 
@@ -122,6 +127,22 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
 def default_budget(first_pass_s: float) -> float:
     """The re-run budget when none is given: as long as the first pass, at most 120 s."""
     return min(DEFAULT_BUDGET_S, first_pass_s)
+
+
+def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
+    """The ambiguous cases in the order re-runs take them: ❔ before ⚠️ held back from 🔴
+    (a ❔ has no answer; a held-back ⚠️ is flagged already, and under a load that leaves no
+    round quiet cannot become 🔴), then the cases tried fewest times (``attempts``, failed
+    re-runs included), then compare's order.
+
+    compare's order alone (held-back ⚠️ first, then the most positive change, then the name)
+    starved the ❔: under a sustained load on VM E (half the first pass's budget, fitting two
+    or three cases) held-back ⚠️ took the re-runs in all 10 runs and none became 🔴, while ❔
+    were re-run in 2 and add_d10_w8, the smallest change, was ❔ in 9 and never re-run.
+    """
+    rows = {row["case"]: row for row in comparison["cases"]}
+    return sorted(cmp.ambiguous_cases(comparison),  # a stable sort: compare's order in ties
+                  key=lambda name: (cmp.held_back_by_gate(rows[name]), attempts.get(name, 0)))
 
 
 def rerun_deadline(started_at: float, cases: int) -> float:
@@ -204,20 +225,18 @@ def compare_commits(
         deadline_left = rerun_deadline(started_at, len(doc["cases"])) - budget_start
         budget_s = min(default_budget(first_pass_s), deadline_left)
     attempt = 0
+    attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
     # A re-run goes on from the gate's count of the run before it: a load that the first
     # pass found sustained is not waited out again by every re-run's first processes.
     futile_rounds = futile_rounds_at_end(doc)
     while not doc["interrupted"]:
         left = budget_s - (time.monotonic() - budget_start)
-        fits = int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR)) if left > 0 else 0
-        # Fewest re-runs first, then compare's order (the largest change first; a stable
-        # sort): a budget that fits fewer cases than are ambiguous re-ran the largest
-        # changes every pass and never the smallest (under a sustained load on VM E,
-        # add_d10_w8 was ❔ in 9 of 10 runs and never re-run).
-        pending = sorted(cmp.ambiguous_cases(comparison),
-                         key=lambda name: doc["cases"][name].get("reruns", 0))[:fits]
+        fits = (int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR) + RERUN_FIT_SLACK)
+                if left > 0 else 0)
+        pending = rerun_order(comparison, attempts)[:fits]
         if not pending:
             break
+        attempts.update(pending)
         attempt += 1
         on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
                   f"idle gate): {', '.join(pending)}")
