@@ -6,6 +6,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -374,7 +375,7 @@ def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
         "big", "small", "held"]
 
 
-def _two_held_back_cases(monkeypatch, fail_reruns_of=()):
+def _two_held_back_cases(monkeypatch, fail_reruns_of: tuple[str, ...] = ()) -> list[list[str]]:
     """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 whatever the
     rounds (+20 % and +10 %, every round unquiet; the +20 % first in compare's order);
     re-runs of ``fail_reruns_of`` fail. Returns the list of cases each pass was given."""
@@ -391,8 +392,8 @@ def _two_held_back_cases(monkeypatch, fail_reruns_of=()):
                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
                                            spike_prob=0.0),
                           unquiet_rounds={c.name: range(config.rounds) for c in config.cases})
-        for name in fail_reruns_of if len(calls) > 1 else ():
-            if name in doc["cases"]:
+        if len(calls) > 1:  # a re-run
+            for name in set(fail_reruns_of) & set(doc["cases"]):
                 doc["cases"][name].update(status="error", error="the worker crashed")
         return doc
 
@@ -400,7 +401,10 @@ def _two_held_back_cases(monkeypatch, fail_reruns_of=()):
     return calls
 
 
-def _compare_with_clock(monkeypatch, tmp_path, readings, budget_s):
+def _compare_with_clock(monkeypatch, tmp_path, readings: list[float],
+                        budget_s: float | None) -> Any:
+    """compare_commits over relu_d1_w8 and relu_d10_w8, 12 rounds, with time.monotonic
+    returning ``readings`` in turn."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
@@ -441,8 +445,9 @@ def test_a_default_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path,
     """The default budget is the first pass's time, k cases' worth: a look a millisecond
     after the budget's start still fits all k."""
     calls = _two_held_back_cases(monkeypatch)
-    # The command's start, the first pass's start and end (20 s, 10 s a case; the deadline
-    # 55 s away), the budget's start, a look 1 ms later, then one after the budget.
+    # The command's start, the first pass's start and end (20 s, 10 s a case), the budget's
+    # start (the deadline, 60 - 5 s after the command's start, 35 s away), a look 1 ms
+    # later, then one after the budget.
     _compare_with_clock(monkeypatch, tmp_path, [0, 0, 20, 20, 20.001] + [100] * 100,
                         budget_s=None)
     assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8", "relu_d10_w8"]]

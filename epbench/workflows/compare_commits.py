@@ -72,9 +72,11 @@ COMMITS_PROCESSES = 6
 COMMITS_ROUNDS = 48
 # Rounds a re-run adds to each ambiguous case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
-# A case's re-run fits when this share of a case's estimated time is short of what is left:
-# the estimate is the first pass's mean, and the clock moves between the budget's start and
-# a look, so a budget of exactly k cases' time (the default: the first pass) fitted k - 1.
+# n ambiguous cases fit in a re-run pass when what is left of the budget is at least
+# (n - RERUN_FIT_SLACK) times a case's estimated time (the first pass's mean): the clock
+# moves between the budget's start and a look, so without it a budget of exactly k cases'
+# time (the default: the first pass) fitted k - 1. A given --budget may so be overrun by up
+# to this share of one case's time, a default one by less than REPORT_RESERVE_S.
 RERUN_FIT_SLACK = 0.05
 # The most of a history error kept in compare.json (the schema bounds its texts).
 HISTORY_ERROR_CHARS = 1000
@@ -131,14 +133,17 @@ def default_budget(first_pass_s: float) -> float:
 
 def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
     """The ambiguous cases in the order re-runs take them: ❔ before ⚠️ held back from 🔴
-    (a ❔ has no answer; a held-back ⚠️ is flagged already, and under a load that leaves no
-    round quiet cannot become 🔴), then the cases tried fewest times (``attempts``, failed
-    re-runs included), then compare's order.
+    (a ❔ has no answer; a held-back ⚠️ is flagged already), then the cases tried fewest
+    times (``attempts``, failed re-runs included, where compare.json's ``reruns`` counts
+    those that added rounds), then compare's order. It matters when a pass fits fewer cases
+    than are ambiguous: a later pass, the default grid, a deadline or a given --budget.
 
     compare's order alone (held-back ⚠️ first, then the most positive change, then the name)
-    starved the ❔: under a sustained load on VM E (half the first pass's budget, fitting two
-    or three cases) held-back ⚠️ took the re-runs in all 10 runs and none became 🔴, while ❔
-    were re-run in 2 and add_d10_w8, the smallest change, was ❔ in 9 and never re-run.
+    starved the ❔: under a sustained load on VM E (half the first pass's budget, a first
+    look fitting two cases) 25 of 29 re-runs went to held-back ⚠️, none of which became 🔴
+    (with no round quiet it cannot), and add_d10_w8, the smallest change, was ❔ in 9 of 10
+    runs and never re-run. Over the re-run cases of every VM E series then, 0 of 21
+    held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
     rows = {row["case"]: row for row in comparison["cases"]}
     return sorted(cmp.ambiguous_cases(comparison),  # a stable sort: compare's order in ties
