@@ -20,6 +20,7 @@ import pytest
 
 from epbench.core.errors import EpbenchError
 from epbench.harness import load as bg
+from tests.support.signals import sigint_at_its_default
 
 # Upper bound on waiting for an event that normally takes milliseconds (not a timing test).
 WAIT_S = 30.0
@@ -108,7 +109,7 @@ with background_load(sys.argv[1], 3) as load:
 
 def start_driver(kind: str) -> tuple[subprocess.Popen[str], int]:
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind], stdout=subprocess.PIPE,
-                              text=True)
+                              text=True, preexec_fn=sigint_at_its_default)
     assert driver.stdout is not None
     pid = int(driver.stdout.readline())
     wait_until(lambda: load_children_of(driver.pid) == [pid], "the load to start")

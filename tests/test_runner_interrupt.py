@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from epbench.core.errors import EXIT_INTERRUPTED
+from tests.support.signals import sigint_at_its_default
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
@@ -25,6 +26,7 @@ def test_sigint_keeps_finished_cases_and_the_partial_one(tmp_path) -> None:
          "--block-ms", "5", "--max-block-iters", "50", "--warmup-ms", "1", "--gate", "off",
          "--quiet", "--processes", "1", "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_at_its_default,
     )
     stream = out / "results.jsonl"
     deadline = time.monotonic() + 120  # a bound on waiting, not a timing assertion
