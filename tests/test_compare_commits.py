@@ -351,8 +351,52 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     assert (rows["relu_d1_w8"]["verdict"], rows["relu_d10_w8"]["verdict"]) == (
         "regression", "no_change")
     assert cc.cmp.held_back_by_gate(rows["relu_d1_w8"])
+    # No round of it was quiet: the warning does not offer a budget.
     assert result.comparison["warnings"][-1].startswith(
-        "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
+        "relu_d1_w8 still held back from 🔴 by the idle gate when the default re-run budget")
+    assert "--budget" not in result.comparison["warnings"][-1]
+
+
+def test_the_budget_warning_offers_a_budget_only_where_rounds_can_settle_a_case() -> None:
+    """❔ and held-back ⚠️ with a quiet round are offered a budget; held-back ⚠️ with none
+    are told to rerun on a quiet machine, in a warning of their own."""
+    from epbench.workflows import compare_commits as cc
+
+    def row(case, verdict, unquiet, change=0.05):
+        return {"case": case, "verdict": verdict, "change": change, "alert": 0.02,
+                "unquiet": unquiet, "rounds": 96}
+
+    # A ❔ whose rounds all failed the gate too: more rounds may still settle it.
+    comparison = {"cases": [row("unsure", "inconclusive", 96, change=0.012),
+                            row("held_quiet_once", "regression", 95),
+                            row("held_never_quiet", "regression", 96)]}
+
+    def warnings(*left):
+        return cc.budget_warnings(comparison, list(left), 12.4)
+
+    offer, rerun = warnings("unsure", "held_quiet_once", "held_never_quiet")
+    assert offer.startswith("unsure, held_quiet_once left ❔ or held back from 🔴 by the idle "
+                            "gate: the default re-run budget (")
+    assert offer.endswith("a case's re-run takes about 12 s here: pass --budget with that much "
+                          "for each such case to re-run them (in CI, to the bench workflow's "
+                          "compare-commits)")
+    assert rerun == ("held_never_quiet still held back from 🔴 by the idle gate, no round of it "
+                     "quiet: rounds under this load cannot make a 🔴 of it; rerun on a quiet "
+                     "machine")
+    (offer,) = warnings("unsure")
+    assert offer.startswith("unsure left ❔: the default re-run budget (")
+    (rerun,) = warnings("held_never_quiet")
+    assert rerun.startswith("held_never_quiet still held back from 🔴 by the idle gate when the "
+                            "default re-run budget (as long as the first pass, at most 120 s, "
+                            "ending 30 s per case after the command began) ran out, no round "
+                            "of it quiet")
+    # Both lists as long as they get: each warning within the schema's 4000 characters.
+    long = [row(f"{side}{i:03d}".ljust(200, "x"), "regression", unquiet)
+            for side, unquiet in (("q", 95), ("n", 96)) for i in range(40)]
+    comparison = {"cases": long}
+    both = warnings(*(r["case"] for r in long))
+    assert len(both) == 2 and all(len(w) <= 4000 for w in both)
+    assert "them quiet: rounds under this load cannot make a 🔴 of them" in both[1]
 
 
 def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:

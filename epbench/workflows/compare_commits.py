@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,39 @@ def rerun_deadline(started_at: float, cases: int) -> float:
     return started_at + DEFAULT_TARGET_S_PER_CASE * cases - REPORT_RESERVE_S
 
 
+def budget_warnings(comparison: Mapping[str, Any], left_over: Sequence[str],
+                    seconds_per_case: float) -> list[str]:
+    """The warnings for ``left_over``, the cases the default re-run budget left ambiguous,
+    with advice that can settle each. A ⚠️ held back from 🔴 none of whose rounds passed the
+    idle gate is not offered a budget: it was held back by a load that failed every round,
+    and rounds under that load cannot make it 🔴; a quiet machine can. Two warnings, not
+    one: each names its cases within ``cmp.named``'s bound, which fits the schema's bound
+    on one warning once."""
+    rows = {row["case"]: row for row in comparison["cases"]}
+    never_quiet = [name for name in left_over if cmp.held_back_by_gate(rows[name])
+                   and rows[name]["unquiet"] == rows[name]["rounds"]]
+    budget_can_help = [name for name in left_over if name not in never_quiet]
+    ran_out = (f"the default re-run budget (as long as the first pass, at most "
+               f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per case "
+               "after the command began) ran out")
+    warnings = []
+    if budget_can_help:
+        held = any(cmp.held_back_by_gate(rows[name]) for name in budget_can_help)
+        warnings.append(
+            f"{cmp.named(budget_can_help)} left ❔"
+            f"{' or held back from 🔴 by the idle gate' if held else ''}: {ran_out}; a case's "
+            f"re-run takes about {seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass "
+            "--budget with that much for each such case to re-run them (in CI, to the bench "
+            "workflow's compare-commits)")
+    if never_quiet:
+        them = "them" if len(never_quiet) > 1 else "it"
+        warnings.append(
+            f"{cmp.named(never_quiet)} still held back from 🔴 by the idle gate"
+            f"{'' if budget_can_help else f' when {ran_out}'}, no round of {them} quiet: "
+            f"rounds under this load cannot make a 🔴 of {them}; rerun on a quiet machine")
+    return warnings
+
+
 def compare_commits(
     *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
     config: RunConfig, settings: Any, profile_path: str | None, budget_s: float | None,
@@ -260,19 +293,8 @@ def compare_commits(
         comparison = judge()
     left_over = cmp.ambiguous_cases(comparison)
     if defaulted and left_over and not doc["interrupted"]:
-        rows = {row["case"]: row for row in comparison["cases"]}
-        held = any(cmp.held_back_by_gate(rows[name]) for name in left_over)
-        budget_note = (f"{cmp.named(left_over)} left ❔"
-                       f"{' or held back from 🔴 by the idle gate' if held else ''}: "
-                       "the default re-run budget "
-                       "(as long as the first pass, at most "
-                       f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
-                       "case after the command began) ran out; a case's re-run takes about "
-                       f"{seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass --budget "
-                       "with that much for each such case to re-run them (in CI, to the bench "
-                       "workflow's compare-commits)")
         # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-        comparison["warnings"].append(budget_note)
+        comparison["warnings"].extend(budget_warnings(comparison, left_over, seconds_per_case))
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
