@@ -316,8 +316,9 @@ def test_a_rerun_goes_on_from_the_gate_count_of_the_pass_before_it(tmp_path,
 
 def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
                                                                      monkeypatch) -> None:
-    """A +10 % case with every round unquiet is ⚠️, not 🔴; it is re-run like a ❔ while
-    the budget lasts, and the note names it when it is left so."""
+    """A +10 % case with every round but one unquiet is ⚠️, not 🔴 (one quiet round is too
+    few to stand alone); it is re-run like a ❔ while the budget lasts, and the note names
+    it when it is left so."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.runner import RunConfig
     from epbench.reports.compare import Settings
@@ -333,7 +334,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
         return results_doc({c.name: truth[c.name] for c in config.cases}, rounds=config.rounds,
                            seed=len(calls), processes=config.processes,
                            noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0, spike_prob=0.0),
-                           unquiet_rounds={"relu_d1_w8": range(config.rounds)})
+                           unquiet_rounds={"relu_d1_w8": range(1, config.rounds)})
 
     _fake_commits(monkeypatch, fake_run)
     names = ("relu_d1_w8", "relu_d10_w8")
@@ -351,63 +352,118 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     assert (rows["relu_d1_w8"]["verdict"], rows["relu_d10_w8"]["verdict"]) == (
         "regression", "no_change")
     assert cc.cmp.held_back_by_gate(rows["relu_d1_w8"])
-    # No round of it was quiet: the warning does not offer a budget.
     assert result.comparison["warnings"][-1].startswith(
-        "relu_d1_w8 still held back from 🔴 by the idle gate when the default re-run budget")
-    assert "--budget" not in result.comparison["warnings"][-1]
+        "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
 
-def test_the_budget_warning_offers_a_budget_only_where_rounds_can_settle_a_case() -> None:
-    """❔ and held-back ⚠️ with a quiet round are offered a budget; held-back ⚠️ with none
-    are told to rerun on a quiet machine, in a warning of their own."""
+def test_a_held_back_warning_with_no_quiet_round_is_not_rerun(tmp_path, monkeypatch) -> None:
+    """A +10 % case with every round unquiet is ⚠️ held back from 🔴 and rounds under that
+    load cannot make it 🔴: re-runs pass it by, with or without a budget, and a warning of
+    its own says to rerun on a quiet machine, beside the budget's for a ❔ left."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+    from tests.support.synthetic import NoiseModel, results_doc
+
+    calls = []
+
+    def fake_run(config):
+        calls.append([c.name for c in config.cases])
+        head = {"relu_d1_w8": 1100.0, "relu_d10_w8": other_head}
+        return results_doc({c.name: {"ort": 1000.0, "base": 1000.0, "head": head[c.name]}
+                            for c in config.cases}, rounds=config.rounds, seed=len(calls),
+                           processes=config.processes,
+                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
+                                            spike_prob=0.0),
+                           unquiet_rounds={"relu_d1_w8": range(config.rounds)})
+
+    _fake_commits(monkeypatch, fake_run)
+    names = ("relu_d1_w8", "relu_d10_w8")
+    config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=12)
+
+    def compare(head_of_the_other, budget_s, clock):
+        nonlocal other_head
+        other_head = head_of_the_other
+        calls.clear()
+        ticks = iter(clock)
+        monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
+        result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
+                                    config=config, settings=Settings(), profile_path=None,
+                                    budget_s=budget_s)
+        return {r["case"]: r["verdict"] for r in result.comparison["cases"]}, [
+            w for w in result.comparison["warnings"] if "idle gate" in w or "budget" in w]
+
+    quiet_machine = ("relu_d1_w8: ⚠️ held back from 🔴 by the idle gate, none of its rounds "
+                     "quiet: rounds under this load cannot make it 🔴, so re-runs pass it by; "
+                     "rerun on a quiet machine")
+    # An hour's budget and the other case unchanged: nothing is re-run.
+    other_head = 1000.0
+    verdicts, warnings = compare(1000.0, 3600, range(0, 10_000, 10))
+    assert verdicts == {"relu_d1_w8": "regression", "relu_d10_w8": "no_change"}
+    assert calls == [list(names)] and warnings == [quiet_machine]
+    # The default budget, spent by the first pass (the deadline 5 s away, a case 10 s), and
+    # the other case +4 %, at the threshold (4 % with no profile nor twin), so ❔: each
+    # warning names its cases, the budget's only the ❔.
+    verdicts, warnings = compare(1040.0, None, [0, 30, 50, 50] + [50] * 100)
+    assert verdicts == {"relu_d1_w8": "regression", "relu_d10_w8": "inconclusive"}
+    assert calls == [list(names)]
+    assert [w[:40] for w in warnings] == ["relu_d10_w8 left ❔: the default re-run b",
+                                         quiet_machine[:40]]
+    assert warnings[1] == quiet_machine
+
+
+def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_case() -> None:
+    """❔ and held-back ⚠️ with a quiet round are offered a budget when the default one ran
+    out; held-back ⚠️ with none are told to rerun on a quiet machine, in a warning of their
+    own, whether or not a budget ran out."""
     from epbench.workflows import compare_commits as cc
 
     def row(case, verdict, unquiet, change=0.05):
         return {"case": case, "verdict": verdict, "change": change, "alert": 0.02,
                 "unquiet": unquiet, "rounds": 96}
 
+    def warnings(*cases, budget_ran_out=True):
+        return cc.left_over_warnings({"cases": list(cases)}, 12.4, budget_ran_out)
+
     # A ❔ whose rounds all failed the gate too: more rounds may still settle it.
-    comparison = {"cases": [row("unsure", "inconclusive", 96, change=0.012),
-                            row("held_quiet_once", "regression", 95),
-                            row("held_never_quiet", "regression", 96)]}
-
-    def warnings(*left):
-        return cc.budget_warnings(comparison, list(left), 12.4)
-
-    offer, rerun = warnings("unsure", "held_quiet_once", "held_never_quiet")
+    unsure = row("unsure", "inconclusive", 96, change=0.012)
+    held_quiet_once = row("held_quiet_once", "regression", 95)
+    held_never_quiet = row("held_never_quiet", "regression", 96)
+    fine = row("fine", "no_change", 96, change=0.001)
+    offer, rerun = warnings(unsure, held_quiet_once, held_never_quiet, fine)
     assert offer.startswith("unsure, held_quiet_once left ❔ or held back from 🔴 by the idle "
-                            "gate: the default re-run budget (")
+                            "gate: the default re-run budget (as long as the first pass, at "
+                            "most 120 s, ending 30 s per case after the command began) ran out")
     assert offer.endswith("a case's re-run takes about 12 s here: pass --budget with that much "
                           "for each such case to re-run them (in CI, to the bench workflow's "
                           "compare-commits)")
-    assert rerun == ("held_never_quiet still held back from 🔴 by the idle gate, no round of it "
-                     "quiet: rounds under this load cannot make a 🔴 of it; rerun on a quiet "
-                     "machine")
-    (offer,) = warnings("unsure")
-    assert offer.startswith("unsure left ❔: the default re-run budget (")
-    (rerun,) = warnings("held_never_quiet")
-    assert rerun.startswith("held_never_quiet still held back from 🔴 by the idle gate when the "
-                            "default re-run budget (as long as the first pass, at most 120 s, "
-                            "ending 30 s per case after the command began) ran out, no round "
-                            "of it quiet")
+    assert rerun == ("held_never_quiet: ⚠️ held back from 🔴 by the idle gate, none of its "
+                     "rounds quiet: rounds under this load cannot make it 🔴, so re-runs pass "
+                     "it by; rerun on a quiet machine")
+    assert warnings(unsure, held_never_quiet)[0].startswith("unsure left ❔: the default")
+    assert warnings(held_never_quiet, budget_ran_out=False) == [rerun]
+    assert warnings(unsure, held_quiet_once, budget_ran_out=False) == []
+    assert warnings(fine) == []
     # Both lists as long as they get: each warning within the schema's 4000 characters.
     long = [row(f"{side}{i:03d}".ljust(200, "x"), "regression", unquiet)
             for side, unquiet in (("q", 95), ("n", 96)) for i in range(40)]
-    comparison = {"cases": long}
-    both = warnings(*(r["case"] for r in long))
+    both = warnings(*long)
     assert len(both) == 2 and all(len(w) <= 4000 for w in both)
-    assert "them quiet: rounds under this load cannot make a 🔴 of them" in both[1]
+    assert "none of their rounds quiet: rounds under this load cannot make them 🔴" in both[1]
 
 
 def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
     """❔ before ⚠️ held back from 🔴, then the cases tried fewest times, then compare's
-    order (the rows as given)."""
+    order (the rows as given); a held-back ⚠️ with no quiet round is passed by."""
     from epbench.workflows import compare_commits as cc
 
-    def row(case, verdict, change=0.012, alert=0.02):
-        return {"case": case, "verdict": verdict, "change": change, "alert": alert}
+    def row(case, verdict, change=0.012, alert=0.02, unquiet=95):
+        return {"case": case, "verdict": verdict, "change": change, "alert": alert,
+                "unquiet": unquiet, "rounds": 96}
 
-    comparison = {"cases": [row("held", "regression", change=0.05),
+    comparison = {"cases": [row("never_quiet", "regression", change=0.06, unquiet=96),
+                            row("held", "regression", change=0.05),
                             row("big", "inconclusive", change=0.018),
                             row("small", "inconclusive", change=0.011),
                             row("flagged", "regression"),  # ⚠️ below the alert level
@@ -421,7 +477,8 @@ def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
 
 def _two_held_back_cases(monkeypatch, fail_reruns_of: tuple[str, ...] = ()) -> list[list[str]]:
     """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 whatever the
-    rounds (+20 % and +10 %, every round unquiet; the +20 % first in compare's order);
+    rounds (+20 % and +10 %, every round unquiet but the first of each pass, too few to
+    stand alone; the +20 % first in compare's order);
     re-runs of ``fail_reruns_of`` fail. Returns the list of cases each pass was given."""
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -435,7 +492,8 @@ def _two_held_back_cases(monkeypatch, fail_reruns_of: tuple[str, ...] = ()) -> l
                           processes=config.processes,
                           noise=NoiseModel(arm_sigma=0.002, machine_sigma=0.0,
                                            spike_prob=0.0),
-                          unquiet_rounds={c.name: range(config.rounds) for c in config.cases})
+                          unquiet_rounds={c.name: range(1, config.rounds)
+                                          for c in config.cases})
         if len(calls) > 1:  # a re-run
             for name in set(fail_reruns_of) & set(doc["cases"]):
                 doc["cases"][name].update(status="error", error="the worker crashed")

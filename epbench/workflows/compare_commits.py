@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -131,12 +131,25 @@ def default_budget(first_pass_s: float) -> float:
     return min(DEFAULT_BUDGET_S, first_pass_s)
 
 
+def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
+    """A ⚠️ held back from 🔴 by the idle gate none of whose rounds passed the gate: rounds
+    under the load that failed every one cannot make it 🔴 (only its quiet rounds, standing
+    alone, can), a quiet machine can. For one run's rows, as compare-commits has: its rounds
+    and unquiet rounds are the head arm's (two runs' would add the base's). In the VM E
+    series under a sustained load (docs/validation/README.md), 40 first passes' such cases
+    were re-run: none became 🔴, one ❔; in those with no load or a bursty one, no first
+    pass had one."""
+    return cmp.held_back_by_gate(row) and row["unquiet"] == row["rounds"]
+
+
 def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
-    """The ambiguous cases in the order re-runs take them: ❔ before ⚠️ held back from 🔴
-    (a ❔ has no answer; a held-back ⚠️ is flagged already), then the cases tried fewest
-    times (``attempts``, failed re-runs included, where compare.json's ``reruns`` counts
-    those that added rounds), then compare's order. It matters when a pass fits fewer cases
-    than are ambiguous: a later pass, the default grid, a deadline or a given --budget.
+    """The ambiguous cases that re-runs can settle, in the order re-runs take them: ❔ before
+    ⚠️ held back from 🔴 (a ❔ has no answer; a held-back ⚠️ is flagged already), then the
+    cases tried fewest times (``attempts``, failed re-runs included, where compare.json's
+    ``reruns`` counts those that added rounds), then compare's order. A held-back ⚠️ with no
+    quiet round is passed by (`held_back_with_no_quiet_round`). The order matters when a
+    pass fits fewer cases than are ambiguous: a later pass, the default grid, a deadline or
+    a given --budget.
 
     compare's order alone (held-back ⚠️ first, then the most positive change, then the name)
     starved the ❔: under a sustained load on VM E (half the first pass's budget, a first
@@ -146,7 +159,9 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
     rows = {row["case"]: row for row in comparison["cases"]}
-    return sorted(cmp.ambiguous_cases(comparison),  # a stable sort: compare's order in ties
+    settle = [name for name in cmp.ambiguous_cases(comparison)
+              if not held_back_with_no_quiet_round(rows[name])]
+    return sorted(settle,  # a stable sort: compare's order in ties
                   key=lambda name: (cmp.held_back_by_gate(rows[name]), attempts.get(name, 0)))
 
 
@@ -156,36 +171,34 @@ def rerun_deadline(started_at: float, cases: int) -> float:
     return started_at + DEFAULT_TARGET_S_PER_CASE * cases - REPORT_RESERVE_S
 
 
-def budget_warnings(comparison: Mapping[str, Any], left_over: Sequence[str],
-                    seconds_per_case: float) -> list[str]:
-    """The warnings for ``left_over``, the cases the default re-run budget left ambiguous,
-    with advice that can settle each. A ⚠️ held back from 🔴 none of whose rounds passed the
-    idle gate is not offered a budget: it was held back by a load that failed every round,
-    and rounds under that load cannot make it 🔴; a quiet machine can. Two warnings, not
-    one: each names its cases within ``cmp.named``'s bound, which fits the schema's bound
-    on one warning once."""
+def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
+                       budget_ran_out: bool) -> list[str]:
+    """The warnings for the cases left ambiguous after the re-runs: those the default budget
+    ran out on (``budget_ran_out``), with what re-running one costs; and, always, the
+    held-back ⚠️ with no quiet round, which re-runs pass by, with what can settle them. Two
+    warnings, not one: each names its cases within ``cmp.named``'s bound, which fits the
+    schema's bound on one warning once."""
     rows = {row["case"]: row for row in comparison["cases"]}
-    never_quiet = [name for name in left_over if cmp.held_back_by_gate(rows[name])
-                   and rows[name]["unquiet"] == rows[name]["rounds"]]
-    budget_can_help = [name for name in left_over if name not in never_quiet]
-    ran_out = (f"the default re-run budget (as long as the first pass, at most "
-               f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per case "
-               "after the command began) ran out")
+    left_over = cmp.ambiguous_cases(comparison)
+    unquiet_held = [name for name in left_over if held_back_with_no_quiet_round(rows[name])]
+    unsettled = [name for name in left_over if name not in unquiet_held]
     warnings = []
-    if budget_can_help:
-        held = any(cmp.held_back_by_gate(rows[name]) for name in budget_can_help)
+    if budget_ran_out and unsettled:
+        held = any(cmp.held_back_by_gate(rows[name]) for name in unsettled)
         warnings.append(
-            f"{cmp.named(budget_can_help)} left ❔"
-            f"{' or held back from 🔴 by the idle gate' if held else ''}: {ran_out}; a case's "
-            f"re-run takes about {seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: pass "
-            "--budget with that much for each such case to re-run them (in CI, to the bench "
-            "workflow's compare-commits)")
-    if never_quiet:
-        them = "them" if len(never_quiet) > 1 else "it"
+            f"{cmp.named(unsettled)} left ❔"
+            f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
+            f"budget (as long as the first pass, at most {DEFAULT_BUDGET_S:g} s, ending "
+            f"{DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) ran out; a "
+            f"case's re-run takes about {seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: "
+            "pass --budget with that much for each such case to re-run them (in CI, to the "
+            "bench workflow's compare-commits)")
+    if unquiet_held:
+        it, its = ("them", "their") if len(unquiet_held) > 1 else ("it", "its")
         warnings.append(
-            f"{cmp.named(never_quiet)} still held back from 🔴 by the idle gate"
-            f"{'' if budget_can_help else f' when {ran_out}'}, no round of {them} quiet: "
-            f"rounds under this load cannot make a 🔴 of {them}; rerun on a quiet machine")
+            f"{cmp.named(unquiet_held)}: ⚠️ held back from 🔴 by the idle gate, none of {its} "
+            f"rounds quiet: rounds under this load cannot make {it} 🔴, so re-runs pass {it} "
+            "by; rerun on a quiet machine")
     return warnings
 
 
@@ -291,10 +304,9 @@ def compare_commits(
             reruns[name] = reruns.get(name, 0) + count
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
-    left_over = cmp.ambiguous_cases(comparison)
-    if defaulted and left_over and not doc["interrupted"]:
-        # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-        comparison["warnings"].extend(budget_warnings(comparison, left_over, seconds_per_case))
+    # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
+    comparison["warnings"].extend(left_over_warnings(
+        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
