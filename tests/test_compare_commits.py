@@ -443,6 +443,12 @@ def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_ca
                      "it by; rerun on a quiet machine")
     assert warnings(unsure, held_never_quiet)[0].startswith("unsure left ❔: the default")
     assert warnings(held_never_quiet, budget_ran_out=False) == [rerun]
+    assert warnings(held_never_quiet, fine) == [rerun]  # the budget ran out on nothing
+    two = [held_never_quiet, dict(held_never_quiet, case="held_never_quiet_too")]
+    assert warnings(*two) == [
+        "held_never_quiet, held_never_quiet_too: ⚠️ held back from 🔴 by the idle gate, none "
+        "of their rounds quiet: rounds under this load cannot make them 🔴, so re-runs pass "
+        "them by; rerun on a quiet machine"]
     assert warnings(unsure, held_quiet_once, budget_ran_out=False) == []
     assert warnings(fine) == []
     # Both lists as long as they get: each warning within the schema's 4000 characters.
@@ -476,9 +482,9 @@ def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
 
 
 def _two_held_back_cases(monkeypatch, fail_reruns_of: tuple[str, ...] = ()) -> list[list[str]]:
-    """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 whatever the
-    rounds (+20 % and +10 %, every round unquiet but the first of each pass, too few to
-    stand alone; the +20 % first in compare's order);
+    """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 over the few
+    passes the tests make (+20 % and +10 %, every round unquiet but the first of each pass,
+    too few to stand alone; the +20 % first in compare's order);
     re-runs of ``fail_reruns_of`` fail. Returns the list of cases each pass was given."""
     from tests.support.synthetic import NoiseModel, results_doc
 

@@ -312,7 +312,7 @@ def summary(results: str, fmt: str) -> None:
                    "(never a 🔴 on its own).")
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases, and ⚠️ ones the "
-                   "idle gate held back from 🔴, with more rounds "
+                   "idle gate held back from 🔴 with some round quiet, with more rounds "
                    "[default: as long as the first pass took, at most "
                    f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
                    f"case after the command began, builds included, less {REPORT_RESERVE_S:g} "

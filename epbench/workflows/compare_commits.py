@@ -3,8 +3,8 @@
 Both commits' libraries are built (harness.commits) and run as two arms of one
 process, `base` and `head`, beside ORT's CPU EP as the in-run control, so the
 machine's drift hits both sides alike. Cases that come out inconclusive, or ⚠️ held
-back from 🔴 by the idle gate (`compare.ambiguous_cases`), are run again, their new
-rounds added to the old, while the re-run budget lasts.
+back from 🔴 by the idle gate with some round quiet (`rerun_order`), are run again,
+their new rounds added to the old, while the re-run budget lasts.
 
 Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
@@ -134,11 +134,18 @@ def default_budget(first_pass_s: float) -> float:
 def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     """A ⚠️ held back from 🔴 by the idle gate none of whose rounds passed the gate: rounds
     under the load that failed every one cannot make it 🔴 (only its quiet rounds, standing
-    alone, can), a quiet machine can. For one run's rows, as compare-commits has: its rounds
-    and unquiet rounds are the head arm's (two runs' would add the base's). In the VM E
-    series under a sustained load (docs/validation/README.md), 40 first passes' such cases
-    were re-run: none became 🔴, one ❔; in those with no load or a bursty one, no first
-    pass had one."""
+    alone, can), a quiet machine can. For one run's rows, as compare-commits has: a row's
+    rounds and unquiet rounds are its case's, both arms in each (two runs' would add the
+    base file's).
+
+    The trade: a load that lifts after the first pass would have let a re-run gather
+    quiet rounds, and perhaps a 🔴; such a case now stays ⚠️ (the job's exit is the same at
+    the default --fail-on) with a warning to rerun on a quiet machine. Not measured: a load
+    of tens of seconds. In three VM E series under a sustained load, 41 first-pass such
+    cases took 76 re-run passes: no quiet round gained, none became 🔴, one ❔, 20 fell
+    below the alert level (the loaded first pass had overstated them; still ⚠️); in the
+    series with no load or a bursty one no first pass had one (docs/validation/README.md).
+    """
     return cmp.held_back_by_gate(row) and row["unquiet"] == row["rounds"]
 
 
@@ -210,7 +217,8 @@ def compare_commits(
     history_arms: tuple[str, ...] = (),
     started_at: float | None = None,
 ) -> CommitsResult:
-    """Build both commits, run them interleaved, compare, re-run ❔ cases within budget.
+    """Build both commits, run them interleaved, compare, re-run ambiguous cases
+    (`rerun_order`) within budget.
 
     ``config`` holds the cases, rounds, gate and output directory; its arms are
     replaced by the two sides (the ORT control is added by the runner).
