@@ -142,9 +142,9 @@ def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     quiet rounds, and perhaps a 🔴; such a case now stays ⚠️ (the job's exit is the same at
     the default --fail-on) with a warning to rerun on a quiet machine. Not measured: a load
     of tens of seconds. In three VM E series under a sustained load, 41 first-pass such
-    cases took 76 re-run passes: no quiet round gained, none became 🔴, one ❔, 20 fell
-    below the alert level (the loaded first pass had overstated them; still ⚠️); in the
-    series with no load or a bursty one no first pass had one (docs/validation/README.md).
+    cases were re-run 76 times: no quiet round gained, none became 🔴, one ❔, 20 fell
+    below the alert level (picked at it, most fell back; still ⚠️); in the series with no
+    load or a bursty one no first pass had one (docs/validation/README.md).
     """
     return cmp.held_back_by_gate(row) and row["unquiet"] == row["rounds"]
 
