@@ -207,12 +207,12 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert calls == [list(names)]
     assert cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
-    # No --budget: as long as the first pass took (20 s here, 10 s a case), so when the
-    # loop looks 10 s into the budget one 10 s re-run still fits (the 2 cases' deadline, 60
-    # - 5 s after the start, is 35 s away); 10 s later nothing is left. Readings: the
-    # command's start, the first pass's start and end, the budget's start, the loop's looks.
+    # No --budget: until the deadline, 60 - 5 s after the command's start for 2 cases. The
+    # loop looks 10 s into it (25 s left): both 10 s re-runs fit, where the first pass's 20 s
+    # (the bound until 2026-12-04) left room for one. Readings: the command's start, the
+    # first pass's start and end, the budget's start, the loop's looks.
     result = with_clock([0, 0, 20, 20, 30] + [40] * 100, budget_s=None)
-    assert len(calls) == 2 and len(calls[1]) == 1
+    assert calls == [list(names), rerun] and len(rerun) == 2  # the first pass's ❔, settled
     # What is left ❔ is in a warning; with nothing left there is none.
     assert len(budget_warnings(result)) == bool(cc.cmp.ambiguous_cases(result.comparison))
 
@@ -227,8 +227,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     left = cc.cmp.ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
     warning = (
-        f"{', '.join(left)} left ❔: the default re-run budget (as long as the first pass, "
-        "at most 120 s, ending 30 s per case after the command began) ran out; a case's re-run "
+        f"{', '.join(left)} left ❔: the default re-run budget (until 30 s per case after the "
+        "command began) ran out; a case's re-run "
         "takes about 10 s here: pass --budget with that much for each such case to re-run them "
         "(in CI, to the bench workflow's compare-commits)")
     assert result.comparison["warnings"][-1] == warning and result.notes == []
@@ -340,9 +340,9 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     names = ("relu_d1_w8", "relu_d10_w8")
     config = RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(), rounds=12)
     # The clock: the command's start, the first pass's start and end (20 s, 10 s a case),
-    # the budget's start (20 s, the first pass's), then the loop's looks: 10 s into it one
-    # re-run still fits; 10 s later none.
-    ticks = iter([0, 0, 20, 20, 30] + [40] * 100)
+    # the budget's start (the deadline, 60 - 5 s after the start, 35 s away), then the
+    # loop's looks: 10 s into it the re-run fits; 20 s later (5 s left) it does not.
+    ticks = iter([0, 0, 20, 20, 30, 50] + [60] * 100)
     monkeypatch.setattr(cc.time, "monotonic", lambda: next(ticks))
     result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                 config=config, settings=Settings(), profile_path=None,
@@ -433,8 +433,8 @@ def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_ca
     fine = row("fine", "no_change", 96, change=0.001)
     offer, rerun = warnings(unsure, held_quiet_once, held_never_quiet, fine)
     assert offer.startswith("unsure, held_quiet_once left ❔ or held back from 🔴 by the idle "
-                            "gate: the default re-run budget (as long as the first pass, at "
-                            "most 120 s, ending 30 s per case after the command began) ran out")
+                            "gate: the default re-run budget (until 30 s per case after the "
+                            "command began) ran out")
     assert offer.endswith("a case's re-run takes about 12 s here: pass --budget with that much "
                           "for each such case to re-run them (in CI, to the bench workflow's "
                           "compare-commits)")
@@ -548,23 +548,34 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
     assert all(cmp.held_back_by_gate(row) for row in result.comparison["cases"])
 
 
-def test_a_default_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path,
-                                                                    monkeypatch) -> None:
-    """The default budget is the first pass's time, k cases' worth: a look a millisecond
-    after the budget's start still fits all k."""
+def test_a_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path, monkeypatch) -> None:
+    """A --budget of k cases' time, as the budget warning suggests, fits all k at a look a
+    millisecond after the budget's start."""
     calls = _two_held_back_cases(monkeypatch)
     # The command's start, the first pass's start and end (20 s, 10 s a case), the budget's
-    # start (the deadline, 60 - 5 s after the command's start, 35 s away), a look 1 ms
-    # later, then one after the budget.
+    # start (20 s given: 2 cases' worth), a look 1 ms later, then one after the budget.
     _compare_with_clock(monkeypatch, tmp_path, [0, 0, 20, 20, 20.001] + [100] * 100,
-                        budget_s=None)
+                        budget_s=20)
     assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8", "relu_d10_w8"]]
+
+
+def test_default_reruns_go_on_to_the_deadline_however_short_the_first_pass(
+        tmp_path, monkeypatch) -> None:
+    """With no --budget the deadline is the one bound: a 10 s first pass does not stop the
+    re-runs after 10 s (it did until 2026-12-04, leaving cases ❔ with a minute to spare)."""
+    calls = _two_held_back_cases(monkeypatch)
+    both = ["relu_d1_w8", "relu_d10_w8"]
+    # The command's start, the first pass's start and end (5 s a case), the budget's start
+    # (the deadline 45 s away), looks 10 s apart each leaving room for both cases, then one
+    # past the deadline.
+    _compare_with_clock(monkeypatch, tmp_path, [0, 0, 10, 10, 10.001, 20, 30] + [60] * 100,
+                        budget_s=None)
+    assert calls == [both] * 4
 
 
 def test_the_default_rerun_budget_and_its_deadline() -> None:
     from epbench.workflows import compare_commits as cc
 
-    assert cc.default_budget(50.0) == 50.0 and cc.default_budget(1000.0) == cc.DEFAULT_BUDGET_S
     # From the command's start: its cases' time target less the reports' reserve.
     assert cc.rerun_deadline(100.0, 6) == (100.0 + 6 * cc.DEFAULT_TARGET_S_PER_CASE
                                            - cc.REPORT_RESERVE_S)

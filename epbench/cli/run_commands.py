@@ -58,7 +58,6 @@ from epbench.workflows.compare_commits import (
     BASE_ARM,
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
-    DEFAULT_BUDGET_S,
     DEFAULT_TARGET_S_PER_CASE,
     REPORT_RESERVE_S,
 )
@@ -313,10 +312,9 @@ def summary(results: str, fmt: str) -> None:
 @click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases, and ⚠️ ones the "
                    "idle gate held back from 🔴 with some round quiet, with more rounds "
-                   "[default: as long as the first pass took, at most "
-                   f"{DEFAULT_BUDGET_S:g} s, ending {DEFAULT_TARGET_S_PER_CASE:g} s per "
-                   f"case after the command began, builds included, less {REPORT_RESERVE_S:g} "
-                   "s for the reports].")
+                   f"[default: until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the "
+                   f"command began, builds included, less {REPORT_RESERVE_S:g} s for the "
+                   "reports].")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "

@@ -46,16 +46,13 @@ from epbench.reports.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
-# Seconds spent re-running ambiguous cases unless --budget says otherwise: as long as the
-# first pass took, at most DEFAULT_BUDGET_S, so a small grid is not re-run for longer than
-# it ran; the deadline below bounds it too, so the re-runs are planned to end within the
-# command's time target. Half the first pass until 2026-12-03: under a sustained load on VM
-# E runs ended at 107-118 s with that budget spent and cases left ❔, at least 57-68 s
-# before the re-run deadline (docs/validation/commits_repeats.txt). A first pass of 240 s
-# or more (the default grid on a slow VM) keeps 120 s as before. How often a case is
-# looked at again is bounded by time only.
-DEFAULT_BUDGET_S = 120.0
-# Nor may default re-runs go on past this many seconds per case since the command began
+# With no --budget, re-runs go on while ambiguous cases are left and the deadline below
+# allows: the command's time target is the one bound. Until 2026-12-04 the budget was also
+# at most as long as the first pass (and 120 s): on VM F with no load runs then ended at
+# 105-119 s with the budget spent and cases left ❔ in 7 of 8, some 55 s before the
+# deadline, while its processes, not its rounds, set a case's interval
+# (docs/validation/README.md).
+# Default re-runs may not go on past this many seconds per case since the command began
 # (builds and first pass included), less REPORT_RESERVE_S for what follows them: what a PR
 # job is promised on 2 cores (the quick grid's 6 cases in 3 minutes; the default grid's 20
 # in 10, inside its promised 12). A loaded runner, whose first pass is slow, then re-runs
@@ -75,8 +72,9 @@ RERUN_ROUNDS_FACTOR = 1
 # n ambiguous cases fit in a re-run pass when what is left of the budget is at least
 # (n - RERUN_FIT_SLACK) times a case's estimated time (the first pass's mean): the clock
 # moves between the budget's start and a look, so without it a budget of exactly k cases'
-# time (the default: the first pass) fitted k - 1. A given --budget may so be overrun by up
-# to this share of one case's time, a default one by less than REPORT_RESERVE_S.
+# time (a --budget as the budget warning suggests; the default until 2026-12-04) fitted
+# k - 1. A given --budget may so be overrun by up to this share of one case's time, a
+# default one by less than REPORT_RESERVE_S.
 RERUN_FIT_SLACK = 0.05
 # The most of a history error kept in compare.json (the schema bounds its texts).
 HISTORY_ERROR_CHARS = 1000
@@ -124,11 +122,6 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
         target["reruns"] = target.get("reruns", 0) + 1
         added[name] = len(case["rounds"])
     return added
-
-
-def default_budget(first_pass_s: float) -> float:
-    """The re-run budget when none is given: as long as the first pass, at most 120 s."""
-    return min(DEFAULT_BUDGET_S, first_pass_s)
 
 
 def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
@@ -195,8 +188,8 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
         warnings.append(
             f"{cmp.named(unsettled)} left ❔"
             f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
-            f"budget (as long as the first pass, at most {DEFAULT_BUDGET_S:g} s, ending "
-            f"{DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) ran out; a "
+            f"budget (until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) "
+            "ran out; a "
             f"case's re-run takes about {seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: "
             "pass --budget with that much for each such case to re-run them (in CI, to the "
             "bench workflow's compare-commits)")
@@ -280,9 +273,8 @@ def compare_commits(
     reruns: dict[str, int] = {}
     budget_start = time.monotonic()
     if defaulted:
-        # Spending at most this from now on ends the re-runs by the deadline too.
-        deadline_left = rerun_deadline(started_at, len(doc["cases"])) - budget_start
-        budget_s = min(default_budget(first_pass_s), deadline_left)
+        # Spending at most this from now on ends the re-runs by the deadline.
+        budget_s = rerun_deadline(started_at, len(doc["cases"])) - budget_start
     attempt = 0
     attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
     # A re-run goes on from the gate's count of the run before it: a load that the first
