@@ -209,17 +209,17 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 
     # No --budget: until the deadline, 60 - 5 s after the command's start for 2 cases. The
     # loop looks 10 s into it (25 s left): both 10 s re-runs fit, where the first pass's 20 s
-    # (the bound until 2026-12-04) left room for one. Readings: the command's start, the
-    # first pass's start and end, the budget's start, the loop's looks.
+    # (the bound before 13898b2) left room for one. Readings: the command's start, the
+    # first pass's start and end, the budget's start, the loop's looks. Both settle, so no
+    # case is left for a warning to name.
     result = with_clock([0, 0, 20, 20, 30] + [40] * 100, budget_s=None)
     assert calls == [list(names), rerun] and len(rerun) == 2  # the first pass's ❔, settled
-    # What is left ❔ is in a warning; with nothing left there is none.
-    assert len(budget_warnings(result)) == bool(cc.cmp.ambiguous_cases(result.comparison))
+    assert not cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
     # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
-    # one case's 10 s, so nothing is re-run although the first pass's 20 s would allow
-    # two, and a warning names the cases left and what re-running one costs: in
-    # every report, the PR comment too, whose reader sees the ❔ and not the job's log.
+    # one case's 10 s, so nothing is re-run, and a warning names the cases left and what
+    # re-running one costs: in every report, the PR comment too, whose reader sees the ❔
+    # and not the job's log.
     out = tmp_path / "out"
     out.mkdir()  # the runner makes it; the fake run does not
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None, out_dir=out)
@@ -229,7 +229,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     warning = (
         f"{', '.join(left)} left ❔: the default re-run budget (until 30 s per case after the "
         "command began) ran out; a case's re-run "
-        "takes about 10 s here: pass --budget with that much for each such case to re-run them "
+        "takes about 10 s here (rounded up, so that much a case fits them all): pass --budget "
+        "with that much for each such case to re-run them "
         "(in CI, to the bench workflow's compare-commits)")
     assert result.comparison["warnings"][-1] == warning and result.notes == []
     written = json.loads((out / "compare.json").read_text(encoding="utf-8"))
@@ -402,7 +403,8 @@ def test_a_held_back_warning_with_no_quiet_round_is_not_rerun(tmp_path, monkeypa
     verdicts, warnings = compare(1000.0, 3600, range(0, 10_000, 10))
     assert verdicts == {"relu_d1_w8": "regression", "relu_d10_w8": "no_change"}
     assert calls == [list(names)] and warnings == [quiet_machine]
-    # The default budget, spent by the first pass (the deadline 5 s away, a case 10 s), and
+    # No time left for re-runs (30 s of builds and the first pass leave the deadline 5 s
+    # away, a case 10 s), and
     # the other case +4 %, at the threshold (4 % with no profile nor twin), so ❔: each
     # warning names its cases, the budget's only the ❔.
     verdicts, warnings = compare(1040.0, None, [0, 30, 50, 50] + [50] * 100)
@@ -435,7 +437,9 @@ def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_ca
     assert offer.startswith("unsure, held_quiet_once left ❔ or held back from 🔴 by the idle "
                             "gate: the default re-run budget (until 30 s per case after the "
                             "command began) ran out")
-    assert offer.endswith("a case's re-run takes about 12 s here: pass --budget with that much "
+    # 12.4 s a case rounded up: 2 x 13 s fits two re-runs, where 2 x 12 s fitted one.
+    assert offer.endswith("a case's re-run takes about 13 s here (rounded up, so that much a "
+                          "case fits them all): pass --budget with that much "
                           "for each such case to re-run them (in CI, to the bench workflow's "
                           "compare-commits)")
     assert rerun == ("held_never_quiet: ⚠️ held back from 🔴 by the idle gate, none of its "
@@ -484,7 +488,8 @@ def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
 def _two_held_back_cases(monkeypatch, fail_reruns_of: tuple[str, ...] = ()) -> list[list[str]]:
     """compare_commits' fakes for two cases that stay ⚠️ held back from 🔴 over the few
     passes the tests make (+20 % and +10 %, every round unquiet but the first of each pass,
-    too few to stand alone; the +20 % first in compare's order);
+    too few to stand alone: up to 4 passes, one short of MIN_ROUNDS quiet rounds; the +20 %
+    first in compare's order);
     re-runs of ``fail_reruns_of`` fail. Returns the list of cases each pass was given."""
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -562,7 +567,8 @@ def test_a_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path, monkeypatch
 def test_default_reruns_go_on_to_the_deadline_however_short_the_first_pass(
         tmp_path, monkeypatch) -> None:
     """With no --budget the deadline is the one bound: a 10 s first pass does not stop the
-    re-runs after 10 s (it did until 2026-12-04, leaving cases ❔ with a minute to spare)."""
+    re-runs after 10 s (it did before 13898b2: on VM F runs ended 56-70 s before the
+    deadline with cases left ❔)."""
     calls = _two_held_back_cases(monkeypatch)
     both = ["relu_d1_w8", "relu_d10_w8"]
     # The command's start, the first pass's start and end (5 s a case), the budget's start
@@ -571,6 +577,20 @@ def test_default_reruns_go_on_to_the_deadline_however_short_the_first_pass(
     _compare_with_clock(monkeypatch, tmp_path, [0, 0, 10, 10, 10.001, 20, 30] + [60] * 100,
                         budget_s=None)
     assert calls == [both] * 4
+
+
+def test_a_budget_of_the_warned_seconds_a_case_fits_every_case() -> None:
+    """The budget warning's seconds a case, rounded up, times n fits n cases; rounded to
+    the nearest (6 s for 6.4 s) it fitted none. A first pass of no time plans none."""
+    from epbench.workflows import compare_commits as cc
+
+    for seconds_per_case in (6.4, 10.0, 12.4, 13.97, 29.5):
+        each = cc.rerun_seconds_per_case(seconds_per_case)
+        assert each < seconds_per_case * cc.RERUN_ROUNDS_FACTOR + 1
+        for n in range(1, 7):
+            assert cc.cases_that_fit(n * each, seconds_per_case) == n, (seconds_per_case, n)
+    assert cc.cases_that_fit(0.0, 10.0) == 0 and cc.cases_that_fit(-3.0, 10.0) == 0
+    assert cc.cases_that_fit(100.0, 0.0) == 0
 
 
 def test_the_default_rerun_budget_and_its_deadline() -> None:

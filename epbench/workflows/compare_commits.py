@@ -20,6 +20,7 @@ written is posted as markdown.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -46,20 +47,17 @@ from epbench.reports.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
-# With no --budget, re-runs go on while ambiguous cases are left and the deadline below
-# allows: the command's time target is the one bound. Until 2026-12-04 the budget was also
-# at most as long as the first pass (and 120 s): on VM F with no load runs then ended at
-# 105-119 s with the budget spent and cases left ❔ in 7 of 8, some 55 s before the
-# deadline, while its processes, not its rounds, set a case's interval
-# (docs/validation/README.md).
-# Default re-runs may not go on past this many seconds per case since the command began
-# (builds and first pass included), less REPORT_RESERVE_S for what follows them: what a PR
-# job is promised on 2 cores (the quick grid's 6 cases in 3 minutes; the default grid's 20
-# in 10, inside its promised 12). A loaded runner, whose first pass is slow, then re-runs
-# less rather than running over (under a sustained load the quick grid took 138-139 s
-# without a re-run and up to 209 s with them: docs/validation/commits_repeats.txt). The
-# first pass itself is not bounded: on a slower VM under that load it took ~185 s alone
-# until the idle gate stopped waiting out a load that does not leave (harness.gate).
+# With no --budget, re-runs go on while ambiguous cases are left, planned to end by this
+# many seconds per case since the command began (builds and first pass included), less
+# REPORT_RESERVE_S for what follows them: what a PR job is promised on 2 cores (the quick
+# grid's 6 cases in 3 minutes; the default grid's 20 in 10, inside its promised 12). A
+# loaded runner, whose first pass is slow, then re-runs less rather than running over
+# (under a sustained load the quick grid took 138-139 s without a re-run and up to 209 s
+# with them: docs/validation/commits_repeats.txt). The first pass itself is not bounded: on
+# a slower VM under that load it took ~185 s alone until the idle gate stopped waiting out
+# a load that does not leave (harness.gate). Before 13898b2 the default budget was also at
+# most as long as the first pass (and 120 s): on VM F with no load, runs then ended 56-70 s
+# before this deadline with cases left ❔ in 7 of 8 (docs/validation/README.md, VM F).
 DEFAULT_TARGET_S_PER_CASE = 30.0
 # Kept back for the reports written after the re-runs (a run's HTML page took 1.5 s here).
 REPORT_RESERVE_S = 5.0
@@ -165,6 +163,22 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
                   key=lambda name: (cmp.held_back_by_gate(rows[name]), attempts.get(name, 0)))
 
 
+def rerun_seconds_per_case(seconds_per_case: float) -> int:
+    """What re-running one case is taken to cost, in whole seconds as the budget warning
+    states it: rounded up, so a --budget of that much a case fits them all (`cases_that_fit`)."""
+    return math.ceil(seconds_per_case * RERUN_ROUNDS_FACTOR)
+
+
+def cases_that_fit(left_s: float, seconds_per_case: float) -> int:
+    """How many ambiguous cases a re-run pass may take with ``left_s`` seconds of budget
+    left, a case's re-run estimated from the first pass's ``seconds_per_case``. None when
+    nothing is left, or when the first pass read no time at all (a coarse clock), rather
+    than dividing by zero."""
+    if left_s <= 0 or seconds_per_case <= 0:
+        return 0
+    return int(left_s / (seconds_per_case * RERUN_ROUNDS_FACTOR) + RERUN_FIT_SLACK)
+
+
 def rerun_deadline(started_at: float, cases: int) -> float:
     """When default re-runs must have ended, on ``time.monotonic``'s clock: the command's
     time target for ``cases`` cases, counted from ``started_at``, less the reports' reserve."""
@@ -190,7 +204,8 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
             f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
             f"budget (until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) "
             "ran out; a "
-            f"case's re-run takes about {seconds_per_case * RERUN_ROUNDS_FACTOR:.0f} s here: "
+            f"case's re-run takes about {rerun_seconds_per_case(seconds_per_case)} s here "
+            "(rounded up, so that much a case fits them all): "
             "pass --budget with that much for each such case to re-run them (in CI, to the "
             "bench workflow's compare-commits)")
     if unquiet_held:
@@ -227,7 +242,7 @@ def compare_commits(
     says so.
 
     ``started_at``: when the command began (``time.monotonic``; default: this call). With
-    no ``budget_s``, the re-runs' budget also ends by ``rerun_deadline`` counted from it.
+    no ``budget_s``, the re-runs' budget ends by ``rerun_deadline`` counted from it.
     """
 
     if started_at is None:
@@ -282,9 +297,7 @@ def compare_commits(
     futile_rounds = futile_rounds_at_end(doc)
     while not doc["interrupted"]:
         left = budget_s - (time.monotonic() - budget_start)
-        fits = (int(left / (seconds_per_case * RERUN_ROUNDS_FACTOR) + RERUN_FIT_SLACK)
-                if left > 0 else 0)
-        pending = rerun_order(comparison, attempts)[:fits]
+        pending = rerun_order(comparison, attempts)[:cases_that_fit(left, seconds_per_case)]
         if not pending:
             break
         attempts.update(pending)
