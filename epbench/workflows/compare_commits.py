@@ -56,8 +56,9 @@ HEAD_ARM = "head"
 # with them: docs/validation/commits_repeats.txt). The first pass itself is not bounded: on
 # a slower VM under that load it took ~185 s alone until the idle gate stopped waiting out
 # a load that does not leave (harness.gate). Before 13898b2 the default budget was also at
-# most as long as the first pass (and 120 s): on VM F with no load, runs then ended 56-70 s
-# before this deadline with cases left ❔ in 7 of 8 (docs/validation/README.md, VM F).
+# most as long as the first pass (and 120 s): on VM F with no load 13 of 22 runs then ended
+# 51-62 s before this deadline with cases left ❔ (docs/validation/README.md, VM F); what
+# the extra re-runs buy in verdicts is not measured.
 DEFAULT_TARGET_S_PER_CASE = 30.0
 # Kept back for the reports written after the re-runs (a run's HTML page took 1.5 s here).
 REPORT_RESERVE_S = 5.0
@@ -70,7 +71,7 @@ RERUN_ROUNDS_FACTOR = 1
 # n ambiguous cases fit in a re-run pass when what is left of the budget is at least
 # (n - RERUN_FIT_SLACK) times a case's estimated time (the first pass's mean): the clock
 # moves between the budget's start and a look, so without it a budget of exactly k cases'
-# time (a --budget as the budget warning suggests; the default until 2026-12-04) fitted
+# time (a --budget as the budget warning suggests; the default before 13898b2) fitted
 # k - 1. A given --budget may so be overrun by up to this share of one case's time, a
 # default one by less than REPORT_RESERVE_S.
 RERUN_FIT_SLACK = 0.05
@@ -171,7 +172,7 @@ def rerun_seconds_per_case(seconds_per_case: float) -> int:
 
 def cases_that_fit(left_s: float, seconds_per_case: float) -> int:
     """How many ambiguous cases a re-run pass may take with ``left_s`` seconds of budget
-    left, a case's re-run estimated from the first pass's ``seconds_per_case``. None when
+    left, a case's re-run estimated from the first pass's ``seconds_per_case``. 0 when
     nothing is left, or when the first pass read no time at all (a coarse clock), rather
     than dividing by zero."""
     if left_s <= 0 or seconds_per_case <= 0:
@@ -203,11 +204,9 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
             f"{cmp.named(unsettled)} left ❔"
             f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
             f"budget (until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) "
-            "ran out; a "
-            f"case's re-run takes about {rerun_seconds_per_case(seconds_per_case)} s here "
-            "(rounded up, so that much a case fits them all): "
-            "pass --budget with that much for each such case to re-run them (in CI, to the "
-            "bench workflow's compare-commits)")
+            f"ran out; a case's re-run takes about {rerun_seconds_per_case(seconds_per_case)} s "
+            "here (rounded up, so that much a case fits them all): pass --budget with that much "
+            "for each such case to re-run them (in CI, to the bench workflow's compare-commits)")
     if unquiet_held:
         it, its = ("them", "their") if len(unquiet_held) > 1 else ("it", "its")
         warnings.append(
