@@ -36,9 +36,11 @@ Definitions (decided here, once):
   so a 50 ms window sees about 5 ticks per core: at a 0.93 threshold one busy
   tick fails the core. That is deliberate (a short window keeps rounds cheap;
   `wait` simply looks again), and `epbench gate` uses a longer window for a
-  finer one-shot reading. A core whose counters did not advance at all is
-  reported as fully idle (no evidence of load), and counters that go backwards
-  (iowait can, on tickless kernels) count as zero.
+  finer one-shot reading. A round too short for MIN_JUDGED_TICKS is judged over
+  a window reaching back over the rounds and looks before it (`InterferenceMeter`).
+  A core whose counters did not advance at all is reported as fully idle (no
+  evidence of load), and counters that go backwards (iowait can, on tickless
+  kernels) count as zero.
 
 All I/O and time are injected (`read`, `sleep`, `clock`) so tests run on fake
 readings and a fake clock.
@@ -72,6 +74,9 @@ FUTILE_ROUNDS_BEFORE_NO_WAIT = 16
 # Fewest ticks per core (10 ms each on most kernels) for a round's interference
 # reading to count: below it a single tick decides between 0 % and 100 % idle.
 MIN_JUDGED_TICKS = 5
+# Snapshots a round's meter keeps to reach back over: a window of MIN_JUDGED_TICKS
+# needs a few (rounds of one or two ticks, each with a start and an end).
+MAX_METER_MARKS = 16
 # Back-off between failed looks under `wait`: first pause, doubled up to the cap.
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 0.8
@@ -299,9 +304,12 @@ class IdleGate:
         self._sleep = sleep
         self._read = read
         self._waited_total_s = 0.0  # back-off pauses so far, against budget_s
+        # When and what the latest look first read: a round's meter may reach back to it.
+        self.last_look_start: tuple[float, dict[str, CpuTimes]] | None = None
 
     def _look(self, exclude_core: int | None) -> tuple[dict[str, float], dict[str, float]]:
         before = parse_proc_stat(self._read())
+        self.last_look_start = (self._clock(), before)
         self._sleep(self.window_s)
         usage = usage_between(before, parse_proc_stat(self._read()))
         judged = _judged_names(usage, self.cores, exclude_core)
@@ -426,12 +434,25 @@ def carried_from_meter(interference: dict, threshold: float) -> GateReading | No
 
 
 class InterferenceMeter:
-    """Idle and steal of the other cores across one round.
+    """Idle and steal of the other cores across one round, reaching back before it
+    when the round alone is too short to judge.
 
     `start()` before the first arm runs, `stop()` after the last. The worker's
     own core (`exclude_core`) is busy with the benchmark, so only its steal is
     recorded (`own_steal`: time the hypervisor took from the benchmark).
     `quiet` is True when every other core stayed at or above the threshold.
+
+    One meter serves all the rounds of a process. It keeps the snapshots it took,
+    and those handed to it by `mark` (the gate's look before a round), and judges a
+    round over the shortest window that ends with the round, starts at one of them
+    and holds MIN_JUDGED_TICKS: the round alone when it is long enough, otherwise
+    reaching back over the rounds and looks just before it (`lookback_s`, 0 when the
+    round sufficed). Rounds of a few ticks (fast cases, whose blocks stop at
+    `max_block_iters`) are then judged, and a quiet one lends its reading to the
+    next round (`carried_from_meter`) instead of the next round paying a look. At
+    one busy tick in five or more failing the threshold, a quiet window means no
+    busy tick anywhere in it, the round's own part included: never less strict than
+    judging the round alone, which could not judge it at all.
     """
 
     def __init__(
@@ -448,31 +469,56 @@ class InterferenceMeter:
         self.threshold = threshold
         self._clock = clock
         self._read = read
-        self._before: dict[str, CpuTimes] | None = None
-        self._started_at = 0.0
+        # (time, snapshot), oldest first; the last one taken by start() while a round runs.
+        self._marks: list[tuple[float, dict[str, CpuTimes]]] = []
+        self._running = False
+
+    def mark(self, at: float, snapshot: dict[str, CpuTimes]) -> None:
+        """A snapshot taken elsewhere (the gate's look) that a later window may start at.
+        One older than the latest kept is ignored: windows only reach back in order."""
+        if self._marks and at < self._marks[-1][0]:
+            return
+        self._marks.append((at, snapshot))
+        # Bounded where no window ever fills (no other core to judge): the oldest go.
+        del self._marks[:-MAX_METER_MARKS]
 
     def start(self) -> None:
-        self._before = parse_proc_stat(self._read())
-        self._started_at = self._clock()
+        self.mark(self._clock(), parse_proc_stat(self._read()))
+        self._running = True
+
+    def _window(self, after: dict[str, CpuTimes]) -> tuple[float, dict[str, CoreUsage], int]:
+        """The shortest window from a mark to `after` whose judged cores hold
+        MIN_JUDGED_TICKS, else the longest: its start, usage and fewest ticks."""
+        # Latest start first: ticks only grow as the window reaches back.
+        for i in range(len(self._marks) - 1, -1, -1):
+            usage = usage_between(self._marks[i][1], after)
+            others = _judged_names(usage, self.cores, self.exclude_core)
+            ticks = min((usage[n].ticks for n in others), default=0)
+            if ticks >= MIN_JUDGED_TICKS:
+                break
+        return self._marks[i][0], usage, ticks
 
     def stop(self) -> dict:
-        if self._before is None:
+        if not self._running:
             raise RuntimeError("InterferenceMeter.stop() called before start()")
-        usage = usage_between(self._before, parse_proc_stat(self._read()))
-        elapsed_s = self._clock() - self._started_at
-        self._before = None
+        self._running = False
+        after = parse_proc_stat(self._read())
+        now = self._clock()
+        round_started_at = self._marks[-1][0]
+        window_start, usage, ticks = self._window(after)
         others = _judged_names(usage, self.cores, self.exclude_core)
-        ticks = min((usage[n].ticks for n in others), default=0)
+        self.mark(now, after)  # the next round's window may start at this one's end
         own = core_name(self.exclude_core) if self.exclude_core is not None else None
         if ticks < MIN_JUDGED_TICKS:
-            # /proc/stat counts whole ticks: a round this short reads 0 % or 100 %
+            # /proc/stat counts whole ticks: a window this short reads 0 % or 100 %
             # idle by chance, so it is not judged (quiet is None, not False).
             others = []
         idle = {n: round(usage[n].idle, 4) for n in others}
         steal = {n: round(usage[n].steal, 4) for n in others}
         return {
-            "elapsed_s": round(elapsed_s, 4),
+            "elapsed_s": round(now - round_started_at, 4),
             "idle": idle,
+            "lookback_s": round(round_started_at - window_start, 4) if others else None,
             "max_steal": max(steal.values()) if steal else None,
             "min_idle": min(idle.values()) if idle else None,
             "own_core": self.exclude_core,

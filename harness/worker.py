@@ -221,9 +221,15 @@ class Worker:
         gate = IdleGate(threshold=gate_cfg["threshold"], policy=gate_cfg["policy"],
                         max_wait_s=gate_cfg["max_wait_s"], cores=self.cores,
                         budget_s=gate_cfg["budget_s"])
+        # One meter for the process's rounds: a round too short to judge alone is judged
+        # over a window reaching back over the rounds and gate looks just before it.
+        meter = InterferenceMeter(exclude_core=core, cores=self.cores,
+                                  threshold=gate_cfg["threshold"])
         carried = None
         for index, order in enumerate(self.request["orders"]):
             reading = carried if carried is not None else gate.check(exclude_core=None)
+            if reading.attempts and gate.last_look_start is not None:
+                meter.mark(*gate.last_look_start)
             self.emit({"event": "gate", "index": index, "gate": reading.to_dict(),
                        "text": format_gate_reading(reading)})
             # Sessions rotate over the rounds: round i runs session i mod K of every arm.
@@ -231,8 +237,6 @@ class Worker:
             for key in order:
                 for _ in range(REWARM_CALLS):
                     by_key[key].bounds[session].run()
-            meter = InterferenceMeter(exclude_core=core, cores=self.cores,
-                                      threshold=gate_cfg["threshold"])
             meter.start()
             timed = time_sliced([(by_key[key].bounds[session].run, by_key[key].iterations)
                                  for key in order], slices)

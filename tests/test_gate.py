@@ -13,6 +13,7 @@ from epbench.core.errors import EXIT_GATE, GateError
 from epbench.harness.gate import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
+    MAX_METER_MARKS,
     CoreUsage,
     CpuTimes,
     GateReading,
@@ -398,6 +399,7 @@ def test_interference_records_other_cores_and_own_steal() -> None:
     assert result == {
         "elapsed_s": 0.2,
         "idle": {"cpu1": 0.95},
+        "lookback_s": 0.0,
         "max_steal": 0.0,
         "min_idle": 0.95,
         "own_core": 0,
@@ -427,6 +429,113 @@ def test_interference_flags_a_busy_other_core() -> None:
     result = meter.stop()
     assert result["quiet"] is False
     assert result["idle"] == {"cpu1": 0.85, "cpu2": 1.0} and result["min_idle"] == 0.85
+
+
+class LiveStat:
+    """A fake /proc/stat that moves only when told: `spend(core, busy, idle)` adds
+    ticks (busy ones to `user`), and every read returns the counters as they stand."""
+
+    def __init__(self, cores: list[int]) -> None:
+        self.counters = {c: [1000, 0, 500, 90000, 0, 0, 0, 0] for c in cores}
+
+    def spend(self, core: int, busy: int = 0, idle: int = 0) -> None:
+        self.counters[core][0] += busy
+        self.counters[core][3] += idle
+
+    def read(self) -> str:
+        rows = [f"cpu{c} " + " ".join(map(str, v)) for c, v in self.counters.items()]
+        return "\n".join(rows) + "\n"
+
+
+def _metered_round(meter: InterferenceMeter, stat: LiveStat, clock: FakeClock,
+                   other_busy: int, other_idle: int) -> dict:
+    """One round of 10 ms a tick: the worker's core 0 busy, core 1 as given."""
+    meter.start()
+    ticks = other_busy + other_idle
+    stat.spend(0, busy=ticks)
+    stat.spend(1, busy=other_busy, idle=other_idle)
+    clock.now += ticks / 100
+    return meter.stop()
+
+
+def _live_meter() -> tuple[InterferenceMeter, LiveStat, FakeClock]:
+    stat, clock = LiveStat([0, 1]), FakeClock()
+    return (InterferenceMeter(exclude_core=0, cores=[0, 1], threshold=0.93,
+                              clock=clock.clock, read=stat.read), stat, clock)
+
+
+def test_a_round_too_short_alone_is_judged_over_the_rounds_before_it() -> None:
+    meter, stat, clock = _live_meter()
+    first = _metered_round(meter, stat, clock, 0, 3)
+    assert (first["quiet"], first["ticks"], first["lookback_s"]) == (None, 3, None)
+    clock.now += 0.005  # between rounds: the next round's re-warm
+    second = _metered_round(meter, stat, clock, 0, 3)
+    # From the first round's start: 6 ticks, all idle; 0.035 s back from this round's start.
+    assert (second["quiet"], second["ticks"], second["idle"]) == (True, 6, {"cpu1": 1.0})
+    assert second["lookback_s"] == 0.035 and second["elapsed_s"] == 0.03
+
+
+def test_a_busy_tick_in_the_rounds_reached_back_over_makes_the_round_unquiet() -> None:
+    meter, stat, clock = _live_meter()
+    _metered_round(meter, stat, clock, 1, 2)
+    second = _metered_round(meter, stat, clock, 0, 3)
+    assert second["quiet"] is False and second["min_idle"] == round(5 / 6, 4)
+
+
+def test_a_round_long_enough_alone_does_not_reach_back() -> None:
+    meter, stat, clock = _live_meter()
+    assert _metered_round(meter, stat, clock, 1, 5)["quiet"] is False
+    second = _metered_round(meter, stat, clock, 0, 5)
+    assert (second["quiet"], second["ticks"], second["lookback_s"]) == (True, 5, 0.0)
+
+
+def test_a_window_reaches_back_to_the_shortest_that_holds_enough_ticks() -> None:
+    # A busy round, then two short idle ones: the third is judged from the second's
+    # start (6 idle ticks), not from the busy round's.
+    meter, stat, clock = _live_meter()
+    _metered_round(meter, stat, clock, 2, 4)
+    _metered_round(meter, stat, clock, 0, 3)
+    third = _metered_round(meter, stat, clock, 0, 3)
+    assert (third["quiet"], third["ticks"], third["lookback_s"]) == (True, 6, 0.03)
+
+
+def test_the_gate_s_look_marked_before_a_round_is_reached_back_to() -> None:
+    stat, clock = LiveStat([0, 1]), FakeClock()
+    gate = IdleGate(cores=[0, 1], clock=clock.clock, sleep=clock.sleep, read=stat.read)
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
+    assert gate.last_look_start is None
+    stat.spend(1, idle=5)  # what happened before the look is not in its window
+    stat.spend(1, busy=1)
+    # The look: 50 ms with core 1 idle, as the fake's counters stand (no ticks added).
+    assert gate.check().passed
+    assert gate.last_look_start is not None and gate.last_look_start[0] == 0.0
+    stat.spend(1, idle=4)
+    meter.mark(*gate.last_look_start)
+    clock.now += 0.002
+    reading = _metered_round(meter, stat, clock, 0, 2)
+    # From the look's start: the 6 idle ticks after it, not the busy one before.
+    assert (reading["quiet"], reading["ticks"], reading["lookback_s"]) == (True, 6, 0.052)
+
+
+def test_a_mark_older_than_the_latest_is_ignored() -> None:
+    meter, stat, clock = _live_meter()
+    _metered_round(meter, stat, clock, 0, 3)
+    older = LiveStat([0, 1])
+    older.counters[1][0] -= 9  # a window from it would hold 9 busy ticks of core 1
+    meter.mark(-1.0, parse_proc_stat(older.read()))
+    second = _metered_round(meter, stat, clock, 0, 3)
+    assert second["quiet"] is True and second["ticks"] == 6
+
+
+def test_a_window_reaches_back_over_a_bounded_number_of_snapshots() -> None:
+    # A busy stretch, then rounds that see no tick on the other core: the window can
+    # no longer reach the busy stretch once it is more than MAX_METER_MARKS back.
+    meter, stat, clock = _live_meter()
+    assert _metered_round(meter, stat, clock, 5, 0)["quiet"] is False
+    seen = [_metered_round(meter, stat, clock, 0, 0)["quiet"]
+            for _ in range(MAX_METER_MARKS // 2 + 1)]
+    # Each round leaves two snapshots (start, end); the busy round's end is the 1st.
+    assert seen == [False] * (MAX_METER_MARKS // 2 - 1) + [None, None]
 
 
 def test_interference_stop_without_start_is_an_error() -> None:
@@ -639,7 +748,7 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
 
     from epbench.harness import timing, worker
 
-    looks, calls, events = [], [], []
+    looks, calls, events, meters_made = [], [], [], []
     scripted = iter(meters)
     verdicts = iter(passes or [True] * len(meters))
 
@@ -647,14 +756,20 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
         def __init__(self, **kwargs) -> None:
             assert kwargs["threshold"] == threshold
 
+        last_look_start = None
+
         def check(self, exclude_core=None) -> GateReading:
             looks.append(len(events))
+            self.last_look_start = (float(len(looks)), {})
             return GateReading(passed=next(verdicts), idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
                                waited_s=0.05, attempts=1, threshold=threshold)
 
     class FakeMeter:
         def __init__(self, **kwargs) -> None:
-            pass
+            meters_made.append(kwargs)
+
+        def mark(self, at: float, snapshot: dict) -> None:
+            calls.append(f"m{at:.0f}")
 
         def start(self) -> None:
             calls.append("|")
@@ -673,6 +788,9 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
     request = {"config": {"gate": gate_cfg, "block_slices": slices},
                "orders": [["a", "b"], ["b", "a"], ["a", "b"]]}
     worker.Worker(request, events.append).rounds(arms, 1)
+    # One meter for the process's rounds, so that a round can be judged over those
+    # before it.
+    assert len(meters_made) == 1
     rounds = [e["round"] for e in events if e["event"] == "round"]
     gates = [e["gate"] for e in events if e["event"] == "gate"]
     return looks, "".join(calls), rounds, gates
@@ -680,10 +798,12 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
 
 def test_each_block_is_cut_into_slices_run_alternately_in_the_round_s_order(monkeypatch):
     _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3)
-    # Per round: two untimed calls per arm, "|" (the meter starts), the slices (a's 3
-    # calls as 1 + 2, b's 2 as 1 + 1, alternating in the round's order), "/" (it stops).
+    # Per round: the gate's look handed to the meter ("m1", the first round only: the
+    # others carry the reading), two untimed calls per arm, "|" (the meter starts), the
+    # slices (a's 3 calls as 1 + 2, b's 2 as 1 + 1, alternating in the round's order),
+    # "/" (it stops).
     # Odd rounds run the second session (upper case).
-    assert calls == "aabb|abaab/" "BBAA|BABAA/" "aabb|abaab/"
+    assert calls == "m1aabb|abaab/" "BBAA|BABAA/" "aabb|abaab/"
     assert [{k: v["n"] for k, v in r["summary_ns"].items()} for r in rounds] == [
         {"a": 3, "b": 2}] * 3
     assert [r["slices"] for r in rounds] == [2, 2, 2]
@@ -691,16 +811,18 @@ def test_each_block_is_cut_into_slices_run_alternately_in_the_round_s_order(monk
 
 def test_one_slice_is_the_plain_block(monkeypatch):
     _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 1, [_meter(True)] * 3)
-    assert calls == "aabb|aaabb/" "BBAA|BBAAA/" "aabb|aaabb/"
+    assert calls == "m1aabb|aaabb/" "BBAA|BBAAA/" "aabb|aaabb/"
     assert [r["slices"] for r in rounds] == [1, 1, 1]
 
 
 def test_the_gate_looks_only_after_a_round_whose_meter_was_not_quiet(monkeypatch):
-    looks, _, rounds, gates = _rounds_with_fakes(
+    looks, calls, rounds, gates = _rounds_with_fakes(
         monkeypatch, "wait", 2, [_meter(True), _meter(None), _meter(False)], threshold=0.9)
     # Round 0: a look; round 1: carried from round 0's quiet meter; round 2: round 1's
-    # meter could not judge, so a look again.
+    # meter could not judge, so a look again. Each look is handed to the meter before
+    # the round it precedes starts; a carried reading hands nothing.
     assert [g["carried"] for g in gates] == [False, True, False]
+    assert [part[:2] for part in calls.split("/")] == ["m1", "BB", "m2", ""]
     assert [g["attempts"] for g in gates] == [1, 0, 1]
     assert gates[1]["threshold"] == 0.9
     assert len(looks) == 2
@@ -729,7 +851,7 @@ def test_the_worker_takes_fewer_slices_when_its_shortest_block_is_short(monkeypa
     _, calls, rounds, _ = _rounds_with_fakes(monkeypatch, "wait", 2, [_meter(True)] * 3,
                                              min_slice_calls=2)
     assert [r["slices"] for r in rounds] == [1, 1, 1]
-    assert calls.startswith("aabb|aaabb/")
+    assert calls.startswith("m1aabb|aaabb/")
 
 
 @pytest.mark.parametrize("policy", ["off", "strict"])
