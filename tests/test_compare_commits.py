@@ -675,3 +675,20 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
     assert seen["started_at"] is not None
     assert seen["started_at"] < seen["history"] < seen["probe"]
 
+
+
+@pytest.mark.parametrize(("args", "wait_s"), [([], 1.0), (["--gate-max-wait", "0"], 0.0)])
+def test_compare_commits_passes_the_gate_s_wait_to_the_run(monkeypatch, tmp_path, args, wait_s):
+    from epbench.cli import run_commands
+
+    seen = {}
+
+    def fake_comparison(**kwargs):
+        seen["config"] = kwargs["config"]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_commands, "valgrind_available", lambda: (False, "none here"))
+    monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
+    CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
+                             "--out", str(tmp_path / "o"), *args])
+    assert seen["config"].gate_max_wait_s == wait_s

@@ -27,7 +27,8 @@ from typing import Any
 
 import click
 
-from epbench.harness.gate import POLICIES
+from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
+from epbench.harness.gate import FUTILE_ROUNDS_BEFORE_NO_WAIT, POLICIES
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import defaults
 
@@ -187,6 +188,19 @@ def gate_option(f: F) -> F:
         show_default=True,
         help="Idle gate before each round: wait for quiet cores (then run the round marked "
              "unquiet), stop the case with exit 3 (strict), or skip it (off).",
+    )(f)
+
+
+def gate_max_wait_option(f: F) -> F:
+    return click.option(
+        "--gate-max-wait",
+        type=click.FloatRange(min=0),
+        default=run_defaults()["gate_max_wait_s"],
+        show_default=True,
+        help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
+             f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; after "
+             f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row with no passing look, "
+             "none until the process after a look passes; 0: look, never wait).",
     )(f)
 
 

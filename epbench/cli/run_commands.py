@@ -19,6 +19,7 @@ from epbench.cli.options import (
     arm_option,
     case_option,
     format_option,
+    gate_max_wait_option,
     gate_option,
     github_annotations_option,
     grid_option,
@@ -36,12 +37,7 @@ from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.model import Results
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
-from epbench.harness.gate import (
-    FUTILE_ROUNDS_BEFORE_NO_WAIT,
-    current_gate_state,
-    format_gate_reading,
-)
+from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.instructions import valgrind_available
@@ -123,12 +119,7 @@ _RUN = run_defaults()
 @click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
-@click.option("--gate-max-wait", type=click.FloatRange(min=0), default=_RUN["gate_max_wait_s"],
-              show_default=True,
-              help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
-                   f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; after "
-                   f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row with no passing look, "
-                   "none until the process after a look passes).")
+@gate_max_wait_option
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
@@ -327,6 +318,7 @@ def summary(results: str, fmt: str) -> None:
               help="With --history: the series of this machine class (`history add "
                    "--machine-class`) [default: this host's own series].")
 @gate_option
+@gate_max_wait_option
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.json, compare.json, report.md and report.html.")
 @overwrite_option
@@ -338,7 +330,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
                     instructions_threshold: float, budget_s: float | None,
                     history_db: str | None, history_arms: tuple[str, ...],
-                    machine_class: str | None, gate_policy: str,
+                    machine_class: str | None, gate_policy: str, gate_max_wait: float,
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
@@ -384,7 +376,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     config = RunConfig(cases=tuple(select_cases(grids, case_names)), arms=(), rounds=rounds,
                        processes=processes, sessions=sessions, instructions=instructions,
                        aa_twin=BASE_ARM if aa_twin else None,
-                       gate_policy=gate_policy, out_dir=Path(out), overwrite=overwrite,
+                       gate_policy=gate_policy, gate_max_wait_s=gate_max_wait,
+                       out_dir=Path(out), overwrite=overwrite,
                        progress=progress_for(quiet), grids=tuple(grids))
     settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
                                      fdr=fdr, resamples=resamples, seed=seed),
