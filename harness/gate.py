@@ -74,8 +74,9 @@ FUTILE_ROUNDS_BEFORE_NO_WAIT = 16
 # Fewest ticks per core (10 ms each on most kernels) for a round's interference
 # reading to count: below it a single tick decides between 0 % and 100 % idle.
 MIN_JUDGED_TICKS = 5
-# Snapshots a round's meter keeps to reach back over: a window of MIN_JUDGED_TICKS
-# needs a few (rounds of one or two ticks, each with a start and an end).
+# Snapshots a process's meter keeps for its windows to start at: one of
+# MIN_JUDGED_TICKS needs a few (rounds of one or two ticks, each with a start, an end
+# and maybe a gate look).
 MAX_METER_MARKS = 16
 # Back-off between failed looks under `wait`: first pause, doubled up to the cap.
 FIRST_BACKOFF_S = 0.05
@@ -433,26 +434,49 @@ def carried_from_meter(interference: dict, threshold: float) -> GateReading | No
                        carried=True)
 
 
+def longest_window_one_busy_tick_fails(threshold: float) -> int | None:
+    """The most ticks a core's window may hold for one busy tick in it to fail
+    `threshold` (14 at 0.93: 13 of 14 idle is below it, 14 of 15 is not); None
+    when no window is too long (a threshold of 1)."""
+    if threshold >= 1.0:
+        return None
+    ticks = 1
+    # Rounded as the meter rounds the idle fractions it compares.
+    while round(ticks / (ticks + 1), 4) < threshold:
+        ticks += 1
+    return ticks
+
+
+def _own_steal(usage: CoreUsage) -> float:
+    """The worker's core's steal as a share of the time it ran or wanted to (steal
+    over its non-idle ticks): a window reaching back over a gate look, which the
+    worker slept through, does not dilute it."""
+    return usage.steal / (1.0 - usage.idle) if usage.idle < 1.0 else 0.0
+
+
 class InterferenceMeter:
     """Idle and steal of the other cores across one round, reaching back before it
     when the round alone is too short to judge.
 
     `start()` before the first arm runs, `stop()` after the last. The worker's
     own core (`exclude_core`) is busy with the benchmark, so only its steal is
-    recorded (`own_steal`: time the hypervisor took from the benchmark).
+    recorded (`own_steal`: the share of its running time the hypervisor took).
     `quiet` is True when every other core stayed at or above the threshold.
 
-    One meter serves all the rounds of a process. It keeps the snapshots it took,
-    and those handed to it by `mark` (the gate's look before a round), and judges a
-    round over the shortest window that ends with the round, starts at one of them
-    and holds MIN_JUDGED_TICKS: the round alone when it is long enough, otherwise
-    reaching back over the rounds and looks just before it (`lookback_s`, 0 when the
-    round sufficed). Rounds of a few ticks (fast cases, whose blocks stop at
-    `max_block_iters`) are then judged, and a quiet one lends its reading to the
-    next round (`carried_from_meter`) instead of the next round paying a look. At
-    one busy tick in five or more failing the threshold, a quiet window means no
-    busy tick anywhere in it, the round's own part included: never less strict than
-    judging the round alone, which could not judge it at all.
+    One meter serves all the rounds of a process. It keeps the snapshots it took at
+    each round's start and end, and those handed to it by `mark` (the gate's look
+    before a round). A round holding MIN_JUDGED_TICKS is judged alone, as ever. A
+    shorter one is judged over the shortest window that ends with it, starts at one
+    of those snapshots and holds them (`lookback_s`: how far before the round it
+    starts), but only while no judged core's window holds more ticks than
+    `longest_window_one_busy_tick_fails` (14 at the default 0.93): beyond that a
+    busy tick could pass, and the round stays unjudged. So a quiet window had no busy
+    tick anywhere in it, the round's own part included: never less strict than
+    judging the round alone, which could not judge it at all. Rounds of a few ticks
+    (fast cases, whose blocks stop at `max_block_iters`) are then judged, and a quiet
+    one lends its reading to the next round (`carried_from_meter`) instead of the
+    next round paying a look. Under `--gate off` nothing cuts the windows short, so
+    one busy tick can mark the two or three short rounds after it unquiet too.
     """
 
     def __init__(
@@ -467,62 +491,90 @@ class InterferenceMeter:
         self.exclude_core = exclude_core
         self.cores = list(cores) if cores is not None else None
         self.threshold = threshold
+        self._longest_reach = longest_window_one_busy_tick_fails(threshold)
         self._clock = clock
         self._read = read
-        # (time, snapshot), oldest first; the last one taken by start() while a round runs.
+        # (time, snapshot), oldest first, that a window may start at.
         self._marks: list[tuple[float, dict[str, CpuTimes]]] = []
-        self._running = False
+        self._round_start: tuple[float, dict[str, CpuTimes]] | None = None
+
+    def _keep(self, at: float, snapshot: dict[str, CpuTimes]) -> None:
+        self._marks.append((at, snapshot))
+        # Bounded where no window ever fills (no other core to judge): the oldest go.
+        del self._marks[:-MAX_METER_MARKS]
 
     def mark(self, at: float, snapshot: dict[str, CpuTimes]) -> None:
         """A snapshot taken elsewhere (the gate's look) that a later window may start at.
         One older than the latest kept is ignored: windows only reach back in order."""
         if self._marks and at < self._marks[-1][0]:
             return
-        self._marks.append((at, snapshot))
-        # Bounded where no window ever fills (no other core to judge): the oldest go.
-        del self._marks[:-MAX_METER_MARKS]
+        self._keep(at, snapshot)
 
     def start(self) -> None:
-        self.mark(self._clock(), parse_proc_stat(self._read()))
-        self._running = True
+        snapshot = parse_proc_stat(self._read())
+        at = self._clock()
+        # A handed mark stamped after this (not in the worker: one clock, in order)
+        # would look like a window's start that the round's own start already is.
+        while self._marks and self._marks[-1][0] > at:
+            self._marks.pop()
+        self._round_start = (at, snapshot)
+        self._keep(at, snapshot)
 
-    def _window(self, after: dict[str, CpuTimes]) -> tuple[float, dict[str, CoreUsage], int]:
-        """The shortest window from a mark to `after` whose judged cores hold
-        MIN_JUDGED_TICKS, else the longest: its start, usage and fewest ticks."""
-        # Latest start first: ticks only grow as the window reaches back.
-        for i in range(len(self._marks) - 1, -1, -1):
-            usage = usage_between(self._marks[i][1], after)
-            others = _judged_names(usage, self.cores, self.exclude_core)
-            ticks = min((usage[n].ticks for n in others), default=0)
-            if ticks >= MIN_JUDGED_TICKS:
-                break
-        return self._marks[i][0], usage, ticks
+    def _judged_window(self, at_start: dict[str, CpuTimes], after: dict[str, CpuTimes]
+                       ) -> tuple[float, dict[str, CoreUsage], int] | None:
+        """The shortest window from a mark to `after` that holds the whole round and
+        MIN_JUDGED_TICKS on every judged core, within the reach-back limit: its start,
+        usage and fewest ticks; None if there is none (or no core to judge)."""
+        # The round's own start (by identity: a coarse clock may stamp marks alike),
+        # then the marks before it, latest first: ticks only grow as a window reaches back.
+        own = max(i for i, (_, snapshot) in enumerate(self._marks) if snapshot is at_start)
+        for i in range(own, -1, -1):
+            at, before = self._marks[i]
+            usage = usage_between(before, after)
+            counts = [usage[n].ticks for n in _judged_names(usage, self.cores,
+                                                              self.exclude_core)]
+            if not counts:
+                return None
+            if (i < own and self._longest_reach is not None
+                    and max(counts) > self._longest_reach):
+                return None
+            if min(counts) >= MIN_JUDGED_TICKS:
+                return at, usage, min(counts)
+        return None
 
     def stop(self) -> dict:
-        if not self._running:
+        if self._round_start is None:
             raise RuntimeError("InterferenceMeter.stop() called before start()")
-        self._running = False
+        started_at, at_start = self._round_start
+        self._round_start = None
         after = parse_proc_stat(self._read())
         now = self._clock()
-        round_started_at = self._marks[-1][0]
-        window_start, usage, ticks = self._window(after)
-        others = _judged_names(usage, self.cores, self.exclude_core)
-        self.mark(now, after)  # the next round's window may start at this one's end
-        own = core_name(self.exclude_core) if self.exclude_core is not None else None
-        if ticks < MIN_JUDGED_TICKS:
+        judged = self._judged_window(at_start, after)
+        self._keep(now, after)  # the next round's window may start at this one's end
+        if judged is None:
             # /proc/stat counts whole ticks: a window this short reads 0 % or 100 %
             # idle by chance, so it is not judged (quiet is None, not False).
-            others = []
+            usage = usage_between(at_start, after)
+            others: list[str] = []
+            window_start = None
+            ticks = min((usage[n].ticks for n in _judged_names(usage, self.cores,
+                                                                self.exclude_core)),
+                        default=0)
+        else:
+            window_start, usage, ticks = judged
+            others = _judged_names(usage, self.cores, self.exclude_core)
+        own = core_name(self.exclude_core) if self.exclude_core is not None else None
         idle = {n: round(usage[n].idle, 4) for n in others}
         steal = {n: round(usage[n].steal, 4) for n in others}
         return {
-            "elapsed_s": round(now - round_started_at, 4),
+            "elapsed_s": round(now - started_at, 4),
             "idle": idle,
-            "lookback_s": round(round_started_at - window_start, 4) if others else None,
+            "lookback_s": (round(started_at - window_start, 4)
+                           if window_start is not None else None),
             "max_steal": max(steal.values()) if steal else None,
             "min_idle": min(idle.values()) if idle else None,
             "own_core": self.exclude_core,
-            "own_steal": (round(usage[own].steal, 4)
+            "own_steal": (round(_own_steal(usage[own]), 4)
                           if own in usage and usage[own].ticks >= MIN_JUDGED_TICKS else None),
             "quiet": all(v >= self.threshold for v in idle.values()) if others else None,
             "steal": steal,

@@ -22,6 +22,7 @@ from epbench.harness.gate import (
     carried_from_meter,
     current_gate_state,
     format_gate_reading,
+    longest_window_one_busy_tick_fails,
     parse_proc_stat,
     quietest_core,
     read_proc_stat,
@@ -438,9 +439,10 @@ class LiveStat:
     def __init__(self, cores: list[int]) -> None:
         self.counters = {c: [1000, 0, 500, 90000, 0, 0, 0, 0] for c in cores}
 
-    def spend(self, core: int, busy: int = 0, idle: int = 0) -> None:
+    def spend(self, core: int, busy: int = 0, idle: int = 0, steal: int = 0) -> None:
         self.counters[core][0] += busy
         self.counters[core][3] += idle
+        self.counters[core][7] += steal
 
     def read(self) -> str:
         rows = [f"cpu{c} " + " ".join(map(str, v)) for c, v in self.counters.items()]
@@ -499,22 +501,159 @@ def test_a_window_reaches_back_to_the_shortest_that_holds_enough_ticks() -> None
     assert (third["quiet"], third["ticks"], third["lookback_s"]) == (True, 6, 0.03)
 
 
+def _gate_over(stat: LiveStat, clock: FakeClock, looks: list[tuple[int, int]]) -> IdleGate:
+    """A gate whose looks (and back-off pauses) spend ticks: look i of the script
+    gives core 1 (busy, idle) ticks and core 0 idle ones; pauses are idle."""
+    script = iter(looks)
+    sleeps = []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        sleeps.append(seconds)
+        if len(sleeps) % 2 == 1:  # a look's window; pauses come between looks
+            busy, idle = next(script)
+            stat.spend(1, busy=busy, idle=idle)
+            stat.spend(0, idle=busy + idle)
+        else:
+            stat.spend(1, idle=round(seconds * 100))
+            stat.spend(0, idle=round(seconds * 100))
+
+    return IdleGate(cores=[0, 1], clock=clock.clock, sleep=sleep, read=stat.read)
+
+
 def test_the_gate_s_look_marked_before_a_round_is_reached_back_to() -> None:
     stat, clock = LiveStat([0, 1]), FakeClock()
-    gate = IdleGate(cores=[0, 1], clock=clock.clock, sleep=clock.sleep, read=stat.read)
+    gate = _gate_over(stat, clock, [(0, 5)])
     meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
     assert gate.last_look_start is None
-    stat.spend(1, idle=5)  # what happened before the look is not in its window
-    stat.spend(1, busy=1)
-    # The look: 50 ms with core 1 idle, as the fake's counters stand (no ticks added).
+    stat.spend(1, busy=1)  # before the look: not in its window
     assert gate.check().passed
     assert gate.last_look_start is not None and gate.last_look_start[0] == 0.0
-    stat.spend(1, idle=4)
     meter.mark(*gate.last_look_start)
     clock.now += 0.002
     reading = _metered_round(meter, stat, clock, 0, 2)
-    # From the look's start: the 6 idle ticks after it, not the busy one before.
-    assert (reading["quiet"], reading["ticks"], reading["lookback_s"]) == (True, 6, 0.052)
+    # From the look's start: its 5 idle ticks and the round's 2, not the busy one before.
+    assert (reading["quiet"], reading["ticks"], reading["lookback_s"]) == (True, 7, 0.052)
+
+
+def test_the_window_starts_at_the_last_look_of_a_check_that_waited() -> None:
+    # The first look sees a busy tick, the gate pauses 50 ms and looks again: the
+    # round's window starts at that second look, not over the busy one.
+    stat, clock = LiveStat([0, 1]), FakeClock()
+    gate = _gate_over(stat, clock, [(1, 4), (0, 5)])
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
+    reading = gate.check()
+    assert reading.passed and reading.attempts == 2
+    meter.mark(*gate.last_look_start)
+    reading = _metered_round(meter, stat, clock, 0, 2)
+    assert (reading["quiet"], reading["ticks"]) == (True, 7)
+
+
+def test_the_longest_window_in_which_one_busy_tick_fails() -> None:
+    assert longest_window_one_busy_tick_fails(0.93) == 14  # 13/14 < 0.93 <= 14/15
+    assert longest_window_one_busy_tick_fails(0.9) == 9  # 9/10 is not below 0.9
+    assert longest_window_one_busy_tick_fails(0.75) == 3
+    assert longest_window_one_busy_tick_fails(1.0) is None
+
+
+@pytest.mark.parametrize(("gap", "quiet", "ticks"), [(11, False, 14), (12, None, 3)])
+def test_a_window_reaches_back_only_as_far_as_one_busy_tick_still_fails(gap, quiet, ticks):
+    # A round, a gap with no snapshot, then a 3-tick round with a busy tick on core 1:
+    # the shortest window reaching back starts at the first round's end. At 14 ticks
+    # the busy one fails it; at 15 it would pass 0.93, so the round is left unjudged.
+    meter, stat, clock = _live_meter()
+    _metered_round(meter, stat, clock, 0, 3)
+    stat.spend(1, idle=gap)
+    stat.spend(0, idle=gap)
+    clock.now += gap / 100
+    second = _metered_round(meter, stat, clock, 1, 2)
+    assert (second["quiet"], second["ticks"]) == (quiet, ticks)
+
+
+def test_the_reach_back_limit_is_the_judged_core_with_the_most_ticks() -> None:
+    # Reaching back to the first round's end: core 2 then holds 5 ticks, enough to
+    # judge, but core 1 holds 15, where its busy tick would pass 0.93: not judged.
+    stat, clock = LiveStat([0, 1, 2]), FakeClock()
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1, 2], clock=clock.clock,
+                              read=stat.read)
+    meter.start()
+    stat.spend(0, busy=3)
+    stat.spend(1, idle=3)
+    stat.spend(2, idle=3)
+    meter.stop()
+    stat.spend(1, idle=12)
+    stat.spend(2, idle=2)
+    meter.start()
+    stat.spend(0, busy=3)
+    stat.spend(1, busy=1, idle=2)
+    stat.spend(2, idle=3)
+    assert meter.stop()["quiet"] is None
+
+
+def test_a_mark_stamped_after_the_round_s_start_is_not_reached_back_to() -> None:
+    # Not in the worker (one clock, in order), but a window must hold the whole round:
+    # a handed snapshot stamped later than the round's start is dropped, not used.
+    meter, stat, clock = _live_meter()
+    before_load = parse_proc_stat(stat.read())
+    stat.spend(1, busy=3)
+    meter.mark(0.3, before_load)
+    reading = _metered_round(meter, stat, clock, 0, 2)
+    assert (reading["quiet"], reading["ticks"], reading["elapsed_s"]) == (None, 2, 0.02)
+
+
+def test_a_long_round_is_judged_alone_whatever_its_length() -> None:
+    # The reach-back limit is for windows reaching back: a round of 30 ticks with one
+    # busy one is judged alone, as always (29/30 passes 0.93).
+    meter, stat, clock = _live_meter()
+    reading = _metered_round(meter, stat, clock, 1, 29)
+    assert (reading["quiet"], reading["ticks"], reading["lookback_s"]) == (True, 30, 0.0)
+
+
+def test_a_window_holds_enough_ticks_on_every_judged_core() -> None:
+    # Core 1 has 5 ticks (one busy), core 2 only 3: the fewest decide, so the round
+    # (with nothing before it) is not judged.
+    stat, clock = LiveStat([0, 1, 2]), FakeClock()
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1, 2], clock=clock.clock,
+                              read=stat.read)
+    meter.start()
+    stat.spend(0, busy=5)
+    stat.spend(1, busy=1, idle=4)
+    stat.spend(2, idle=3)
+    reading = meter.stop()
+    assert (reading["quiet"], reading["ticks"]) == (None, 3)
+
+
+def test_the_own_core_s_steal_is_a_share_of_its_running_time() -> None:
+    # The window reaches back over a gate look the worker slept through (its core
+    # idle); 1 of the round's 3 ticks was stolen: a third, not an eighth.
+    stat, clock = LiveStat([0, 1]), FakeClock()
+    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
+    meter.mark(0.0, parse_proc_stat(stat.read()))
+    stat.spend(0, idle=5)
+    stat.spend(1, idle=5)
+    clock.now += 0.05
+    meter.start()
+    stat.spend(0, busy=2, steal=1)
+    stat.spend(1, idle=3)
+    clock.now += 0.03
+    reading = meter.stop()
+    assert (reading["quiet"], reading["ticks"]) == (True, 8)
+    assert reading["own_steal"] == 0.3333
+
+
+def test_with_no_other_core_the_own_core_s_steal_is_the_round_s() -> None:
+    # Nothing to judge, so no window reaches back: the steal of earlier rounds does
+    # not colour a round that had none.
+    stat, clock = LiveStat([0]), FakeClock()
+    meter = InterferenceMeter(exclude_core=0, cores=[0], clock=clock.clock, read=stat.read)
+    for _ in range(3):
+        meter.start()
+        stat.spend(0, busy=5, steal=5)
+        meter.stop()
+    meter.start()
+    stat.spend(0, busy=10)
+    reading = meter.stop()
+    assert (reading["quiet"], reading["lookback_s"], reading["own_steal"]) == (None, None, 0.0)
 
 
 def test_a_mark_older_than_the_latest_is_ignored() -> None:
@@ -528,14 +667,19 @@ def test_a_mark_older_than_the_latest_is_ignored() -> None:
 
 
 def test_a_window_reaches_back_over_a_bounded_number_of_snapshots() -> None:
-    # A busy stretch, then rounds that see no tick on the other core: the window can
-    # no longer reach the busy stretch once it is more than MAX_METER_MARKS back.
+    # A busy round, then rounds that see no tick on the other core, each after a
+    # handed look snapshot: the window can reach the busy round's start only while
+    # that is among the last MAX_METER_MARKS snapshots.
     meter, stat, clock = _live_meter()
     assert _metered_round(meter, stat, clock, 5, 0)["quiet"] is False
-    seen = [_metered_round(meter, stat, clock, 0, 0)["quiet"]
-            for _ in range(MAX_METER_MARKS // 2 + 1)]
-    # Each round leaves two snapshots (start, end); the busy round's end is the 1st.
-    assert seen == [False] * (MAX_METER_MARKS // 2 - 1) + [None, None]
+    seen = []
+    for _ in range(MAX_METER_MARKS // 3 + 1):
+        meter.mark(clock.now, parse_proc_stat(stat.read()))
+        seen.append(_metered_round(meter, stat, clock, 0, 0)["quiet"])
+    # Kept: the busy round's start and end, then a look, a start and an end a round:
+    # round k's start makes 3k + 1, so the busy start is gone once 3k + 1 > the cap.
+    reachable = (MAX_METER_MARKS - 1) // 3
+    assert seen == [False] * reachable + [None] * (len(seen) - reachable)
 
 
 def test_interference_stop_without_start_is_an_error() -> None:
@@ -753,13 +897,17 @@ def _rounds_with_fakes(monkeypatch, policy: str, slices: int, meters: list,
     verdicts = iter(passes or [True] * len(meters))
 
     class FakeGate:
+        last_look_start = None
+
         def __init__(self, **kwargs) -> None:
             assert kwargs["threshold"] == threshold
-
-        last_look_start = None
+            self.policy = kwargs["policy"]
 
         def check(self, exclude_core=None) -> GateReading:
             looks.append(len(events))
+            if self.policy == "off":  # as IdleGate: no look, nothing to hand on
+                return GateReading(passed=True, idle={}, steal={}, waited_s=0.0, attempts=0,
+                                   threshold=threshold)
             self.last_look_start = (float(len(looks)), {})
             return GateReading(passed=next(verdicts), idle={"cpu0": 1.0}, steal={"cpu0": 0.0},
                                waited_s=0.05, attempts=1, threshold=threshold)
@@ -856,9 +1004,11 @@ def test_the_worker_takes_fewer_slices_when_its_shortest_block_is_short(monkeypa
 
 @pytest.mark.parametrize("policy", ["off", "strict"])
 def test_only_wait_carries_a_reading_over(monkeypatch, policy):
-    looks, _, _, gates = _rounds_with_fakes(monkeypatch, policy, 2, [_meter(True)] * 3)
+    looks, calls, _, gates = _rounds_with_fakes(monkeypatch, policy, 2, [_meter(True)] * 3)
     assert len(looks) == 3
     assert not any(g["carried"] for g in gates)
+    # Every look is handed to the meter; `off` takes none.
+    assert calls.count("m") == (3 if policy == "strict" else 0)
 
 
 @pytest.mark.parametrize("own_steal", [None, 0.0701, 0.08])
