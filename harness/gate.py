@@ -29,9 +29,10 @@ Definitions (decided here, once):
   core while it asks (e.g. a parent checking while the worker warms up): that
   core would only show our own work. During a round the worker's core is busy
   with the benchmark, so `InterferenceMeter(exclude_core=pinned)` leaves it
-  out of the idle judgement and records only its steal (time the hypervisor
-  took from the benchmark). A round is quiet when the gate passed before it
-  *and* the meter found the other cores quiet during it.
+  out of the idle judgement and records only its steal (the share of its
+  running time the hypervisor took). A round is quiet when the gate passed
+  before it *and* the meter found the other cores quiet during it (a round too
+  short to judge alone: over a window reaching back a few ticks before it).
 - **Tick granularity.** `/proc/stat` counts in USER_HZ ticks (10 ms on Linux),
   so a 50 ms window sees about 5 ticks per core: at a 0.93 threshold one busy
   tick fails the core. That is deliberate (a short window keeps rounds cheap;

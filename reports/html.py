@@ -228,7 +228,9 @@ def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
 def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
     caption = ("A column per round in run order: idle of the worst core before it and of the "
-               "other cores during it, steal below; red columns: unquiet rounds.")
+               "other cores during it (a round too short to judge alone: over a window "
+               "reaching back a few ticks before it), steal below; red columns: unquiet "
+               "rounds.")
     rounds = [plots.GateRound(r["case"], r["idle_before"], r["idle_during"], r["steal"],
                               r["quiet"]) for r in gate_rounds(doc)]
     if not rounds:

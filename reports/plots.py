@@ -326,7 +326,7 @@ class GateRound:
 
     case: str
     idle_before: float | None  # the gate's look before the round
-    idle_during: float | None  # the other cores while the round ran
+    idle_during: float | None  # the other cores while the round ran (and just before, if short)
     steal: float | None
     quiet: bool
 

@@ -68,7 +68,8 @@ def gate_summary(doc: Results) -> dict[str, Any]:
 
 def gate_rounds(doc: Results) -> list[dict[str, Any]]:
     """Every round's gate readings in run order (cases as the config listed them):
-    the worst core's idle before the round and during it, the most steal seen, and
+    the worst core's idle before the round and during it (a round too short to judge
+    alone: over the window its meter reached back to), the most steal seen, and
     whether the round was quiet. A reading that was not taken is None."""
     cases = doc.cases
     listed = [n for n in doc.config.case_names or [] if n in cases]
