@@ -26,7 +26,11 @@ from epbench.harness.load import BackgroundLoad
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.workflows import validate as val
-from epbench.workflows.compare_commits import COMMITS_PROCESSES, COMMITS_ROUNDS
+from epbench.workflows.compare_commits import (
+    COMMITS_GATE_MAX_WAIT_S,
+    COMMITS_PROCESSES,
+    COMMITS_ROUNDS,
+)
 from tests.support.synthetic import NoiseModel, results_doc
 
 CASES = ("relu_d1_w8", "relu_d10_w8", "matmul_64x64")
@@ -217,9 +221,10 @@ def test_runs_use_compare_commits_defaults():
     fake.validate(plan(max_repeats=1, position_test=False))
     pilot, *measured = fake.configs
     assert (pilot.processes, pilot.rounds) == (1, val.PILOT_ROUNDS)
-    assert {(c.processes, c.sessions, c.rounds, c.block_target_ms) for c in measured} == {
+    assert {(c.processes, c.sessions, c.rounds, c.block_target_ms, c.gate_max_wait_s)
+            for c in measured} == {
         (COMMITS_PROCESSES, run_defaults()["sessions"], COMMITS_ROUNDS,
-         run_defaults()["block_target_ms"])}
+         run_defaults()["block_target_ms"], COMMITS_GATE_MAX_WAIT_S)}
     assert all(c.aa_twin is not None for c in measured)
 
 

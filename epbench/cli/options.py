@@ -191,17 +191,20 @@ def gate_option(f: F) -> F:
     )(f)
 
 
-def gate_max_wait_option(f: F) -> F:
-    return click.option(
-        "--gate-max-wait",
-        type=click.FloatRange(min=0),
-        default=run_defaults()["gate_max_wait_s"],
-        show_default=True,
-        help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
-             f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; after "
-             f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row with no passing look, "
-             "none until the process after a look passes; 0: look, never wait).",
-    )(f)
+def gate_max_wait_option(default: float) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option(
+            "--gate-max-wait",
+            type=click.FloatRange(min=0),
+            default=default,
+            show_default=True,
+            help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
+                 f"({GATE_BUDGET_S_PER_CASE:g} s a case at most; after "
+                 f"{FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row with no passing look, "
+                 "none until the process after a look passes; 0: look, never wait).",
+        )(f)
+
+    return deco
 
 
 def quiet_option(f: F) -> F:

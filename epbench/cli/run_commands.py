@@ -52,6 +52,7 @@ from epbench.reports.run_report import render_run_report, write_run_report
 from epbench.reports.summary import summarize
 from epbench.workflows.compare_commits import (
     BASE_ARM,
+    COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
     DEFAULT_TARGET_S_PER_CASE,
@@ -119,7 +120,7 @@ _RUN = run_defaults()
 @click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
-@gate_max_wait_option
+@gate_max_wait_option(_RUN["gate_max_wait_s"])
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
@@ -318,7 +319,7 @@ def summary(results: str, fmt: str) -> None:
               help="With --history: the series of this machine class (`history add "
                    "--machine-class`) [default: this host's own series].")
 @gate_option
-@gate_max_wait_option
+@gate_max_wait_option(COMMITS_GATE_MAX_WAIT_S)
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.json, compare.json, report.md and report.html.")
 @overwrite_option

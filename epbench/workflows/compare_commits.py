@@ -66,6 +66,14 @@ REPORT_RESERVE_S = 5.0
 # what two processes differ by (see docs/validation for what they buy).
 COMMITS_PROCESSES = 6
 COMMITS_ROUNDS = 48
+# The idle gate looks before every round it has no reading for, but does not wait for
+# quiet: a round it fails runs at once, marked unquiet (`--gate-max-wait`; `run` waits up
+# to harness.gate.DEFAULT_MAX_WAIT_S), and a 🔴 still needs its quiet rounds. Under a bursty
+# load on VM F (2026-12-04, 5 interleaved repeats, docs/validation/gate_waits.txt) waiting
+# flagged 28 of 30 slowdowns of about 2 % and not waiting 30 of 30, A/A 0 of 30 each, in
+# 112-175 s against 77-140 s a run: the waits bought no steadier rounds, only less time
+# for the re-runs.
+COMMITS_GATE_MAX_WAIT_S = 0.0
 # Rounds a re-run adds to each ambiguous case, as a multiple of the first pass.
 RERUN_ROUNDS_FACTOR = 1
 # n ambiguous cases fit in a re-run pass when what is left of the budget is at least

@@ -54,7 +54,11 @@ from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import stats
 from epbench.reports.render import environment, to_json
-from epbench.workflows.compare_commits import COMMITS_PROCESSES, COMMITS_ROUNDS
+from epbench.workflows.compare_commits import (
+    COMMITS_GATE_MAX_WAIT_S,
+    COMMITS_PROCESSES,
+    COMMITS_ROUNDS,
+)
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
@@ -114,6 +118,7 @@ class Plan:
     seed: int = 0
     position_test: bool = True
     gate_policy: str = _RUN["gate_policy"]
+    gate_max_wait_s: float = COMMITS_GATE_MAX_WAIT_S
     loads: tuple[str, ...] = ("none",)
     grids: tuple[str, ...] = field(default_factory=tuple)
 
@@ -267,7 +272,7 @@ def validate(
     pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
                for c in specs}
     measured = replace(base_config, rounds=plan.rounds, processes=plan.processes,
-                       sessions=plan.sessions)
+                       sessions=plan.sessions, gate_max_wait_s=plan.gate_max_wait_s)
     pilot_s = clock() - start
     runs = 1
 
@@ -390,6 +395,7 @@ def validate(
             "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),
             "repeats": per_load, "max_repeats": plan.max_repeats,
             "position_test": fixed_doc is not None, "gate_policy": plan.gate_policy,
+            "gate_max_wait_s": plan.gate_max_wait_s,
             "levels": list(LEVELS), "per_node_level": PER_NODE_LEVEL, "api_calls": API_CALLS,
             "arms": {name: [a.spec for a in arms] for name, arms in same_arms.items()},
             "pr_arms": {name: [a.spec for a in arms] for name, arms in pr_arms.items()},
