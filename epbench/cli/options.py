@@ -186,8 +186,9 @@ def gate_option(f: F) -> F:
         type=click.Choice(list(POLICIES)),
         default=run_defaults()["gate_policy"],
         show_default=True,
-        help="Idle gate before each round: wait for quiet cores (then run the round marked "
-             "unquiet), stop the case with exit 3 (strict), or skip it (off).",
+        help="Idle gate before each round: wait for quiet cores for up to --gate-max-wait "
+             "seconds (then run the round marked unquiet), stop the case with exit 3 "
+             "(strict), or skip it (off).",
     )(f)
 
 
