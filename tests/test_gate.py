@@ -460,10 +460,21 @@ def _metered_round(meter: InterferenceMeter, stat: LiveStat, clock: FakeClock,
     return meter.stop()
 
 
-def _live_meter() -> tuple[InterferenceMeter, LiveStat, FakeClock]:
-    stat, clock = LiveStat([0, 1]), FakeClock()
-    return (InterferenceMeter(exclude_core=0, cores=[0, 1], threshold=0.93,
+def _live_meter(cores: tuple[int, ...] = (0, 1)
+                ) -> tuple[InterferenceMeter, LiveStat, FakeClock]:
+    """A meter for a worker on core 0, over a LiveStat of `cores` and a fake clock."""
+    stat, clock = LiveStat(list(cores)), FakeClock()
+    return (InterferenceMeter(exclude_core=0, cores=list(cores), threshold=0.93,
                               clock=clock.clock, read=stat.read), stat, clock)
+
+
+def _round_over(meter: InterferenceMeter, stat: LiveStat,
+                ticks: dict[int, tuple[int, int]]) -> dict:
+    """One round in which each core spends (busy, idle) ticks."""
+    meter.start()
+    for core, (busy, idle) in ticks.items():
+        stat.spend(core, busy=busy, idle=idle)
+    return meter.stop()
 
 
 def test_a_round_too_short_alone_is_judged_over_the_rounds_before_it() -> None:
@@ -522,9 +533,8 @@ def _gate_over(stat: LiveStat, clock: FakeClock, looks: list[tuple[int, int]]) -
 
 
 def test_the_gate_s_look_marked_before_a_round_is_reached_back_to() -> None:
-    stat, clock = LiveStat([0, 1]), FakeClock()
+    meter, stat, clock = _live_meter()
     gate = _gate_over(stat, clock, [(0, 5)])
-    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
     assert gate.last_look_start is None
     stat.spend(1, busy=1)  # before the look: not in its window
     assert gate.check().passed
@@ -539,9 +549,8 @@ def test_the_gate_s_look_marked_before_a_round_is_reached_back_to() -> None:
 def test_the_window_starts_at_the_last_look_of_a_check_that_waited() -> None:
     # The first look sees a busy tick, the gate pauses 50 ms and looks again: the
     # round's window starts at that second look, not over the busy one.
-    stat, clock = LiveStat([0, 1]), FakeClock()
+    meter, stat, clock = _live_meter()
     gate = _gate_over(stat, clock, [(1, 4), (0, 5)])
-    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
     reading = gate.check()
     assert reading.passed and reading.attempts == 2
     meter.mark(*gate.last_look_start)
@@ -573,21 +582,11 @@ def test_a_window_reaches_back_only_as_far_as_one_busy_tick_still_fails(gap, qui
 def test_the_reach_back_limit_is_the_judged_core_with_the_most_ticks() -> None:
     # Reaching back to the first round's end: core 2 then holds 5 ticks, enough to
     # judge, but core 1 holds 15, where its busy tick would pass 0.93: not judged.
-    stat, clock = LiveStat([0, 1, 2]), FakeClock()
-    meter = InterferenceMeter(exclude_core=0, cores=[0, 1, 2], clock=clock.clock,
-                              read=stat.read)
-    meter.start()
-    stat.spend(0, busy=3)
-    stat.spend(1, idle=3)
-    stat.spend(2, idle=3)
-    meter.stop()
+    meter, stat, _ = _live_meter((0, 1, 2))
+    _round_over(meter, stat, {0: (3, 0), 1: (0, 3), 2: (0, 3)})
     stat.spend(1, idle=12)
     stat.spend(2, idle=2)
-    meter.start()
-    stat.spend(0, busy=3)
-    stat.spend(1, busy=1, idle=2)
-    stat.spend(2, idle=3)
-    assert meter.stop()["quiet"] is None
+    assert _round_over(meter, stat, {0: (3, 0), 1: (1, 2), 2: (0, 3)})["quiet"] is None
 
 
 def test_a_mark_stamped_after_the_round_s_start_is_not_reached_back_to() -> None:
@@ -612,22 +611,15 @@ def test_a_long_round_is_judged_alone_whatever_its_length() -> None:
 def test_a_window_holds_enough_ticks_on_every_judged_core() -> None:
     # Core 1 has 5 ticks (one busy), core 2 only 3: the fewest decide, so the round
     # (with nothing before it) is not judged.
-    stat, clock = LiveStat([0, 1, 2]), FakeClock()
-    meter = InterferenceMeter(exclude_core=0, cores=[0, 1, 2], clock=clock.clock,
-                              read=stat.read)
-    meter.start()
-    stat.spend(0, busy=5)
-    stat.spend(1, busy=1, idle=4)
-    stat.spend(2, idle=3)
-    reading = meter.stop()
+    meter, stat, _ = _live_meter((0, 1, 2))
+    reading = _round_over(meter, stat, {0: (5, 0), 1: (1, 4), 2: (0, 3)})
     assert (reading["quiet"], reading["ticks"]) == (None, 3)
 
 
 def test_the_own_core_s_steal_is_a_share_of_its_running_time() -> None:
     # The window reaches back over a gate look the worker slept through (its core
     # idle); 1 of the round's 3 ticks was stolen: a third, not an eighth.
-    stat, clock = LiveStat([0, 1]), FakeClock()
-    meter = InterferenceMeter(exclude_core=0, cores=[0, 1], clock=clock.clock, read=stat.read)
+    meter, stat, clock = _live_meter()
     meter.mark(0.0, parse_proc_stat(stat.read()))
     stat.spend(0, idle=5)
     stat.spend(1, idle=5)
@@ -644,15 +636,12 @@ def test_the_own_core_s_steal_is_a_share_of_its_running_time() -> None:
 def test_with_no_other_core_the_own_core_s_steal_is_the_round_s() -> None:
     # Nothing to judge, so no window reaches back: the steal of earlier rounds does
     # not colour a round that had none.
-    stat, clock = LiveStat([0]), FakeClock()
-    meter = InterferenceMeter(exclude_core=0, cores=[0], clock=clock.clock, read=stat.read)
+    meter, stat, _ = _live_meter((0,))
     for _ in range(3):
         meter.start()
         stat.spend(0, busy=5, steal=5)
         meter.stop()
-    meter.start()
-    stat.spend(0, busy=10)
-    reading = meter.stop()
+    reading = _round_over(meter, stat, {0: (10, 0)})
     assert (reading["quiet"], reading["lookback_s"], reading["own_steal"]) == (None, None, 0.0)
 
 
