@@ -432,6 +432,20 @@ def test_outputs_written_and_rendered(tmp_path):
     assert "more, all in validation.json" not in md
 
 
+def test_report_says_how_long_the_gate_waited():
+    # The report quotes the plan's wait, so a validation at compare-commits' default (looks
+    # only) is not read as one that waited for quiet; an older plan without it names the policy.
+    result = FakeRunner().validate(small(max_repeats=1, loads=("none",)))
+    assert result["plan"]["gate_max_wait_s"] == COMMITS_GATE_MAX_WAIT_S == 0.0
+    assert "idle gate `wait` (looking before each round, never waiting)." in \
+        val.render_markdown(result)
+    waited = {**result, "plan": {**result["plan"], "gate_max_wait_s": 1.5}}
+    assert "idle gate `wait` (waiting up to 1.5 s for quiet cores)." in val.render_markdown(waited)
+    older = {**result, "plan": {k: v for k, v in result["plan"].items()
+                                if k != "gate_max_wait_s"}}
+    assert "idle gate `wait`.\n" in val.render_markdown(older)
+
+
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
     fake = FakeRunner()
 
