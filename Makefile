@@ -68,9 +68,9 @@ benchmarks: setup
 # injected slowdown, position bias and counter exactness on this machine, on both paths
 # (same-process, separate runs) and under each background load validate makes itself.
 # 21 repeats per load give 126 A/A comparisons per path and load on the quick grid:
-# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat is estimated
-# at 10-15 minutes on this project's 2-core VMs (717 s unloaded; loaded ones not yet timed),
-# so the whole target takes 10-16 hours (the budget leaves room: a load stops at
+# enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 4-6
+# minutes on VM F (none 247 s, bursty 291 s, sustained 350 s on average) and 12 on VM D,
+# so the whole target takes 5-13 hours (the budget leaves room: a load stops at
 # VALIDATION_REPEATS). A shorter one, elsewhere:
 #   make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800 VALIDATION_OUT=build/v
 VALIDATION_LOADS ?= none,bursty,sustained
