@@ -228,6 +228,14 @@ def test_runs_use_compare_commits_defaults():
     assert all(c.aa_twin is not None for c in measured)
 
 
+def test_every_run_waits_as_the_plan_says():
+    # The pilot and the position test too, since the report names one gate for the whole run.
+    fake = FakeRunner()
+    fake.validate(plan(max_repeats=1, position_test=True, gate_max_wait_s=0.25))
+    assert any(c.fixed_order for c in fake.configs)
+    assert {c.gate_max_wait_s for c in fake.configs} == {0.25}
+
+
 def test_delays_are_the_levels_of_the_pilot_time():
     fake = FakeRunner()
     result = fake.validate(small(max_repeats=1, position_test=False))
@@ -437,7 +445,7 @@ def test_report_says_how_long_the_gate_waited():
     # only) is not read as one that waited for quiet; an older plan without it names the policy.
     result = FakeRunner().validate(small(max_repeats=1, loads=("none",)))
     assert result["plan"]["gate_max_wait_s"] == COMMITS_GATE_MAX_WAIT_S == 0.0
-    assert "idle gate `wait` (looking before each round, never waiting)." in \
+    assert "idle gate `wait` (never waiting for quiet cores)." in \
         val.render_markdown(result)
     waited = {**result, "plan": {**result["plan"], "gate_max_wait_s": 1.5}}
     assert "idle gate `wait` (waiting up to 1.5 s for quiet cores)." in val.render_markdown(waited)

@@ -254,7 +254,8 @@ def validate(
     base_config = RunConfig(
         cases=plan.cases, arms=(parse_arm(f"engine:name={BASE_ARM}"),), rounds=PILOT_ROUNDS,
         processes=1, sessions=1, block_target_ms=plan.block_target_ms, seed=plan.seed,
-        gate_policy=plan.gate_policy, out_dir=None, grids=plan.grids,
+        gate_policy=plan.gate_policy, gate_max_wait_s=plan.gate_max_wait_s, out_dir=None,
+        grids=plan.grids,
     )
     on_status(f"pilot: measuring the engine's time per Run on {len(plan.cases)} case(s)")
     pilot = run(base_config)
@@ -272,7 +273,7 @@ def validate(
     pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
                for c in specs}
     measured = replace(base_config, rounds=plan.rounds, processes=plan.processes,
-                       sessions=plan.sessions, gate_max_wait_s=plan.gate_max_wait_s)
+                       sessions=plan.sessions)
     pilot_s = clock() - start
     runs = 1
 
