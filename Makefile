@@ -69,7 +69,8 @@ benchmarks: setup
 # (same-process, separate runs) and under each background load validate makes itself.
 # 21 repeats per load give 126 A/A comparisons per path and load on the quick grid:
 # enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 4-6
-# minutes on VM F (none 247 s, bursty 291 s, sustained 350 s on average) and 12 on VM D,
+# minutes on VM F (none 247 s, bursty 291 s, sustained 350 s on average) and 12 on VM D
+# (before the workers stopped importing onnx),
 # so the whole target takes 5-13 hours (the budget leaves room: a load stops at
 # VALIDATION_REPEATS). A shorter one, elsewhere:
 #   make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800 VALIDATION_OUT=build/v
