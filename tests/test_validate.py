@@ -452,6 +452,8 @@ def test_report_says_how_long_the_gate_waited():
     older = {**result, "plan": {k: v for k, v in result["plan"].items()
                                 if k != "gate_max_wait_s"}}
     assert "idle gate `wait`.\n" in val.render_markdown(older)
+    off = {**result, "plan": {**result["plan"], "gate_policy": "off"}}
+    assert "idle gate `off`.\n" in val.render_markdown(off)  # no wait without a gate
 
 
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
