@@ -225,6 +225,65 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
     return warnings
 
 
+def rerun_ambiguous(
+    doc: dict[str, Any], config: RunConfig, judge: Callable[[], dict[str, Any]], *,
+    budget_s: float | None, started_at: float, seconds_per_case: float,
+    runner: Callable[[RunConfig], dict[str, Any]] | None = None,
+    clock: Callable[[], float] | None = None,
+    on_status: Callable[[str], None] = lambda _: None,
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Re-run ``doc``'s ambiguous cases (`rerun_order`) within budget, merging their rounds
+    into ``doc``; return the last comparison, with the left-over warnings, and the rounds
+    added per case.
+
+    ``config`` is the first pass's (arms included); ``judge`` compares ``doc`` as it stands.
+    With no ``budget_s``, re-runs end by `rerun_deadline` counted from ``started_at``
+    (``clock``'s time when the command began). ``runner`` and ``clock`` are
+    harness.runner.run and ``time.monotonic`` (looked up at the call) unless a caller
+    measuring the command (`epbench validate`) passes its own.
+    """
+    runner = runner or run
+    clock = clock or time.monotonic
+    comparison = judge()
+    reruns: dict[str, int] = {}
+    budget_start = clock()
+    defaulted = budget_s is None
+    if budget_s is None:
+        # Spending at most this from now on ends the re-runs by the deadline.
+        budget_s = rerun_deadline(started_at, len(doc["cases"])) - budget_start
+    attempt = 0
+    attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
+    # A re-run goes on from the gate's count of the run before it: a load that the first
+    # pass found sustained is not waited out again by every re-run's first processes.
+    futile_rounds = futile_rounds_at_end(doc)
+    while not doc["interrupted"]:
+        left = budget_s - (clock() - budget_start)
+        pending = rerun_order(comparison, attempts)[:cases_that_fit(left, seconds_per_case)]
+        if not pending:
+            break
+        attempts.update(pending)
+        attempt += 1
+        on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
+                  f"idle gate): {', '.join(pending)}")
+        # More rounds only: the first pass's instruction counts are exact already, and
+        # counting again cost more than the rounds themselves (a valgrind start per pass).
+        extra = runner(replace(
+            config, out_dir=None, instructions=None, cases=tuple(
+                c for c in config.cases if c.name in pending),
+            rounds=config.rounds * RERUN_ROUNDS_FACTOR, seed=config.seed + attempt,
+            futile_rounds_before=futile_rounds,
+        ))
+        futile_rounds = futile_rounds_at_end(extra, futile_rounds)
+        for name, count in merge_rounds(doc, extra).items():
+            reruns[name] = reruns.get(name, 0) + count
+        doc["interrupted"] = bool(extra["interrupted"])
+        comparison = judge()
+    # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
+    comparison["warnings"].extend(left_over_warnings(
+        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))
+    return comparison, reruns
+
+
 def compare_commits(
     *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
     config: RunConfig, settings: Any, profile_path: str | None, budget_s: float | None,
@@ -272,7 +331,6 @@ def compare_commits(
     # What one case cost in the first pass: re-runs are planned so they fit the budget.
     first_pass_s = time.monotonic() - started
     seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
-    defaulted = budget_s is None
     # The host is the first pass's (re-runs only add rounds): read once, through the model.
     host_key = Results.from_dict(doc, source="the run").host.key
     profile = cmp.load_profile_for(host_key, profile_path)
@@ -292,42 +350,9 @@ def compare_commits(
         }
         return comparison
 
-    comparison = judge()
-    reruns: dict[str, int] = {}
-    budget_start = time.monotonic()
-    if defaulted:
-        # Spending at most this from now on ends the re-runs by the deadline.
-        budget_s = rerun_deadline(started_at, len(doc["cases"])) - budget_start
-    attempt = 0
-    attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
-    # A re-run goes on from the gate's count of the run before it: a load that the first
-    # pass found sustained is not waited out again by every re-run's first processes.
-    futile_rounds = futile_rounds_at_end(doc)
-    while not doc["interrupted"]:
-        left = budget_s - (time.monotonic() - budget_start)
-        pending = rerun_order(comparison, attempts)[:cases_that_fit(left, seconds_per_case)]
-        if not pending:
-            break
-        attempts.update(pending)
-        attempt += 1
-        on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
-                  f"idle gate): {', '.join(pending)}")
-        # More rounds only: the first pass's instruction counts are exact already, and
-        # counting again cost more than the rounds themselves (a valgrind start per pass).
-        extra = run(replace(
-            config, arms=arms, out_dir=None, instructions=None, cases=tuple(
-                c for c in config.cases if c.name in pending),
-            rounds=config.rounds * RERUN_ROUNDS_FACTOR, seed=config.seed + attempt,
-            futile_rounds_before=futile_rounds,
-        ))
-        futile_rounds = futile_rounds_at_end(extra, futile_rounds)
-        for name, count in merge_rounds(doc, extra).items():
-            reruns[name] = reruns.get(name, 0) + count
-        doc["interrupted"] = bool(extra["interrupted"])
-        comparison = judge()
-    # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-    comparison["warnings"].extend(left_over_warnings(
-        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))
+    comparison, reruns = rerun_ambiguous(
+        doc, replace(config, arms=arms), judge, budget_s=budget_s,
+        started_at=started_at, seconds_per_case=seconds_per_case, on_status=on_status)
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)
