@@ -59,6 +59,7 @@ class FakeRunner:
     loads_seen: list[str | None] = field(default_factory=list)  # the load active in each run
     active_load: str | None = None
     plain_runs: dict[str, int] = field(default_factory=dict)
+    load_starts: list[str] = field(default_factory=list)
 
     def clock(self) -> float:
         return self.now
@@ -69,6 +70,7 @@ class FakeRunner:
         yields a load that runs nothing (validate reads its `died`)."""
         assert self.active_load is None, "a load started while another ran"
         self.active_load = kind
+        self.load_starts.append(kind)
         try:
             yield BackgroundLoad("none")
         finally:
@@ -140,8 +142,13 @@ def _no_host_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
+# The paths whose runs are per case; the compare-commits path has tests of its own below.
+PER_CASE_PATHS = (val.SAME_PROCESS, val.SEPARATE_RUNS)
+
+
 def plan(**kw: Any) -> val.Plan:
-    return val.Plan(cases=tuple(case_by_name(n) for n in CASES), **{"budget_s": 600.0, **kw})
+    return val.Plan(cases=tuple(case_by_name(n) for n in CASES),
+                    **{"budget_s": 600.0, "paths": PER_CASE_PATHS, **kw})
 
 
 def result_for(result: dict[str, Any], path: str, load: str = "none",
@@ -164,7 +171,7 @@ def test_known_effects_give_known_rates_and_mde_on_both_paths():
     assert not any("repeats, as one more" in note for note in result["notes"])
     assert [(r["path"], r["load"], r["profile"]) for r in result["results"]] == [
         ("same-process", "none", "without"), ("separate-runs", "none", "without")]
-    for path in val.PATHS:
+    for path in PER_CASE_PATHS:
         r = result_for(result, path)
         assert r["repeats"] == 3
         assert r["false_positive_rate"]["hits"] == 0
@@ -261,7 +268,7 @@ def test_false_positives_are_counted_per_path():
     # relu_d10_w8 slower only on the separate-runs path: each path sees its own.
     fake = FakeRunner(twin_bias={"relu_d1_w8": 0.06}, again_bias={"relu_d10_w8": 0.06})
     result = fake.validate(small(max_repeats=2))
-    same, separate = (result_for(result, p) for p in val.PATHS)
+    same, separate = (result_for(result, p) for p in PER_CASE_PATHS)
     assert same["cases"]["relu_d1_w8"]["false_positives"]["hits"] == 2
     assert same["cases"]["relu_d10_w8"]["false_positives"]["hits"] == 0
     assert separate["cases"]["relu_d1_w8"]["false_positives"]["hits"] == 0
@@ -297,7 +304,7 @@ def test_budget_is_shared_between_loads():
         f"sustained load: 2 of {max_repeats} repeats, as one more would not fit its share "
         f"of the budget ({sustained_share:.0f} s); raise --budget for more"]
     assert [(r["path"], r["load"]) for r in result["results"]] == [
-        (p, k) for p in val.PATHS for k in ("none", "sustained")]
+        (p, k) for p in PER_CASE_PATHS for k in ("none", "sustained")]
 
 
 def test_a_small_budget_still_measures_every_load_once_and_says_so():
@@ -353,8 +360,8 @@ def test_profile_results_with_and_without(tmp_path, monkeypatch):
     result = fake.validate(small(max_repeats=2, position_test=False))
     assert result["profile"]["judged"] == ["without", "with"]
     assert [(r["path"], r["profile"]) for r in result["results"]] == [
-        (p, label) for p in val.PATHS for label in ("without", "with")]
-    for path in val.PATHS:
+        (p, label) for p in PER_CASE_PATHS for label in ("without", "with")]
+    for path in PER_CASE_PATHS:
         assert result_for(result, path)["mde"]["relu_d1_w8"] == 0.05
         assert result_for(result, path, profile="with")["mde"]["relu_d1_w8"] == 0.10
 
@@ -419,7 +426,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = val.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/2"
+    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/3"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -676,3 +683,83 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
     assert not any("own threshold on" in n for n in result["notes"])
     assert any(n.startswith("same-process, none load, without profile: the run's A/A twin "
                             "differs") for n in result["notes"])
+
+
+COMMANDS = ("aa", *(val.level_arm(v) for v in val.LEVELS))
+
+
+def test_compare_commits_path_runs_the_whole_command_under_its_load():
+    """One command per comparison, every case in its run, then compare-commits' own re-runs
+    to its deadline, all under the repeat's load. a2 (the A/A head) is 4 % slower in
+    relu_d1_w8, so its interval straddles t = 4 % (❔) and that case alone is re-run. (Its
+    delays are ignored: 120 ns, d3 of the median case's 4000 ns, is 4 % of its 3000 ns.)"""
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04}, ignore_delay=frozenset({"relu_d1_w8"}))
+    # The "none" load (validate's, not None: no load at all) lets the position test run.
+    result = fake.validate(small(max_repeats=1, paths=(val.COMMITS,), loads=("none",)))
+    first_passes = [c for c in fake.configs[1:] if len(c.cases) == len(CASES)]
+    assert [c.arms[1].key for c in first_passes] == ["a2", *COMMANDS[1:]]
+    assert all([a.key for a in c.arms][0] == "a" and c.aa_twin == "a" for c in first_passes)
+    delays = [int(dict(c.arms[1].options).get("inject_delay_ns_per_run", 0))
+              for c in first_passes]
+    # One delay per level for every case: the level of the median case's time (4000 ns).
+    assert delays == pytest.approx([0] + [v * 4000 for v in val.LEVELS], rel=0.01)
+    reruns = [c for c in fake.configs[1:] if len(c.cases) < len(CASES)]
+    assert {(c.cases, c.arms[1].key) for c in reruns} == {((case_by_name("relu_d1_w8"),), "a2")}
+    # The deadline: 30 s a case (3 cases) less 5 s from the first pass's start, at 10 s a
+    # run (the fake's clock) and 10/3 s a case: looks at 75, 65, ... 5 s left fit one case
+    # each, 8 re-runs, the 9th look (-5 s) none.
+    assert len(reruns) == 8
+    assert len({c.seed for c in fake.configs[1:]}) == len(fake.configs) - 1
+    # Every run of every command ran under the load, started once per command.
+    assert fake.loads_seen == [None] + ["none"] * (len(fake.configs) - 1)
+    assert fake.load_starts == ["none"] * len(COMMANDS)
+    r = result_for(result, val.COMMITS)
+    aa = r["cases"]["relu_d1_w8"]["false_positives"]
+    assert aa["verdicts"] == ["inconclusive"] and aa["changes"][0] == pytest.approx(0.04, abs=0.004)
+    assert r["commands"]["n"] == len(COMMANDS)
+    assert r["commands"]["max_s"] == 10.0 * (1 + 8)
+    assert r["commands"]["case_reruns"] == len(reruns)
+    assert r["commands"]["rerun_cases"] == 1
+    assert r["commands"]["case_runs"] == len(COMMANDS) * len(CASES)
+    # The merged document is what was judged: the re-runs' rounds are in it.
+    assert r["cases"]["relu_d10_w8"]["false_positives"]["verdicts"] == ["no_change"]
+    # Only the compare-commits path was asked for: no same-process runs, so no position test
+    # (whose counterbalanced side is the same-process runs).
+    assert [x["path"] for x in result["results"]] == [val.COMMITS]
+    assert not any(c.fixed_order for c in fake.configs)
+    assert result["counters"]["n"] == 0 and result["plan"]["paths"] == [val.COMMITS]
+    md = val.render_markdown(result)
+    assert "Not measured: the same-process path was not run." in md
+    assert "| Counters exact |" not in md
+    assert (f"{len(COMMANDS)} commands took 10 s each at the median,\n90 s at most") in md
+    assert "1 of\n18 cases were re-run (8 re-runs in all)" in md
+
+
+def test_compare_commits_path_compares_each_commands_base_and_head():
+    fake = FakeRunner(ignore_delay=frozenset({"relu_d1_w8", "matmul_64x64"}))
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS))
+    assert [x["path"] for x in result["results"]] == list(val.PATHS)
+    heads = result["plan"]["commit_heads"]
+    assert list(heads) == list(COMMANDS) and heads["aa"] == "engine:name=a2"
+    rep = val.Repeat("none", commits={
+        what: fake(next(c for c in fake.configs if c.arms[1:] and c.arms[1].key == head
+                        and len(c.cases) == len(CASES)))
+        for what, head in zip(COMMANDS, ["a2", *COMMANDS[1:]], strict=True)})
+    pairs = val.comparisons(rep, val.COMMITS)
+    assert [(w, b.arm, p.arm, b.doc is p.doc, b.doc.to_dict() == rep.commits[w])
+            for w, b, p in pairs] == [
+        (w, "a", "a2" if w == "aa" else w, True, True) for w in COMMANDS]
+    r = result_for(result, val.COMMITS)
+    assert r["false_positive_rate"]["hits"] == 0 and r["false_positive_rate"]["n"] == 2 * 3
+    # d5 is 200 ns, 5 % of relu_d10_w8's 4000 ns: a regression; d3's 3 % is within t = 4 %.
+    assert r["mde"] == {"relu_d1_w8": None, "relu_d10_w8": 0.05, "matmul_64x64": None}
+    assert "per_node" not in r["cases"]["relu_d10_w8"]
+
+
+def test_paths_are_checked_and_ordered():
+    assert val.parse_paths(" compare-commits,same-process ") == (val.SAME_PROCESS, val.COMMITS)
+    for bad in ("", "same", "same-process,nope"):
+        with pytest.raises(EpbenchError, match="--path takes a comma list"):
+            val.parse_paths(bad)
+    with pytest.raises(EpbenchError, match="--path takes a comma list"):
+        plan(paths=())

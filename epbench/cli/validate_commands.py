@@ -41,6 +41,11 @@ from epbench.workflows import validate as val
               help=f"Background load validate creates while each run measures: a comma "
                    f"list of {', '.join(LOAD_KINDS)} (bursty: random 50-400 ms busy/sleep "
                    "bursts; sustained: one core kept busy).")
+@click.option("--path", "path_text", default=",".join(val.PATHS), show_default=True,
+              metavar="PATHS",
+              help="What to validate, a comma list: same-process (arms of one run), "
+                   "separate-runs (two runs and `compare a.json b.json`), compare-commits "
+                   "(the whole command per comparison, re-runs included: the slowest).")
 @click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
               default=val.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
@@ -58,15 +63,16 @@ from epbench.workflows import validate as val
             help_text="Output directory: validation.md and validation.json.")
 @quiet_option
 def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, load_text,
-             block_ms, max_repeats, position_test, profile_path, gate_policy, seed, out,
+             path_text, block_ms, max_repeats, position_test, profile_path, gate_policy, seed, out,
              quiet) -> None:
     """Measure this harness on this machine: false-positive rate, power, MDE, bias.
 
     \b
     The bundled engine runs against itself (A/A), and against copies of itself
-    slowed down by 1, 2, 3, 5 and 10 % of each case's time per Run, on two paths:
-    arms of one run (same-process) and two separate runs compared through the
-    double ratio; under each --load; at compare-commits' default settings; judged
+    slowed down by 1, 2, 3, 5 and 10 % of each case's time per Run, on three
+    paths: arms of one run (same-process), two separate runs compared through
+    the double ratio, and compare-commits' whole command, re-runs included;
+    under each --load; at compare-commits' default settings; judged
     by `epbench compare`'s rules without a profile (and with one when there is
     one). Also checks that the counter table shows injected ORT calls exactly,
     and the position bias of a fixed arm order.
@@ -81,7 +87,8 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
                     processes=processes, sessions=sessions, aa_twin=aa_twin,
                     loads=parse_loads(load_text), block_target_ms=block_ms,
                     max_repeats=max_repeats, seed=seed, position_test=position_test,
-                    gate_policy=gate_policy, grids=tuple(grids))
+                    gate_policy=gate_policy, grids=tuple(grids),
+                    paths=val.parse_paths(path_text))
 
     def status(text: str) -> None:
         if not quiet:
@@ -109,7 +116,8 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
     if bias:
         click.echo(f"position bias: fixed order {bias['median_abs_fixed_order']:.2%}, "
                    f"counterbalanced {bias['median_abs_counterbalanced']:.2%} (median |A/A|)")
-    click.echo(f"counters exact: {result['counters']['exact']}/{result['counters']['n']}")
+    if result["counters"]["n"]:
+        click.echo(f"counters exact: {result['counters']['exact']}/{result['counters']['n']}")
     click.echo(f"wrote {md_path} and {json_path}")
     if result.get("interrupted"):
         # The report is of the repeats finished before the Ctrl-C: not a complete run.

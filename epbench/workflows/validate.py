@@ -58,16 +58,21 @@ from epbench.workflows.compare_commits import (
     COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
+    DEFAULT_TARGET_S_PER_CASE,
+    REPORT_RESERVE_S,
+    rerun_ambiguous,
 )
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
 
 # 2: results per (path, load, profile); compare-commits' replication settings.
-VALIDATION_SCHEMA = "epbench.validation/2"
+# 3: the compare-commits path (the whole command, re-runs included), plan.paths.
+VALIDATION_SCHEMA = "epbench.validation/3"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
-PATHS = (SAME_PROCESS, SEPARATE_RUNS)
+COMMITS = "compare-commits"
+PATHS = (SAME_PROCESS, SEPARATE_RUNS, COMMITS)
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
@@ -121,6 +126,7 @@ class Plan:
     gate_max_wait_s: float = COMMITS_GATE_MAX_WAIT_S
     loads: tuple[str, ...] = ("none",)
     grids: tuple[str, ...] = field(default_factory=tuple)
+    paths: tuple[str, ...] = PATHS
 
     def __post_init__(self) -> None:
         if self.budget_s <= 0 or self.rounds < 5 or self.max_repeats < 1:
@@ -134,6 +140,18 @@ class Plan:
                                "e.g. --load none,sustained")
         if not self.cases:
             raise EpbenchError("no cases to validate with: pass --grid NAME or --case NAME")
+        if not self.paths or any(p not in PATHS for p in self.paths):
+            raise EpbenchError(f"--path takes a comma list of {', '.join(PATHS)}; "
+                               f"e.g. --path {COMMITS}")
+
+
+def parse_paths(text: str) -> tuple[str, ...]:
+    """``same-process,compare-commits`` -> the paths in PATHS' order; one clear error else."""
+    named = {p.strip() for p in text.split(",") if p.strip()}
+    if not named or named - set(PATHS):
+        raise EpbenchError(f"--path takes a comma list of {', '.join(PATHS)}, not {text!r}; "
+                           f"e.g. --path {SAME_PROCESS},{COMMITS}")
+    return tuple(p for p in PATHS if p in named)
 
 
 def arm_specs(engine_ns: float, n_nodes: int) -> list[str]:
@@ -212,16 +230,36 @@ def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 
+def commit_heads(engine_ns: Mapping[str, float]) -> dict[str, str]:
+    """The head arm of each compare-commits command of a repeat, by what it compares: the
+    plain engine (A/A) and one arm per level. One run holds every case, as compare-commits'
+    does, so a level's delay is one number: the level of the median case's engine time (the
+    per-case tables give the change each case saw)."""
+    delays = delay_specs(median(engine_ns.values()) or 0.0)
+    return {"aa": f"engine:name={TWIN_ARM}",
+            **{level_arm(level): spec for level, spec in zip(LEVELS, delays, strict=True)}}
+
+
 @dataclass
 class Repeat:
-    """One repeat under one load: per path, the documents (cases merged) it compares."""
+    """One repeat under one load: per path, the documents (cases merged) it compares; None
+    (or empty) for a path the plan leaves out."""
 
     load: str
-    same_process: dict[str, Any]
+    same_process: dict[str, Any] | None = None
     # Separate runs: the two plain base runs (the A/A pair) and the PR run (delayed arms).
-    base: dict[str, Any]
-    base_again: dict[str, Any]
-    pr: dict[str, Any]
+    base: dict[str, Any] | None = None
+    base_again: dict[str, Any] | None = None
+    pr: dict[str, Any] | None = None
+    # compare-commits: per command ("aa", a level's arm), its document, re-runs merged, and
+    # how long the command took.
+    commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commits_s: dict[str, float] = field(default_factory=dict)
+
+    def documents(self) -> list[dict[str, Any]]:
+        """Every document of the repeat, the same-process run's first."""
+        docs = [self.same_process, self.base, self.base_again, self.pr, *self.commits.values()]
+        return [d for d in docs if d is not None]
 
 
 def validate(
@@ -272,18 +310,40 @@ def validate(
                  for c in specs}
     pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
                for c in specs}
+    heads = commit_heads({c.name: engine_ns[c.name] for c in specs})
     measured = replace(base_config, rounds=plan.rounds, processes=plan.processes,
                        sessions=plan.sessions)
     pilot_s = clock() - start
     runs = 1
 
-    def measure(config: RunConfig, load: str, seed: int, label: str) -> dict[str, Any]:
+    def command(config: RunConfig) -> dict[str, Any]:
+        """compare-commits' first pass and re-runs, judged as it judges them in CI (no
+        profile), to its default deadline counted from the first pass's start."""
+        began = clock()
+        doc = run(config)
+        if doc.get("interrupted"):
+            return doc
+        base_arm, head_arm = (a.key for a in config.arms)
+
+        def judge() -> dict[str, Any]:
+            results = Results.from_dict(doc, source="a compare-commits run")
+            return cmp.compare(cmp.Side("base", results, base_arm),
+                               cmp.Side("pr", results, head_arm), settings=settings)
+
+        rerun_ambiguous(doc, config, judge, budget_s=None, started_at=began,
+                        seconds_per_case=(clock() - began) / max(1, len(doc["cases"])),
+                        runner=run, clock=clock, on_status=on_status)
+        return doc
+
+    def measure(config: RunConfig, load: str, seed: int, label: str,
+                whole_command: bool = False) -> dict[str, Any]:
         nonlocal runs
         runs += 1
-        # The load runs only while this run measures, and is stopped however the run ends.
+        # The load runs only while this run measures (with ``whole_command``, while
+        # compare-commits' first pass and re-runs do), and is stopped however it ends.
         try:
             with load_factory(load, seed) as background:
-                doc = run(config)
+                doc = command(config) if whole_command else run(config)
         except KeyboardInterrupt:
             # The runner makes a Ctrl-C between rounds an interrupted document; one that
             # lands elsewhere (a load or a worker starting) loses this run, not the
@@ -304,25 +364,44 @@ def validate(
     def one_repeat(load: str, index: int) -> Repeat | None:
         """The repeat's runs, or None when a Ctrl-C stopped one of them."""
         seed = plan.seed + 1000 * (index + 1) + 100_000 * LOAD_KINDS.index(load)
-        docs: dict[str, list[dict[str, Any]]] = {"same": [], "base": [], "again": [], "pr": []}
-        for offset, spec in enumerate(specs):
+        twin_a = BASE_ARM if plan.aa_twin else None
+        plain = (parse_arm(f"engine:name={BASE_ARM}"),)
+        runs_of = []
+        if SAME_PROCESS in plan.paths:
+            runs_of.append(("same", lambda name: same_arms[name], twin_a, 0))
+        if SEPARATE_RUNS in plan.paths:
+            runs_of += [("base", lambda _: plain, twin_a, 1), ("again", lambda _: plain, twin_a, 2),
+                        # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
+                        ("pr", lambda name: pr_arms[name],
+                         level_arm(LEVELS[0]) if plan.aa_twin else None, 3)]
+        docs: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in runs_of}
+        for offset, spec in enumerate(specs if runs_of else ()):
             on_status(f"{load} load, repeat {index + 1}: {spec.name}")
             s = seed + 10 * offset
-            twin_a = BASE_ARM if plan.aa_twin else None
-            for key, arms, twin, extra in (
-                ("same", same_arms[spec.name], twin_a, 0),
-                ("base", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 1),
-                ("again", (parse_arm(f"engine:name={BASE_ARM}"),), twin_a, 2),
-                # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
-                ("pr", pr_arms[spec.name], level_arm(LEVELS[0]) if plan.aa_twin else None, 3),
-            ):
+            for key, arms, twin, extra in runs_of:
                 doc = measure(replace(
-                    measured, cases=(spec,), arms=arms, aa_twin=twin, seed=s + extra,
+                    measured, cases=(spec,), arms=arms(spec.name), aa_twin=twin, seed=s + extra,
                 ), load, s + extra, f"r{index + 1}-{spec.name}-{key}")
                 if doc.get("interrupted"):
                     return None
                 docs[key].append(doc)
-        return Repeat(load, *(merge_docs(docs[k]) for k in ("same", "base", "again", "pr")))
+        merged = {key: merge_docs(found) for key, found in docs.items()}
+        rep = Repeat(load, merged.get("same"), merged.get("base"), merged.get("again"),
+                     merged.get("pr"))
+        if COMMITS in plan.paths:
+            for offset, (what, head) in enumerate(heads.items()):
+                on_status(f"{load} load, repeat {index + 1}: compare-commits, {what}")
+                # Apart from the per-case runs' seeds, and from each other's re-runs' (+1 each).
+                s = seed + 500 + 100 * offset
+                began = clock()
+                doc = measure(replace(
+                    measured, cases=tuple(specs), arms=(*plain, parse_arm(head)), aa_twin=twin_a,
+                    seed=s), load, s, f"r{index + 1}-commits-{what}", whole_command=True)
+                if doc.get("interrupted"):
+                    return None
+                rep.commits[what] = doc
+                rep.commits_s[what] = clock() - began
+        return rep
 
     repeats: list[Repeat] = []
     fixed_doc = None
@@ -350,7 +429,8 @@ def validate(
                 break
             repeats.append(rep)
             done += 1
-            if fixed_doc is None and plan.position_test and load == "none":
+            if (fixed_doc is None and plan.position_test and load == "none"
+                    and SAME_PROCESS in plan.paths):
                 # Right after the first unloaded repeat, so the budget cannot squeeze it out.
                 on_status("position test: A/A in a fixed arm order")
                 fixed_doc = measure(replace(
@@ -377,20 +457,21 @@ def validate(
                      "(every load gets at least one repeat, and one took longer than its "
                      "share); raise --budget, validate fewer cases or fewer loads")
     on_status(f"comparing {len(repeats)} repeat(s)")
-    host = repeats[0].same_process.get("host") or {}
+    first = repeats[0].documents()[0]
+    host = first.get("host") or {}
     profile = cmp.load_profile_for(host.get("key"), profile_path)
     result = summarize(repeats, fixed_doc, engine_ns, settings=settings, profile=profile,
                        loads=[k for k in plan.loads if any(r.load == k for r in repeats)])
     per_load = {k: sum(r.load == k for r in repeats) for k in plan.loads}
     result.update({
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": repeats[0].same_process.get("host"),
+        "host": first.get("host"),
         # The harness's own cost per timed call, as the first run measured it.
-        "overhead": repeats[0].same_process.get("overhead"),
+        "overhead": first.get("overhead"),
         "plan": {
             "grids": list(plan.grids), "cases": [c.name for c in specs],
             "budget_s": plan.budget_s,
-            "rounds": int(repeats[0].same_process["config"]["rounds"]),
+            "rounds": int(first["config"]["rounds"]),
             "rounds_requested": plan.rounds, "processes": plan.processes,
             "sessions": plan.sessions, "aa_twin": plan.aa_twin,
             "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),
@@ -400,6 +481,8 @@ def validate(
             "levels": list(LEVELS), "per_node_level": PER_NODE_LEVEL, "api_calls": API_CALLS,
             "arms": {name: [a.spec for a in arms] for name, arms in same_arms.items()},
             "pr_arms": {name: [a.spec for a in arms] for name, arms in pr_arms.items()},
+            "paths": list(plan.paths),
+            "commit_heads": heads,
             "runs": runs, "pilot_s": round(pilot_s, 1),
             "repeat_s": round((elapsed - pilot_s) / len(repeats), 1),
             "elapsed_s": round(elapsed, 1),
@@ -423,8 +506,16 @@ def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
 
     ``what`` is "aa", a level's arm key, or the per-node arm. Same-process: arms of
     one run. Separate runs: the A/A pair is two runs of ``a``; a level is the plain
-    base run against the PR run's delayed arm (the double ratio).
+    base run against the PR run's delayed arm (the double ratio). compare-commits: each
+    command's ``a`` against its head arm, re-runs merged.
     """
+    if path == COMMITS:
+        out = []
+        for what, doc in rep.commits.items():
+            results = Results.from_dict(doc, source="a compare-commits run")
+            head = TWIN_ARM if what == "aa" else what
+            out.append((what, cmp.Side("base", results, BASE_ARM), cmp.Side("pr", results, head)))
+        return out
     if path == SAME_PROCESS:
         doc = Results.from_dict(rep.same_process, source="a same-process run")
         base = cmp.Side("base", doc, BASE_ARM)
@@ -450,11 +541,12 @@ def summarize(
     """The validation statistics from the repeats' documents (no measuring here)."""
 
     names = [n for n in engine_ns
-             if all(n in r.same_process.get("cases", {}) for r in repeats)]
+             if all(n in d.get("cases", {}) for r in repeats for d in r.documents())]
     warnings: set[str] = set()
     judged = [("without", None)] + ([("with", profile)] if profile is not None else [])
     results = []
-    for path in PATHS:
+    ran = [p for p in PATHS if any(_has_path(r, p) for r in repeats)]
+    for path in ran:
         for load in loads:
             mine = [r for r in repeats if r.load == load]
             for label, prof in judged:
@@ -462,13 +554,16 @@ def summarize(
                                            settings, warnings))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
     for rep in repeats:
+        if rep.same_process is None:
+            continue
         doc = Results.from_dict(rep.same_process, source="a same-process run")
         rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
                                    cmp.Side("pr", doc, COUNTER_ARM), names)
         for n in names:
             counters[n].append(counter_check(rows, n))
     position = None
-    unloaded = [r.same_process for r in repeats if r.load == "none"]
+    unloaded = [r.same_process for r in repeats
+                if r.load == "none" and r.same_process is not None]
     if fixed_doc is not None and unloaded:
         ran = [n for n in names if (fixed_doc.get("cases", {}).get(n) or {}).get("status") == "ok"]
         if ran:
@@ -504,6 +599,12 @@ def summarize(
                      "confidence": settings.confidence},
         "notes": sorted(warnings),
     }
+
+
+def _has_path(rep: Repeat, path: str) -> bool:
+    if path == COMMITS:
+        return bool(rep.commits)
+    return (rep.same_process if path == SAME_PROCESS else rep.base) is not None
 
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
@@ -610,7 +711,19 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
         "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
                        else None) if mdes else None,
         "cases": cases,
+        **({"commands": _commands(repeats, names)} if path == COMMITS else {}),
     }
+
+
+def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]:
+    """What the compare-commits commands took: seconds each, and the re-runs and rounds their
+    cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
+    took = [s for r in repeats for s in r.commits_s.values()]
+    ended = [r.commits[what]["cases"][n] for r in repeats for what in r.commits for n in names]
+    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
+            "case_reruns": sum(c.get("reruns", 0) for c in ended),
+            "rerun_cases": sum(bool(c.get("reruns")) for c in ended), "case_runs": len(ended),
+            "median_rounds": median(len(c.get("rounds", [])) for c in ended)}
 
 
 def render_markdown(result: Mapping[str, Any]) -> str:
@@ -619,6 +732,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in LEVELS], power=POWER_TARGET,
         flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
+        deadline_s_per_case=DEFAULT_TARGET_S_PER_CASE, report_reserve_s=REPORT_RESERVE_S,
     )
 
 
