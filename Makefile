@@ -65,8 +65,9 @@ benchmarks: setup
 	$(PY) -m epbench.engine.benchmarks $(OUT)/benchmarks/results.json -o BENCHMARKS.md
 
 # docs/validation: the harness's own false-positive rate, detection power per
-# injected slowdown, position bias and counter exactness on this machine, on both paths
-# (same-process, separate runs) and under each background load validate makes itself.
+# injected slowdown, position bias and counter exactness on this machine, on every path
+# (same-process, separate runs, compare-commits' whole command) and under each background
+# load validate makes itself.
 # 21 repeats per load give 126 A/A comparisons per path and load on the quick grid:
 # enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 4-6
 # minutes on VM F (none 247 s, bursty 291 s, sustained 350 s on average) and 12 on VM D

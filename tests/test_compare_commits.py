@@ -649,6 +649,7 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
 
     from epbench.cli import run_commands
     from epbench.cli.main import cli
+    from epbench.workflows import compare_commits as cc
 
     seen = {}
 
@@ -666,7 +667,7 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
         seen["started_at"] = kwargs["started_at"]
         raise KeyboardInterrupt  # the command's own way out; nothing else is needed
 
-    monkeypatch.setattr(run_commands, "valgrind_available", fake_probe)
+    monkeypatch.setattr(cc, "valgrind_available", fake_probe)
     monkeypatch.setattr(run_commands.hist, "history_to_check", fake_history_check)
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
@@ -680,6 +681,7 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
 def test_compare_commits_passes_the_gate_s_wait_to_the_run(monkeypatch, tmp_path, args, wait_s):
     # By default the gate looks but does not wait (COMMITS_GATE_MAX_WAIT_S); `run` waits.
     from epbench.cli import run_commands
+    from epbench.workflows import compare_commits as cc
 
     seen = {}
 
@@ -687,7 +689,7 @@ def test_compare_commits_passes_the_gate_s_wait_to_the_run(monkeypatch, tmp_path
         seen["config"] = kwargs["config"]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(run_commands, "valgrind_available", lambda: (False, "none here"))
+    monkeypatch.setattr(cc, "valgrind_available", lambda: (False, "none here"))
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
                              "--out", str(tmp_path / "o"), *args])

@@ -60,6 +60,7 @@ class FakeRunner:
     active_load: str | None = None
     plain_runs: dict[str, int] = field(default_factory=dict)
     load_starts: list[str] = field(default_factory=list)
+    load_seeds: list[int] = field(default_factory=list)
 
     def clock(self) -> float:
         return self.now
@@ -71,6 +72,7 @@ class FakeRunner:
         assert self.active_load is None, "a load started while another ran"
         self.active_load = kind
         self.load_starts.append(kind)
+        self.load_seeds.append(seed)
         try:
             yield BackgroundLoad("none")
         finally:
@@ -357,10 +359,12 @@ def test_profile_results_with_and_without(tmp_path, monkeypatch):
     profile = {"path": str(tmp_path / "p.json"), "cases": {}}
     monkeypatch.setattr(val.cmp, "load_profile_for", lambda key, path: profile)
     monkeypatch.setattr(val.cmp, "compare", _compare_with_noise(0.03))
-    result = fake.validate(small(max_repeats=2, position_test=False))
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS))
     assert result["profile"]["judged"] == ["without", "with"]
+    # The compare-commits path's re-runs were chosen without the profile: judged so only.
     assert [(r["path"], r["profile"]) for r in result["results"]] == [
-        (p, label) for p in PER_CASE_PATHS for label in ("without", "with")]
+        *((p, label) for p in PER_CASE_PATHS for label in ("without", "with")),
+        (val.COMMITS, "without")]
     for path in PER_CASE_PATHS:
         assert result_for(result, path)["mde"]["relu_d1_w8"] == 0.05
         assert result_for(result, path, profile="with")["mde"]["relu_d1_w8"] == 0.10
@@ -688,15 +692,19 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
 COMMANDS = ("aa", *(val.level_arm(v) for v in val.LEVELS))
 
 
-def test_compare_commits_path_runs_the_whole_command_under_its_load():
+def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path):
     """One command per comparison, every case in its run, then compare-commits' own re-runs
     to its deadline, all under the repeat's load. a2 (the A/A head) is 4 % slower in
     relu_d1_w8, so its interval straddles t = 4 % (❔) and that case alone is re-run. (Its
     delays are ignored: 120 ns, d3 of the median case's 4000 ns, is 4 % of its 3000 ns.)"""
     fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04}, ignore_delay=frozenset({"relu_d1_w8"}))
     # The "none" load (validate's, not None: no load at all) lets the position test run.
-    result = fake.validate(small(max_repeats=1, paths=(val.COMMITS,), loads=("none",)))
+    result = fake.validate(small(max_repeats=1, paths=(val.COMMITS,), loads=("none",),
+                                 commit_instructions="valgrind"), runs_dir=tmp_path)
     first_passes = [c for c in fake.configs[1:] if len(c.cases) == len(CASES)]
+    # compare-commits' instruction count is in its first pass only.
+    assert {c.instructions for c in first_passes} == {"valgrind"}
+    assert result["plan"]["commit_instructions"] == "valgrind"
     assert [c.arms[1].key for c in first_passes] == ["a2", *COMMANDS[1:]]
     assert all([a.key for a in c.arms][0] == "a" and c.aa_twin == "a" for c in first_passes)
     delays = [int(dict(c.arms[1].options).get("inject_delay_ns_per_run", 0))
@@ -705,6 +713,8 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load():
     assert delays == pytest.approx([0] + [v * 4000 for v in val.LEVELS], rel=0.01)
     reruns = [c for c in fake.configs[1:] if len(c.cases) < len(CASES)]
     assert {(c.cases, c.arms[1].key) for c in reruns} == {((case_by_name("relu_d1_w8"),), "a2")}
+    assert {(c.aa_twin, c.processes, c.rounds, c.instructions, c.out_dir) for c in reruns} == {
+        ("a", 3, 12, None, None)}
     # The deadline: 30 s a case (3 cases) less 5 s from the first pass's start, at 10 s a
     # run (the fake's clock) and 10/3 s a case: looks at 75, 65, ... 5 s left fit one case
     # each, 8 re-runs, the 9th look (-5 s) none.
@@ -721,39 +731,125 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load():
     assert r["commands"]["case_reruns"] == len(reruns)
     assert r["commands"]["rerun_cases"] == 1
     assert r["commands"]["case_runs"] == len(COMMANDS) * len(CASES)
-    # The merged document is what was judged: the re-runs' rounds are in it.
-    assert r["cases"]["relu_d10_w8"]["false_positives"]["verdicts"] == ["no_change"]
+    # Every run is kept as it ends; the command's own file ends as the merged document,
+    # which is what was judged.
+    kept = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert kept[:2 + 8] == ["0002-none-r1-commits-aa.json", *(
+        f"{3 + k:04d}-none-r1-commits-aa-rerun{k + 1}.json" for k in range(8)),
+        "0011-none-r1-commits-d1.json"]
+    assert len(kept) == result["plan"]["runs"] - 1 == len(COMMANDS) + 8  # all but the pilot
+    merged = json.loads((tmp_path / kept[0]).read_text())["cases"]["relu_d1_w8"]
+    assert (len(merged["rounds"]), merged["reruns"]) == (12 * 9, 8)
     # Only the compare-commits path was asked for: no same-process runs, so no position test
     # (whose counterbalanced side is the same-process runs).
     assert [x["path"] for x in result["results"]] == [val.COMMITS]
     assert not any(c.fixed_order for c in fake.configs)
     assert result["counters"]["n"] == 0 and result["plan"]["paths"] == [val.COMMITS]
+    # Not checked, so not "all exact".
+    assert result["counters"]["all_exact"] is None
+    assert {c["counters"]["all_exact"] for c in result["cases"].values()} == {None}
     md = val.render_markdown(result)
     assert "Not measured: the same-process path was not run." in md
     assert "| Counters exact |" not in md
     assert (f"{len(COMMANDS)} commands took 10 s each at the median,\n90 s at most") in md
-    assert "1 of\n18 cases were re-run (8 re-runs in all)" in md
+    assert "1 of 18 (case, command) pairs were re-run (8 re-runs of a case in all)" in md
+    assert "(with its instruction count, `valgrind`)" in md
+    assert "no position test: its counterbalanced side is the same-process runs" in " ".join(
+        result["notes"])
 
 
-def test_compare_commits_path_compares_each_commands_base_and_head():
+def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
+    # Delays ignored but in relu_d10_w8, the median case (4000 ns), whose levels are exact.
     fake = FakeRunner(ignore_delay=frozenset({"relu_d1_w8", "matmul_64x64"}))
-    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS))
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS),
+                           runs_dir=tmp_path)
     assert [x["path"] for x in result["results"]] == list(val.PATHS)
-    heads = result["plan"]["commit_heads"]
-    assert list(heads) == list(COMMANDS) and heads["aa"] == "engine:name=a2"
+    p = result["plan"]
+    assert list(p["commit_heads"]) == list(COMMANDS) and p["commit_heads"]["aa"] == "engine:name=a2"
+    assert p["commit_median_case"] == "relu_d10_w8"
+    assert p["commit_shares"] == pytest.approx(
+        {"relu_d1_w8": 4 / 3, "relu_d10_w8": 1.0, "matmul_64x64": 4 / 9}, rel=0.01)
+    # What validate judged: each command's base and head, from the documents it kept.
     rep = val.Repeat("none", commits={
-        what: fake(next(c for c in fake.configs if c.arms[1:] and c.arms[1].key == head
-                        and len(c.cases) == len(CASES)))
-        for what, head in zip(COMMANDS, ["a2", *COMMANDS[1:]], strict=True)})
+        what: json.loads(next(tmp_path.glob(f"*-r1-commits-{what}.json")).read_text())
+        for what in COMMANDS})
     pairs = val.comparisons(rep, val.COMMITS)
-    assert [(w, b.arm, p.arm, b.doc is p.doc, b.doc.to_dict() == rep.commits[w])
-            for w, b, p in pairs] == [
-        (w, "a", "a2" if w == "aa" else w, True, True) for w in COMMANDS]
+    assert [(w, b.arm, p.arm, b.doc is p.doc) for w, b, p in pairs] == [
+        (w, "a", "a2" if w == "aa" else w, True) for w in COMMANDS]
     r = result_for(result, val.COMMITS)
     assert r["false_positive_rate"]["hits"] == 0 and r["false_positive_rate"]["n"] == 2 * 3
-    # d5 is 200 ns, 5 % of relu_d10_w8's 4000 ns: a regression; d3's 3 % is within t = 4 %.
+    relu = r["cases"]["relu_d10_w8"]["detection"]
+    # 5 % of 4000 ns is a regression; 3 % is within t = 4 %; each level's own change.
+    assert [relu[k]["hits"] for k in COMMANDS[1:]] == [0, 0, 0, 2, 2]
+    assert [relu[k]["measured_change"] for k in COMMANDS[1:]] == pytest.approx(
+        list(val.LEVELS), abs=0.004)
     assert r["mde"] == {"relu_d1_w8": None, "relu_d10_w8": 0.05, "matmul_64x64": None}
     assert "per_node" not in r["cases"]["relu_d10_w8"]
+    md = val.render_markdown(result)
+    # The pilot's times (0.2 % noise) set the shares: 4/3 and 4/9 to two decimals.
+    assert re.search(r"\(`relu_d10_w8`\):\s+as a share of their own time, the others got "
+                     r"×1\.3\d of it \(`relu_d1_w8`\), ×0\.4\d of it \(`matmul_64x64`\); "
+                     r"each case's table gives\s+the change", md)
+
+
+def test_every_run_has_its_own_seed_and_load_seed():
+    # Two repeats of every path: a seed shared by two runs would replay one arm order.
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
+    result = fake.validate(small(max_repeats=2, paths=val.PATHS, budget_s=5000.0))
+    assert result["plan"]["repeats"] == {"none": 2}
+    seeds = [c.seed for c in fake.configs[1:]]
+    assert len(seeds) > 2 * (4 * len(CASES) + len(COMMANDS))  # re-runs among them
+    assert len(set(seeds)) == len(seeds)
+    assert len(set(fake.load_seeds)) == len(fake.load_seeds)
+
+
+def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path):
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
+    cut = []
+
+    def run(config: Any) -> dict[str, Any]:
+        doc = fake(config)
+        # The third re-run of the second repeat's A/A command.
+        if len(config.cases) == 1 and fake.load_starts.count("none") == 1 + len(COMMANDS):
+            cut.append(config.seed)
+            doc["interrupted"] = len(cut) == 3
+        return doc
+
+    result = val.validate(small(max_repeats=3, paths=(val.COMMITS,), position_test=False),
+                          run=run, clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
+                          runs_dir=tmp_path)
+    assert len(cut) == 3 and result["interrupted"] is True
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert fake.active_load is None
+    # The cut command's first pass and re-runs stay on disk, numbered in the order they ran.
+    second = sorted(p.name for p in tmp_path.glob("*-r2-*.json"))
+    assert [name[4:] for name in second] == [
+        "-none-r2-commits-aa.json", *(f"-none-r2-commits-aa-rerun{k}.json" for k in (1, 2, 3))]
+    numbers = [int(name[:4]) for name in second]
+    assert numbers == list(range(numbers[0], numbers[0] + 4))
+
+    # A Ctrl-C the runner does not catch, in the third re-run: the first pass (kept as it
+    # ended) and the two re-runs before it are on disk.
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
+    reruns = []
+
+    def raising(config: Any) -> dict[str, Any]:
+        if len(config.cases) == 1:
+            reruns.append(config.seed)
+            if len(reruns) == 3:
+                raise KeyboardInterrupt
+        return fake(config)
+
+    runs_dir = tmp_path / "raised"
+    runs_dir.mkdir()
+    with pytest.raises(EpbenchError, match="interrupted before the first repeat finished"):
+        val.validate(small(paths=(val.COMMITS,), position_test=False), run=raising,
+                     clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
+                     runs_dir=runs_dir)
+    assert fake.active_load is None
+    assert sorted(p.name for p in runs_dir.glob("*.json")) == [
+        "0002-none-r1-commits-aa.json", "0003-none-r1-commits-aa-rerun1.json",
+        "0004-none-r1-commits-aa-rerun2.json"]
 
 
 def test_paths_are_checked_and_ordered():
@@ -761,5 +857,45 @@ def test_paths_are_checked_and_ordered():
     for bad in ("", "same", "same-process,nope"):
         with pytest.raises(EpbenchError, match="--path takes a comma list"):
             val.parse_paths(bad)
-    with pytest.raises(EpbenchError, match="--path takes a comma list"):
-        plan(paths=())
+    for bad in ((), ("nope",)):
+        with pytest.raises(EpbenchError, match="--path takes a comma list"):
+            plan(paths=bad)
+    assert plan(paths=(val.COMMITS, val.SAME_PROCESS)).paths == (val.SAME_PROCESS, val.COMMITS)
+
+
+def test_the_command_takes_paths_and_compare_commits_instruction_default(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from epbench.cli import validate_commands
+    from epbench.cli.main import cli
+
+    seen = []
+
+    def recorded(plan, **kw):
+        seen.append(plan)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "validate", recorded)
+    monkeypatch.setattr(validate_commands, "default_instructions", lambda: (None, "no valgrind"))
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path",
+                                      "compare-commits", "--out", str(tmp_path / "o")])
+    assert (seen[-1].paths, seen[-1].commit_instructions) == ((val.COMMITS,), None)
+    assert "the compare-commits path counts no instructions (no valgrind)" in result.output
+    monkeypatch.setattr(validate_commands, "default_instructions", lambda: ("valgrind", "ok"))
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(tmp_path / "o")])
+    assert (seen[-1].paths, seen[-1].commit_instructions) == (val.PATHS, "valgrind")
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "separate-runs",
+                             "--out", str(tmp_path / "o")])
+    assert (seen[-1].paths, seen[-1].commit_instructions) == ((val.SEPARATE_RUNS,), None)
+    bad = CliRunner().invoke(cli, ["validate", "--path", "same,nope", "--out",
+                                   str(tmp_path / "o")])
+    assert bad.exit_code != 0 and len(seen) == 3
+    assert bad.output.strip().splitlines() == [
+        f"Error: {val.PATHS_HELP} (not 'same,nope')"]
+
+
+def test_median_case_is_a_real_case():
+    # An even count takes the lower middle, so one case gets the nominal levels exactly.
+    assert val.median_case({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == "d"
+    assert val.commit_shares({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == {
+        "a": 0.5, "b": 2.0, "c": 2 / 3, "d": 1.0}

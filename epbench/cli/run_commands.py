@@ -40,7 +40,6 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
-from epbench.harness.instructions import valgrind_available
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
@@ -57,6 +56,7 @@ from epbench.workflows.compare_commits import (
     COMMITS_ROUNDS,
     DEFAULT_TARGET_S_PER_CASE,
     REPORT_RESERVE_S,
+    default_instructions,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
@@ -368,10 +368,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         grids = ("quick",)
     instructions = None
     if count_instructions:
-        available, why = valgrind_available()
-        if available:
-            instructions = "valgrind"
-        else:
+        instructions, why = default_instructions()
+        if instructions is None:
             click.echo(f"note: no instruction counts ({why}); pass --no-instructions to "
                        "silence this", err=True)
     config = RunConfig(cases=tuple(select_cases(grids, case_names)), arms=(), rounds=rounds,

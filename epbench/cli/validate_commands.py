@@ -23,14 +23,16 @@ from epbench.harness.load import LOAD_KINDS, parse_loads
 from epbench.harness.overhead import measure_overhead
 from epbench.reports.render import format_overhead, to_json
 from epbench.workflows import validate as val
+from epbench.workflows.compare_commits import default_instructions
 
 
 @click.command(cls=Command)
 @grid_option
 @case_option
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=600.0,
-              show_default=True, help="Seconds the whole validation may take; the number of "
-                                      "repeats is planned from it.")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True),
+              default=val.Plan.budget_s, show_default=True,
+              help="Seconds the whole validation may take; the number of repeats is planned "
+                   "from it (every load gets at least one).")
 @rounds_option(val.Plan.rounds)
 @processes_option(val.Plan.processes)
 @sessions_option(val.Plan.sessions)
@@ -78,17 +80,26 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
     and the position bias of a fixed arm order.
 
     \b
-    Example:  epbench validate --grid quick --load none,sustained --budget 600
+    Example:  epbench validate --grid quick --load none,sustained --budget 3600
+              epbench validate --path compare-commits --load bursty
     """
 
     if not grids and not case_names:
         grids = ("quick",)
+    paths = val.parse_paths(path_text)
+    commit_instructions = None
+    if val.COMMITS in paths:
+        # As compare-commits counts by default: its first pass includes the count.
+        commit_instructions, why = default_instructions()
+        if commit_instructions is None:
+            click.echo(f"note: the compare-commits path counts no instructions ({why}), as "
+                       "compare-commits would not here", err=True)
     plan = val.Plan(cases=tuple(select_cases(grids, case_names)), budget_s=budget, rounds=rounds,
                     processes=processes, sessions=sessions, aa_twin=aa_twin,
                     loads=parse_loads(load_text), block_target_ms=block_ms,
                     max_repeats=max_repeats, seed=seed, position_test=position_test,
-                    gate_policy=gate_policy, grids=tuple(grids),
-                    paths=val.parse_paths(path_text))
+                    gate_policy=gate_policy, grids=tuple(grids), paths=paths,
+                    commit_instructions=commit_instructions)
 
     def status(text: str) -> None:
         if not quiet:

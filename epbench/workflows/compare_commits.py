@@ -39,6 +39,7 @@ from epbench.harness.commits import (
     resolve_revision,
 )
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
+from epbench.harness.instructions import valgrind_available
 from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import history as hist
@@ -223,6 +224,14 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
             f"rounds quiet: rounds under this load cannot make {it} 🔴, so re-runs pass {it} "
             "by; rerun on a quiet machine")
     return warnings
+
+
+def default_instructions() -> tuple[str | None, str]:
+    """compare-commits' default instruction counting: callgrind where valgrind exists (an
+    extra untimed pass in the first pass, which the re-runs' budget then lacks), else none;
+    with what valgrind_available said."""
+    available, why = valgrind_available()
+    return ("valgrind" if available else None), why
 
 
 def rerun_ambiguous(

@@ -1,30 +1,39 @@
 """`epbench validate`: the harness measures its own false-positive rate and power.
 
 On this machine and within a time budget, the bundled engine runs against
-itself, as arms that differ only in the engine's test knobs, on the two paths
-users take, under background load that validate creates itself:
+itself, as arms that differ only in the engine's test knobs, on the paths users
+take (``Plan.paths``), under background load that validate creates itself:
 
-- **same-process** (`compare-commits`, `compare --base A --pr B` on one file): one
-  run per case holds every arm: ``a`` and ``a2`` identical (A/A: any ⚠️/🔴 between
-  them is a false positive), ``d1`` .. ``d10`` with ``inject_delay_ns_per_run`` set
-  to 1, 2, 3, 5, 10 % of the case's engine time per Run (measured first, by the
-  pilot), ``n5`` the same 5 % spread over the nodes, ``c`` with
+- **same-process** (`compare --base A --pr B` on one file; compare-commits' way of
+  judging, without its re-runs): one run per case holds every arm: ``a`` and ``a2``
+  identical (A/A: any ⚠️/🔴 between them is a false positive), ``d1`` .. ``d10``
+  with ``inject_delay_ns_per_run`` set to 1, 2, 3, 5, 10 % of the case's engine time
+  per Run (measured first, by the pilot), ``n5`` the same 5 % spread over the nodes,
+  ``c`` with
   ``inject_api_calls_per_run`` = API_CALLS (the counter table must show exactly
   that many more ORT calls per Run);
 - **separate-runs** (`epbench run` on the base, again on the PR, then `compare
   a.json b.json`): per case and repeat, two separate runs of the plain arm ``a``
   (the A/A pair) and one run of the delayed arms only (the PR side); each pair is
-  judged through the double ratio to each run's own ORT control.
+  judged through the double ratio to each run's own ORT control;
+- **compare-commits** (the whole command, less its builds): per repeat, one command
+  per comparison (A/A, each level), each one run of every case with ``a`` and one
+  head arm, then compare-commits' own re-runs (`rerun_ambiguous`) to its default
+  deadline, with its default instruction counting. One run holds every case, so a
+  level's delay is one number, that level of the median case's time
+  (`commit_heads`); each case's share is recorded.
 
 Every run uses compare-commits' default processes, sessions, rounds and A/A twin
 (read from its code), so the figures are those of the settings a PR gets. Every
 comparison is `reports.compare.compare` itself: without a calibration profile
 (the CI situation: thresholds from the run's twin) and, when this host has one or
-``--profile`` names one, with it too. A case's MDE is the smallest level flagged in
->= 95 % of repeats. Loads (harness.load) run only while a run measures.
+``--profile`` names one, with it too (not the compare-commits path: its re-runs were
+chosen without one). A case's MDE is the smallest level flagged in >= 95 % of
+repeats. Loads (harness.load) run only while a run (or a command) measures.
 
 A last run with a fixed arm order (``ort``, ``a``, ``a2`` every round) shows the
-position bias that counterbalancing removes.
+position bias that counterbalancing removes (with the same-process path only: its
+runs are the counterbalanced side).
 
 Writes validation.json (VALIDATION_SCHEMA) and validation.md (through the
 reports' jinja2 environment).
@@ -73,6 +82,15 @@ SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
 COMMITS = "compare-commits"
 PATHS = (SAME_PROCESS, SEPARATE_RUNS, COMMITS)
+PATHS_HELP = (f"--path takes a comma list of {', '.join(PATHS)}; "
+              f"e.g. --path {SAME_PROCESS},{COMMITS}")
+# Seeds: a repeat's runs take seeds from its base (per load and repeat), the per-case
+# runs below COMMITS_SEED_OFFSET (10 a case), each command's first pass and re-runs
+# (+1 each) COMMAND_SEED_STRIDE apart above it, all below the next repeat's base.
+REPEAT_SEED_STRIDE = 100_000
+LOAD_SEED_STRIDE = 10_000_000
+COMMITS_SEED_OFFSET = 50_000
+COMMAND_SEED_STRIDE = 1_000
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
@@ -113,7 +131,8 @@ class Plan:
     """
 
     cases: tuple[CaseSpec, ...]
-    budget_s: float = 600.0
+    # A repeat of the quick grid on every path took about 10 minutes unloaded on VM F.
+    budget_s: float = 1800.0
     rounds: int = COMMITS_ROUNDS
     processes: int = COMMITS_PROCESSES
     sessions: int = _RUN["sessions"]
@@ -127,6 +146,9 @@ class Plan:
     loads: tuple[str, ...] = ("none",)
     grids: tuple[str, ...] = field(default_factory=tuple)
     paths: tuple[str, ...] = PATHS
+    # The compare-commits path's instruction counting: compare-commits' default where the
+    # caller found valgrind (`default_instructions`), which the first pass then includes.
+    commit_instructions: str | None = None
 
     def __post_init__(self) -> None:
         if self.budget_s <= 0 or self.rounds < 5 or self.max_repeats < 1:
@@ -141,16 +163,16 @@ class Plan:
         if not self.cases:
             raise EpbenchError("no cases to validate with: pass --grid NAME or --case NAME")
         if not self.paths or any(p not in PATHS for p in self.paths):
-            raise EpbenchError(f"--path takes a comma list of {', '.join(PATHS)}; "
-                               f"e.g. --path {COMMITS}")
+            raise EpbenchError(PATHS_HELP)
+        # In PATHS' order, whichever order they were given in: the report's order.
+        object.__setattr__(self, "paths", tuple(p for p in PATHS if p in self.paths))
 
 
 def parse_paths(text: str) -> tuple[str, ...]:
     """``same-process,compare-commits`` -> the paths in PATHS' order; one clear error else."""
     named = {p.strip() for p in text.split(",") if p.strip()}
     if not named or named - set(PATHS):
-        raise EpbenchError(f"--path takes a comma list of {', '.join(PATHS)}, not {text!r}; "
-                           f"e.g. --path {SAME_PROCESS},{COMMITS}")
+        raise EpbenchError(f"{PATHS_HELP} (not {text!r})")
     return tuple(p for p in PATHS if p in named)
 
 
@@ -230,14 +252,33 @@ def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 
+def median_case(engine_ns: Mapping[str, float]) -> str:
+    """The case whose engine time is the median's (the lower middle of an even count), so
+    one case gets the nominal levels exactly."""
+    ranked = sorted(engine_ns, key=lambda name: (engine_ns[name], name))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def commit_head_arm(what: str) -> str:
+    """The head arm's key of the compare-commits command that compares ``what``."""
+    return TWIN_ARM if what == "aa" else what
+
+
 def commit_heads(engine_ns: Mapping[str, float]) -> dict[str, str]:
     """The head arm of each compare-commits command of a repeat, by what it compares: the
     plain engine (A/A) and one arm per level. One run holds every case, as compare-commits'
-    does, so a level's delay is one number: the level of the median case's engine time (the
-    per-case tables give the change each case saw)."""
-    delays = delay_specs(median(engine_ns.values()) or 0.0)
-    return {"aa": f"engine:name={TWIN_ARM}",
+    does, so a level's delay is one number: the level of `median_case`'s engine time
+    (`commit_shares` gives what each case got)."""
+    delays = delay_specs(engine_ns[median_case(engine_ns)])
+    return {"aa": f"engine:name={commit_head_arm('aa')}",
             **{level_arm(level): spec for level, spec in zip(LEVELS, delays, strict=True)}}
+
+
+def commit_shares(engine_ns: Mapping[str, float]) -> dict[str, float]:
+    """Per case, the share of its own time the compare-commits path's delays are of the
+    nominal level: 1 for `median_case`, above 1 for faster cases, below for slower."""
+    reference = engine_ns[median_case(engine_ns)]
+    return {name: reference / ns for name, ns in engine_ns.items()}
 
 
 @dataclass
@@ -257,7 +298,8 @@ class Repeat:
     commits_s: dict[str, float] = field(default_factory=dict)
 
     def documents(self) -> list[dict[str, Any]]:
-        """Every document of the repeat, the same-process run's first."""
+        """Every document of the repeat: the per-case paths' (same-process first), then the
+        commands'."""
         docs = [self.same_process, self.base, self.base_again, self.pr, *self.commits.values()]
         return [d for d in docs if d is not None]
 
@@ -278,8 +320,10 @@ def validate(
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
     the budget and ``load_factory`` makes the background load's context manager
     (a test injects fakes of both). ``runs_dir``: every run's results document is
-    written there as soon as it ends (``NNNN-LOAD-rREPEAT-CASE-KIND.json``, each one
-    `epbench compare` reads), so an interruption or a crash loses no measurement.
+    written there as soon as it ends (``NNNN-LOAD-rREPEAT-CASE-KIND.json``; a command's
+    ``NNNN-LOAD-rREPEAT-commits-WHAT.json``, its first pass and then its re-runs merged,
+    and ``...-rerunN.json`` for each re-run; each one `epbench compare` reads), so an
+    interruption or a crash loses no finished run.
     A Ctrl-C stops the run it falls in and the validation with it; the report then
     covers the repeats finished before it.
     """
@@ -310,17 +354,32 @@ def validate(
                  for c in specs}
     pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
                for c in specs}
-    heads = commit_heads({c.name: engine_ns[c.name] for c in specs})
+    kept_ns = {c.name: engine_ns[c.name] for c in specs}
+    heads = commit_heads(kept_ns)
+    if plan.position_test and SAME_PROCESS not in plan.paths:
+        notes.append("no position test: its counterbalanced side is the same-process runs, "
+                     "and that path was not run")
     measured = replace(base_config, rounds=plan.rounds, processes=plan.processes,
                        sessions=plan.sessions)
     pilot_s = clock() - start
     runs = 1
 
-    def command(config: RunConfig) -> dict[str, Any]:
+    def keep(doc: dict[str, Any], number: int, load: str, label: str) -> str:
+        """Write ``doc`` into runs_dir as NNNN-LOAD-LABEL.json; what to say of where it is."""
+        if runs_dir is None:
+            return ""
+        path = Path(runs_dir) / f"{number:04d}-{load}-{label}.json"
+        write_results(path, doc)
+        return f"; the run is kept in {path}"
+
+    def command(config: RunConfig, number: int, load: str, label: str) -> dict[str, Any]:
         """compare-commits' first pass and re-runs, judged as it judges them in CI (no
-        profile), to its default deadline counted from the first pass's start."""
+        profile), to its default deadline counted from the first pass's start. Each run is
+        kept as it ends (a re-run as LABEL-rerunN); the caller keeps the merged document
+        in the first pass's place."""
         began = clock()
         doc = run(config)
+        keep(doc, number, load, label)
         if doc.get("interrupted"):
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
@@ -330,40 +389,49 @@ def validate(
             return cmp.compare(cmp.Side("base", results, base_arm),
                                cmp.Side("pr", results, head_arm), settings=settings)
 
+        done = 0
+
+        def rerun(rerun_config: RunConfig) -> dict[str, Any]:
+            nonlocal runs, done
+            runs += 1
+            done += 1
+            extra = run(rerun_config)
+            keep(extra, runs, load, f"{label}-rerun{done}")
+            return extra
+
         rerun_ambiguous(doc, config, judge, budget_s=None, started_at=began,
                         seconds_per_case=(clock() - began) / max(1, len(doc["cases"])),
-                        runner=run, clock=clock, on_status=on_status)
+                        runner=rerun, clock=clock, on_status=on_status)
         return doc
 
     def measure(config: RunConfig, load: str, seed: int, label: str,
                 whole_command: bool = False) -> dict[str, Any]:
         nonlocal runs
         runs += 1
+        number = runs
         # The load runs only while this run measures (with ``whole_command``, while
         # compare-commits' first pass and re-runs do), and is stopped however it ends.
         try:
             with load_factory(load, seed) as background:
-                doc = command(config) if whole_command else run(config)
+                doc = (command(config, number, load, label) if whole_command
+                       else run(config))
         except KeyboardInterrupt:
             # The runner makes a Ctrl-C between rounds an interrupted document; one that
             # lands elsewhere (a load or a worker starting) loses this run, not the
             # finished repeats (seen: a Ctrl-C as repeat 4 began lost the report of 3).
             return {"interrupted": True}
-        kept = ""
-        if runs_dir is not None:
-            path = Path(runs_dir) / f"{runs:04d}-{load}-{label}.json"
-            write_results(path, doc)
-            kept = f"; the run is kept in {path}"
+        kept = keep(doc, number, load, label)
         died = background.died
         if died:
             raise EpbenchError(
-                f"the {load} load died during run {runs} (exit code {died[0]}), so that run "
+                f"the {load} load died during run {number} (exit code {died[0]}), so that run "
                 f"was not measured under the load it is labelled with{kept}; rerun validate")
         return doc
 
     def one_repeat(load: str, index: int) -> Repeat | None:
         """The repeat's runs, or None when a Ctrl-C stopped one of them."""
-        seed = plan.seed + 1000 * (index + 1) + 100_000 * LOAD_KINDS.index(load)
+        seed = (plan.seed + REPEAT_SEED_STRIDE * (index + 1)
+                + LOAD_SEED_STRIDE * LOAD_KINDS.index(load))
         twin_a = BASE_ARM if plan.aa_twin else None
         plain = (parse_arm(f"engine:name={BASE_ARM}"),)
         runs_of = []
@@ -391,12 +459,12 @@ def validate(
         if COMMITS in plan.paths:
             for offset, (what, head) in enumerate(heads.items()):
                 on_status(f"{load} load, repeat {index + 1}: compare-commits, {what}")
-                # Apart from the per-case runs' seeds, and from each other's re-runs' (+1 each).
-                s = seed + 500 + 100 * offset
+                s = seed + COMMITS_SEED_OFFSET + COMMAND_SEED_STRIDE * offset
                 began = clock()
                 doc = measure(replace(
                     measured, cases=tuple(specs), arms=(*plain, parse_arm(head)), aa_twin=twin_a,
-                    seed=s), load, s, f"r{index + 1}-commits-{what}", whole_command=True)
+                    seed=s, instructions=plan.commit_instructions,
+                ), load, s, f"r{index + 1}-commits-{what}", whole_command=True)
                 if doc.get("interrupted"):
                     return None
                 rep.commits[what] = doc
@@ -483,6 +551,9 @@ def validate(
             "pr_arms": {name: [a.spec for a in arms] for name, arms in pr_arms.items()},
             "paths": list(plan.paths),
             "commit_heads": heads,
+            "commit_median_case": median_case(kept_ns),
+            "commit_shares": commit_shares(kept_ns),
+            "commit_instructions": plan.commit_instructions,
             "runs": runs, "pilot_s": round(pilot_s, 1),
             "repeat_s": round((elapsed - pilot_s) / len(repeats), 1),
             "elapsed_s": round(elapsed, 1),
@@ -513,7 +584,7 @@ def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
         out = []
         for what, doc in rep.commits.items():
             results = Results.from_dict(doc, source="a compare-commits run")
-            head = TWIN_ARM if what == "aa" else what
+            head = commit_head_arm(what)
             out.append((what, cmp.Side("base", results, BASE_ARM), cmp.Side("pr", results, head)))
         return out
     if path == SAME_PROCESS:
@@ -549,7 +620,9 @@ def summarize(
     for path in ran:
         for load in loads:
             mine = [r for r in repeats if r.load == load]
-            for label, prof in judged:
+            # The compare-commits path's re-runs were chosen without a profile: judged with
+            # one, its rows would be of a command that never ran.
+            for label, prof in judged[:1] if path == COMMITS else judged:
                 results.append(_judge_path(mine, path, load, label, prof, names, engine_ns,
                                            settings, warnings))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
@@ -588,12 +661,15 @@ def summarize(
         }
     counters_n = sum(c["counters"]["n"] for c in cases.values())
     counters_exact = sum(c["counters"]["exact"] for c in cases.values())
+    if not counters_n:  # the same-process path did not run: nothing was checked
+        for c in cases.values():
+            c["counters"]["all_exact"] = None
     return {
         "schema": VALIDATION_SCHEMA,
         "results": results,
         "cases": cases,
         "counters": {"exact": counters_exact, "n": counters_n,
-                     "all_exact": counters_exact == counters_n},
+                     "all_exact": counters_exact == counters_n if counters_n else None},
         "position_bias": (position or {}).get("position_bias"),
         "settings": {"floor": settings.floor, "k": settings.k, "fdr": settings.fdr,
                      "confidence": settings.confidence},
@@ -619,8 +695,9 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     sources: dict[str, set[str]] = {n: set() for n in names}
     prefix = f"{path}, {load} load, {label} profile: "
     # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
-    # threshold seen in each: a repeat's comparisons share its runs, so counting
-    # comparisons would count one run's drift many times.
+    # threshold seen in each: a repeat's comparisons share its runs (on the
+    # compare-commits path each has its own, whose drifts are pooled per case-repeat),
+    # so counting comparisons would count one run's drift many times.
     pairs: set[tuple[int, str]] = set()
     drifted: dict[tuple[int, str], list[float]] = {}
     for index, rep in enumerate(repeats):
