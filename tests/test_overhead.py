@@ -85,7 +85,11 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     from epbench.workflows import validate as val
     from tests.test_validate import FakeRunner
 
+    from epbench.cli import validate_commands
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # Not this host's valgrind: the plan's instruction counting is the test's to say.
+    monkeypatch.setattr(validate_commands, "default_instructions", lambda: ("valgrind", "ok"))
     fake = FakeRunner()
     plans = []
     real = val.validate
@@ -104,9 +108,12 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     assert (p.budget_s, p.rounds, p.processes, p.sessions) == (100.0, 10, 2, 1)
     assert p.loads == ("none", "sustained") and p.aa_twin is True
     assert [c.name for c in p.cases] == ["relu_d1_w8"]
-    for path in ("same-process", "separate-runs"):
+    assert p.paths == val.PATHS and p.commit_instructions == "valgrind"
+    for path in val.PATHS:
         for load in ("none", "sustained"):
             assert f"{path}, {load} load, without profile: 0/1 A/A flagged" in out.output
-    assert (tmp_path / "v" / "validation.md").is_file()
+    # One case is its own median: no other case's share to give.
+    md = (tmp_path / "v" / "validation.md").read_text()
+    assert "engine time (`relu_d1_w8`); each case's table gives\n  the change it saw." in md
     doc = json.loads((tmp_path / "v" / "validation.json").read_text())
     assert doc["plan"]["loads"] == ["none", "sustained"] and doc["plan"]["processes"] == 2

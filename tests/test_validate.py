@@ -142,6 +142,9 @@ class FakeRunner:
 def _no_host_profile(tmp_path, monkeypatch):
     # The comparator looks for this host's calibration profile in the user cache.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # Nor this host's valgrind: the command's instruction default is a test's to set.
+    from epbench.cli import validate_commands
+    monkeypatch.setattr(validate_commands, "default_instructions", lambda: (None, "no valgrind"))
 
 
 # The paths whose runs are per case; the compare-commits path has tests of its own below.
@@ -368,6 +371,14 @@ def test_profile_results_with_and_without(tmp_path, monkeypatch):
     for path in PER_CASE_PATHS:
         assert result_for(result, path)["mde"]["relu_d1_w8"] == 0.05
         assert result_for(result, path, profile="with")["mde"]["relu_d1_w8"] == 0.10
+    assert "Each comparison was judged twice" in val.render_markdown(result)
+    # The compare-commits path alone: nothing is judged with the profile, and both files say so.
+    result = FakeRunner().validate(small(max_repeats=1, paths=(val.COMMITS,)))
+    assert result["profile"]["judged"] == ["without"]
+    assert [r["profile"] for r in result["results"]] == ["without"]
+    md = val.render_markdown(result)
+    assert "Each comparison was judged twice" not in md
+    assert f"so this host's profile (`{tmp_path / 'p.json'}`) was not used" in md
 
 
 def _compare_with_noise(noise: float):
@@ -378,6 +389,22 @@ def _compare_with_noise(noise: float):
         if profile is None:
             return real(base, pr, settings=settings, profile=None)
         return real(base, pr, settings=cmp.Settings(floor=2 * noise), profile=None)
+
+    return compare
+
+
+def _compare_leaving_ambiguous(case: str, head: str):
+    """compare(), its verdict on ``case`` ❔ whenever the PR side is arm ``head``: more rounds
+    of the fake's quiet draws would settle any real case, so a case the deadline stops is
+    made so, not drawn so."""
+    real = cmp.compare
+
+    def compare(base, pr, *, settings=None, profile=None):
+        comparison = real(base, pr, settings=settings, profile=profile)
+        for row in comparison["cases"]:
+            if row["case"] == case and pr.arm == head:
+                row["verdict"] = "inconclusive"
+        return comparison
 
     return compare
 
@@ -692,12 +719,13 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
 COMMANDS = ("aa", *(val.level_arm(v) for v in val.LEVELS))
 
 
-def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path):
+def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, monkeypatch):
     """One command per comparison, every case in its run, then compare-commits' own re-runs
-    to its deadline, all under the repeat's load. a2 (the A/A head) is 4 % slower in
-    relu_d1_w8, so its interval straddles t = 4 % (❔) and that case alone is re-run. (Its
-    delays are ignored: 120 ns, d3 of the median case's 4000 ns, is 4 % of its 3000 ns.)"""
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04}, ignore_delay=frozenset({"relu_d1_w8"}))
+    to its deadline, all under the repeat's load. relu_d1_w8's A/A stays ❔, so that case
+    alone is re-run. (Its delays are ignored: 120 ns, d3 of the median case's 4000 ns, is
+    4 % of its 3000 ns, at t = 4 %.)"""
+    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.02}, ignore_delay=frozenset({"relu_d1_w8"}))
     # The "none" load (validate's, not None: no load at all) lets the position test run.
     result = fake.validate(small(max_repeats=1, paths=(val.COMMITS,), loads=("none",),
                                  commit_instructions="valgrind"), runs_dir=tmp_path)
@@ -725,7 +753,7 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path):
     assert fake.load_starts == ["none"] * len(COMMANDS)
     r = result_for(result, val.COMMITS)
     aa = r["cases"]["relu_d1_w8"]["false_positives"]
-    assert aa["verdicts"] == ["inconclusive"] and aa["changes"][0] == pytest.approx(0.04, abs=0.004)
+    assert aa["verdicts"] == ["inconclusive"] and aa["changes"][0] == pytest.approx(0.02, abs=0.004)
     assert r["commands"]["n"] == len(COMMANDS)
     assert r["commands"]["max_s"] == 10.0 * (1 + 8)
     assert r["commands"]["case_reruns"] == len(reruns)
@@ -754,6 +782,9 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path):
     assert (f"{len(COMMANDS)} commands took 10 s each at the median,\n90 s at most") in md
     assert "1 of 18 (case, command) pairs were re-run (8 re-runs of a case in all)" in md
     assert "(with its instruction count, `valgrind`)" in md
+    assert "The other paths\nre-run nothing" not in md  # none ran
+    result["plan"]["commit_instructions"] = None
+    assert "instruction count" not in val.render_markdown(result)
     assert "no position test: its counterbalanced side is the same-process runs" in " ".join(
         result["notes"])
 
@@ -786,25 +817,29 @@ def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
     assert r["mde"] == {"relu_d1_w8": None, "relu_d10_w8": 0.05, "matmul_64x64": None}
     assert "per_node" not in r["cases"]["relu_d10_w8"]
     md = val.render_markdown(result)
+    assert "without a profile. The other paths\nre-run nothing" in md
     # The pilot's times (0.2 % noise) set the shares: 4/3 and 4/9 to two decimals.
     assert re.search(r"\(`relu_d10_w8`\):\s+as a share of their own time, the others got "
                      r"×1\.3\d of it \(`relu_d1_w8`\), ×0\.4\d of it \(`matmul_64x64`\); "
                      r"each case's table gives\s+the change", md)
 
 
-def test_every_run_has_its_own_seed_and_load_seed():
+def test_every_run_has_its_own_seed_and_load_seed(monkeypatch):
     # Two repeats of every path: a seed shared by two runs would replay one arm order.
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
-    result = fake.validate(small(max_repeats=2, paths=val.PATHS, budget_s=5000.0))
-    assert result["plan"]["repeats"] == {"none": 2}
+    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    fake = FakeRunner()
+    result = fake.validate(small(max_repeats=2, paths=val.PATHS, budget_s=10_000.0,
+                                 loads=("none", "bursty")))
+    assert result["plan"]["repeats"] == {"none": 2, "bursty": 2}
     seeds = [c.seed for c in fake.configs[1:]]
     assert len(seeds) > 2 * (4 * len(CASES) + len(COMMANDS))  # re-runs among them
     assert len(set(seeds)) == len(seeds)
     assert len(set(fake.load_seeds)) == len(fake.load_seeds)
 
 
-def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path):
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
+def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, monkeypatch):
+    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    fake = FakeRunner()
     cut = []
 
     def run(config: Any) -> dict[str, Any]:
@@ -830,7 +865,7 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path):
 
     # A Ctrl-C the runner does not catch, in the third re-run: the first pass (kept as it
     # ended) and the two re-runs before it are on disk.
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.04})
+    fake = FakeRunner()
     reruns = []
 
     def raising(config: Any) -> dict[str, Any]:

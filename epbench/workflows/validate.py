@@ -86,11 +86,14 @@ PATHS_HELP = (f"--path takes a comma list of {', '.join(PATHS)}; "
               f"e.g. --path {SAME_PROCESS},{COMMITS}")
 # Seeds: a repeat's runs take seeds from its base (per load and repeat), the per-case
 # runs below COMMITS_SEED_OFFSET (10 a case), each command's first pass and re-runs
-# (+1 each) COMMAND_SEED_STRIDE apart above it, all below the next repeat's base.
-REPEAT_SEED_STRIDE = 100_000
-LOAD_SEED_STRIDE = 10_000_000
-COMMITS_SEED_OFFSET = 50_000
-COMMAND_SEED_STRIDE = 1_000
+# (+1 each; a command's deadline allows far fewer than COMMAND_SEED_STRIDE)
+# COMMAND_SEED_STRIDE apart above it, all below the next repeat's base; a load's
+# repeats (at most MAX_REPEATS) all below the next load's. Every seed is a run's own.
+COMMITS_SEED_OFFSET = 1_000_000
+COMMAND_SEED_STRIDE = 1_000_000
+REPEAT_SEED_STRIDE = 10_000_000
+LOAD_SEED_STRIDE = 1_000_000_000
+MAX_REPEATS = LOAD_SEED_STRIDE // REPEAT_SEED_STRIDE - 1
 # Injected slowdowns, as fractions of the case's measured engine time per Run.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
@@ -131,8 +134,9 @@ class Plan:
     """
 
     cases: tuple[CaseSpec, ...]
-    # A repeat of the quick grid on every path took about 10 minutes unloaded on VM F.
-    budget_s: float = 1800.0
+    # Room for a few repeats of the quick grid on every path: one took about 15 minutes
+    # (docs/validation/README.md, 2026-12-05).
+    budget_s: float = 3600.0
     rounds: int = COMMITS_ROUNDS
     processes: int = COMMITS_PROCESSES
     sessions: int = _RUN["sessions"]
@@ -151,8 +155,10 @@ class Plan:
     commit_instructions: str | None = None
 
     def __post_init__(self) -> None:
-        if self.budget_s <= 0 or self.rounds < 5 or self.max_repeats < 1:
-            raise EpbenchError("--budget must be > 0, --rounds >= 5 and --max-repeats >= 1; "
+        if (self.budget_s <= 0 or self.rounds < 5
+                or not 1 <= self.max_repeats <= MAX_REPEATS):
+            raise EpbenchError("--budget must be > 0, --rounds >= 5 and --max-repeats "
+                               f"1 to {MAX_REPEATS}; "
                                "e.g. --budget 600 --rounds 48")
         if self.processes < 1 or self.sessions < 1:
             raise EpbenchError("--processes and --sessions must be at least 1; "
@@ -559,7 +565,9 @@ def validate(
             "elapsed_s": round(elapsed, 1),
         },
         "profile": {"path": (profile or {}).get("path"), "used": profile is not None,
-                    "judged": ["without", "with"] if profile is not None else ["without"]},
+                    # The compare-commits path is judged without one only (summarize).
+                    "judged": ["without", "with"] if profile is not None and any(
+                        p != COMMITS for p in plan.paths) else ["without"]},
         "notes": notes + result.pop("notes"),
         # A Ctrl-C ended it: the report covers whole repeats, and the command exits 130.
         "interrupted": interrupted,
