@@ -72,8 +72,9 @@ benchmarks: setup
 # enough for a Wilson 95 % upper bound below 3 % when none is flagged. A repeat took 4-6
 # minutes on VM F (none 247 s, bursty 291 s, sustained 350 s on average) and 12 on VM D
 # (before the workers stopped importing onnx),
-# so the whole target takes 5-13 hours (the budget leaves room: a load stops at
-# VALIDATION_REPEATS). A shorter one, elsewhere:
+# for the two per-case paths; the compare-commits path's six commands add 7-9 minutes a
+# repeat on VM F (2026-12-05), so the whole target takes 12-16 hours there and the default
+# budget stops each load short of VALIDATION_REPEATS, with a note. A shorter one, elsewhere:
 #   make validation VALIDATION_LOADS=none VALIDATION_BUDGET=1800 VALIDATION_OUT=build/v
 VALIDATION_LOADS ?= none,bursty,sustained
 VALIDATION_BUDGET ?= 60000

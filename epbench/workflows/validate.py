@@ -134,8 +134,8 @@ class Plan:
     """
 
     cases: tuple[CaseSpec, ...]
-    # Room for a few repeats of the quick grid on every path: one took about 15 minutes
-    # (docs/validation/README.md, 2026-12-05).
+    # Room for a few repeats of the quick grid on every path: one takes 11-15 minutes on VM F
+    # (per-case paths 250-350 s, six commands 7-9 min; docs/validation/README.md, 2026-12-05).
     budget_s: float = 3600.0
     rounds: int = COMMITS_ROUNDS
     processes: int = COMMITS_PROCESSES
