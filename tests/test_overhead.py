@@ -82,10 +82,9 @@ def test_every_results_file_records_the_overhead(tmp_path):
 
 def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     """The thin command: options reach the plan, files are written, the numbers printed."""
+    from epbench.cli import validate_commands
     from epbench.workflows import validate as val
     from tests.test_validate import FakeRunner
-
-    from epbench.cli import validate_commands
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     # Not this host's valgrind: the plan's instruction counting is the test's to say.

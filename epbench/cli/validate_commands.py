@@ -51,7 +51,8 @@ from epbench.workflows.compare_commits import default_instructions
 @click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
               default=val.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
-@click.option("--max-repeats", type=click.IntRange(min=1, max=val.MAX_REPEATS), default=50, show_default=True,
+@click.option("--max-repeats", type=click.IntRange(min=1, max=val.MAX_REPEATS), default=50,
+              show_default=True,
               help="Stop a load after this many repeats even if the budget allows more.")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
               help="Also run A/A in a fixed arm order, to show the bias counterbalancing removes.")
