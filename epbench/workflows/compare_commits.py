@@ -236,7 +236,7 @@ def default_instructions() -> tuple[str | None, str]:
 
 def rerun_ambiguous(
     doc: dict[str, Any], config: RunConfig, judge: Callable[[], dict[str, Any]], *,
-    budget_s: float | None, started_at: float, seconds_per_case: float,
+    budget_s: float | None, started_at: float, first_pass_s: float,
     runner: Callable[[RunConfig], dict[str, Any]] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
@@ -245,7 +245,8 @@ def rerun_ambiguous(
     into ``doc``; return the last comparison, with the left-over warnings, and the rounds
     added per case.
 
-    ``config`` is the first pass's (arms included); ``judge`` compares ``doc`` as it stands.
+    ``config`` is the first pass's (arms included); ``judge`` compares ``doc`` as it stands;
+    ``first_pass_s`` is what the first pass took, from which a case's re-run is estimated.
     With no ``budget_s``, re-runs end by `rerun_deadline` counted from ``started_at``
     (``clock``'s time when the command began). ``runner`` and ``clock`` are
     harness.runner.run and ``time.monotonic`` (looked up at the call) unless a caller
@@ -253,6 +254,7 @@ def rerun_ambiguous(
     """
     runner = runner or run
     clock = clock or time.monotonic
+    seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
     comparison = judge()
     reruns: dict[str, int] = {}
     budget_start = clock()
@@ -337,9 +339,8 @@ def compare_commits(
     arms = tuple(parse_arm(side_arm(sides[label], build is None)) for label in sides)
     started = time.monotonic()
     doc = run(replace(config, arms=arms))
-    # What one case cost in the first pass: re-runs are planned so they fit the budget.
+    # What the first pass cost: re-runs are planned from it so they fit the budget.
     first_pass_s = time.monotonic() - started
-    seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
     # The host is the first pass's (re-runs only add rounds): read once, through the model.
     host_key = Results.from_dict(doc, source="the run").host.key
     profile = cmp.load_profile_for(host_key, profile_path)
@@ -361,7 +362,7 @@ def compare_commits(
 
     comparison, reruns = rerun_ambiguous(
         doc, replace(config, arms=arms), judge, budget_s=budget_s,
-        started_at=started_at, seconds_per_case=seconds_per_case, on_status=on_status)
+        started_at=started_at, first_pass_s=first_pass_s, on_status=on_status)
     if history_db is not None:
         on_status("checking the base commit against the history's change points")
         machine = history_machine or str(host_key)

@@ -256,8 +256,6 @@ def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-
-
 def median_case(engine_ns: Mapping[str, float]) -> str:
     """The case whose engine time is the median's (the lower middle of an even count), so
     one case gets the nominal levels exactly."""
@@ -406,7 +404,7 @@ def validate(
             return extra
 
         rerun_ambiguous(doc, config, judge, budget_s=None, started_at=began,
-                        seconds_per_case=(clock() - began) / max(1, len(doc["cases"])),
+                        first_pass_s=clock() - began,
                         runner=rerun, clock=clock, on_status=on_status)
         return doc
 
