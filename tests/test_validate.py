@@ -934,3 +934,70 @@ def test_median_case_is_a_real_case():
     assert val.median_case({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == "d"
     assert val.commit_shares({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == {
         "a": 0.5, "b": 2.0, "c": 2 / 3, "d": 1.0}
+
+
+def test_levels_are_whole_percents_in_ascending_order():
+    assert val.parse_levels("3, 2,3") == (0.02, 0.03)
+    assert val.parse_levels("1,2,3,5,10") == val.LEVELS
+    for bad in ("0", "51", "2.5", "2,x", "", " , "):
+        with pytest.raises(EpbenchError) as raised:
+            val.parse_levels(bad)
+        assert str(raised.value) == f"{val.LEVELS_HELP} (not {bad!r})"
+    # A Plan made in code is held to the same: its levels name arms d1..d50, one level each.
+    for bad_levels in ((), (0.025,), (0.0,), (0.51,)):
+        with pytest.raises(EpbenchError, match="--levels takes a comma list"):
+            plan(levels=bad_levels)
+    assert plan(levels=(0.05, 0.02, 0.05)).levels == (0.02, 0.05)
+
+
+def test_fewer_levels_run_and_judge_only_those(tmp_path):
+    """--levels 2,5: every path runs and judges d2 and d5 alone, the MDE is the first of them
+    reached, and the report says "> 5 %" of a case that reached neither."""
+    fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS,
+                                 levels=(0.05, 0.02)), runs_dir=tmp_path)
+    assert result["plan"]["levels"] == [0.02, 0.05]
+    same = [c for c in fake.configs if len(c.cases) == 1 and len(c.arms) > 2]
+    pr = [c for c in fake.configs if [a.key for a in c.arms] == ["d2", "d5"]]
+    assert {tuple(a.key for a in c.arms) for c in same} == {("a", "a2", "d2", "d5", "n5", "c")}
+    assert len(same) == len(pr) == 2 * len(CASES)
+    assert {c.aa_twin for c in pr} == {"d2"}
+    firsts = [c for c in fake.configs if len(c.cases) == len(CASES) and c.rounds > 4]
+    assert [c.arms[1].key for c in firsts] == ["a2", "d2", "d5"] * 2
+    assert list(result["plan"]["commit_heads"]) == ["aa", "d2", "d5"]
+    for r in result["results"]:
+        assert list(r["detection"]) == ["d2", "d5"]
+        assert r["detection"]["d5"]["hits"] == 2 * 2  # the relu cases; matmul ignores it
+        assert r["mde"]["matmul_64x64"] is None
+    # The median case, relu_d10_w8, gets its levels exactly on every path: 5 % is flagged.
+    assert {r["mde"]["relu_d10_w8"] for r in result["results"]} == {0.05}
+    md = val.render_markdown(result)
+    header = next(line for line in md.splitlines() if line.startswith("| Path |"))
+    assert " 2 % | 5 % | median MDE |" in header and "1 %" not in header
+    assert "(> 5 % when no level reached it)" in md
+    assert re.search(r"\| `matmul_64x64` \| [^|]+ \| [^|]+ \| [^|]+ \| > 5 % \|", md)
+    # A report of before --levels (schema 2 or 3, all five levels) renders its own five.
+    del result["plan"]["levels"]
+    assert "(> 10 % when no level reached it)" in val.render_markdown({
+        **result, "results": []})
+
+
+def test_the_command_passes_levels_and_refuses_bad_ones_in_one_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    seen = []
+
+    def recorded(plan, **kw):
+        seen.append(plan)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "validate", recorded)
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--levels", "3,2", "--out",
+                             str(tmp_path / "o")])
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(tmp_path / "o")])
+    assert [p.levels for p in seen] == [(0.02, 0.03), val.LEVELS]
+    bad = CliRunner().invoke(cli, ["validate", "--levels", "2.5", "--out", str(tmp_path / "b")])
+    assert bad.exit_code != 0 and len(seen) == 2 and not (tmp_path / "b").exists()
+    assert bad.output.strip().splitlines() == [f"Error: {val.LEVELS_HELP} (not '2.5')"]

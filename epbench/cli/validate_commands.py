@@ -48,6 +48,11 @@ from epbench.workflows.compare_commits import default_instructions
               help="What to validate, a comma list: same-process (arms of one run), "
                    "separate-runs (two runs and `compare a.json b.json`), compare-commits "
                    "(the whole command per comparison, re-runs included: the slowest).")
+@click.option("--levels", "levels_text", default=",".join(f"{round(v * 100)}" for v in val.LEVELS),
+              show_default=True, metavar="PERCENTS",
+              help="The injected slowdowns, a comma list of whole percents of a case's time per "
+                   "Run. Fewer make a repeat shorter (the compare-commits path runs one command "
+                   "per level), e.g. --levels 2,3 to check a 2 % MDE over more repeats.")
 @click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
               default=val.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
@@ -66,13 +71,13 @@ from epbench.workflows.compare_commits import default_instructions
             help_text="Output directory: validation.md and validation.json.")
 @quiet_option
 def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, load_text,
-             path_text, block_ms, max_repeats, position_test, profile_path, gate_policy, seed, out,
-             quiet) -> None:
+             path_text, levels_text, block_ms, max_repeats, position_test, profile_path,
+             gate_policy, seed, out, quiet) -> None:
     """Measure this harness on this machine: false-positive rate, power, MDE, bias.
 
     \b
     The bundled engine runs against itself (A/A), and against copies of itself
-    slowed down by 1, 2, 3, 5 and 10 % of each case's time per Run, on three
+    slowed down by each of --levels (1, 2, 3, 5 and 10 %) of a case's time per Run, on three
     paths: arms of one run (same-process), two separate runs compared through
     the double ratio, and compare-commits' whole command, re-runs included;
     under each --load; at compare-commits' default settings; judged
@@ -83,11 +88,13 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
     \b
     Example:  epbench validate --grid quick --load none,sustained --budget 3600
               epbench validate --path compare-commits --load bursty
+              epbench validate --path compare-commits --levels 2,3 --max-repeats 21
     """
 
     if not grids and not case_names:
         grids = ("quick",)
     paths = val.parse_paths(path_text)
+    levels = val.parse_levels(levels_text)
     commit_instructions = None
     if val.COMMITS in paths:
         # As compare-commits counts by default: its first pass includes the count.
@@ -100,7 +107,7 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
                     loads=parse_loads(load_text), block_target_ms=block_ms,
                     max_repeats=max_repeats, seed=seed, position_test=position_test,
                     gate_policy=gate_policy, grids=tuple(grids), paths=paths,
-                    commit_instructions=commit_instructions)
+                    commit_instructions=commit_instructions, levels=levels)
 
     def status(text: str) -> None:
         if not quiet:
@@ -116,13 +123,14 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
         click.echo(f"interrupted; every run measured so far is in {runs_dir}", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
     json_path, md_path = val.write_outputs(result, out)
+    beyond = f"> {max(levels):.0%}"
     for r in result["results"]:
         fp = r["false_positive_rate"]
         mde = r["median_mde"]
         click.echo(f"{r['path']}, {r['load']} load, {r['profile']} profile: "
                    f"{fp['hits']}/{fp['n']} A/A flagged (upper 95 % "
                    f"{_share(fp['ci'][1])}), median MDE "
-                   f"{'> 10 %' if mde is None else f'{mde:.0%} (nominal)'} "
+                   f"{beyond if mde is None else f'{mde:.0%} (nominal)'} "
                    f"over {r['repeats']} repeat(s)")
     bias = result.get("position_bias")
     if bias:

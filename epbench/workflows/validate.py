@@ -94,8 +94,14 @@ COMMAND_SEED_STRIDE = 1_000_000
 REPEAT_SEED_STRIDE = 10_000_000
 LOAD_SEED_STRIDE = 1_000_000_000
 MAX_REPEATS = LOAD_SEED_STRIDE // REPEAT_SEED_STRIDE - 1
-# Injected slowdowns, as fractions of the case's measured engine time per Run.
+# Injected slowdowns, as fractions of the case's measured engine time per Run: the
+# default --levels. Fewer levels make a repeat shorter (the compare-commits path runs one
+# command per level), so a target such as a 2 % MDE can be checked over more repeats.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
+# --levels: whole percents, so each level's arm key (d2, d10) names one level only.
+MAX_LEVEL_PERCENT = 50
+LEVELS_HELP = (f"--levels takes a comma list of whole percents from 1 to {MAX_LEVEL_PERCENT}; "
+               "e.g. --levels 2,3")
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
 PER_NODE_LEVEL = 0.05
 # Extra harmless ORT API calls per Run on the counter arm.
@@ -153,6 +159,7 @@ class Plan:
     # The compare-commits path's instruction counting: compare-commits' default where the
     # caller found valgrind (`default_instructions`), which the first pass then includes.
     commit_instructions: str | None = None
+    levels: tuple[float, ...] = LEVELS
 
     def __post_init__(self) -> None:
         if (self.budget_s <= 0 or self.rounds < 5
@@ -170,8 +177,14 @@ class Plan:
             raise EpbenchError("no cases to validate with: pass --grid NAME or --case NAME")
         if not self.paths or any(p not in PATHS for p in self.paths):
             raise EpbenchError(PATHS_HELP)
+        if not self.levels or not all(
+                math.isclose(level * 100, round(level * 100))
+                and 1 <= round(level * 100) <= MAX_LEVEL_PERCENT for level in self.levels):
+            raise EpbenchError(LEVELS_HELP)
         # In PATHS' order, whichever order they were given in: the report's order.
         object.__setattr__(self, "paths", tuple(p for p in PATHS if p in self.paths))
+        # Ascending and distinct: the MDE is the first level that reached the target.
+        object.__setattr__(self, "levels", tuple(sorted(set(self.levels))))
 
 
 def parse_paths(text: str) -> tuple[str, ...]:
@@ -182,20 +195,32 @@ def parse_paths(text: str) -> tuple[str, ...]:
     return tuple(p for p in PATHS if p in named)
 
 
-def arm_specs(engine_ns: float, n_nodes: int) -> list[str]:
+def parse_levels(text: str) -> tuple[float, ...]:
+    """``3,2`` -> (0.02, 0.03): whole percents, ascending; one clear error else."""
+    try:
+        percents = {int(p) for p in text.split(",") if p.strip()}
+    except ValueError:
+        raise EpbenchError(f"{LEVELS_HELP} (not {text!r})") from None
+    if not percents or any(not 1 <= p <= MAX_LEVEL_PERCENT for p in percents):
+        raise EpbenchError(f"{LEVELS_HELP} (not {text!r})")
+    return tuple(p / 100 for p in sorted(percents))
+
+
+def arm_specs(engine_ns: float, n_nodes: int,
+              levels: Sequence[float] = LEVELS) -> list[str]:
     """The arm specs of one case's same-process run: A/A, levels, per-node, counters."""
     specs = [f"engine:name={BASE_ARM}", f"engine:name={TWIN_ARM}"]
-    specs.extend(delay_specs(engine_ns))
+    specs.extend(delay_specs(engine_ns, levels))
     per_node = max(1, round(PER_NODE_LEVEL * engine_ns / max(1, n_nodes)))
     specs.append(f"engine:name={PER_NODE_ARM},inject_delay_ns_per_node={per_node}")
     specs.append(f"engine:name={COUNTER_ARM},inject_api_calls_per_run={API_CALLS}")
     return specs
 
 
-def delay_specs(engine_ns: float) -> list[str]:
+def delay_specs(engine_ns: float, levels: Sequence[float] = LEVELS) -> list[str]:
     """One arm per injected level: the PR side of the separate-runs path."""
     return [f"engine:name={level_arm(level)},inject_delay_ns_per_run="
-            f"{max(1, round(level * engine_ns))}" for level in LEVELS]
+            f"{max(1, round(level * engine_ns))}" for level in levels]
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None]:
@@ -268,14 +293,15 @@ def commit_head_arm(what: str) -> str:
     return TWIN_ARM if what == "aa" else what
 
 
-def commit_heads(engine_ns: Mapping[str, float]) -> dict[str, str]:
+def commit_heads(engine_ns: Mapping[str, float],
+                 levels: Sequence[float] = LEVELS) -> dict[str, str]:
     """The head arm of each compare-commits command of a repeat, by what it compares: the
     plain engine (A/A) and one arm per level. One run holds every case, as compare-commits'
     does, so a level's delay is one number: the level of `median_case`'s engine time
     (`commit_shares` gives what each case got)."""
-    delays = delay_specs(engine_ns[median_case(engine_ns)])
+    delays = delay_specs(engine_ns[median_case(engine_ns)], levels)
     return {"aa": f"engine:name={commit_head_arm('aa')}",
-            **{level_arm(level): spec for level, spec in zip(LEVELS, delays, strict=True)}}
+            **{level_arm(level): spec for level, spec in zip(levels, delays, strict=True)}}
 
 
 def commit_shares(engine_ns: Mapping[str, float]) -> dict[str, float]:
@@ -354,12 +380,13 @@ def validate(
         raise EpbenchError("the engine ran none of the cases in the pilot, so there is nothing "
                            "to validate with; check `epbench run --arm engine` on them first")
     nodes = {name: _nodes(pilot["cases"][name]) for name in engine_ns}
-    same_arms = {c.name: tuple(parse_arm(s) for s in arm_specs(engine_ns[c.name], nodes[c.name]))
+    same_arms = {c.name: tuple(parse_arm(s) for s in arm_specs(engine_ns[c.name], nodes[c.name],
+                                                               plan.levels))
                  for c in specs}
-    pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name]))
+    pr_arms = {c.name: tuple(parse_arm(s) for s in delay_specs(engine_ns[c.name], plan.levels))
                for c in specs}
     kept_ns = {c.name: engine_ns[c.name] for c in specs}
-    heads = commit_heads(kept_ns)
+    heads = commit_heads(kept_ns, plan.levels)
     if plan.position_test and SAME_PROCESS not in plan.paths:
         notes.append("no position test: its counterbalanced side is the same-process runs, "
                      "and that path was not run")
@@ -445,7 +472,7 @@ def validate(
             runs_of += [("base", lambda _: plain, twin_a, 1), ("again", lambda _: plain, twin_a, 2),
                         # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
                         ("pr", lambda name: pr_arms[name],
-                         level_arm(LEVELS[0]) if plan.aa_twin else None, 3)]
+                         level_arm(plan.levels[0]) if plan.aa_twin else None, 3)]
         docs: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in runs_of}
         for offset, spec in enumerate(specs if runs_of else ()):
             on_status(f"{load} load, repeat {index + 1}: {spec.name}")
@@ -533,7 +560,8 @@ def validate(
     host = first.get("host") or {}
     profile = cmp.load_profile_for(host.get("key"), profile_path)
     result = summarize(repeats, fixed_doc, engine_ns, settings=settings, profile=profile,
-                       loads=[k for k in plan.loads if any(r.load == k for r in repeats)])
+                       loads=[k for k in plan.loads if any(r.load == k for r in repeats)],
+                       levels=plan.levels)
     per_load = {k: sum(r.load == k for r in repeats) for k in plan.loads}
     result.update({
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -550,7 +578,7 @@ def validate(
             "repeats": per_load, "max_repeats": plan.max_repeats,
             "position_test": fixed_doc is not None, "gate_policy": plan.gate_policy,
             "gate_max_wait_s": plan.gate_max_wait_s,
-            "levels": list(LEVELS), "per_node_level": PER_NODE_LEVEL, "api_calls": API_CALLS,
+            "levels": list(plan.levels), "per_node_level": PER_NODE_LEVEL, "api_calls": API_CALLS,
             "arms": {name: [a.spec for a in arms] for name, arms in same_arms.items()},
             "pr_arms": {name: [a.spec for a in arms] for name, arms in pr_arms.items()},
             "paths": list(plan.paths),
@@ -578,7 +606,8 @@ def _nodes(case: Mapping[str, Any]) -> int:
     return int(arm.get("nodes_executed") or 1)
 
 
-def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
+def comparisons(rep: Repeat, path: str,
+                levels: Sequence[float] = LEVELS) -> list[tuple[str, cmp.Side, cmp.Side]]:
     """What one repeat compares on one path: (what, base side, PR side).
 
     ``what`` is "aa", a level's arm key, or the per-node arm. Same-process: arms of
@@ -597,13 +626,13 @@ def comparisons(rep: Repeat, path: str) -> list[tuple[str, cmp.Side, cmp.Side]]:
         doc = Results.from_dict(rep.same_process, source="a same-process run")
         base = cmp.Side("base", doc, BASE_ARM)
         out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
-        out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in LEVELS]
+        out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in levels]
         return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
     base = cmp.Side("base", Results.from_dict(rep.base, source="a base run"), BASE_ARM)
     again = Results.from_dict(rep.base_again, source="a base run")
     pr = Results.from_dict(rep.pr, source="a PR run")
     out = [("aa", base, cmp.Side("pr", again, BASE_ARM))]
-    return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in LEVELS]
+    return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in levels]
 
 
 def summarize(
@@ -614,6 +643,7 @@ def summarize(
     settings: Any,
     profile: Mapping[str, Any] | None,
     loads: Sequence[str],
+    levels: Sequence[float] = LEVELS,
 ) -> dict[str, Any]:
     """The validation statistics from the repeats' documents (no measuring here)."""
 
@@ -630,7 +660,7 @@ def summarize(
             # one, its rows would be of a command that never ran.
             for label, prof in judged[:1] if path == COMMITS else judged:
                 results.append(_judge_path(mine, path, load, label, prof, names, engine_ns,
-                                           settings, warnings))
+                                           settings, warnings, levels))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
     for rep in repeats:
         if rep.same_process is None:
@@ -692,9 +722,9 @@ def _has_path(rep: Repeat, path: str) -> bool:
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 profile: Mapping[str, Any] | None, names: Sequence[str],
                 engine_ns: Mapping[str, float], settings: Any,
-                warnings: set[str]) -> dict[str, Any]:
+                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
-    whats = [what for what, _, _ in comparisons(repeats[0], path)] if repeats else []
+    whats = [what for what, _, _ in comparisons(repeats[0], path, levels)] if repeats else []
     verdicts = {n: {w: [] for w in whats} for n in names}
     changes = {n: {w: [] for w in whats} for n in names}
     thresholds: dict[str, list[float]] = {n: [] for n in names}
@@ -707,7 +737,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     pairs: set[tuple[int, str]] = set()
     drifted: dict[tuple[int, str], list[float]] = {}
     for index, rep in enumerate(repeats):
-        for what, base, pr in comparisons(rep, path):
+        for what, base, pr in comparisons(rep, path, levels):
             comparison = cmp.compare(base, pr, settings=settings, profile=profile)
             # The control's drift is summed up below, once for the path: one warning per
             # comparison, each naming other cases, made most of a drifting VM's report.
@@ -741,7 +771,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     for n in names:
         aa = verdicts[n]["aa"]
         detection = {}
-        for level in LEVELS:
+        for level in levels:
             got = verdicts[n][level_arm(level)]
             detection[level_arm(level)] = {
                 "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
@@ -750,7 +780,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 "inconclusive": sum(v == "inconclusive" for v in got),
                 "verdicts": got,
             }
-        mde = next((lvl for lvl in LEVELS
+        mde = next((lvl for lvl in levels
                     if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
         cases[n] = {
             "engine_ns": engine_ns[n],
@@ -774,7 +804,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     any_fp = sum(any(verdicts[n]["aa"][r] in FLAGGED for n in names)
                  for r in range(len(repeats)))
     detection = {}
-    for level in LEVELS:
+    for level in levels:
         key = level_arm(level)
         hits = sum(c["detection"][key]["hits"] for c in cases.values())
         total = sum(c["detection"][key]["n"] for c in cases.values())
@@ -790,7 +820,8 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
         "familywise_false_positive_rate": proportion(any_fp, len(repeats)),
         "detection": detection,
         "mde": {n: cases[n]["mde"] for n in names},
-        # The median case's MDE, None (> 10 %) when half the cases or more saw no level.
+        # The median case's MDE, None (above the top level) when half the cases or more saw
+        # no level.
         "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
                        else None) if mdes else None,
         "cases": cases,
@@ -809,11 +840,18 @@ def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]
             "median_rounds": median(len(c.get("rounds", [])) for c in ended)}
 
 
+def levels_of(result: Mapping[str, Any]) -> list[float]:
+    """The levels a validation document was measured at (every schema records them)."""
+    return list((result.get("plan") or {}).get("levels") or LEVELS)
+
+
 def render_markdown(result: Mapping[str, Any]) -> str:
     """validation.md, through the reports' templates."""
 
+    levels = levels_of(result)
     return environment().get_template("validation.md.j2").render(
-        v=result, levels=[level_arm(v) for v in LEVELS], power=POWER_TARGET,
+        v=result, levels=[level_arm(v) for v in levels], power=POWER_TARGET,
+        top_level=max(levels),
         flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
         deadline_s_per_case=DEFAULT_TARGET_S_PER_CASE, report_reserve_s=REPORT_RESERVE_S,
     )
