@@ -898,19 +898,25 @@ def test_paths_are_checked_and_ordered():
     assert plan(paths=(val.COMMITS, val.SAME_PROCESS)).paths == (val.SAME_PROCESS, val.COMMITS)
 
 
+def plans_the_command_makes(monkeypatch: pytest.MonkeyPatch) -> list[val.Plan]:
+    """The Plans `epbench validate` builds, each recorded and then the run cut short."""
+    seen: list[val.Plan] = []
+
+    def recorded(plan: val.Plan, **kw: Any) -> dict[str, Any]:
+        seen.append(plan)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "validate", recorded)
+    return seen
+
+
 def test_the_command_takes_paths_and_compare_commits_instruction_default(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from epbench.cli import validate_commands
     from epbench.cli.main import cli
 
-    seen = []
-
-    def recorded(plan, **kw):
-        seen.append(plan)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(val, "validate", recorded)
+    seen = plans_the_command_makes(monkeypatch)
     monkeypatch.setattr(validate_commands, "default_instructions", lambda: (None, "no valgrind"))
     result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path",
                                       "compare-commits", "--out", str(tmp_path / "o")])
@@ -987,13 +993,7 @@ def test_the_command_passes_levels_and_refuses_bad_ones_in_one_line(tmp_path, mo
 
     from epbench.cli.main import cli
 
-    seen = []
-
-    def recorded(plan, **kw):
-        seen.append(plan)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(val, "validate", recorded)
+    seen = plans_the_command_makes(monkeypatch)
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--levels", "3,2", "--out",
                              str(tmp_path / "o")])
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(tmp_path / "o")])
