@@ -12,10 +12,11 @@ t = max(4 %, 2 x 0.2 %) = 4 %: 1-3 % stay within noise, 5 % is a regression and
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -457,7 +458,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = val.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/3"
+    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/4"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -954,6 +955,18 @@ def test_levels_are_whole_percents_in_ascending_order():
         with pytest.raises(EpbenchError, match="--levels takes a comma list"):
             plan(levels=bad_levels)
     assert plan(levels=(0.05, 0.02, 0.05)).levels == (0.02, 0.05)
+    # Two levels that round to one percent would be two arms of one name: one level.
+    assert plan(levels=(0.05, 0.05 + 1e-12)).levels == (0.05,)
+    for bad_levels in ((math.nan,), (math.inf, 0.02)):
+        with pytest.raises(EpbenchError, match="--levels takes a comma list"):
+            plan(levels=bad_levels)
+    # Every command of a repeat keeps seeds of its own: at most MAX_LEVELS levels.
+    most = ",".join(str(p) for p in range(1, val.MAX_LEVELS + 1))
+    assert len(val.parse_levels(most)) == val.MAX_LEVELS == 8
+    with pytest.raises(EpbenchError, match="at most 8 whole percents"):
+        val.parse_levels(f"{most},{val.MAX_LEVELS + 1}")
+    with pytest.raises(EpbenchError, match="at most 8 whole percents"):
+        plan(levels=tuple(p / 100 for p in range(1, val.MAX_LEVELS + 2)))
 
 
 def test_fewer_levels_run_and_judge_only_those(tmp_path):
@@ -1001,3 +1014,31 @@ def test_the_command_passes_levels_and_refuses_bad_ones_in_one_line(tmp_path, mo
     bad = CliRunner().invoke(cli, ["validate", "--levels", "2.5", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and len(seen) == 2 and not (tmp_path / "b").exists()
     assert bad.output.strip().splitlines() == [f"Error: {val.LEVELS_HELP} (not '2.5')"]
+
+
+def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path, monkeypatch):
+    """--levels 2,3 at t = 4 %: neither is flagged, so the MDE is "> 3 %", in the printed line
+    and in the report's summary row, which names the arms that ran."""
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    real_validate = val.validate
+    fake = FakeRunner()
+
+    def faster(plan: val.Plan, **kw: Any) -> dict[str, Any]:
+        return real_validate(replace(plan, processes=3, rounds=12, max_repeats=1,
+                                     paths=(val.SAME_PROCESS,), position_test=False),
+                             run=fake, clock=fake.clock, load_factory=fake.load,
+                             settings=SETTINGS)
+
+    monkeypatch.setattr(val, "validate", faster)
+    out = tmp_path / "o"
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--levels", "2,3",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert ("same-process, none load, without profile: 0/1 A/A flagged (upper 95 % 79.3%), "
+            "median MDE > 3 % over 1 repeat(s)") in result.output
+    md = (out / "validation.md").read_text()
+    assert "| 0% (0/1) | 0% (0/1) | > 3 % | > 3 % |" in md
+    assert "`a` and `a2` are identical (A/A); `d2`, `d3` add a per-Run delay" in md

@@ -123,7 +123,7 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
         click.echo(f"interrupted; every run measured so far is in {runs_dir}", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
     json_path, md_path = val.write_outputs(result, out)
-    beyond = f"> {max(levels):.0%}"
+    beyond = f"> {round(max(levels) * 100)} %"  # as validation.md says it
     for r in result["results"]:
         fp = r["false_positive_rate"]
         mde = r["median_mde"]

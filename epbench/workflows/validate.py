@@ -6,12 +6,11 @@ take (``Plan.paths``), under background load that validate creates itself:
 
 - **same-process** (`compare --base A --pr B` on one file; compare-commits' way of
   judging, without its re-runs): one run per case holds every arm: ``a`` and ``a2``
-  identical (A/A: any ⚠️/🔴 between them is a false positive), ``d1`` .. ``d10``
-  with ``inject_delay_ns_per_run`` set to 1, 2, 3, 5, 10 % of the case's engine time
-  per Run (measured first, by the pilot), ``n5`` the same 5 % spread over the nodes,
-  ``c`` with
-  ``inject_api_calls_per_run`` = API_CALLS (the counter table must show exactly
-  that many more ORT calls per Run);
+  identical (A/A: any ⚠️/🔴 between them is a false positive), one arm per level
+  (``Plan.levels``, by default ``d1`` .. ``d10``) with ``inject_delay_ns_per_run`` set to
+  1, 2, 3, 5, 10 % of the case's engine time per Run (measured first, by the pilot),
+  ``n5`` the same 5 % spread over the nodes, ``c`` with ``inject_api_calls_per_run`` =
+  API_CALLS (the counter table must show exactly that many more ORT calls per Run);
 - **separate-runs** (`epbench run` on the base, again on the PR, then `compare
   a.json b.json`): per case and repeat, two separate runs of the plain arm ``a``
   (the A/A pair) and one run of the delayed arms only (the PR side); each pair is
@@ -77,7 +76,8 @@ if TYPE_CHECKING:
 
 # 2: results per (path, load, profile); compare-commits' replication settings.
 # 3: the compare-commits path (the whole command, re-runs included), plan.paths.
-VALIDATION_SCHEMA = "epbench.validation/3"
+# 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
+VALIDATION_SCHEMA = "epbench.validation/4"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
 COMMITS = "compare-commits"
@@ -98,10 +98,12 @@ MAX_REPEATS = LOAD_SEED_STRIDE // REPEAT_SEED_STRIDE - 1
 # default --levels. Fewer levels make a repeat shorter (the compare-commits path runs one
 # command per level), so a target such as a 2 % MDE can be checked over more repeats.
 LEVELS = (0.01, 0.02, 0.03, 0.05, 0.10)
-# --levels: whole percents, so each level's arm key (d2, d10) names one level only.
+# --levels: whole percents, so each level's arm key (d2, d10) names one level only; at
+# most as many as leave every command of a repeat its own seeds (the strides above).
 MAX_LEVEL_PERCENT = 50
-LEVELS_HELP = (f"--levels takes a comma list of whole percents from 1 to {MAX_LEVEL_PERCENT}; "
-               "e.g. --levels 2,3")
+MAX_LEVELS = (REPEAT_SEED_STRIDE - COMMITS_SEED_OFFSET) // COMMAND_SEED_STRIDE - 1
+LEVELS_HELP = (f"--levels takes a comma list of at most {MAX_LEVELS} whole percents from 1 to "
+               f"{MAX_LEVEL_PERCENT}; e.g. --levels 2,3")
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
 PER_NODE_LEVEL = 0.05
 # Extra harmless ORT API calls per Run on the counter arm.
@@ -177,14 +179,17 @@ class Plan:
             raise EpbenchError("no cases to validate with: pass --grid NAME or --case NAME")
         if not self.paths or any(p not in PATHS for p in self.paths):
             raise EpbenchError(PATHS_HELP)
-        if not self.levels or not all(
-                math.isclose(level * 100, round(level * 100))
-                and 1 <= round(level * 100) <= MAX_LEVEL_PERCENT for level in self.levels):
+        percents = {round(level * 100) if math.isfinite(level) else 0 for level in self.levels}
+        if (not percents or len(percents) > MAX_LEVELS
+                or not all(math.isfinite(level) and math.isclose(level * 100, round(level * 100))
+                           for level in self.levels)
+                or not all(1 <= p <= MAX_LEVEL_PERCENT for p in percents)):
             raise EpbenchError(LEVELS_HELP)
         # In PATHS' order, whichever order they were given in: the report's order.
         object.__setattr__(self, "paths", tuple(p for p in PATHS if p in self.paths))
-        # Ascending and distinct: the MDE is the first level that reached the target.
-        object.__setattr__(self, "levels", tuple(sorted(set(self.levels))))
+        # Ascending and distinct (as whole percents: one arm each): the MDE is the first
+        # level that reached the target.
+        object.__setattr__(self, "levels", tuple(p / 100 for p in sorted(percents)))
 
 
 def parse_paths(text: str) -> tuple[str, ...]:
@@ -201,7 +206,8 @@ def parse_levels(text: str) -> tuple[float, ...]:
         percents = {int(p) for p in text.split(",") if p.strip()}
     except ValueError:
         raise EpbenchError(f"{LEVELS_HELP} (not {text!r})") from None
-    if not percents or any(not 1 <= p <= MAX_LEVEL_PERCENT for p in percents):
+    if (not percents or len(percents) > MAX_LEVELS
+            or any(not 1 <= p <= MAX_LEVEL_PERCENT for p in percents)):
         raise EpbenchError(f"{LEVELS_HELP} (not {text!r})")
     return tuple(p / 100 for p in sorted(percents))
 
