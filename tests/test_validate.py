@@ -1042,3 +1042,8 @@ def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path
     md = (out / "validation.md").read_text()
     assert "| 0% (0/1) | 0% (0/1) | > 3 % | > 3 % |" in md
     assert "`a` and `a2` are identical (A/A); `d2`, `d3` add a per-Run delay" in md
+    # 5 % is a regression at t = 4 %: the MDE, said as the report says a level.
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--levels", "3,5",
+                                      "--out", str(out)])
+    assert "median MDE 5 % (nominal) over 1 repeat(s)" in result.output
+    assert "| 0% (0/1) | 100% (1/1) | 5% | 5% |" in (out / "validation.md").read_text()

@@ -130,7 +130,7 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
         click.echo(f"{r['path']}, {r['load']} load, {r['profile']} profile: "
                    f"{fp['hits']}/{fp['n']} A/A flagged (upper 95 % "
                    f"{_share(fp['ci'][1])}), median MDE "
-                   f"{beyond if mde is None else f'{mde:.0%} (nominal)'} "
+                   f"{beyond if mde is None else f'{round(mde * 100)} % (nominal)'} "
                    f"over {r['repeats']} repeat(s)")
     bias = result.get("position_bias")
     if bias:

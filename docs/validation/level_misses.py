@@ -1,0 +1,27 @@
+"""Why a validate level was missed: per kept command of `epbench validate --path
+compare-commits`, each case's change, interval, threshold and verdict at one level, judged as
+validate judged it (no profile: run with XDG_CACHE_HOME pointing at an empty folder).
+
+    python docs/validation/level_misses.py OUT [LEVEL_ARM]     # e.g. OUT d2
+
+A case not flagged is marked with * and its verdict. Reads OUT/runs only.
+"""
+
+import glob
+import json
+import sys
+
+from epbench.core.results import Results
+from epbench.reports import compare as cmp
+
+out, arm = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "d2")
+for path in sorted(glob.glob(f"{out}/runs/*-commits-{arm}.json")):
+    with open(path) as kept:
+        doc = Results.from_dict(json.load(kept), source=path)
+    judged = cmp.compare(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm),
+                         settings=cmp.Settings())
+    cells = [f"{r['case']}:{r['change']:+.1%}[{r['ci'][0]:+.1%},{r['ci'][1]:+.1%}]"
+             f"t{r['threshold']:.1%}"
+             + ("" if r["verdict"] in ("regression", "alert") else "*" + r["verdict"])
+             for r in judged["cases"]]
+    print(path.rsplit("/", 1)[1], " ".join(cells))
