@@ -8,16 +8,14 @@ A case not flagged is marked with * and its verdict. Reads OUT/runs only.
 """
 
 import glob
-import json
 import sys
 
-from epbench.core.results import Results
+from epbench.core.results import load_results
 from epbench.reports import compare as cmp
 
 out, arm = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "d2")
 for path in sorted(glob.glob(f"{out}/runs/*-commits-{arm}.json")):
-    with open(path) as kept:
-        doc = Results.from_dict(json.load(kept), source=path)
+    doc = load_results(path)
     judged = cmp.compare(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm),
                          settings=cmp.Settings())
     cells = [f"{r['case']}:{r['change']:+.1%}[{r['ci'][0]:+.1%},{r['ci'][1]:+.1%}]"
