@@ -231,16 +231,20 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
     return replace(arm, name=f"{arm.key}{TWIN_SUFFIX}")
 
 
-def copy_library(path: str | None, folder: Path) -> str | None:
-    """A private copy of a library (None for ORT's CPU EP), for the A/A twin."""
+def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
+                 purpose: str = "the A/A twin",
+                 otherwise: str = "run without --aa-twin") -> str | None:
+    """A private copy of a library (None for ORT's CPU EP): its own file, so the loader
+    maps it apart from the original (for the A/A twin, or for validate's stand-ins of a
+    PR's build)."""
     if path is None:
         return None
-    target = folder / f"twin-{Path(path).name}"
+    target = folder / f"{prefix}{Path(path).name}"
     try:
+        folder.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     except OSError as exc:
-        remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to, or run "
-                                     "without --aa-twin")
-        raise ArmError(f"cannot copy {path} for the A/A twin ({exc.strerror or exc}); "
+        remedy = scratch_remedy(exc, f"point TMPDIR at a folder you can write to, or {otherwise}")
+        raise ArmError(f"cannot copy {path} for {purpose} ({exc.strerror or exc}); "
                        f"{remedy}") from None
     return str(target)

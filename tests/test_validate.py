@@ -11,18 +11,22 @@ t = max(4 %, 2 x 0.2 %) = 4 %: 1-3 % stay within noise, 5 % is a regression and
 
 from __future__ import annotations
 
+import filecmp
 import json
 import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epbench import engine
 from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
+from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import compare as cmp
@@ -62,6 +66,9 @@ class FakeRunner:
     plain_runs: dict[str, int] = field(default_factory=dict)
     load_starts: list[str] = field(default_factory=list)
     load_seeds: list[int] = field(default_factory=list)
+    # Per run, each arm's library as the run found it: None (the bundled engine's own file),
+    # else the path, or "not a copy" when no file identical to the engine's was there.
+    libraries: list[dict[str, str | None]] = field(default_factory=list)
 
     def clock(self) -> float:
         return self.now
@@ -83,6 +90,7 @@ class FakeRunner:
         self.now += self.seconds_per_run
         self.configs.append(config)
         self.loads_seen.append(self.active_load)
+        self.libraries.append({a.key: _library_seen(a.target) for a in config.arms})
         call = len(self.configs) - 1
         keys = [a.key for a in config.arms]
         cases, counters = {}, {}
@@ -137,6 +145,13 @@ class FakeRunner:
     def validate(self, the_plan: val.Plan, **kw: Any) -> dict[str, Any]:
         return val.validate(the_plan, run=self, clock=self.clock, load_factory=self.load,
                             settings=SETTINGS, **kw)
+
+
+def _library_seen(target: str | None) -> str | None:
+    if target is None:
+        return None
+    same = Path(target).is_file() and filecmp.cmp(target, engine.library_path(), shallow=False)
+    return target if same else "not a copy"
 
 
 @pytest.fixture(autouse=True)
@@ -458,7 +473,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = val.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/4"
+    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/5"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -823,6 +838,52 @@ def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
     assert re.search(r"\(`relu_d10_w8`\):\s+as a share of their own time, the others got "
                      r"×1\.3\d of it \(`relu_d1_w8`\), ×0\.4\d of it \(`matmul_64x64`\); "
                      r"each case's table gives\s+the change", md)
+
+
+def test_every_pr_side_arm_loads_a_fresh_build_of_its_own():
+    """A PR's head is another build, another file: on every path each arm but the base
+    loads its own copy of the engine library, one per arm and repeat, gone after it."""
+    fake = FakeRunner()
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS,
+                                 levels=(0.02, 0.03)))
+    assert result["plan"]["own_builds"] is True
+    # The pilot times the engine's own file.
+    assert fake.configs[0].rounds == val.PILOT_ROUNDS and fake.libraries[0] == {"a": None}
+    by_repeat: list[dict[str, set[str]]] = [{}, {}]
+    seen_base_runs = 0
+    for config, libs in list(zip(fake.configs, fake.libraries, strict=True))[1:]:
+        keys = [a.key for a in config.arms]
+        if keys == ["a"]:
+            # The separate-runs A/A: the first plain run is base's file, the second a build.
+            seen_base_runs += 1
+            assert (libs["a"] is None) == (seen_base_runs % 2 == 1), libs
+            if libs["a"] is None:
+                continue
+        elif "a" in libs:
+            assert libs.pop("a") is None, "the base arm loads the engine's own file"
+        else:
+            assert keys == ["d2", "d3"], keys  # the separate-runs PR side: levels only
+        assert libs and all(v not in (None, "not a copy") for v in libs.values()), libs
+        repeat = 0 if config.seed < val.REPEAT_SEED_STRIDE * 2 else 1
+        for key, path in libs.items():
+            by_repeat[repeat].setdefault(key, set()).add(path)
+    for builds in by_repeat:
+        assert set(builds) == {"a", "a2", "d2", "d3", "n5", "c"}
+        assert all(len(paths) == 1 for paths in builds.values()), "one build per arm and repeat"
+    first, second = ({p for paths in b.values() for p in paths} for b in by_repeat)
+    assert len(first) == 6 and not first & second, "each repeat builds afresh"
+    assert not any(Path(p).exists() for p in first | second), "the builds outlive the repeat"
+
+
+def test_a_build_that_cannot_be_copied_is_one_clear_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    builds = val.OwnBuilds(blocker)  # a file where the folder should be
+    with pytest.raises(EpbenchError, match=r"^cannot copy .* for validate's arm a2 \(a stand-in "
+                                           r"for a PR's build\) .*; point TMPDIR at"):
+        builds.of(parse_arm("engine:name=a2"))
+    with pytest.raises(ValueError, match="only a bundled-engine arm"):
+        builds.of(parse_arm("ort"))
 
 
 def test_every_run_has_its_own_seed_and_load_seed(monkeypatch):

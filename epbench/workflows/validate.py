@@ -41,6 +41,7 @@ reports' jinja2 environment).
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -53,7 +54,7 @@ from epbench.core.errors import EpbenchError, Interrupted
 from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text, write_results
-from epbench.harness.arms import parse_arm
+from epbench.harness.arms import ArmSpec, copy_library, parse_arm, resolve_library
 from epbench.harness.load import LOAD_KINDS, BackgroundLoad, background_load
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
@@ -77,7 +78,7 @@ if TYPE_CHECKING:
 # 2: results per (path, load, profile); compare-commits' replication settings.
 # 3: the compare-commits path (the whole command, re-runs included), plan.paths.
 # 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
-VALIDATION_SCHEMA = "epbench.validation/4"
+VALIDATION_SCHEMA = "epbench.validation/5"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
 COMMITS = "compare-commits"
@@ -227,6 +228,39 @@ def delay_specs(engine_ns: float, levels: Sequence[float] = LEVELS) -> list[str]
     """One arm per injected level: the PR side of the separate-runs path."""
     return [f"engine:name={level_arm(level)},inject_delay_ns_per_run="
             f"{max(1, round(level * engine_ns))}" for level in levels]
+
+
+class OwnBuilds:
+    """Stand-ins for a PR's builds: each arm given loads its own copy of its library.
+
+    A PR's head is another build, so another file, which the loader maps apart from base's;
+    an arm naming base's own file shares base's mapping, so its A/A is easier than any PR's
+    (2026-12-05, VM G: half-widths 0.1-0.3 % against the twin's 0.5-1.2 % in the same runs,
+    docs/validation/README.md). One copy per arm key, made on first use; the caller makes a
+    fresh set for each repeat, as each PR brings a fresh build.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.paths: dict[str, str] = {}  # arm key -> its copy (its options vary by case)
+
+    def of(self, arm: ArmSpec) -> ArmSpec:
+        """``arm`` (an `engine[:OPTS]` arm) from its own copy of the engine library."""
+        if arm.kind != "engine" or arm.target is not None:
+            raise ValueError(f"only a bundled-engine arm gets a build of its own, not {arm.spec!r}")
+        if arm.key not in self.paths:
+            path = copy_library(resolve_library(arm), self.folder / arm.key, prefix="",
+                                purpose=f"validate's arm {arm.key} (a stand-in for a PR's build)",
+                                otherwise="run validate where the temp folder is writable")
+            assert path is not None  # an engine arm always has a library
+            self.paths[arm.key] = path
+        path = self.paths[arm.key]
+        opts = arm.spec.partition(":")[2]
+        return replace(arm, spec=f"engine@{path}" + (f":{opts}" if opts else ""), target=path)
+
+    def pr_side(self, arms: Sequence[ArmSpec]) -> tuple[ArmSpec, ...]:
+        """Every arm but the base arm from its own build."""
+        return tuple(a if a.key == BASE_ARM else self.of(a) for a in arms)
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None]:
@@ -467,17 +501,24 @@ def validate(
 
     def one_repeat(load: str, index: int) -> Repeat | None:
         """The repeat's runs, or None when a Ctrl-C stopped one of them."""
+        with tempfile.TemporaryDirectory(prefix="epbench-validate-builds-") as folder:
+            return repeat_runs(load, index, OwnBuilds(Path(folder)))
+
+    def repeat_runs(load: str, index: int, builds: OwnBuilds) -> Repeat | None:
+        """One repeat, each PR-side arm from ``builds``."""
         seed = (plan.seed + REPEAT_SEED_STRIDE * (index + 1)
                 + LOAD_SEED_STRIDE * LOAD_KINDS.index(load))
         twin_a = BASE_ARM if plan.aa_twin else None
         plain = (parse_arm(f"engine:name={BASE_ARM}"),)
         runs_of = []
         if SAME_PROCESS in plan.paths:
-            runs_of.append(("same", lambda name: same_arms[name], twin_a, 0))
+            runs_of.append(("same", lambda name: builds.pr_side(same_arms[name]), twin_a, 0))
         if SEPARATE_RUNS in plan.paths:
-            runs_of += [("base", lambda _: plain, twin_a, 1), ("again", lambda _: plain, twin_a, 2),
+            # The second plain run is the PR side of the A/A: another build of the same code.
+            runs_of += [("base", lambda _: plain, twin_a, 1),
+                        ("again", lambda _: (builds.of(plain[0]),), twin_a, 2),
                         # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
-                        ("pr", lambda name: pr_arms[name],
+                        ("pr", lambda name: builds.pr_side(pr_arms[name]),
                          level_arm(plan.levels[0]) if plan.aa_twin else None, 3)]
         docs: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in runs_of}
         for offset, spec in enumerate(specs if runs_of else ()):
@@ -499,7 +540,8 @@ def validate(
                 s = seed + COMMITS_SEED_OFFSET + COMMAND_SEED_STRIDE * offset
                 began = clock()
                 doc = measure(replace(
-                    measured, cases=tuple(specs), arms=(*plain, parse_arm(head)), aa_twin=twin_a,
+                    measured, cases=tuple(specs), arms=(*plain, builds.of(parse_arm(head))),
+                    aa_twin=twin_a,
                     seed=s, instructions=plan.commit_instructions,
                 ), load, s, f"r{index + 1}-commits-{what}", whole_command=True)
                 if doc.get("interrupted"):
@@ -579,7 +621,7 @@ def validate(
             "budget_s": plan.budget_s,
             "rounds": int(first["config"]["rounds"]),
             "rounds_requested": plan.rounds, "processes": plan.processes,
-            "sessions": plan.sessions, "aa_twin": plan.aa_twin,
+            "sessions": plan.sessions, "aa_twin": plan.aa_twin, "own_builds": True,
             "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),
             "repeats": per_load, "max_repeats": plan.max_repeats,
             "position_test": fixed_doc is not None, "gate_policy": plan.gate_policy,
