@@ -233,7 +233,7 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
 
 def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
                  purpose: str = "the A/A twin",
-                 otherwise: str = "run without --aa-twin") -> str | None:
+                 otherwise: str | None = "run without --aa-twin") -> str | None:
     """A private copy of a library (None for ORT's CPU EP): its own file, so the loader
     maps it apart from the original (for the A/A twin, or for validate's stand-ins of a
     PR's build)."""
@@ -244,7 +244,8 @@ def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     except OSError as exc:
-        remedy = scratch_remedy(exc, f"point TMPDIR at a folder you can write to, or {otherwise}")
+        remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to"
+                                     + (f", or {otherwise}" if otherwise else ""))
         raise ArmError(f"cannot copy {path} for {purpose} ({exc.strerror or exc}); "
                        f"{remedy}") from None
     return str(target)

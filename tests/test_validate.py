@@ -148,10 +148,15 @@ class FakeRunner:
 
 
 def _library_seen(target: str | None) -> str | None:
+    """A copy is a file of its own (no link: the loader would hand back base's mapping for
+    a symlink or a hard link to the same inode) holding the engine's bytes."""
     if target is None:
         return None
-    same = Path(target).is_file() and filecmp.cmp(target, engine.library_path(), shallow=False)
-    return target if same else "not a copy"
+    own = engine.library_path()
+    copy = (Path(target).is_file() and not Path(target).is_symlink()
+            and Path(target).stat().st_ino != Path(own).stat().st_ino
+            and filecmp.cmp(target, own, shallow=False))
+    return target if copy else "not a copy"
 
 
 @pytest.fixture(autouse=True)
@@ -431,6 +436,9 @@ def test_position_bias_shows_what_counterbalancing_removes():
     fixed_runs = [c for c in fake.configs if c.fixed_order]
     assert len(fixed_runs) == 1
     assert [a.key for a in fixed_runs[0].arms] == ["a", "a2"]
+    # a2 its own build there too, as in the counterbalanced runs it is set against.
+    [libs] = [v for c, v in zip(fake.configs, fake.libraries, strict=True) if c.fixed_order]
+    assert libs["a"] is None and libs["a2"] not in (None, "not a copy")
     bias = result["cases"]["relu_d1_w8"]["position_bias"]
     assert bias["fixed_order_change"] == pytest.approx(0.03, abs=0.003)
     assert abs(bias["counterbalanced_change"]) < 0.003
@@ -484,6 +492,9 @@ def test_outputs_written_and_rendered(tmp_path):
     assert "| `matmul_64x64` | 9.00 µs | 4.0% | in-run A/A twin | > 10 % | 0/2 |" in md
     assert "other change, in every repeat: 12/12 exact." in md
     assert "judged **without** one" in md
+    assert "Every arm but the base `a` (the second plain run of the separate-runs A/A and " in md
+    old = val.render_markdown({**result, "plan": {**result["plan"], "own_builds": None}})
+    assert "loaded the base arm's own library file (reports before\nepbench.validation/5)" in old
     # The report lists the first notes and counts the rest, which the JSON keeps.
     notes = [f"note {i:02d}" for i in range(val.NOTES_SHOWN + 3)]
     md = val.render_markdown({**result, "notes": notes})
@@ -757,6 +768,10 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     assert delays == pytest.approx([0] + [v * 4000 for v in val.LEVELS], rel=0.01)
     reruns = [c for c in fake.configs[1:] if len(c.cases) < len(CASES)]
     assert {(c.cases, c.arms[1].key) for c in reruns} == {((case_by_name("relu_d1_w8"),), "a2")}
+    # The re-runs load the first pass's build of the head, still there when they run.
+    head_of = {id(c): libs["a2"] for c, libs in zip(fake.configs, fake.libraries, strict=True)
+               if "a2" in libs}
+    assert {head_of[id(c)] for c in reruns} == {head_of[id(first_passes[0])]} != {"not a copy"}
     assert {(c.aa_twin, c.processes, c.rounds, c.instructions, c.out_dir) for c in reruns} == {
         ("a", 3, 12, None, None)}
     # The deadline: 30 s a case (3 cases) less 5 s from the first pass's start, at 10 s a
@@ -867,6 +882,11 @@ def test_every_pr_side_arm_loads_a_fresh_build_of_its_own():
         repeat = 0 if config.seed < val.REPEAT_SEED_STRIDE * 2 else 1
         for key, path in libs.items():
             by_repeat[repeat].setdefault(key, set()).add(path)
+    # Each case's arm keeps its own options (its delay is a share of its own time), the
+    # build being the repeat's one.
+    same = [c for c in fake.configs if "n5" in [a.key for a in c.arms]]
+    d2 = [next(a for a in c.arms if a.key == "d2") for c in same[:len(CASES)]]
+    assert len({a.target for a in d2}) == 1 and len({a.options for a in d2}) == len(CASES)
     for builds in by_repeat:
         assert set(builds) == {"a", "a2", "d2", "d3", "n5", "c"}
         assert all(len(paths) == 1 for paths in builds.values()), "one build per arm and repeat"
@@ -879,9 +899,11 @@ def test_a_build_that_cannot_be_copied_is_one_clear_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     builds = val.OwnBuilds(blocker)  # a file where the folder should be
-    with pytest.raises(EpbenchError, match=r"^cannot copy .* for validate's arm a2 \(a stand-in "
-                                           r"for a PR's build\) .*; point TMPDIR at"):
+    with pytest.raises(EpbenchError) as error:
         builds.of(parse_arm("engine:name=a2"))
+    assert re.fullmatch(r"cannot copy \S+ for validate's arm a2, a stand-in for a PR's build "
+                        r"\([^()\n]+\); point TMPDIR at a folder you can write to",
+                        str(error.value))
     with pytest.raises(ValueError, match="only a bundled-engine arm"):
         builds.of(parse_arm("ort"))
 

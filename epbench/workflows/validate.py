@@ -22,6 +22,10 @@ take (``Plan.paths``), under background load that validate creates itself:
   level's delay is one number, that level of the median case's time
   (`commit_heads`); each case's share is recorded.
 
+Every arm that stands for a PR's build (all but the base ``a``, the second plain run
+of the separate-runs A/A included) loads its own copy of the engine library, fresh
+each repeat (`OwnBuilds`): a PR's head is another file, mapped apart from base's.
+
 Every run uses compare-commits' default processes, sessions, rounds and A/A twin
 (read from its code), so the figures are those of the settings a PR gets. Every
 comparison is `reports.compare.compare` itself: without a calibration profile
@@ -78,6 +82,7 @@ if TYPE_CHECKING:
 # 2: results per (path, load, profile); compare-commits' replication settings.
 # 3: the compare-commits path (the whole command, re-runs included), plan.paths.
 # 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
+# 5: plan.own_builds: every arm but the base loads its own copy of the library (OwnBuilds).
 VALIDATION_SCHEMA = "epbench.validation/5"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
@@ -235,9 +240,9 @@ class OwnBuilds:
 
     A PR's head is another build, so another file, which the loader maps apart from base's;
     an arm naming base's own file shares base's mapping, so its A/A is easier than any PR's
-    (2026-12-05, VM G: half-widths 0.1-0.3 % against the twin's 0.5-1.2 % in the same runs,
-    docs/validation/README.md). One copy per arm key, made on first use; the caller makes a
-    fresh set for each repeat, as each PR brings a fresh build.
+    (2026-12-05, VM G: half-widths 0.1-0.7 % against the twin's 0.5-1.4 % in the same runs,
+    docs/validation/README.md, "Own builds"). One copy per arm key, made on first use; the
+    caller makes a fresh set for each repeat, as each PR brings a fresh build.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -250,8 +255,8 @@ class OwnBuilds:
             raise ValueError(f"only a bundled-engine arm gets a build of its own, not {arm.spec!r}")
         if arm.key not in self.paths:
             path = copy_library(resolve_library(arm), self.folder / arm.key, prefix="",
-                                purpose=f"validate's arm {arm.key} (a stand-in for a PR's build)",
-                                otherwise="run validate where the temp folder is writable")
+                                purpose=f"validate's arm {arm.key}, a stand-in for a PR's build",
+                                otherwise=None)
             assert path is not None  # an engine arm always has a library
             self.paths[arm.key] = path
         path = self.paths[arm.key]
@@ -580,12 +585,15 @@ def validate(
                     and SAME_PROCESS in plan.paths):
                 # Right after the first unloaded repeat, so the budget cannot squeeze it out.
                 on_status("position test: A/A in a fixed arm order")
-                fixed_doc = measure(replace(
-                    base_config, cases=tuple(specs),
-                    arms=(parse_arm(f"engine:name={BASE_ARM}"),
-                          parse_arm(f"engine:name={TWIN_ARM}")),
-                    rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
-                ), "none", plan.seed + 999, "position")
+                # a2 its own build, as in the counterbalanced runs it is set against.
+                with tempfile.TemporaryDirectory(prefix="epbench-validate-builds-") as folder:
+                    fixed_doc = measure(replace(
+                        base_config, cases=tuple(specs),
+                        arms=OwnBuilds(Path(folder)).pr_side(
+                            (parse_arm(f"engine:name={BASE_ARM}"),
+                             parse_arm(f"engine:name={TWIN_ARM}"))),
+                        rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
+                    ), "none", plan.seed + 999, "position")
                 if fixed_doc.get("interrupted"):
                     interrupted = True
                     fixed_doc = None
