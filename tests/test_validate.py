@@ -481,7 +481,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = val.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/5"
+    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/6"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -578,7 +578,7 @@ def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
     assert not any(val.prepare_runs_dir(tmp_path).glob("*.json"))
 
 
-def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats():
+def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monkeypatch):
     """The runner turns a Ctrl-C between processes into an interrupted document: validate
     stops there and reports only whole repeats, not the cut one."""
     fake = FakeRunner()
@@ -613,6 +613,25 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats():
     assert any(n.startswith("interrupted") for n in result["notes"])
     assert fake.active_load is None  # the load stopped with the run
     assert result["interrupted"] is True
+
+    # One outside any run, while repeat 2 copies a build: the same, and no load is running.
+    fake = FakeRunner()
+    real_copy = val.copy_library
+
+    def copy_cut_in_repeat_2(path: str, folder: Path, **kw: Any) -> str | None:
+        if len(fake.configs) == 1 + per_repeat:
+            raise KeyboardInterrupt
+        return real_copy(path, folder, **kw)
+
+    monkeypatch.setattr(val, "copy_library", copy_cut_in_repeat_2)
+    result = val.validate(small(max_repeats=5, position_test=False), run=fake,
+                          clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
+    assert len(fake.configs) == 1 + per_repeat
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert result["interrupted"] is True and result["stopped"] is None
+    assert "interrupted: the report covers the repeats finished before it" in result["notes"]
+    assert fake.active_load is None
+    monkeypatch.undo()
 
     fake = FakeRunner()
 
@@ -666,6 +685,12 @@ def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypa
                                           str(out)])
         assert result.exit_code == code, result.output
         assert (out / "validation.md").is_file() == (cut != 3)
+        if cut != 3:
+            # Only a cut report says it covers fewer repeats than asked for, at its top.
+            md = (out / "validation.md").read_text()
+            assert ("\n**Interrupted, so every figure below is of the repeats finished before "
+                    "the Ctrl-C.**\n" in md) == (cut is not None)
+            assert "**Stopped" not in md
         if cut == 3:
             assert "interrupted before the first repeat finished" in result.output
 
@@ -690,6 +715,99 @@ def test_a_load_that_died_during_a_run_stops_validate_and_keeps_the_run(tmp_path
         "the sustained load died during run 2 (exit code -9), so that run was not measured "
         f"under the load it is labelled with; the run is kept in {kept}; rerun validate")
     assert len(fake.configs) == 2  # nothing ran after it
+
+
+def test_every_committed_validation_report_still_renders():
+    """The measurement log re-renders reports from their validation.json: a template that
+    reads a key only newer schemas have must not break an older document."""
+    found = sorted((Path(__file__).parent.parent / "docs" / "validation").rglob("validation.json"))
+    schemas = set()
+    for path in found:
+        doc = json.loads(path.read_text())
+        schemas.add(doc["schema"])
+        md = val.render_markdown(doc)
+        assert md.startswith("# epbench validation: how often it cries wolf, and what it can "
+                             "see\n\nMeasured on this machine"), path
+    # Older schemas among them (no plan.own_builds, no stopped), and the newest before /6.
+    assert {"epbench.validation/2", "epbench.validation/3", "epbench.validation/5"} <= schemas
+
+
+def test_an_error_in_a_later_repeat_keeps_the_report_of_the_finished_ones(tmp_path):
+    """A load that dies in repeat 2 ends validate as in repeat 1, but repeat 1 was measured:
+    its report is still made, saying what stopped it, and the cut repeat's runs are kept."""
+    fake = FakeRunner()
+    per_repeat = 4 * len(CASES)
+
+    @contextmanager
+    def load_dying_in_repeat_2(kind: str, seed: int) -> Iterator[BackgroundLoad]:
+        with fake.load(kind, seed) as load:
+            yield load
+            if len(fake.configs) == 1 + per_repeat + 2:  # pilot, repeat 1, two of repeat 2
+                load.died.append(-9)
+
+    result = val.validate(small(max_repeats=3, position_test=False), run=fake, clock=fake.clock,
+                          load_factory=load_dying_in_repeat_2, settings=SETTINGS,
+                          runs_dir=tmp_path)
+    assert len(fake.configs) == 1 + per_repeat + 2  # nothing ran after the load died
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert result["interrupted"] is False
+    kept = tmp_path / f"{1 + per_repeat + 2:04d}-none-r2-{CASES[0]}-base.json"
+    message = (f"the none load died during run {1 + per_repeat + 2} (exit code -9), so that "
+               f"run was not measured under the load it is labelled with; the run is kept in "
+               f"{kept}; rerun validate")
+    assert kept.is_file()
+    assert result["stopped"] == {"message": message, "exit_code": EpbenchError.exit_code}
+    assert f"stopped: {message}; the report covers the 1 repeat(s) finished before it" in (
+        result["notes"])
+    assert all(r["repeats"] == 1 for r in result["results"])
+    assert fake.active_load is None
+    # The time per repeat is the finished one's (10 s a fake run), not the cut one's share.
+    assert result["plan"]["repeat_s"] == fake.seconds_per_run * per_repeat
+
+
+def test_the_command_writes_the_finished_repeats_then_fails_with_the_error(tmp_path,
+                                                                           monkeypatch):
+    """A build that cannot be copied in repeat 2: validation.md says so at its top, the
+    command prints the error as its one `Error:` line and exits with the error's code."""
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    real_validate, real_copy = val.validate, val.copy_library
+    fake = FakeRunner()
+    copies = []
+
+    class CopyError(EpbenchError):
+        exit_code = 7  # not EpbenchError's own: the error's code is the one the shell sees
+
+    def copy_failing_in_repeat_2(path: str, folder: Path, **kw: Any) -> str | None:
+        copies.append(path)
+        if len(copies) > len(COMMANDS):  # one build per command's head in each repeat
+            raise CopyError(f"cannot copy {path} for a test (No space left on device)")
+        return real_copy(path, folder, **kw)
+
+    def validate(plan: Any, **kw: Any) -> dict[str, Any]:
+        return real_validate(small(max_repeats=3, position_test=False, paths=(val.COMMITS,)),
+                             run=fake, clock=fake.clock, load_factory=fake.load,
+                             settings=SETTINGS, runs_dir=kw["runs_dir"])
+
+    monkeypatch.setattr(val, "validate", validate)
+    monkeypatch.setattr(val, "copy_library", copy_failing_in_repeat_2)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(out)])
+    message = f"cannot copy {copies[-1]} for a test (No space left on device)"
+    assert result.exit_code == 7
+    assert result.output.splitlines()[-1] == f"Error: {message}"
+    assert len(copies) == len(COMMANDS) + 1
+    assert fake.active_load is None
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["stopped"] == {"message": message, "exit_code": 7}
+    assert doc["plan"]["repeats"] == {"none": 1}
+    md = (out / "validation.md").read_text()
+    assert md.startswith("# epbench validation: how often it cries wolf, and what it can see\n\n"
+                         "**Stopped by an error, so every figure below is of the repeats "
+                         f"finished before it:**\n{message}\n")
+    assert "Repeats per load:\nnone 1." in md
 
 
 def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():

@@ -17,7 +17,7 @@ from epbench.cli.options import (
     rounds_option,
     sessions_option,
 )
-from epbench.core.errors import EXIT_INTERRUPTED
+from epbench.core.errors import EXIT_INTERRUPTED, EpbenchError
 from epbench.harness.instructions import availability
 from epbench.harness.load import LOAD_KINDS, parse_loads
 from epbench.harness.overhead import measure_overhead
@@ -142,6 +142,12 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
     if result.get("interrupted"):
         # The report is of the repeats finished before the Ctrl-C: not a complete run.
         click.get_current_context().exit(EXIT_INTERRUPTED)
+    stopped = result.get("stopped")
+    if stopped:
+        # The report is of the repeats finished before the error, which still fails the run.
+        error = EpbenchError(stopped["message"])
+        error.exit_code = stopped["exit_code"]
+        raise error
 
 
 def _share(value: float | None) -> str:

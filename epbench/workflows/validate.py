@@ -45,6 +45,7 @@ reports' jinja2 environment).
 from __future__ import annotations
 
 import math
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +84,8 @@ if TYPE_CHECKING:
 # 3: the compare-commits path (the whole command, re-runs included), plan.paths.
 # 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
 # 5: plan.own_builds: every arm but the base loads its own copy of the library (OwnBuilds).
-VALIDATION_SCHEMA = "epbench.validation/5"
+# 6: stopped: the error that ended the validation after some repeats, else null.
+VALIDATION_SCHEMA = "epbench.validation/6"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
 COMMITS = "compare-commits"
@@ -400,7 +402,8 @@ def validate(
     and ``...-rerunN.json`` for each re-run; each one `epbench compare` reads), so an
     interruption or a crash loses no finished run.
     A Ctrl-C stops the run it falls in and the validation with it; the report then
-    covers the repeats finished before it.
+    covers the repeats finished before it. So does an EpbenchError after the first repeat (a
+    build that cannot be copied, a load that died), which the document's ``stopped`` carries.
     """
 
     if run is None:
@@ -558,50 +561,68 @@ def validate(
     repeats: list[Repeat] = []
     fixed_doc = None
     interrupted = False
-    for position, load in enumerate(plan.loads):
-        # Each load gets an equal share of what is left, so an early one cannot starve the rest.
-        left = plan.budget_s - RESERVE_S - (clock() - start)
-        share = left / (len(plan.loads) - position)
-        load_start = clock()
-        done, spent = 0, 0.0
-        while done < plan.max_repeats:
-            if done and (clock() - load_start) + spent / done > share:
-                # Said, since a load's figures with fewer repeats are weaker than asked for.
-                why = (f"one more would not fit its share of the budget ({share:.0f} s)"
-                       if share > 0 else "the budget was spent before it began")
-                notes.append(f"{load} load: {done} of {plan.max_repeats} repeats, as {why}; "
-                             "raise --budget for more")
-                break
-            began = clock()
-            rep = one_repeat(load, done)
-            spent += clock() - began
-            if rep is None:
-                interrupted = True
-                notes.append("interrupted: the report covers the repeats finished before it")
-                break
-            repeats.append(rep)
-            done += 1
-            if (fixed_doc is None and plan.position_test and load == "none"
-                    and SAME_PROCESS in plan.paths):
-                # Right after the first unloaded repeat, so the budget cannot squeeze it out.
-                on_status("position test: A/A in a fixed arm order")
-                # a2 its own build, as in the counterbalanced runs it is set against.
-                with tempfile.TemporaryDirectory(prefix="epbench-validate-builds-") as folder:
-                    fixed_doc = measure(replace(
-                        base_config, cases=tuple(specs),
-                        arms=OwnBuilds(Path(folder)).pr_side(
-                            (parse_arm(f"engine:name={BASE_ARM}"),
-                             parse_arm(f"engine:name={TWIN_ARM}"))),
-                        rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
-                    ), "none", plan.seed + 999, "position")
-                if fixed_doc.get("interrupted"):
-                    interrupted = True
-                    fixed_doc = None
-                    notes.append("interrupted: the report covers the repeats finished "
-                                 "before it")
+    # The error that ended a later repeat (a build that could not be copied, a load that
+    # died): the finished repeats are still reported, and the command then fails with it.
+    stopped: EpbenchError | None = None
+    repeat_times: list[float] = []  # of the finished repeats, not a cut one
+    try:
+        for position, load in enumerate(plan.loads):
+            # Each load gets an equal share of what is left, so an early one cannot starve the rest.
+            left = plan.budget_s - RESERVE_S - (clock() - start)
+            share = left / (len(plan.loads) - position)
+            load_start = clock()
+            done, spent = 0, 0.0
+            while done < plan.max_repeats:
+                if done and (clock() - load_start) + spent / done > share:
+                    # Said, since a load's figures with fewer repeats are weaker than asked for.
+                    why = (f"one more would not fit its share of the budget ({share:.0f} s)"
+                           if share > 0 else "the budget was spent before it began")
+                    notes.append(f"{load} load: {done} of {plan.max_repeats} repeats, as {why}; "
+                                 "raise --budget for more")
                     break
-        if interrupted:
-            break
+                began = clock()
+                rep = one_repeat(load, done)
+                spent += clock() - began
+                if rep is None:
+                    interrupted = True
+                    notes.append("interrupted: the report covers the repeats finished before it")
+                    break
+                repeats.append(rep)
+                repeat_times.append(clock() - began)
+                done += 1
+                if (fixed_doc is None and plan.position_test and load == "none"
+                        and SAME_PROCESS in plan.paths):
+                    # Right after the first unloaded repeat, so the budget cannot squeeze it out.
+                    on_status("position test: A/A in a fixed arm order")
+                    # a2 its own build, as in the counterbalanced runs it is set against.
+                    with tempfile.TemporaryDirectory(prefix="epbench-validate-builds-") as folder:
+                        fixed_doc = measure(replace(
+                            base_config, cases=tuple(specs),
+                            arms=OwnBuilds(Path(folder)).pr_side(
+                                (parse_arm(f"engine:name={BASE_ARM}"),
+                                 parse_arm(f"engine:name={TWIN_ARM}"))),
+                            rounds=plan.rounds, fixed_order=True, seed=plan.seed + 999,
+                        ), "none", plan.seed + 999, "position")
+                    if fixed_doc.get("interrupted"):
+                        interrupted = True
+                        fixed_doc = None
+                        notes.append("interrupted: the report covers the repeats finished "
+                                     "before it")
+                        break
+            if interrupted:
+                break
+    except (KeyboardInterrupt, Interrupted):
+        # One outside a run (copying a build): as one inside it, once a repeat has finished.
+        if not repeats:
+            raise
+        interrupted = True
+        notes.append("interrupted: the report covers the repeats finished before it")
+    except EpbenchError as exc:
+        if not repeats:
+            raise
+        stopped = exc
+        notes.append(f"stopped: {exc.message}; the report covers the {len(repeats)} "
+                     "repeat(s) finished before it")
     if not repeats:
         raise Interrupted("interrupted before the first repeat finished: nothing to "
                            "summarize" + (f"; the runs measured are in {runs_dir}"
@@ -643,7 +664,7 @@ def validate(
             "commit_shares": commit_shares(kept_ns),
             "commit_instructions": plan.commit_instructions,
             "runs": runs, "pilot_s": round(pilot_s, 1),
-            "repeat_s": round((elapsed - pilot_s) / len(repeats), 1),
+            "repeat_s": round(statistics.fmean(repeat_times), 1),
             "elapsed_s": round(elapsed, 1),
         },
         "profile": {"path": (profile or {}).get("path"), "used": profile is not None,
@@ -653,6 +674,10 @@ def validate(
         "notes": notes + result.pop("notes"),
         # A Ctrl-C ended it: the report covers whole repeats, and the command exits 130.
         "interrupted": interrupted,
+        # An error ended it after some repeats: the report covers those, and the command
+        # then fails with this message and its exit code.
+        "stopped": None if stopped is None else {"message": stopped.message,
+                                                 "exit_code": stopped.exit_code},
     })
     return result
 
