@@ -240,12 +240,19 @@ def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
     if path is None:
         return None
     target = folder / f"{prefix}{Path(path).name}"
+    or_else = f", or {otherwise}" if otherwise else ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        # A copy on a noexec mount (some CI containers' /tmp) cannot be mapped, and the
+        # loader's own error would not say why.
+        noexec = bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+        if not noexec:
+            shutil.copy2(path, target)
     except OSError as exc:
-        remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to"
-                                     + (f", or {otherwise}" if otherwise else ""))
+        remedy = scratch_remedy(exc, "point TMPDIR at a folder you can write to" + or_else)
         raise ArmError(f"cannot copy {path} for {purpose} ({exc.strerror or exc}); "
                        f"{remedy}") from None
+    if noexec:
+        raise ArmError(f"cannot load a copy of {path} for {purpose} from {folder}: its file "
+                       f"system is mounted noexec; point TMPDIR at one that is not{or_else}")
     return str(target)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -165,6 +166,35 @@ def test_a_twin_copy_on_a_full_temp_folder_says_to_make_room(tmp_path, monkeypat
                        rf"\({os.strerror(errno.ENOSPC)}\); free space in .* or point TMPDIR "
                        r"at a folder with room$"):
         copy_library(str(tmp_path / "lib.so"), tmp_path)
+
+
+def test_a_copy_on_a_noexec_mount_is_refused_in_one_line(tmp_path, monkeypatch) -> None:
+    """A CI container's /tmp may be mounted noexec: a copy there would fail to load with
+    the loader's error, which does not say why, so the copy is refused before it is made."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import arms
+
+    real_statvfs = os.statvfs
+    noexec = tmp_path / "noexec"
+
+    class Flags:
+        def __init__(self, real: os.statvfs_result, extra: int) -> None:
+            self.f_flag = real.f_flag | extra
+
+    def statvfs(path: str | os.PathLike[str]) -> Flags:
+        return Flags(real_statvfs(path), os.ST_NOEXEC if Path(path) == noexec else 0)
+
+    monkeypatch.setattr(arms.os, "statvfs", statvfs)
+    library = tmp_path / "lib.so"
+    library.write_bytes(b"\x7fELF")
+    copied = arms.copy_library(str(library), tmp_path / "exec")
+    assert copied == str(tmp_path / "exec" / "twin-lib.so") and Path(copied).is_file()
+    with pytest.raises(ArmError) as error:
+        arms.copy_library(str(library), noexec)
+    assert str(error.value) == (
+        f"cannot load a copy of {library} for the A/A twin from {noexec}: its file system is "
+        "mounted noexec; point TMPDIR at one that is not, or run without --aa-twin")
+    assert not any(noexec.iterdir())  # nothing copied there
 
 
 def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
