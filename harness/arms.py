@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -231,9 +232,15 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
     return replace(arm, name=f"{arm.key}{TWIN_SUFFIX}")
 
 
+# What to do without the twin: `run` has it only when asked, compare-commits and validate
+# unless told not to.
+WITHOUT_TWIN = ("run without the A/A twin (no --aa-twin; --no-aa-twin for compare-commits "
+                "and validate)")
+
+
 def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
                  purpose: str = "the A/A twin",
-                 otherwise: str | None = "run without --aa-twin") -> str | None:
+                 otherwise: str | None = WITHOUT_TWIN) -> str | None:
     """A private copy of a library (None for ORT's CPU EP): its own file, so the loader
     maps it apart from the original (for the A/A twin, or for validate's stand-ins of a
     PR's build)."""
@@ -243,9 +250,7 @@ def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
     or_else = f", or {otherwise}" if otherwise else ""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        # A copy on a noexec mount (some CI containers' /tmp) cannot be mapped, and the
-        # loader's own error would not say why.
-        noexec = bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+        noexec = mounted_noexec(folder)
         if not noexec:
             shutil.copy2(path, target)
     except OSError as exc:
@@ -253,6 +258,21 @@ def copy_library(path: str | None, folder: Path, prefix: str = "twin-",
         raise ArmError(f"cannot copy {path} for {purpose} ({exc.strerror or exc}); "
                        f"{remedy}") from None
     if noexec:
-        raise ArmError(f"cannot load a copy of {path} for {purpose} from {folder}: its file "
-                       f"system is mounted noexec; point TMPDIR at one that is not{or_else}")
+        # The folder is a temporary one, gone when this is read; TMPDIR is what to change.
+        raise ArmError(f"cannot copy {path} for {purpose}: {tempfile.gettempdir()} is on a file "
+                       "system mounted noexec, so a library copied there cannot be loaded; "
+                       f"point TMPDIR at a folder on one mounted with exec{or_else}")
     return str(target)
+
+
+def mounted_noexec(folder: Path) -> bool:
+    """Whether ``folder``'s file system is mounted noexec, where a copied library fails
+    to map (some CI containers' /tmp) with a loader error that does not say why. False
+    where the platform cannot tell."""
+    flag = getattr(os, "ST_NOEXEC", 0)
+    if not flag or not hasattr(os, "statvfs"):
+        return False
+    try:
+        return bool(os.statvfs(folder).f_flag & flag)
+    except OSError:
+        return False  # a file system that cannot say: the copy and the load will tell

@@ -47,6 +47,7 @@ from epbench.core.results import (
 from epbench.harness import instructions
 from epbench.harness.arms import (
     CONTROL_KEY,
+    WITHOUT_TWIN,
     ArmSpec,
     copy_library,
     file_sha256,
@@ -578,7 +579,7 @@ def run(config: RunConfig) -> dict[str, Any]:
             probe_arms([a for a in arms if a.key != twin.key], libraries)
             raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
                            f"it ({exc}); the library cannot be loaded twice in one process: "
-                           "run without --aa-twin") from None
+                           f"{WITHOUT_TWIN}") from None
         return _run_arms(config, arms, libraries, probed, twin, Path(scratch) / "cases")
 
 

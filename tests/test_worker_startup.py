@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -178,11 +179,13 @@ def test_a_copy_on_a_noexec_mount_is_refused_in_one_line(tmp_path, monkeypatch) 
     noexec = tmp_path / "noexec"
 
     class Flags:
-        def __init__(self, real: os.statvfs_result, extra: int) -> None:
-            self.f_flag = real.f_flag | extra
+        def __init__(self, real: os.statvfs_result, noexec: bool) -> None:
+            # The real flags, the noexec one as this test says (so it runs on a host whose
+            # temp folder is mounted noexec too).
+            self.f_flag = (real.f_flag & ~os.ST_NOEXEC) | (os.ST_NOEXEC if noexec else 0)
 
     def statvfs(path: str | os.PathLike[str]) -> Flags:
-        return Flags(real_statvfs(path), os.ST_NOEXEC if Path(path) == noexec else 0)
+        return Flags(real_statvfs(path), Path(path) == noexec)
 
     monkeypatch.setattr(arms.os, "statvfs", statvfs)
     library = tmp_path / "lib.so"
@@ -192,9 +195,18 @@ def test_a_copy_on_a_noexec_mount_is_refused_in_one_line(tmp_path, monkeypatch) 
     with pytest.raises(ArmError) as error:
         arms.copy_library(str(library), noexec)
     assert str(error.value) == (
-        f"cannot load a copy of {library} for the A/A twin from {noexec}: its file system is "
-        "mounted noexec; point TMPDIR at one that is not, or run without --aa-twin")
+        f"cannot copy {library} for the A/A twin: {tempfile.gettempdir()} is on a file system "
+        "mounted noexec, so a library copied there cannot be loaded; point TMPDIR at a folder "
+        "on one mounted with exec, or run without the A/A twin (no --aa-twin; --no-aa-twin "
+        "for compare-commits and validate)")
     assert not any(noexec.iterdir())  # nothing copied there
+
+    # A file system that cannot say (statvfs fails there): the copy goes ahead, as before.
+    def failing_statvfs(path: str | os.PathLike[str]) -> Flags:
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+
+    monkeypatch.setattr(arms.os, "statvfs", failing_statvfs)
+    assert Path(arms.copy_library(str(library), tmp_path / "unsure")).is_file()
 
 
 def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
