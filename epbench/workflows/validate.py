@@ -86,6 +86,8 @@ if TYPE_CHECKING:
 # 5: plan.own_builds: every arm but the base loads its own copy of the library (OwnBuilds).
 # 6: stopped: the error that ended the validation after some repeats, else null.
 VALIDATION_SCHEMA = "epbench.validation/6"
+# The note of a validation a Ctrl-C cut short, however it landed.
+INTERRUPTED_NOTE = "interrupted: the report covers the repeats finished before it"
 SAME_PROCESS = "same-process"
 SEPARATE_RUNS = "separate-runs"
 COMMITS = "compare-commits"
@@ -585,7 +587,7 @@ def validate(
                 spent += clock() - began
                 if rep is None:
                     interrupted = True
-                    notes.append("interrupted: the report covers the repeats finished before it")
+                    notes.append(INTERRUPTED_NOTE)
                     break
                 repeats.append(rep)
                 repeat_times.append(clock() - began)
@@ -606,8 +608,7 @@ def validate(
                     if fixed_doc.get("interrupted"):
                         interrupted = True
                         fixed_doc = None
-                        notes.append("interrupted: the report covers the repeats finished "
-                                     "before it")
+                        notes.append(INTERRUPTED_NOTE)
                         break
             if interrupted:
                 break
@@ -616,7 +617,7 @@ def validate(
         if not repeats:
             raise
         interrupted = True
-        notes.append("interrupted: the report covers the repeats finished before it")
+        notes.append(INTERRUPTED_NOTE)
     except EpbenchError as exc:
         if not repeats:
             raise
