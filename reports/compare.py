@@ -4,7 +4,10 @@ Two shapes of input:
 - one run with both arms (`compare RUN.json --base ARM --pr ARM`): the change is
   PR / base per round (the rounds are paired);
 - two runs (`compare BASE.json PR.json`): the change is the double ratio
-  (PR / its in-run control) / (base / its in-run control), so machine speed cancels.
+  (PR / its in-run control) / (base / its in-run control), so machine speed cancels,
+  within limits: a case whose runs' controls ran more than CONTROL_SHIFT_LIMIT apart
+  is ❔ unless its interval clears the threshold by more than SPEED_CHANGE_ALLOWANCE
+  (a machine's speed does not change every case's time alike).
 
 Per case the threshold is t = max(floor, k x noise), noise from the host's
 calibration profile (or a conservative default, said out loud). Verdicts:
@@ -16,7 +19,9 @@ calibration profile (or a conservative default, said out loud). Verdicts:
   ✅ no change    the whole CI lies within +-t
   ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
                  alert with unquiet rounds whose quiet rounds alone make no regression
-                 (they make ⚠️ if a regression, 🔴 if an alert)
+                 (they make ⚠️ if a regression, 🔴 if an alert); between two runs,
+                 a case whose runs' controls ran too far apart in speed, unless its
+                 interval clears the threshold by SPEED_CHANGE_ALLOWANCE
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
@@ -355,6 +360,9 @@ class CaseRow:
     unquiet: int
     control_drift: float | None
     drift_exceeds_threshold: bool = False
+    # Two runs: how much longer the PR run's ORT control took a Run than the base run's
+    # (negative: less); beyond CONTROL_SHIFT_LIMIT either way, see across_speed_change.
+    control_shift: float | None = None
     family: str | None = None
     rerun_errors: list[str] = field(default_factory=list)  # re-runs that failed (compare-commits)
     # Exact change in instructions per Run (when both sides counted them), and whether it
@@ -608,7 +616,7 @@ def compare(
         for i, change in zip(quiet_index, computed, strict=True):
             quiet_changes[i] = change
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
-    thresholds, unquiet, n_rounds, drifts = [], [], [], []
+    thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []
     for name, change in zip(measurable, changes, strict=True):
         b_case, p_case = base_cases[name], pr_cases[name]
         noise, source = _case_noise(
@@ -628,12 +636,16 @@ def compare(
             drift.append(stats.control_drift(medians(b_case, base.control)))
         finite = [d for d in drift if math.isfinite(d)]
         drifts.append(max(finite, key=abs) if finite else None)
+        shifts.append(None if same_run else control_shift(
+            medians(b_case, base.control), medians(p_case, pr.control)))
     needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
     judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes,
                             needed=needed, dropped=dropped, shared_load=same_run)
-    for name, change, th, j, u, r, drift in zip(
-        measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, strict=True
+    for name, change, th, j, u, r, drift, shift in zip(
+        measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
+        strict=True,
     ):
+        j = across_speed_change(j, change, th, shift)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
@@ -647,6 +659,7 @@ def compare(
             threshold=th.t, alert=th.alert, noise=th.noise, noise_source=th.source,
             rounds=r, unquiet=u, control_drift=drift,
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
+            control_shift=shift,
             family=_family(base_cases[name]),
         ))
     for row in rows:
@@ -666,6 +679,9 @@ def compare(
     drift = drift_warning(case_rows)
     if drift is not None:
         warnings.append(drift)
+    speed = speed_warning(case_rows)
+    if speed is not None:
+        warnings.insert(0, speed)
     if twins["flagged"]:
         warnings.insert(0,
             "the run's A/A twin differs from the arm it copies beyond the threshold on "
@@ -694,6 +710,100 @@ def compare(
         "threads": pr.doc.config.threads,
         "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
     }
+
+
+def control_shift(base_control: Any, pr_control: Any) -> float | None:
+    """How much longer the PR run's ORT control took a Run than the base run's, from
+    each run's per-round medians (negative: less time), or None without a time."""
+    b, p = _median_ns(base_control), _median_ns(pr_control)
+    return p / b - 1.0 if b and p else None
+
+
+def longer_run(shift: Any) -> tuple[str, float] | None:
+    """Which run's control took longer a Run ("PR" or "base") and by how much (0.3: 30 %
+    longer), from a ``control_shift``; None for anything else (a file may hold anything)."""
+    if isinstance(shift, bool) or not isinstance(shift, (int, float)):
+        return None
+    if not math.isfinite(shift) or shift <= -1.0:
+        return None
+    return ("PR", float(shift)) if shift >= 0 else ("base", 1.0 / (1.0 + shift) - 1.0)
+
+
+def beyond_speed_limit(shift: Any) -> bool:
+    """Did one run's control take more than CONTROL_SHIFT_LIMIT longer than the other's?"""
+    longer = longer_run(shift)
+    return longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
+
+
+def _speed_words(shift: float) -> str:
+    longer = longer_run(shift)
+    assert longer is not None
+    slower, by = longer
+    other = "base" if slower == "PR" else "PR"
+    return f"the ORT control took {by:.1%} longer a Run in the {slower} run than in the {other} one"
+
+
+# The advice a ❔ from too few rounds ends with (_judge_bounded), not the remedy here.
+MORE_ROUNDS = "; rerun with more --rounds"
+BACK_TO_BACK = "rerun both sides back to back"
+
+
+def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
+                        shift: float | None) -> Judgement:
+    """``j`` judged again when the two runs' controls ran too far apart in speed.
+
+    The double ratio cancels a machine's change of speed only for a case that slows
+    exactly as the control does, so the change may be off by up to about
+    SPEED_CHANGE_ALLOWANCE: a ⚠️/🔴 (🟢) stands only when its whole interval clears the
+    threshold by more than that (an alert when its change less that is still one); the
+    rest are ❔. The warning (speed_warning) explains; a reason says what it would be.
+    """
+    if not beyond_speed_limit(shift) or j.verdict in ("failed", "not_comparable"):
+        return j
+    assert shift is not None
+    moved = _speed_words(shift)
+    allowance = defaults.SPEED_CHANGE_ALLOWANCE
+    c, lo, hi = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0
+    kept = (f"{j.reason}; {moved}, and the whole interval clears the threshold by more "
+            f"than the {allowance:.0%} such a change was seen to move a case")
+    if j.verdict in ("alert", "regression") and lo - allowance > th.t:
+        if j.verdict == "alert" and c - allowance < th.alert:
+            return Judgement("regression", f"{kept}; a regression, not an alert: the change "
+                             f"less {allowance:.0%}, {c - allowance:.1%}, is below the alert "
+                             f"level {th.alert:.1%}", j.significant, j.q)
+        return Judgement(j.verdict, kept, j.significant, j.q)
+    if j.verdict == "improvement" and hi + allowance < -th.t:
+        return Judgement(j.verdict, kept, j.significant, j.q)
+    if j.verdict == "inconclusive":
+        reason = j.reason.removesuffix(MORE_ROUNDS)
+        return Judgement(j.verdict, f"{reason}; also {moved}: {BACK_TO_BACK}, more rounds "
+                         "alone may not settle it", j.significant, j.q)
+    return Judgement(
+        "inconclusive",
+        f"{c:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but {moved}; "
+        f"{BACK_TO_BACK}", j.significant, j.q,
+    )
+
+
+def speed_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """The one warning for every judged case (``compare``'s rows) whose two runs' controls
+    ran more than CONTROL_SHIFT_LIMIT apart, or None (one for them all, as drift_warning)."""
+    moved = []
+    for row in rows:
+        longer = longer_run(row.get("control_shift"))
+        if (longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
+                and row["verdict"] not in ("failed", "not_comparable")):
+            moved.append(f"{row['case']} (the {longer[0]} run's control {longer[1]:.1%} "
+                         "longer)")
+    if not moved:
+        return None
+    return (f"the ORT control took more than {defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run "
+            f"in one run than in the other on {named(moved)}: the machine ran at another "
+            "speed (or the runs differ in host or threads), which the double ratio cancels "
+            "only for a case that slows exactly as the control does, so those cases are ❔ "
+            f"unless their interval clears the threshold by more than "
+            f"{defaults.SPEED_CHANGE_ALLOWANCE:.0%} (a smaller regression fails no --fail-on "
+            f"level); {BACK_TO_BACK}, or compare arms of one run (`compare-commits`)")
 
 
 def _instructions_change(base: Side, pr: Side, case: str) -> float | None:
@@ -836,7 +946,8 @@ def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
     ⚠️ held back from 🔴 by the idle gate (all rounds at the alert level, some unquiet),
     which more quiet rounds can make 🔴."""
     return [row["case"] for row in comparison["cases"]
-            if row["verdict"] == "inconclusive" or held_back_by_gate(row)]
+            if (row["verdict"] == "inconclusive" or held_back_by_gate(row))
+            and not beyond_speed_limit(row.get("control_shift"))]
 
 
 # A warning names at most this many cases, in at most this many characters: the comment
@@ -881,7 +992,8 @@ def held_back_by_gate(row: Mapping[str, Any]) -> bool:
     such a case ⚠️ (`judge`): its quiet rounds alone made a regression only, or were too
     few to stand alone, so the idle gate, not the change, kept it from 🔴."""
     return (row["verdict"] == "regression" and row["change"] is not None
-            and row["change"] >= row["alert"])
+            and row["change"] >= row["alert"]
+            and not beyond_speed_limit(row.get("control_shift")))  # held by the speed rule
 
 
 # --------------------------------------------------------------------------- counters
@@ -960,11 +1072,15 @@ def family_changes(
                 p_fit.boot_intercept * bc.boot_intercept, b_fit.boot_intercept * pc.boot_intercept,
                 p_fit.intercept * bc.intercept, b_fit.intercept * pc.intercept, settings,
             )
+        moved = [n for n in names if beyond_speed_limit(judged[n].control_shift)]
         out.append({
             "family": family, "cases": names, "depths": depths, "threshold": t,
             "base": b_fit.to_dict(), "pr": p_fit.to_dict(),
             "per_node": slope, "per_run": icept,
-            "finding": _family_finding(slope, icept, t),
+            "finding": _family_finding(slope, icept, t) if not moved else (
+                "not judged: the ORT control's time per Run differs between the runs by more "
+                f"than {defaults.CONTROL_SHIFT_LIMIT:.0%} on {named(moved)}, so a change in "
+                "either cost cannot be told from the machine's speed"),
         })
     return out
 

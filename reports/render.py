@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from epbench.reports import defaults, stats
-from epbench.reports.compare import VERDICTS
+from epbench.reports.compare import VERDICTS, beyond_speed_limit
 from epbench.reports.github import STICKY_MARKER
 
 
@@ -265,7 +265,15 @@ def overall_sentence(comparison: Mapping[str, Any]) -> str:
     if counts.get("improvement"):
         parts.append(f"{counts['improvement']} got faster")
     if counts.get("inconclusive"):
-        parts.append(f"{counts['inconclusive']} could not be decided (rerun with more rounds)")
+        # More rounds do not help a case whose two runs ran at different machine speeds.
+        moved = sum(r["verdict"] == "inconclusive" and beyond_speed_limit(r.get("control_shift"))
+                    for r in comparison["cases"])
+        parts.append(f"{counts['inconclusive']} could not be decided (" + (
+            "rerun with more rounds" if not moved else
+            f"{moved} as the two runs' controls ran at different speeds: rerun both back to "
+            "back" if moved == counts["inconclusive"] else
+            f"{moved} as the two runs' controls ran at different speeds; the others: rerun "
+            "with more rounds") + ")")
     missing = counts.get("not_comparable", 0)
     if missing == n:
         return f"No case of {n} could be compared (see the reasons below)."

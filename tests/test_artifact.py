@@ -258,6 +258,9 @@ FOLDER_REFUSALS = {
     "a number that is a string": (
         _with(lambda d: d["cases"][0].update(change="+5%")), "at 'cases/0/change'",
     ),
+    "a control shift that is not a number": (
+        _with(lambda d: d["cases"][0].update(control_shift="x")), "at 'cases/0/control_shift'",
+    ),
     "a backtick in a case name": (_with(_set_case_name("relu`<b>x</b>`")), "at 'cases/0/case'"),
     "a newline and a workflow command in a case name": (
         _with(_set_case_name("relu\n::error::forged")), "at 'cases/0/case'",

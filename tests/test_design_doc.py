@@ -90,6 +90,8 @@ JSON_READERS = {
                                        "command reads",
     "docs/validation/rejudge.py": "the stored comparisons (compare.json), set beside their "
                                   "re-judgement (results files go through load_results)",
+    "docs/validation/speed_shift.py": "validate's report (validation.json), set beside the "
+                                      "re-judgement (results files go through load_results)",
     "docs/validation/warmup.py": "the comparison `epbench compare --format json` writes "
                                  "(results files go through load_results)",
 }

@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -265,12 +266,18 @@ def _profile_for(doc, noise, rounds=30):
     }
 
 
+def _machine(cases, factor):
+    """The same cases on a machine ``factor`` times as slow for every arm."""
+    return {n: {a: v * factor for a, v in arms.items()} for n, arms in cases.items()}
+
+
 def test_separate_runs_use_the_double_ratio_and_ignore_machine_speed():
     base = _doc(seed=1)
-    # The PR run's machine is 30 % slower for every arm, and the PR arm itself 12 % slower
-    # on one case: only that case may be flagged. (Two runs' exact interval is the
-    # conservative Bonferroni one, so t is ~5 % here and 8 % would straddle it.)
-    slow = {n: {a: v * 1.3 for a, v in arms.items()} for n, arms in CASES.items()}
+    # The PR run's machine is 3 % slower for every arm (within CONTROL_SHIFT_LIMIT), and
+    # the PR arm itself 12 % slower on one case: only that case may be flagged. (Two runs'
+    # exact interval is the conservative Bonferroni one, so t is ~5 % here and 8 % would
+    # straddle it.)
+    slow = _machine(CASES, 1.03)
     pr = _doc(_slower(slow, ["relu_d10_w8"], 1.12), seed=2)
     result = compare.compare(
         Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
@@ -281,6 +288,164 @@ def test_separate_runs_use_the_double_ratio_and_ignore_machine_speed():
     assert by_case["relu_d10_w8"]["change"] == pytest.approx(0.12, abs=0.02)
     others = {by_case[c]["verdict"] for c in CASES if c != "relu_d10_w8"}
     assert others <= {"no_change", "inconclusive"} and "no_change" in others
+
+
+@pytest.mark.parametrize("factor", [1.3, 1 / 1.3])
+def test_two_runs_at_speeds_too_far_apart_are_inconclusive_whatever_they_show(factor):
+    # The PR run's machine 30 % slower (or the base run's) for every arm, and the PR arm
+    # 12 % slower on one case: the double ratio sees it, but a real machine's speed does
+    # not move every case as it moves the control, so no case is judged.
+    base = _doc(seed=1)
+    pr = _doc(_slower(_machine(CASES, factor), ["relu_d10_w8"], 1.12), seed=2)
+    result = compare.compare(
+        Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
+    )
+    by_case = {r["case"]: r for r in result["cases"]}
+    assert {r["verdict"] for r in result["cases"]} == {"inconclusive"}
+    assert result["overall"]["headline"] == "❔ Inconclusive"
+    slower, other = ("PR", "base") if factor > 1 else ("base", "PR")
+    for row in result["cases"]:
+        shift = row["control_shift"]
+        assert shift == pytest.approx(factor - 1.0, abs=0.03)  # the noise's offsets
+        longer = max(1.0 + shift, 1.0 / (1.0 + shift)) - 1.0
+        assert f"took {longer:.1%} longer a Run in the {slower} run than in the {other} one" in (
+            row["reason"])
+    # What the case would have been is kept in its reason.
+    assert by_case["relu_d10_w8"]["change"] == pytest.approx(0.12, abs=0.02)
+    reason = by_case["relu_d10_w8"]["reason"]
+    assert re.match(r"\+1[12]\.\d% would be (🔴|⚠️) \(slower by", reason)
+    reason = by_case["relu_d1_w8"]["reason"]
+    assert re.match(r"[+-]\d\.\d% would be ✅ \(the whole interval", reason)
+    (warning,) = [w for w in result["warnings"] if "another speed" in w]
+    shift = by_case["relu_d10_w8"]["control_shift"]
+    longer = max(1.0 + shift, 1.0 / (1.0 + shift)) - 1.0
+    assert f"relu_d10_w8 (the {slower} run's control {longer:.1%} longer)" in warning
+    assert "more than 5% longer a Run" in warning and "by more than 7%" in warning
+    assert warning == result["warnings"][0]
+    assert render.overall_sentence(result) == (
+        "4 could not be decided (4 as the two runs' controls ran at different speeds: rerun "
+        "both back to back).")
+
+
+def test_a_change_beyond_the_allowance_keeps_its_verdict_across_a_speed_change():
+    # The PR arm 30 % slower on one case and 30 % faster on another, the PR run's machine
+    # 20 % slower: both clear t by more than the 7 % a speed change was seen to move a case.
+    base = _doc(seed=1)
+    pr = _doc(_slower(_slower(_machine(CASES, 1.2), ["relu_d10_w8"], 1.3),
+                      ["relu_d100_w8"], 1 / 1.3), seed=2)
+    result = compare.compare(
+        Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
+    )
+    by_case = {r["case"]: r for r in result["cases"]}
+    slower, faster = by_case["relu_d10_w8"], by_case["relu_d100_w8"]
+    assert slower["verdict"] == "alert" and faster["verdict"] == "improvement"
+    for row in (slower, faster):
+        assert "longer a Run in the PR run than in the base one" in row["reason"]
+        assert "clears the threshold by more than the 7%" in row["reason"]
+    assert {by_case[c]["verdict"] for c in ("relu_d1_w8", "matmul_128x128")} == {"inconclusive"}
+    assert render.overall_sentence(result) == (
+        "1 of 4 cases got slower beyond their threshold; 1 got faster; 2 could not be "
+        "decided (2 as the two runs' controls ran at different speeds: rerun both back to "
+        "back).")
+
+
+def _judged(verdict, ratio, lo, hi, t=0.01, alert=0.02):
+    j = compare.Judgement(verdict, "why", True, 0.01)
+    th = compare.Threshold(noise=t / 2, source="twin", t=t, alert=alert)
+    return compare.across_speed_change(j, _change(ratio, lo, hi), th, 0.5)
+
+
+def test_across_a_speed_change_only_what_clears_the_allowance_stands():
+    # t 1 %, alert 2 %, allowance 7 %, the PR run's control 50 % slower.
+    assert _judged("alert", 1.20, 1.09, 1.30).verdict == "alert"
+    assert _judged("alert", 1.12, 1.085, 1.16).verdict == "alert"  # the change, not lo, - 7 %
+    kept = _judged("alert", 1.085, 1.081, 1.09)  # clears t, but 8.5 % - 7 % < the alert level
+    assert kept.verdict == "regression"
+    assert kept.reason.endswith("a regression, not an alert: the change less 7%, 1.5%, is "
+                                "below the alert level 2.0%")
+    assert _judged("regression", 1.08, 1.079, 1.09).verdict == "inconclusive"  # 7.9 - 7 < 1
+    assert _judged("regression", 1.09, 1.08, 1.10).verdict == "regression"
+    assert _judged("improvement", 0.88, 0.86, 0.91).verdict == "improvement"
+    assert _judged("improvement", 0.93, 0.92, 0.925).verdict == "inconclusive"
+    assert _judged("improvement", 0.90, 0.85, 0.935).verdict == "inconclusive"  # hi, not lo
+    assert _judged("no_change", 1.0, 0.999, 1.001).verdict == "inconclusive"
+    was_unsure = _judged("inconclusive", 1.0, 0.98, 1.02)
+    assert was_unsure.reason == (
+        "why; also the ORT control took 50.0% longer a Run in the PR run than in the base "
+        "one: rerun both sides back to back, more rounds alone may not settle it")
+    j = compare.Judgement("inconclusive", "the interval straddles ±1.0%; rerun with more "
+                          "--rounds", False, 0.5)
+    th = compare.Threshold(noise=0.005, source="twin", t=0.01, alert=0.02)
+    reason = compare.across_speed_change(j, _change(1.0, 0.98, 1.02), th, -0.5).reason
+    assert reason == ("the interval straddles ±1.0%; also the ORT control took 100.0% "
+                      "longer a Run in the base run than in the PR one: rerun both sides "
+                      "back to back, more rounds alone may not settle it")
+    for untouched in ("failed", "not_comparable"):
+        assert _judged(untouched, 1.0, 0.98, 1.02).reason == "why"
+    moved = _judged("regression", 1.05, 1.03, 1.07)
+    assert moved.reason == ("+5.0% would be ⚠️ (why), but the ORT control took 50.0% longer "
+                            "a Run in the PR run than in the base one; rerun both sides back "
+                            "to back")
+
+
+def test_cases_held_by_the_speed_rule_are_not_for_a_rerun_of_one_side():
+    # More rounds of one run cannot settle a case whose two runs ran at different speeds.
+    rows = [{"case": name, "verdict": verdict, "change": 0.05, "alert": 0.02,
+             "control_shift": shift}
+            for name, verdict, shift in (("unsure", "inconclusive", None),
+                                         ("held", "regression", None),
+                                         ("moved", "inconclusive", 0.3),
+                                         ("moved_held", "regression", -0.3))]
+    assert compare.ambiguous_cases({"cases": rows}) == ["unsure", "held"]
+    assert [compare.held_back_by_gate(r) for r in rows] == [False, True, False, False]
+
+
+def test_the_speed_limit_is_on_the_ratio_of_the_controls_either_way():
+    limit = defaults.CONTROL_SHIFT_LIMIT
+    assert not compare.beyond_speed_limit(None)
+    for inside in (0.0, limit * 0.99, 1.0 / (1.0 + limit * 0.99) - 1.0):
+        assert not compare.beyond_speed_limit(inside)
+    for beyond in (limit * 1.01, 1.0 / (1.0 + limit * 1.01) - 1.0):
+        assert compare.beyond_speed_limit(beyond)
+    assert compare.control_shift(np.array([100.0, 100.0, 0.0]), np.array([130.0])) == (
+        pytest.approx(0.3))
+    assert compare.control_shift(np.array([0.0]), np.array([130.0])) is None
+    # What a file may hold instead of a number is no shift, never a crash.
+    for junk in ("x", True, -1.0, -2.0, math.nan, math.inf, [0.5]):
+        assert not compare.beyond_speed_limit(junk)
+    assert compare.longer_run(-0.5) == ("base", pytest.approx(1.0))
+
+
+def test_the_speed_limit_is_quoted_as_the_constant():
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    limit = f"{defaults.CONTROL_SHIFT_LIMIT:.0%}".replace("%", " %")
+    allowance = f"{defaults.SPEED_CHANGE_ALLOWANCE:.0%}".replace("%", " %")
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    assert f"{limit} longer a Run than the other's (`CONTROL_SHIFT_LIMIT`)" in readme
+    assert f"by more than {allowance} (`SPEED_CHANGE_ALLOWANCE`" in readme
+    design = " ".join((root / "docs" / "design.md").read_text(encoding="utf-8").split())
+    assert f"`CONTROL_SHIFT_LIMIT` ({limit})" in design
+    assert f"`SPEED_CHANGE_ALLOWANCE` ({allowance})" in design
+    text = CliRunner().invoke(cli, ["compare", "--help"], terminal_width=200).output
+    text = " ".join(text.split())
+    assert f"more than {limit} longer a Run" in text
+    assert f"threshold by more than {allowance}" in text
+
+
+def test_a_family_across_a_speed_change_is_not_judged():
+    cases = {f"relu_d{d}_w8": {"ort": 800 + 200.0 * d, "pr": 500 + 60.0 * d}
+             for d in (1, 10, 100)}
+    base = _doc(cases, seed=3)
+    for factor, judged in ((1.02, True), (1.3, False)):
+        pr = _doc(_slower(_machine(cases, factor), ["relu_d100_w8"], 1.2), seed=4)
+        (fam,) = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))["families"]
+        assert fam["finding"].startswith("not judged") is not judged
+        if not judged:
+            assert "relu_d1_w8, relu_d10_w8, relu_d100_w8" in fam["finding"]
 
 
 def test_aa_of_two_runs_of_the_same_code_shows_no_red_or_warning():

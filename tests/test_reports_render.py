@@ -262,6 +262,26 @@ def test_the_sentence_of_a_clean_grid_with_a_case_not_compared():
         "No case of 5 changed beyond its threshold; 1 could not be compared.")
 
 
+def test_the_sentence_says_which_undecided_cases_more_rounds_cannot_help():
+    result = _verdicts()
+    for row in result["cases"]:
+        row["verdict"], row["control_shift"] = "no_change", None
+    for row, shift in zip(result["cases"][:3], (0.3, -0.2, 0.05), strict=True):
+        row["verdict"], row["control_shift"] = "inconclusive", shift
+    result["counts"] = {"no_change": 3, "inconclusive": 3}
+    assert render.overall_sentence(result) == (
+        "3 could not be decided (2 as the two runs' controls ran at different speeds; the "
+        "others: rerun with more rounds).")
+    result["cases"][2]["control_shift"] = -0.5  # the base run's control twice as slow
+    assert render.overall_sentence(result) == (
+        "3 could not be decided (3 as the two runs' controls ran at different speeds: rerun "
+        "both back to back).")
+    for row in result["cases"][:3]:
+        row["control_shift"] = 0.05
+    assert render.overall_sentence(result) == (
+        "3 could not be decided (rerun with more rounds).")
+
+
 def test_wording_follows_the_settings_and_the_thresholds():
     doc = _load("same_run.json")
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),

@@ -54,6 +54,9 @@ class FakeRunner:
     in_run_twin_bias: dict[str, float] = field(default_factory=dict)  # the in-run twin slower
     # Separate runs: the second plain base run of a case (the A/A pair's PR side) slower by this.
     again_bias: dict[str, float] = field(default_factory=dict)
+    # Separate runs: the machine of every second plain base run this many times as slow,
+    # for every arm (the control too), as a VM that changed speed between runs.
+    again_machine: float = 1.0
     fixed_order_bias: float = 0.0  # the second arm's penalty when the order is fixed
     miscount: dict[tuple[str, int], int] = field(default_factory=dict)  # (case, call) -> calls
     unquiet: dict[str, list[int]] = field(default_factory=dict)  # case -> rounds failing the gate
@@ -97,11 +100,11 @@ class FakeRunner:
         for spec in config.cases:
             base = BASE_NS[spec.name]
             nodes = spec.depth or 1
-            true = {"ort": base * 0.8}
             again = False
             if keys == [val.BASE_ARM] and config.rounds != val.PILOT_ROUNDS:
                 self.plain_runs[spec.name] = self.plain_runs.get(spec.name, 0) + 1
                 again = self.plain_runs[spec.name] % 2 == 0
+            true = {"ort": base * 0.8 * (self.again_machine if again else 1.0)}
             counters[spec.name] = {}
             for arm in config.arms:
                 opts = {k: float(v) for k, v in arm.options}
@@ -115,7 +118,7 @@ class FakeRunner:
                         ns *= 1.0 + self.fixed_order_bias
                 if again:
                     ns *= 1.0 + self.again_bias.get(spec.name, 0.0)
-                true[arm.key] = ns
+                true[arm.key] = ns * (self.again_machine if again else 1.0)
                 extra = opts.get("inject_api_calls_per_run", 0.0)
                 if extra:
                     extra = self.miscount.get((spec.name, call), extra)
@@ -303,6 +306,29 @@ def test_false_positives_are_counted_per_path():
         assert r["false_positive_rate"]["hits"] == 2 and r["false_positive_rate"]["n"] == 3 * 2
         assert r["familywise_false_positive_rate"]["hits"] == 2
         assert r["familywise_false_positive_rate"]["n"] == 2
+
+
+def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
+    # Every second plain base run on a machine 30 % slower for every arm: the A/A pair's
+    # double ratio cancels it here (synthetic data), but compare's rule makes those ❔, and
+    # validate says so once for the path, not once per comparison.
+    fake = FakeRunner(again_machine=1.3)
+    result = fake.validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,), levels=(0.05,)))
+    separate = result_for(result, val.SEPARATE_RUNS)
+    for name in CASES:
+        assert separate["cases"][name]["false_positives"]["verdicts"] == ["inconclusive"] * 2
+        assert "inconclusive" not in separate["cases"][name]["detection"]["d5"]["verdicts"]
+    moved = [n for n in result["notes"] if "longer a Run" in n]
+    assert moved == [
+        "separate-runs, none load, without profile: the two runs' ORT controls took more "
+        "than 5% longer a Run in one than in the other in 6 of 12 case comparisons: the "
+        "machine changed speed between runs, so those were ❔ unless their interval cleared "
+        "the threshold by more than 7% (`compare`'s rule for two runs)"]
+    same_speed = FakeRunner().validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,),
+                                             levels=(0.05,)))
+    assert not [n for n in same_speed["notes"] if "longer a Run" in n]
+    assert "no_change" in result_for(same_speed, val.SEPARATE_RUNS)["cases"]["relu_d1_w8"][
+        "false_positives"]["verdicts"]
 
 
 def test_budget_is_shared_between_loads():

@@ -66,6 +66,7 @@ from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as real_run
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
+from epbench.reports import defaults as verdict_defaults
 from epbench.reports import stats
 from epbench.reports.render import environment, to_json
 from epbench.workflows.compare_commits import (
@@ -818,13 +819,19 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     # so counting comparisons would count one run's drift many times.
     pairs: set[tuple[int, str]] = set()
     drifted: dict[tuple[int, str], list[float]] = {}
+    judged, moved = 0, 0  # case comparisons, and those whose runs ran at different speeds
     for index, rep in enumerate(repeats):
         for what, base, pr in comparisons(rep, path, levels):
             comparison = cmp.compare(base, pr, settings=settings, profile=profile)
-            # The control's drift is summed up below, once for the path: one warning per
-            # comparison, each naming other cases, made most of a drifting VM's report.
-            drift = cmp.drift_warning(comparison["cases"])
-            warnings.update(prefix + w for w in comparison.get("warnings", []) if w != drift)
+            # The control's drift and the runs' change of speed are summed up below, once
+            # for the path: one warning per comparison, each naming other cases, made most
+            # of a drifting VM's report.
+            said = {cmp.drift_warning(comparison["cases"]), cmp.speed_warning(comparison["cases"])}
+            warnings.update(prefix + w for w in comparison.get("warnings", []) if w not in said)
+            shown = [r for r in comparison["cases"] if r["case"] in verdicts]
+            judged += len(shown)
+            moved += sum(cmp.beyond_speed_limit(r["control_shift"])
+                         and r["verdict"] not in ("failed", "not_comparable") for r in shown)
             for r in comparison["cases"]:
                 if r["control_drift"] is None or r["case"] not in verdicts:
                     continue  # a failed case, too few rounds to tell a drift, or not shown
@@ -849,6 +856,13 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             f"runs in one repeat; {spread}): the machine changed speed during the runs. "
             f"{cmp.DRIFT_CANCELS}, but {cmp.DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
             "machine to be sure")
+    if moved:
+        warnings.add(
+            f"{prefix}the two runs' ORT controls took more than "
+            f"{verdict_defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run in one than in the other in "
+            f"{moved} of {judged} case comparisons: the machine changed speed between runs, "
+            "so those were ❔ unless their interval cleared the threshold by more than "
+            f"{verdict_defaults.SPEED_CHANGE_ALLOWANCE:.0%} (`compare`'s rule for two runs)")
     cases = {}
     for n in names:
         aa = verdicts[n]["aa"]

@@ -1,0 +1,87 @@
+"""Separate-runs comparisons of a validate run, re-judged by this checkout, beside the
+shift of the ORT control between the two runs.
+
+    .venv/bin/python docs/validation/speed_shift.py OUT
+
+OUT is an `epbench validate` --out folder that ran the separate-runs path: its runs
+(OUT/runs/NNNN-LOAD-rR-CASE-{base,again,pr}.json) and its OUT/validation.json. Each
+repeat's runs are merged per kind and compared as validate compares them
+(`comparisons`, the settings validation.json records, no profile): the A/A pair (the base
+run's `a` against the again run's) and each level (`a` against the pr run's slowed arm).
+Per case it prints how much longer one run's control took a Run than the other's, the
+change, and the verdict validate stored beside this checkout's. Then, per comparison, how
+many were flagged (⚠️/🔴) stored and now, and the A/A changes' root mean square with the
+controls within and beyond CONTROL_SHIFT_LIMIT.
+"""
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+from epbench.core.results import load_results
+from epbench.reports import compare as cmp
+from epbench.reports import defaults
+from epbench.workflows.validate import (
+    FLAGGED,
+    SEPARATE_RUNS,
+    Repeat,
+    comparisons,
+    merge_docs,
+)
+
+RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
+                 r"-(?P<kind>base|again|pr)\.json$")
+
+
+def main(out: Path) -> None:
+    report = json.loads((out / "validation.json").read_text(encoding="utf-8"))
+    settings = cmp.Settings(**report["settings"])
+    levels = report["plan"]["levels"]
+    stored = {(entry["load"], case): found for entry in report["results"]
+              if entry["path"] == SEPARATE_RUNS and entry["profile"] == "without"
+              for case, found in entry["cases"].items()}
+    runs: dict[tuple[str, int], dict[str, list[dict]]] = {}
+    for path in sorted((out / "runs").iterdir()):
+        m = RUN.match(path.name)
+        if m:
+            kinds = runs.setdefault((m["load"], int(m["repeat"])), {})
+            kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
+    counts: dict[str, list[int]] = {}
+    aa: dict[bool, list[float]] = {False: [], True: []}
+    for (load, repeat), kinds in sorted(runs.items()):
+        if len({len(kinds.get(k, [])) for k in ("base", "again", "pr")}) != 1:
+            continue  # a repeat cut short: validate did not count it
+        rep = Repeat(load, base=merge_docs(kinds["base"]),
+                     base_again=merge_docs(kinds["again"]), pr=merge_docs(kinds["pr"]))
+        for what, base, pr in comparisons(rep, SEPARATE_RUNS, levels):
+            for row in cmp.compare(base, pr, settings=settings)["cases"]:
+                found = stored[(load, row["case"])]
+                was = (found["false_positives"] if what == "aa"
+                       else found["detection"][what])["verdicts"][repeat - 1]
+                shift, change = row["control_shift"], row["change"]
+                longer = cmp.longer_run(shift)
+                if what == "aa" and change is not None and longer is not None:
+                    aa[cmp.beyond_speed_limit(shift)].append(change)
+                tally = counts.setdefault(what, [0, 0, 0])
+                tally[0] += 1
+                tally[1] += was in FLAGGED
+                tally[2] += row["verdict"] in FLAGGED
+                moved = f"{longer[0]:>4s} {longer[1]:6.1%} longer" if longer else "-"
+                shown = f"{change:+6.2%}" if change is not None else "-"
+                print(f"{load} r{repeat:02d} {row['case']:16s} {what:3s} control {moved} "
+                      f"change {shown} stored {cmp.VERDICTS[was][0]} now {row['emoji']}")
+    for what, (n, was, now) in counts.items():
+        print(f"{what}: flagged {was} of {n} stored, {now} of {n} now")
+    limit = f"{defaults.CONTROL_SHIFT_LIMIT:.0%}"
+    for beyond, changes in aa.items():
+        if changes:
+            rms = math.sqrt(sum(c * c for c in changes) / len(changes))
+            largest = max(map(abs, changes))
+            print(f"A/A with the controls {'beyond' if beyond else 'within'} {limit}: "
+                  f"{len(changes)} pairs, change rms {rms:.2%}, largest {largest:.2%}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
