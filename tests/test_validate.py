@@ -11,6 +11,7 @@ t = max(4 %, 2 x 0.2 %) = 4 %: 1-3 % stay within noise, 5 % is a regression and
 
 from __future__ import annotations
 
+import errno
 import filecmp
 import json
 import math
@@ -789,6 +790,68 @@ def test_an_error_in_a_later_repeat_keeps_the_report_of_the_finished_ones(tmp_pa
     assert fake.active_load is None
     # The time per repeat is the finished one's (10 s a fake run), not the cut one's share.
     assert result["plan"]["repeat_s"] == fake.seconds_per_run * per_repeat
+
+
+def test_a_run_that_cannot_be_kept_stops_validate_with_the_finished_repeats(tmp_path,
+                                                                         monkeypatch):
+    """A full disk as repeat 2 keeps its second run: one error line saying where and how to
+    fix it (no traceback), and repeat 1's report, as for any other error."""
+    fake = FakeRunner()
+    per_repeat = 4 * len(CASES)
+    real_write, written = val.write_results, []
+
+    def write_failing_in_repeat_2(path: Path, doc: dict[str, Any]) -> None:
+        written.append(path)
+        if len(written) == per_repeat + 2:  # the pilot is not kept
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, doc)
+
+    monkeypatch.setattr(val, "write_results", write_failing_in_repeat_2)
+    result = val.validate(small(max_repeats=3, position_test=False), run=fake, clock=fake.clock,
+                          load_factory=fake.load, settings=SETTINGS, runs_dir=tmp_path)
+    number = 1 + per_repeat + 2
+    lost = tmp_path / f"{number:04d}-none-r2-{CASES[0]}-base.json"
+    assert written[-1] == lost and not lost.exists()
+    message = (f"cannot keep run {number} in {str(lost)!r}: No space left on device; free "
+               "space there or pass --out somewhere with room, then rerun validate")
+    assert result["stopped"] == {"message": message, "exit_code": EpbenchError.exit_code}
+    assert len(fake.configs) == number  # nothing ran after it
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert len(list(tmp_path.glob("*.json"))) == per_repeat + 1
+    assert fake.active_load is None
+
+
+def test_a_report_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch):
+    """validation.md on a full disk: the command says so in one line, with where the kept
+    runs are, and exits with an epbench error's code."""
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    real_validate, real_write = val.validate, val.atomic_write_text
+    fake = FakeRunner()
+
+    def validate(plan: Any, **kw: Any) -> dict[str, Any]:
+        return real_validate(small(max_repeats=1, position_test=False), run=fake,
+                             clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
+                             runs_dir=kw["runs_dir"])
+
+    def write_failing_for_the_markdown(path: Path, text: str) -> None:
+        if path.name == "validation.md":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(path, text)
+
+    monkeypatch.setattr(val, "validate", validate)
+    monkeypatch.setattr(val, "atomic_write_text", write_failing_for_the_markdown)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(out)])
+    assert result.exit_code == EpbenchError.exit_code
+    assert result.output.splitlines()[-1] == (
+        f"Error: cannot write {str(out / 'validation.md')!r}: No space left on device; the "
+        f"runs kept so far are in {str(out / 'runs')!r}; free space there or pass --out "
+        "somewhere with room")
+    assert (out / "validation.json").is_file()
+    assert len(list((out / "runs").glob("*.json"))) == 4 * len(CASES)
 
 
 def test_the_command_writes_the_finished_repeats_then_fails_with_the_error(tmp_path,

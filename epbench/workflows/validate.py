@@ -451,7 +451,10 @@ def validate(
         if runs_dir is None:
             return ""
         path = Path(runs_dir) / f"{number:04d}-{load}-{label}.json"
-        write_results(path, doc)
+        # An error, not a traceback: validate then reports the repeats finished before.
+        _write_or_fail(write_results, path, doc, f"keep run {number} in",
+                       "free space there or pass --out somewhere with room, then rerun "
+                       "validate")
         return f"; the run is kept in {path}"
 
     def command(config: RunConfig, number: int, load: str, label: str) -> dict[str, Any]:
@@ -976,6 +979,19 @@ def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path,
 
     out = _make_dir(Path(out_dir))
     json_path, md_path = out / "validation.json", out / "validation.md"
-    atomic_write_text(json_path, to_json(result))
-    atomic_write_text(md_path, render_markdown(result))
+    for path, text in ((json_path, to_json(result)), (md_path, render_markdown(result))):
+        _write_or_fail(atomic_write_text, path, text, "write",
+                       f"the runs kept so far are in {str(out / RUNS_DIR)!r}; free space "
+                       "there or pass --out somewhere with room")
     return json_path, md_path
+
+
+def _write_or_fail(write: Callable[[Path, Any], None], path: Path, content: Any, what: str,
+                   remedy: str) -> None:
+    """``write(path, content)``; an OSError (a full disk, say) as one epbench error, not a
+    traceback: "cannot WHAT 'PATH': why; REMEDY"."""
+    try:
+        write(path, content)
+    except OSError as exc:
+        raise EpbenchError(f"cannot {what} {str(path)!r}: {exc.strerror or exc}; "
+                           f"{remedy}") from None
