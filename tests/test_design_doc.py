@@ -92,6 +92,9 @@ JSON_READERS = {
                                   "re-judgement (results files go through load_results)",
     "docs/validation/speed_shift.py": "validate's report (validation.json), set beside the "
                                       "re-judgement (results files go through load_results)",
+    "docs/validation/level_by_speed.py": "validate's report (validation.json), for the "
+                                         "pilot's times and the settings (results "
+                                         "files go through load_results)",
     "docs/validation/warmup.py": "the comparison `epbench compare --format json` writes "
                                  "(results files go through load_results)",
 }

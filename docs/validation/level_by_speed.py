@@ -1,0 +1,98 @@
+"""How a validate level's detection depends on the machine's speed when it ran: per
+comparison of a level, each case's base-arm time per Run against the pilot's (which sized
+the level's delay), the change the delay really made, and whether it was flagged (judged as
+validate judged it: its recorded settings, no profile).
+
+    python docs/validation/level_by_speed.py OUT [LEVEL_ARM] [SLOW_FACTOR]   # e.g. OUT d2 1.25
+
+OUT is an `epbench validate` --out folder. Its compare-commits path (the kept commands,
+OUT/runs/*-commits-LEVEL_ARM.json) and its same-process path (the per-case runs
+OUT/runs/NNNN-LOAD-rR-CASE-same.json, merged per repeat as validate merges them; a repeat
+cut short is left out, as validate leaves it out) are split apart, per load. A case is
+"slow" when its base arm took more than SLOW_FACTOR times the pilot's time a Run. The
+split is by the base arm's speed, not by the measured change, so it does not select on
+the outcome; but the pilot ran with no load, so under a load "slow" mixes the load with
+the machine's state. Reads OUT/validation.json (the pilot's times, the settings) and
+OUT/runs; the separate-runs path is not covered.
+"""
+
+import json
+import re
+import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from epbench.core.results import load_results
+from epbench.reports import compare as cmp
+from epbench.workflows.validate import (
+    COMMITS,
+    FLAGGED,
+    SAME_PROCESS,
+    Repeat,
+    comparisons,
+    merge_docs,
+)
+
+COMMANDS = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r\d+-commits-")
+SAME_RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-.+-same\.json$")
+
+
+def level_comparisons(runs: Path, arm: str, levels: list[float],
+                      n_cases: int) -> Iterator[tuple[str, str, cmp.Side, cmp.Side]]:
+    """(path and load, label, base side, PR side) for every comparison of the level ``arm``."""
+    for path in sorted(runs.glob(f"*-commits-{arm}.json")):
+        doc = load_results(path)
+        load = COMMANDS.match(path.name)["load"]
+        yield f"{COMMITS}, {load}", path.name, cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm)
+    same: dict[tuple[str, int], list[dict]] = {}
+    for path in sorted(runs.iterdir()):
+        m = SAME_RUN.match(path.name)
+        if m:
+            same.setdefault((m["load"], int(m["repeat"])), []).append(
+                load_results(path).to_dict())
+    for (load, repeat), docs in sorted(same.items()):
+        if len(docs) != n_cases:
+            continue  # a repeat cut short: validate did not count it
+        rep = Repeat(load, same_process=merge_docs(docs))
+        for what, base, pr in comparisons(rep, SAME_PROCESS, levels):
+            if what == arm:
+                yield f"{SAME_PROCESS}, {load}", f"repeat {repeat}", base, pr
+
+
+def main(out: Path, arm: str, slow_factor: float) -> int:
+    report = json.loads((out / "validation.json").read_text(encoding="utf-8"))
+    pilot_ns = {name: case["engine_ns"] for name, case in report["cases"].items()}
+    settings = cmp.Settings(**report["settings"])
+    states: dict[tuple[str, str], list[tuple[bool, float]]] = {}
+    failed = 0
+    for path, label, base, pr in level_comparisons(out / "runs", arm, report["plan"]["levels"],
+                                                   len(pilot_ns)):
+        cells = []
+        for row in cmp.compare(base, pr, settings=settings)["cases"]:
+            if row["case"] not in pilot_ns or row["change"] is None or not row["base_ns"]:
+                failed += 1  # a case that failed in the run: no change to split
+                continue
+            ratio = row["base_ns"] / pilot_ns[row["case"]]
+            flagged = row["verdict"] in FLAGGED
+            state = "slow" if ratio > slow_factor else "fast"
+            states.setdefault((path, state), []).append((flagged, row["change"]))
+            cells.append(f"{row['case']}:{ratio:.2f}x:{row['change']:+.1%}"
+                         + ("" if flagged else "*" + row["verdict"]))
+        print(f"{path} {label}", " ".join(cells))
+    for (path, state), seen in sorted(states.items()):
+        print(f"{path}, {state} (base > {slow_factor}x the pilot: {state == 'slow'}): "
+              f"flagged {sum(f for f, _ in seen)} of {len(seen)}, "
+              f"median change {statistics.median(c for _, c in seen):+.2%}")
+    if failed:
+        print(f"left out: {failed} failed case comparison(s)")
+    if not states:
+        print(f"no compare-commits or same-process comparison of {arm} in {out}/runs",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "d2",
+                  float(sys.argv[3]) if len(sys.argv) > 3 else 1.25))
