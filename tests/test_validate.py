@@ -792,28 +792,38 @@ def test_an_error_in_a_later_repeat_keeps_the_report_of_the_finished_ones(tmp_pa
     assert result["plan"]["repeat_s"] == fake.seconds_per_run * per_repeat
 
 
+def failing_writes(monkeypatch: pytest.MonkeyPatch, name: str, fails: Any,
+                   error: OSError | Exception) -> list[Path]:
+    """Make ``val.NAME`` (a writer taking a path) raise ``error`` where ``fails(path)``;
+    the paths it was asked to write, in order."""
+    real, asked = getattr(val, name), []
+
+    def write(path: Path, content: Any) -> None:
+        asked.append(path)
+        if fails(path):
+            raise error
+        real(path, content)
+
+    monkeypatch.setattr(val, name, write)
+    return asked
+
+
 def test_a_run_that_cannot_be_kept_stops_validate_with_the_finished_repeats(tmp_path,
                                                                          monkeypatch):
     """A full disk as repeat 2 keeps its second run: one error line saying where and how to
     fix it (no traceback), and repeat 1's report, as for any other error."""
     fake = FakeRunner()
     per_repeat = 4 * len(CASES)
-    real_write, written = val.write_results, []
-
-    def write_failing_in_repeat_2(path: Path, doc: dict[str, Any]) -> None:
-        written.append(path)
-        if len(written) == per_repeat + 2:  # the pilot is not kept
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_write(path, doc)
-
-    monkeypatch.setattr(val, "write_results", write_failing_in_repeat_2)
+    number = 1 + per_repeat + 2  # the pilot is not kept
+    lost = tmp_path / f"{number:04d}-none-r2-{CASES[0]}-base.json"
+    asked = failing_writes(monkeypatch, "write_results", lambda path: path == lost,
+                           OSError(errno.ENOSPC, "No space left on device"))
     result = val.validate(small(max_repeats=3, position_test=False), run=fake, clock=fake.clock,
                           load_factory=fake.load, settings=SETTINGS, runs_dir=tmp_path)
-    number = 1 + per_repeat + 2
-    lost = tmp_path / f"{number:04d}-none-r2-{CASES[0]}-base.json"
-    assert written[-1] == lost and not lost.exists()
+    assert asked[-1] == lost and not lost.exists()
     message = (f"cannot keep run {number} in {str(lost)!r}: No space left on device; free "
-               "space there or pass --out somewhere with room, then rerun validate")
+               "space on its disk or rerun validate with another --out (a rerun into this "
+               "one empties its runs folder)")
     assert result["stopped"] == {"message": message, "exit_code": EpbenchError.exit_code}
     assert len(fake.configs) == number  # nothing ran after it
     assert result["plan"]["repeats"] == {"none": 1}
@@ -821,37 +831,67 @@ def test_a_run_that_cannot_be_kept_stops_validate_with_the_finished_repeats(tmp_
     assert fake.active_load is None
 
 
-def test_a_report_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch):
-    """validation.md on a full disk: the command says so in one line, with where the kept
-    runs are, and exits with an epbench error's code."""
+def test_a_command_run_that_cannot_be_kept_stops_validate_too(tmp_path, monkeypatch):
+    """compare-commits' runs are kept inside the command (first pass and re-runs): a refused
+    write there is the same one error, and not a full disk's remedy."""
+    fake = FakeRunner()
+    asked = failing_writes(monkeypatch, "write_results", lambda path: "-r2-" in path.name,
+                           PermissionError(errno.EACCES, "Permission denied"))
+    result = val.validate(small(max_repeats=3, position_test=False, paths=(val.COMMITS,)),
+                          run=fake, clock=fake.clock, load_factory=fake.load,
+                          settings=SETTINGS, runs_dir=tmp_path)
+    lost = asked[-1]
+    assert "-commits-" in lost.name and not lost.exists()
+    number = int(lost.name[:4])
+    assert result["stopped"]["message"] == (
+        f"cannot keep run {number} in {str(lost)!r}: Permission denied; rerun validate with "
+        "another --out (a rerun into this one empties its runs folder)")
+    assert result["plan"]["repeats"] == {"none": 1}
+    assert fake.active_load is None
+
+
+def test_an_error_that_is_not_the_disks_is_not_hidden_as_one(tmp_path, monkeypatch):
+    failing_writes(monkeypatch, "write_results", lambda path: True, TypeError("a bug"))
+    with pytest.raises(TypeError, match="a bug"):
+        FakeRunner().validate(small(max_repeats=1, position_test=False), runs_dir=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["validation.json", "validation.md"])
+@pytest.mark.parametrize("keep_fails", [False, True])
+def test_a_report_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch, name,
+                                                           keep_fails):
+    """The report on a full disk: the command says so in one line, with where the kept runs
+    are and, when a run could not be kept either, that error too; an epbench error's code."""
     from click.testing import CliRunner
 
     from epbench.cli.main import cli
 
-    real_validate, real_write = val.validate, val.atomic_write_text
+    real_validate = val.validate
     fake = FakeRunner()
+    full = OSError(errno.ENOSPC, "No space left on device")
 
     def validate(plan: Any, **kw: Any) -> dict[str, Any]:
-        return real_validate(small(max_repeats=1, position_test=False), run=fake,
+        return real_validate(small(max_repeats=2, position_test=False), run=fake,
                              clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
                              runs_dir=kw["runs_dir"])
 
-    def write_failing_for_the_markdown(path: Path, text: str) -> None:
-        if path.name == "validation.md":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_write(path, text)
-
     monkeypatch.setattr(val, "validate", validate)
-    monkeypatch.setattr(val, "atomic_write_text", write_failing_for_the_markdown)
+    failing_writes(monkeypatch, "atomic_write_text", lambda path: path.name == name, full)
+    kept = failing_writes(monkeypatch, "write_results",
+                          lambda path: keep_fails and "-r2-" in path.name, full)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(out)])
     assert result.exit_code == EpbenchError.exit_code
+    stopped = (f"; validate had stopped: cannot keep run {int(kept[-1].name[:4])} in "
+               f"{str(kept[-1])!r}: No space left on device; free space on its disk or rerun "
+               "validate with another --out (a rerun into this one empties its runs folder)"
+               if keep_fails else "")
     assert result.output.splitlines()[-1] == (
-        f"Error: cannot write {str(out / 'validation.md')!r}: No space left on device; the "
-        f"runs kept so far are in {str(out / 'runs')!r}; free space there or pass --out "
-        "somewhere with room")
-    assert (out / "validation.json").is_file()
-    assert len(list((out / "runs").glob("*.json"))) == 4 * len(CASES)
+        f"Error: cannot write {str(out / name)!r}: No space left on device; free space on "
+        f"its disk or rerun validate with another --out; the runs kept so far are in "
+        f"{str(out / 'runs')!r}, and a rerun into this --out empties that folder{stopped}")
+    assert (out / "validation.json").is_file() == (name == "validation.md")
+    assert len(list((out / "runs").glob("*.json"))) == 4 * len(CASES) * (1 if keep_fails else 2)
 
 
 def test_the_command_writes_the_finished_repeats_then_fails_with_the_error(tmp_path,

@@ -44,6 +44,7 @@ reports' jinja2 environment).
 
 from __future__ import annotations
 
+import errno
 import math
 import statistics
 import tempfile
@@ -406,7 +407,8 @@ def validate(
     interruption or a crash loses no finished run.
     A Ctrl-C stops the run it falls in and the validation with it; the report then
     covers the repeats finished before it. So does an EpbenchError after the first repeat (a
-    build that cannot be copied, a load that died), which the document's ``stopped`` carries.
+    build that cannot be copied, a run that cannot be kept, a load that died), which the
+    document's ``stopped`` carries.
     """
 
     if run is None:
@@ -453,8 +455,8 @@ def validate(
         path = Path(runs_dir) / f"{number:04d}-{load}-{label}.json"
         # An error, not a traceback: validate then reports the repeats finished before.
         _write_or_fail(write_results, path, doc, f"keep run {number} in",
-                       "free space there or pass --out somewhere with room, then rerun "
-                       "validate")
+                       "rerun validate with another --out (a rerun into this one empties "
+                       "its runs folder)")
         return f"; the run is kept in {path}"
 
     def command(config: RunConfig, number: int, load: str, label: str) -> dict[str, Any]:
@@ -979,19 +981,24 @@ def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path,
 
     out = _make_dir(Path(out_dir))
     json_path, md_path = out / "validation.json", out / "validation.md"
+    remedy = (f"rerun validate with another --out; the runs kept so far are in "
+              f"{str(out / RUNS_DIR)!r}, and a rerun into this --out empties that folder")
+    if result.get("stopped"):
+        # On a full disk, the error that stopped validate (a run it could not keep) is
+        # said again, or this one would hide it.
+        remedy += f"; validate had stopped: {result['stopped']['message']}"
     for path, text in ((json_path, to_json(result)), (md_path, render_markdown(result))):
-        _write_or_fail(atomic_write_text, path, text, "write",
-                       f"the runs kept so far are in {str(out / RUNS_DIR)!r}; free space "
-                       "there or pass --out somewhere with room")
+        _write_or_fail(atomic_write_text, path, text, "write", remedy)
     return json_path, md_path
 
 
 def _write_or_fail(write: Callable[[Path, Any], None], path: Path, content: Any, what: str,
                    remedy: str) -> None:
     """``write(path, content)``; an OSError (a full disk, say) as one epbench error, not a
-    traceback: "cannot WHAT 'PATH': why; REMEDY"."""
+    traceback: "cannot WHAT 'PATH': why; [free space on its disk or] REMEDY"."""
     try:
         write(path, content)
     except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         raise EpbenchError(f"cannot {what} {str(path)!r}: {exc.strerror or exc}; "
-                           f"{remedy}") from None
+                           f"{'free space on its disk or ' if full else ''}{remedy}") from None
