@@ -28,13 +28,19 @@ EXIT_CODES: dict[int, str] = {
 }
 
 
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota on it) is full."""
+    import errno
+
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def scratch_remedy(exc: OSError, otherwise: str) -> str:
     """What to do when a file under the temp folder could not be written: make room
     when it is full, else ``otherwise``."""
-    import errno
     import tempfile
 
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if disk_full(exc):
         return f"free space in {tempfile.gettempdir()} or point TMPDIR at a folder with room"
     return otherwise
 

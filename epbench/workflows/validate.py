@@ -44,7 +44,6 @@ reports' jinja2 environment).
 
 from __future__ import annotations
 
-import errno
 import math
 import statistics
 import tempfile
@@ -56,7 +55,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epbench.core.errors import EpbenchError, Interrupted
+from epbench.core.errors import EpbenchError, Interrupted, disk_full
 from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.core.results import atomic_write_text, write_results
@@ -999,6 +998,6 @@ def _write_or_fail(write: Callable[[Path, Any], None], path: Path, content: Any,
     try:
         write(path, content)
     except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        room = "free space on its disk or " if disk_full(exc) else ""
         raise EpbenchError(f"cannot {what} {str(path)!r}: {exc.strerror or exc}; "
-                           f"{'free space on its disk or ' if full else ''}{remedy}") from None
+                           f"{room}{remedy}") from None
