@@ -2,23 +2,31 @@
 # What the engine's inject_delay_ns_per_run knob really adds to a Run: one interleaved run
 # of the quick grid at `run`'s defaults with the plain engine `a` and arms asking for
 # NS_LIST nanoseconds per Run (default 17 34 51 85: about 1, 2, 3 and 5 % of a 1.7 us
-# Run), and, with OLD_LIB (an engine library from before 5750bf4, whose knob waited on
-# the clock), the same requests to that library beside them; then each arm against `a`.
-#   docs/validation/delay_knob.sh OUT_DIR [OLD_LIB]
+# Run), and, for each other engine library given, the same requests to that library
+# beside them (LABEL=LIB; a bare LIB is labelled "old", as when the only other library was
+# one from before 5750bf4, whose knob waited on the clock); then each arm against `a`.
+#   docs/validation/delay_knob.sh OUT_DIR [[LABEL=]LIB ...]
 # Prints per case: a's median Run, and per arm the change and the added ns.
+# Env: NS_LIST, SEED (default 7), EPBENCH, PYTHON.
 set -euo pipefail
-out=${1:?output folder}; old=${2:-}
+out=${1:?output folder}; shift
+libs=()
+for lib in "$@"; do
+  case $lib in *=*) libs+=("$lib") ;; *) libs+=("old=$lib") ;; esac
+done
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
 ns_list=${NS_LIST:-17 34 51 85}
 arms=(--arm engine:name=a); names=()
 for ns in $ns_list; do
   arms+=(--arm "engine:name=new$ns,inject_delay_ns_per_run=$ns"); names+=("new$ns")
-  if [ -n "$old" ]; then
-    arms+=(--arm "engine@$old:name=old$ns,inject_delay_ns_per_run=$ns"); names+=("old$ns")
-  fi
+  for lib in ${libs[@]+"${libs[@]}"}; do
+    label=${lib%%=*}
+    arms+=(--arm "engine@${lib#*=}:name=$label$ns,inject_delay_ns_per_run=$ns")
+    names+=("$label$ns")
+  done
 done
-"$ep" run --grid quick "${arms[@]}" --seed 7 --out "$out" --overwrite --quiet > /dev/null
+"$ep" run --grid quick "${arms[@]}" --seed "${SEED:-7}" --out "$out" --overwrite --quiet > /dev/null
 for arm in "${names[@]}"; do
   "$ep" compare "$out/results.json" --base a --pr "$arm" --format json \
       --out "$out/cmp_$arm.json" --fail-on never --no-github-annotations > /dev/null
