@@ -97,6 +97,9 @@ JSON_READERS = {
                                          "files go through load_results)",
     "docs/validation/warmup.py": "the comparison `epbench compare --format json` writes "
                                  "(results files go through load_results)",
+    "docs/validation/delay_knob_summary.py": "the comparisons `epbench compare --format "
+                                             "json` writes (results files go through "
+                                             "load_results)",
 }
 
 
