@@ -3,16 +3,19 @@
 # of the quick grid at `run`'s defaults with the plain engine `a` and arms asking for
 # NS_LIST nanoseconds per Run (default 17 34 51 85: about 1, 2, 3 and 5 % of a 1.7 us
 # Run), and, for each other engine library given, the same requests to that library
-# beside them (LABEL=LIB; a bare LIB is labelled "old", as when the only other library was
-# one from before 5750bf4, whose knob waited on the clock); then each arm against `a`.
+# beside them (LABEL=LIB, LABEL of letters and underscores; a bare LIB is labelled "old",
+# as when the only other library was one from before 5750bf4, whose knob waited on the
+# clock); then each arm against `a`. With 0 in NS_LIST, delay_knob_summary.py pools runs.
 #   docs/validation/delay_knob.sh OUT_DIR [[LABEL=]LIB ...]
 # Prints per case: a's median Run, and per arm the change and the added ns.
 # Env: NS_LIST, SEED (default 7), EPBENCH, PYTHON.
 set -euo pipefail
 out=${1:?output folder}; shift
-libs=()
+libs=(); labels=" new "
 for lib in "$@"; do
-  case $lib in *=*) libs+=("$lib") ;; *) libs+=("old=$lib") ;; esac
+  if [[ $lib =~ ^[A-Za-z_]+= ]]; then label=${lib%%=*}; else label=old; lib="old=$lib"; fi
+  if [[ $labels == *" $label "* ]]; then echo "label $label given twice" >&2; exit 2; fi
+  labels+="$label "; libs+=("$lib")
 done
 ep=${EPBENCH:-.venv/bin/epbench}
 py=${PYTHON:-.venv/bin/python}
@@ -26,6 +29,7 @@ for ns in $ns_list; do
     names+=("$label$ns")
   done
 done
+rm -f "$out"/cmp_*.json  # a reused OUT_DIR keeps no comparison of an earlier arm list
 "$ep" run --grid quick "${arms[@]}" --seed "${SEED:-7}" --out "$out" --overwrite --quiet > /dev/null
 for arm in "${names[@]}"; do
   "$ep" compare "$out/results.json" --base a --pr "$arm" --format json \

@@ -27,28 +27,34 @@ static uint64_t ebe_delay_now_ns(void) {
 }
 
 /* Ends the loop's delay on x86: lfence starts nothing after it until every instruction
- * before it (the whole chain) has finished. Without it an out-of-order core runs the work
- * after the loop beside the chain's tail, and part of the delay vanishes: on VM H (quick
- * grid, 6 interleaved runs, docs/validation/delay_knob.txt) the loop alone added 0.94,
- * 0.90 and 0.83 of 17, 34 and 68 ns asked, with this fence 1.08, 1.05 and 1.00. A second
- * fence before the loop added a fixed ~16 ns more (it waits for the work before it), so
- * there is none. Other architectures: not measured, no fence. */
-#if defined(__x86_64__) || defined(__i386__)
+ * before it (the whole chain) has finished (Intel's rule; on AMD only where the kernel or
+ * hypervisor made lfence dispatch-serializing, as Linux does on bare metal). Without it the
+ * front end runs ahead of the chain and the work after the loop can run beside its tail.
+ * On VM H, an Intel Xeon (docs/validation/delay_knob.txt: 6 interleaved quick-grid runs
+ * each way, 17, 34 and 68 ns asked), the loop in a Run's own library added 0.94, 0.90 and
+ * 0.83 of the ask without it, a line of slope 0.80; 1.08, 1.03 and 0.97 with it, slope 0.94,
+ * so the fence took back most of a share lost in proportion to the delay. A second fence
+ * before the loop added a fixed ~15 ns more (it waits for the work before it), so there is
+ * none. lfence came with SSE2; without SSE2 and off x86: no fence, not measured. */
+#if defined(__SSE2__)
 #define EBE_DELAY_FENCE() __asm__ volatile("lfence" ::: "memory")
 #else
 #define EBE_DELAY_FENCE() ((void)0)
 #endif
 
 /* Each iteration waits for the last: x = 3x + 1 (one lea on x86), with an empty asm hiding
- * x, so the compiler keeps every iteration. The counter and branch do not wait for x, so
- * the front end runs ahead of the chain; the fence above keeps what follows the loop from
- * running beside its tail, and the calibration, between ordered clock reads, times the
- * chain and the fence. On VM E, side by side in 12 processes (docs/validation/delay_loops.c):
- * this chain 0.65-0.69 ns an iteration (8 calibrations 0.67-0.72); a bare counter in a
- * register 0.32-0.61 ns, probably bound by its taken branch and a busy sibling hyperthread
- * (not confirmed: the guest has no performance counters); the volatile counter on the stack
- * that this was at first 1.35-2.45 ns, and at times five to six times faster within a
- * process (probably memory renaming), so a Run's delay lasted a sixth of what was asked. */
+ * x, so the compiler keeps every iteration. The counter and branch do not wait for x, which
+ * is why the front end can run ahead (the fence above). The calibration, between ordered
+ * clock reads, times the chain; costs paid once a call (the call, the fence) are lost in
+ * its 250 us tries, so a delay lasts a few ns more than asked (the lines above, fenced or
+ * not: +2.5 to +2.7 ns at zero). The per-node knob spins this loop, fence and all, after
+ * every node. On VM E,
+ * side by side in 12 processes (docs/validation/delay_loops.c): this chain 0.65-0.69 ns an
+ * iteration (8 calibrations 0.67-0.72); a bare counter in a register 0.32-0.61 ns, probably
+ * bound by its taken branch and a busy sibling hyperthread (not confirmed: the guest has no
+ * performance counters); the volatile counter on the stack that this was at first
+ * 1.35-2.45 ns, and at times five to six times faster within a process (probably memory
+ * renaming), so a Run's delay lasted a sixth of what was asked. */
 __attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
   uint64_t x = 1;
   for (uint64_t i = 0; i < spins; i++) {
