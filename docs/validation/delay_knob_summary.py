@@ -51,15 +51,17 @@ def main(outs: list[str]) -> None:
     for out in outs:
         for key, values in added_ns(Path(out)).items():
             pooled.setdefault(key, []).extend(values)
-    print(f"{len(outs)} runs; added / asked, median [quartiles] over cases x runs")
+    print(f"{len(outs)} runs; added / asked, median [quartiles] over cases x runs; "
+          "the median of added - asked, ns")
     for label, ns in sorted(pooled, key=lambda key: (key[1], key[0])):
         shares = [value / ns for value in pooled[label, ns]]
         spread = ""
         if len(shares) >= 2:
             q1, _, q3 = statistics.quantiles(shares, n=4)
             spread = f"[{q1:5.2f}, {q3:5.2f}]"
+        short = statistics.median(value - ns for value in pooled[label, ns])
         print(f"{label:10} {ns:4} ns  {statistics.median(shares):5.2f}  {spread:14}"
-              f"  n={len(shares)}")
+              f"  {short:+6.1f} ns  n={len(shares)}")
     print("a line through every point: added ns = slope x asked + intercept")
     for label in sorted({label for label, _ in pooled}):
         asked = [ns for (lab, ns), values in pooled.items() if lab == label for _ in values]

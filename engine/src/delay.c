@@ -32,10 +32,11 @@ static uint64_t ebe_delay_now_ns(void) {
  * front end runs ahead of the chain and the work after the loop can run beside its tail.
  * On VM H, an Intel Xeon (docs/validation/delay_knob.txt: 6 interleaved quick-grid runs
  * each way, 17, 34 and 68 ns asked), the loop in a Run's own library added 0.94, 0.90 and
- * 0.83 of the ask without it, a line of slope 0.80; 1.08, 1.03 and 0.97 with it, slope 0.94,
- * so the fence took back most of a share lost in proportion to the delay. A second fence
- * before the loop added a fixed ~15 ns more (it waits for the work before it), so there is
- * none. lfence came with SSE2; without SSE2 and off x86: no fence, not measured. */
+ * 0.83 of the ask without it, a line of slope 0.80; 1.08, 1.03 and 0.97 with it, slope 0.94.
+ * At 68, 272 and 1088 ns the unfenced loop fell short by 6, 22 and 25 ns, a loss that levels
+ * off as a reorder buffer's worth of overlap would; the fenced one was within 2 ns of each.
+ * A second fence before the loop added a fixed ~16 ns (it waits for the work before it), so
+ * there is none. lfence came with SSE2; without SSE2 and off x86: no fence, not measured. */
 #if defined(__SSE2__)
 #define EBE_DELAY_FENCE() __asm__ volatile("lfence" ::: "memory")
 #else
@@ -47,22 +48,32 @@ static uint64_t ebe_delay_now_ns(void) {
  * is why the front end can run ahead (the fence above). The calibration, between ordered
  * clock reads, times the chain; costs paid once a call (the call, the fence) are lost in
  * its 250 us tries, so a delay lasts a few ns more than asked (the lines above, fenced or
- * not: +2.5 to +2.7 ns at zero). The per-node knob spins this loop, fence and all, after
- * every node. On VM E,
+ * not: +2.5 to +2.7 ns at zero, over 17-68 ns). The per-node knob spins the chain alone
+ * (ebe_delay_spin): with the fence after every node, validate's 5 % per-node level measured
+ * +7.0 to +7.7 % on the 10-node quick-grid cases (VM H, sustained load, 5 repeats), a fixed
+ * cost per fence, where unfenced it had measured +3.7 to +4.7 % (16 repeats). On VM E,
  * side by side in 12 processes (docs/validation/delay_loops.c): this chain 0.65-0.69 ns an
  * iteration (8 calibrations 0.67-0.72); a bare counter in a register 0.32-0.61 ns, probably
  * bound by its taken branch and a busy sibling hyperthread (not confirmed: the guest has no
  * performance counters); the volatile counter on the stack that this was at first
  * 1.35-2.45 ns, and at times five to six times faster within a process (probably memory
  * renaming), so a Run's delay lasted a sixth of what was asked. */
-__attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
+static inline __attribute__((always_inline)) void ebe_delay_iterate(uint64_t spins) {
   uint64_t x = 1;
   for (uint64_t i = 0; i < spins; i++) {
     x = 3 * x + 1;
     __asm__ volatile("" : "+r"(x));
   }
+}
+
+/* The two are separate copies of the chain, so the per-Run delay is the very code measured
+ * (no extra call) and the per-node one has no fence. */
+__attribute__((noinline)) void ebe_delay_loop(uint64_t spins) {
+  ebe_delay_iterate(spins);
   EBE_DELAY_FENCE();
 }
+
+__attribute__((noinline)) void ebe_delay_chain(uint64_t spins) { ebe_delay_iterate(spins); }
 
 static uint64_t ebe_delay_time_ns(uint64_t spins) {
   const uint64_t start = ebe_delay_now_ns();

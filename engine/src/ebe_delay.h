@@ -28,15 +28,19 @@ uint64_t ebe_delay_spins_for_ns(uint64_t ns);
 /* The delay for ns nanoseconds (times the loop on first use). Cannot fail. */
 ebe_delay ebe_delay_for_ns(uint64_t ns);
 
-/* Spin `spins` iterations of the timed loop (never inlined: the calibration times the
- * very same code). Cannot fail. */
+/* Spin `spins` iterations of the timed loop, then a fence on x86, so what follows does not
+ * run beside it (never inlined: the calibration times the very same code). Cannot fail. */
 void ebe_delay_loop(uint64_t spins);
 
-/* Spin one delay, counting nothing: a plan spins after each node and counts the Run's
- * worth once (an atomic add per node would add to each delay). With the knob at 0 this is
- * one compare and branch. Cannot fail. */
+/* The same iterations without the fence: the per-node knob's, where a fence per node cost
+ * more than its few ns asked (delay.c). Cannot fail. */
+void ebe_delay_chain(uint64_t spins);
+
+/* Spin one per-node delay, counting nothing: a plan spins after each node and counts the
+ * Run's worth once (an atomic add per node would add to each delay). With the knob at 0
+ * this is one compare and branch. Cannot fail. */
 static inline void ebe_delay_spin(const ebe_delay *delay) {
-  if (delay->spins != 0) ebe_delay_loop(delay->spins);
+  if (delay->spins != 0) ebe_delay_chain(delay->spins);
 }
 
 /* Add times * ns to `counters`' injected_delay_ns (NULL: the unattributed block; saturates
@@ -49,7 +53,7 @@ static inline void ebe_delay_count(ebe_counters *counters, const ebe_delay *dela
   ebe_probe_add(counters, EBE_C_INJECTED_DELAY_NS, ns);
 }
 
-/* Count and spin one delay. Nothing for a zero delay. Cannot fail. */
+/* Count and spin one per-Run delay, fenced. Nothing for a zero delay. Cannot fail. */
 static inline void ebe_delay_inject(ebe_counters *counters, const ebe_delay *delay) {
   if (delay->ns == 0) return;
   ebe_probe_add(counters, EBE_C_INJECTED_DELAY_NS, delay->ns);
