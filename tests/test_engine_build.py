@@ -91,9 +91,17 @@ def test_the_per_run_delay_ends_in_a_fence_and_the_per_node_one_does_not(
         assert before and before[-1] == "lfence", listing
     per_node, listing = _mnemonics(built_out, "ebe_delay_chain")
     assert "lfence" not in per_node and "lea" in per_node, listing
-    whole = subprocess.run(["objdump", "-d", str(built_out)], capture_output=True, text=True,
-                           check=True).stdout
-    assert re.search(r"\bcall\s+\S+\s+<ebe_delay_chain>", whole)  # the per-node knob's
+    callers: dict[str, set[str]] = {}  # callee -> the functions that call it
+    function = ""
+    for line in subprocess.run(["objdump", "-d", str(built_out)], capture_output=True,
+                               text=True, check=True).stdout.splitlines():
+        if start := re.match(r"[0-9a-f]+ <([^>]+)>:$", line):
+            function = start.group(1)
+        elif call := re.search(r"\bcallq?\s+\S+\s+<([^>+]+)>", line):
+            callers.setdefault(call.group(1), set()).add(function)
+    # The plan (both its per-node paths) spins the chain, never the fenced loop.
+    assert any(f.startswith("ebe_plan") for f in callers.get("ebe_delay_chain", ())), callers
+    assert not [f for f in callers.get("ebe_delay_loop", ()) if f.startswith("ebe_plan")]
 
 
 def test_build_info_describes_the_file(built_out: Path) -> None:

@@ -33,8 +33,9 @@ static uint64_t ebe_delay_now_ns(void) {
  * On VM H, an Intel Xeon (docs/validation/delay_knob.txt: 6 interleaved quick-grid runs
  * each way, 17, 34 and 68 ns asked), the loop in a Run's own library added 0.94, 0.90 and
  * 0.83 of the ask without it, a line of slope 0.80; 1.08, 1.03 and 0.97 with it, slope 0.94.
- * At 68, 272 and 1088 ns the unfenced loop fell short by 6, 22 and 25 ns, a loss that levels
- * off as a reorder buffer's worth of overlap would; the fenced one was within 2 ns of each.
+ * At 68, 272 and 1088 ns an unfenced copy that pays ~10 ns more a call fell short by 6, 22
+ * and 25 ns (an overlap of about 16, 32 and 35 ns), consistent with an overlap bounded by the
+ * reorder buffer; the fenced loop was within 2 ns of each.
  * A second fence before the loop added a fixed ~16 ns (it waits for the work before it), so
  * there is none. lfence came with SSE2; without SSE2 and off x86: no fence, not measured. */
 #if defined(__SSE2__)
@@ -50,8 +51,9 @@ static uint64_t ebe_delay_now_ns(void) {
  * its 250 us tries, so a delay lasts a few ns more than asked (the lines above, fenced or
  * not: +2.5 to +2.7 ns at zero, over 17-68 ns). The per-node knob spins the chain alone
  * (ebe_delay_spin): with the fence after every node, validate's 5 % per-node level measured
- * +7.0 to +7.7 % on the 10-node quick-grid cases (VM H, sustained load, 5 repeats), a fixed
- * cost per fence, where unfenced it had measured +3.7 to +4.7 % (16 repeats). On VM E,
+ * +7.0 to +7.7 % on the 10-node quick-grid cases (VM H, sustained load, 5 repeats), about
+ * 4 ns a node over the ask (why is not known), where unfenced it had measured +3.7 to +4.7 %
+ * (16 repeats). On VM E,
  * side by side in 12 processes (docs/validation/delay_loops.c): this chain 0.65-0.69 ns an
  * iteration (8 calibrations 0.67-0.72); a bare counter in a register 0.32-0.61 ns, probably
  * bound by its taken branch and a busy sibling hyperthread (not confirmed: the guest has no

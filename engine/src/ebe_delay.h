@@ -32,8 +32,8 @@ ebe_delay ebe_delay_for_ns(uint64_t ns);
  * run beside it (never inlined: the calibration times the very same code). Cannot fail. */
 void ebe_delay_loop(uint64_t spins);
 
-/* The same iterations without the fence: the per-node knob's, where a fence per node cost
- * more than its few ns asked (delay.c). Cannot fail. */
+/* The same iterations without the fence: the per-node knob's, where a fence after every node
+ * added about 4 ns a node beyond the ask (delay.c). Cannot fail. */
 void ebe_delay_chain(uint64_t spins);
 
 /* Spin one per-node delay, counting nothing: a plan spins after each node and counts the
