@@ -80,7 +80,7 @@ def test_the_per_run_delay_ends_in_a_fence_and_the_per_node_one_does_not(
         built_out: Path) -> None:
     # Without the fence an out-of-order core runs what follows the per-Run loop beside the
     # chain's tail, and it adds only 0.83-0.94 of what it asks; a fence after every node
-    # cost the per-node knob more than it asks (engine/src/delay.c).
+    # added about 4 ns a node beyond the per-node knob's ask (engine/src/delay.c).
     if engine.build_info(str(built_out))["machine"] != "x86_64":
         pytest.skip("the fence is x86's (with SSE2); other targets have none")
     per_run, listing = _mnemonics(built_out, "ebe_delay_loop")

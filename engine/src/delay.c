@@ -53,13 +53,12 @@ static uint64_t ebe_delay_now_ns(void) {
  * (ebe_delay_spin): with the fence after every node, validate's 5 % per-node level measured
  * +7.0 to +7.7 % on the 10-node quick-grid cases (VM H, sustained load, 5 repeats), about
  * 4 ns a node over the ask (why is not known), where unfenced it had measured +3.7 to +4.7 %
- * (16 repeats). On VM E,
- * side by side in 12 processes (docs/validation/delay_loops.c): this chain 0.65-0.69 ns an
- * iteration (8 calibrations 0.67-0.72); a bare counter in a register 0.32-0.61 ns, probably
- * bound by its taken branch and a busy sibling hyperthread (not confirmed: the guest has no
- * performance counters); the volatile counter on the stack that this was at first
- * 1.35-2.45 ns, and at times five to six times faster within a process (probably memory
- * renaming), so a Run's delay lasted a sixth of what was asked. */
+ * (16 repeats). On VM E, side by side in 12 processes (docs/validation/delay_loops.c): this
+ * chain 0.65-0.69 ns an iteration (8 calibrations 0.67-0.72); a bare counter in a register
+ * 0.32-0.61 ns, probably bound by its taken branch and a busy sibling hyperthread (not
+ * confirmed: the guest has no performance counters); the volatile counter on the stack that
+ * this was at first 1.35-2.45 ns, and at times five to six times faster within a process
+ * (probably memory renaming), so a Run's delay lasted a sixth of what was asked. */
 static inline __attribute__((always_inline)) void ebe_delay_iterate(uint64_t spins) {
   uint64_t x = 1;
   for (uint64_t i = 0; i < spins; i++) {
