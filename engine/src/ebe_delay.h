@@ -60,4 +60,12 @@ static inline void ebe_delay_inject(ebe_counters *counters, const ebe_delay *del
   ebe_delay_loop(delay->spins);
 }
 
+/* Count and spin one per-node delay, unfenced (the kernel-registry mode's, a node at a time).
+ * Nothing for a zero delay: one compare and branch. Cannot fail. */
+static inline void ebe_delay_inject_node(ebe_counters *counters, const ebe_delay *delay) {
+  if (delay->ns == 0) return;
+  ebe_probe_add(counters, EBE_C_INJECTED_DELAY_NS, delay->ns);
+  ebe_delay_chain(delay->spins);
+}
+
 #endif

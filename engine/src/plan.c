@@ -841,8 +841,7 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
   if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
     ebe_probe_add(plan->counters, EBE_C_IN_PLACE_STEPS, 1);
   ebe_exec(step->op, a, b, &out, &bc, plan->counters);
-  ebe_delay_count(plan->counters, &plan->delay_per_node, 1);
-  ebe_delay_spin(&plan->delay_per_node);
+  ebe_delay_inject_node(plan->counters, &plan->delay_per_node);
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, 1);
   return NULL;
 }
