@@ -1,7 +1,7 @@
 """Separate-runs comparisons of a validate run, re-judged by this checkout, beside the
 shift of the ORT control between the two runs.
 
-    .venv/bin/python docs/validation/speed_shift.py OUT
+    .venv/bin/python docs/validation/speed_shift.py OUT [--without-rule]
 
 OUT is an `epbench validate` --out folder that ran the separate-runs path: its runs
 (OUT/runs/NNNN-LOAD-rR-CASE-{base,again,pr}.json) and its OUT/validation.json. Each
@@ -12,6 +12,10 @@ Per case it prints how much longer one run's control took a Run than the other's
 change, and the verdict validate stored beside this checkout's. Then, per comparison, how
 many were flagged (⚠️/🔴) stored and now, and the A/A changes' root mean square with the
 controls within and beyond CONTROL_SHIFT_LIMIT.
+
+With --without-rule, "now" is judged as if compare had no rule for two runs at different
+speeds (CONTROL_SHIFT_LIMIT lifted): set beside the plain output, it shows which verdicts
+that rule changed, and so whether it removed a would-be false alarm.
 """
 
 import json
@@ -74,14 +78,20 @@ def main(out: Path) -> None:
                       f"change {shown} stored {cmp.VERDICTS[was][0]} now {row['emoji']}")
     for what, (n, was, now) in counts.items():
         print(f"{what}: flagged {was} of {n} stored, {now} of {n} now")
-    limit = f"{defaults.CONTROL_SHIFT_LIMIT:.0%}"
+    limit = defaults.CONTROL_SHIFT_LIMIT
     for beyond, changes in aa.items():
         if changes:
             rms = math.sqrt(sum(c * c for c in changes) / len(changes))
             largest = max(map(abs, changes))
-            print(f"A/A with the controls {'beyond' if beyond else 'within'} {limit}: "
+            which = ("all, the rule lifted" if math.isinf(limit)
+                     else f"the controls {'beyond' if beyond else 'within'} {limit:.0%}")
+            print(f"A/A with {which}: "
                   f"{len(changes)} pairs, change rms {rms:.2%}, largest {largest:.2%}")
 
 
 if __name__ == "__main__":
+    if sys.argv[2:] == ["--without-rule"]:
+        defaults.CONTROL_SHIFT_LIMIT = math.inf  # this script's own process only
+    elif sys.argv[2:]:
+        sys.exit(f"usage: {sys.argv[0]} OUT [--without-rule]")
     main(Path(sys.argv[1]))
