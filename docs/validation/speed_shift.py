@@ -1,12 +1,13 @@
 """Separate-runs comparisons of a validate run, re-judged by this checkout, beside the
 shift of the ORT control between the two runs.
 
-    .venv/bin/python docs/validation/speed_shift.py OUT [--without-rule]
+    .venv/bin/python docs/validation/speed_shift.py OUT [--without-rule] [--profile FILE]
 
 OUT is an `epbench validate` --out folder that ran the separate-runs path: its runs
 (OUT/runs/NNNN-LOAD-rR-CASE-{base,again,pr}.json) and its OUT/validation.json. Each
 repeat's runs are merged per kind and compared as validate compares them
-(`comparisons`, the settings validation.json records, no profile): the A/A pair (the base
+(`comparisons`, the settings validation.json records, no profile unless --profile names the
+one validate judged with too): the A/A pair (the base
 run's `a` against the again run's) and each level (`a` against the pr run's slowed arm).
 Per case it prints how much longer one run's control took a Run than the other's, the
 change, and the verdict validate stored beside this checkout's. Then, per comparison, how
@@ -18,10 +19,10 @@ speeds (CONTROL_SHIFT_LIMIT lifted): set beside the plain output, it shows which
 that rule changed, and so whether it removed a would-be false alarm.
 """
 
+import argparse
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 from epbench.core.results import load_results
@@ -39,12 +40,13 @@ RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
                  r"-(?P<kind>base|again|pr)\.json$")
 
 
-def main(out: Path) -> None:
+def main(out: Path, profile: dict | None = None) -> None:
     report = json.loads((out / "validation.json").read_text(encoding="utf-8"))
     settings = cmp.Settings(**report["settings"])
     levels = report["plan"]["levels"]
     stored = {(entry["load"], case): found for entry in report["results"]
-              if entry["path"] == SEPARATE_RUNS and entry["profile"] == "without"
+              if entry["path"] == SEPARATE_RUNS
+              and entry["profile"] == ("with" if profile else "without")
               for case, found in entry["cases"].items()}
     runs: dict[tuple[str, int], dict[str, list[dict]]] = {}
     for path in sorted((out / "runs").iterdir()):
@@ -60,7 +62,7 @@ def main(out: Path) -> None:
         rep = Repeat(load, base=merge_docs(kinds["base"]),
                      base_again=merge_docs(kinds["again"]), pr=merge_docs(kinds["pr"]))
         for what, base, pr in comparisons(rep, SEPARATE_RUNS, levels):
-            for row in cmp.compare(base, pr, settings=settings)["cases"]:
+            for row in cmp.compare(base, pr, settings=settings, profile=profile)["cases"]:
                 found = stored[(load, row["case"])]
                 was = (found["false_positives"] if what == "aa"
                        else found["detection"][what])["verdicts"][repeat - 1]
@@ -90,8 +92,13 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[2:] == ["--without-rule"]:
+    parser = argparse.ArgumentParser(description="separate-runs verdicts beside the controls' "
+                                     "speed shift")
+    parser.add_argument("out", type=Path, help="an `epbench validate` --out folder")
+    parser.add_argument("--without-rule", action="store_true",
+                        help="judge as if compare had no rule for runs at different speeds")
+    parser.add_argument("--profile", help="the calibration profile validate judged with too")
+    args = parser.parse_args()
+    if args.without_rule:
         defaults.CONTROL_SHIFT_LIMIT = math.inf  # this script's own process only
-    elif sys.argv[2:]:
-        sys.exit(f"usage: {sys.argv[0]} OUT [--without-rule]")
-    main(Path(sys.argv[1]))
+    main(args.out, cmp.load_profile(args.profile) if args.profile else None)
