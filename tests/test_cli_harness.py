@@ -357,3 +357,44 @@ def test_line_progress_counts_each_run_anew() -> None:
         progress.process_done("relu_d1_w8", 0, record, 0)
     assert [line.split("]")[0] for line in stream.getvalue().splitlines()] == [
         "[8/8 rounds, 0 s", "[8/8 rounds, 0 s"]
+
+
+def test_a_library_that_loads_alone_but_not_twice_is_one_line_naming_the_twin(
+        tmp_path, monkeypatch) -> None:
+    """The probe loads every arm in one throw-away worker: a library that loads alone but
+    fails beside its twin's copy is named as such, with the way round it, before anything
+    runs; one that fails alone keeps its own error (it is not the twin's fault)."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import runner
+    from epbench.harness.arms import TWIN_SUFFIX, WITHOUT_TWIN
+
+    probed: list[list[str]] = []
+
+    def probe(arms, libraries):
+        keys = [a.key for a in arms]
+        probed.append(keys)
+        if any(k.endswith(TWIN_SUFFIX) for k in keys):
+            raise ArmError("the EP refused a second registration")
+        return {}  # the library alone loads (the runner only asks which arm failed)
+
+    monkeypatch.setattr(runner, "probe_arms", probe)
+    out = tmp_path / "out"
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",
+                    "--out", str(out), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "the A/A twin of 'engine' could not be loaded beside it (the EP "
+                           "refused a second registration); the library cannot be loaded "
+                           f"twice in one process: {WITHOUT_TWIN}")
+    # Probed with the twin, then without it to tell which failed; nothing measured or written.
+    assert [set(keys) for keys in probed] == [{"engine", "ort", "engine_twin"}, {"engine", "ort"}]
+    assert not (out / "results.json").exists()
+
+    def probe_alone_fails(arms, libraries):
+        raise ArmError("cannot load libepbench_engine.so: bad ELF")
+
+    monkeypatch.setattr(runner, "probe_arms", probe_alone_fails)
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",
+                    "--out", str(tmp_path / "out2"), *FAST)
+    assert result.exit_code == EXIT_USER_ERROR
+    one_error_line(result, "cannot load libepbench_engine.so: bad ELF")
+    assert "twice" not in result.output
