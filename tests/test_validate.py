@@ -31,6 +31,7 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import compare as cmp
+from epbench.reports.render import to_json
 from epbench.workflows import validate as val
 from epbench.workflows.compare_commits import (
     COMMITS_GATE_MAX_WAIT_S,
@@ -603,6 +604,28 @@ def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
     # A second validation into the same folder keeps only its own runs.
     (runs_dir / "9999-none-r9-old-same.json").write_text("{}")
     assert not any(val.prepare_runs_dir(tmp_path).glob("*.json"))
+
+
+def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
+    """docs/validation re-judges a validation from its kept runs (with a profile, say):
+    read back by kept_repeats, in the order they ran, they give validate's own results
+    again; a repeat cut short is left out, as validate left it out."""
+    fake = FakeRunner(again_bias={"relu_d10_w8": 0.06})  # an A/A flag whose sign is checked
+    runs_dir = val.prepare_runs_dir(tmp_path)
+    result = fake.validate(small(max_repeats=2, position_test=False, loads=("none", "bursty")),
+                           runs_dir=runs_dir)
+    engine_ns = {name: case["engine_ns"] for name, case in result["cases"].items()}
+    repeats = val.kept_repeats(runs_dir, list(engine_ns))
+    assert list(repeats) == [("none", 1), ("none", 2), ("bursty", 1), ("bursty", 2)]
+    again = val.summarize(list(repeats.values()), None, engine_ns, settings=SETTINGS,
+                          profile=None, loads=["none", "bursty"], levels=val.LEVELS)
+    assert json.loads(to_json(again))["results"] == json.loads(to_json(result))["results"]
+    separate = result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]["false_positives"]
+    assert separate["verdicts"] == ["regression", "regression"]
+    # The last repeat lost its last run: it is left out, the others kept.
+    max(runs_dir.glob("*.json")).unlink()
+    assert list(val.kept_repeats(runs_dir, list(engine_ns))) == [
+        ("none", 1), ("none", 2), ("bursty", 1)]
 
 
 def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monkeypatch):

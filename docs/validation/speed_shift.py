@@ -4,8 +4,8 @@ shift of the ORT control between the two runs.
     .venv/bin/python docs/validation/speed_shift.py OUT [--without-rule] [--profile FILE]
 
 OUT is an `epbench validate` --out folder that ran the separate-runs path: its runs
-(OUT/runs/NNNN-LOAD-rR-CASE-{base,again,pr}.json) and its OUT/validation.json. Each
-repeat's runs are merged per kind and compared as validate compares them
+(OUT/runs/NNNN-LOAD-rR-CASE-{base,again,pr}.json, read back by validate's own
+`kept_repeats`) and its OUT/validation.json. Each repeat is compared as validate compares it
 (`comparisons`, the settings validation.json records, no profile unless --profile names the
 one validate judged with too): the A/A pair (the base
 run's `a` against the again run's) and each level (`a` against the pr run's slowed arm).
@@ -22,22 +22,17 @@ that rule changed, and so whether it removed a would-be false alarm.
 import argparse
 import json
 import math
-import re
 from pathlib import Path
 
-from epbench.core.results import load_results
 from epbench.reports import compare as cmp
 from epbench.reports import defaults
 from epbench.workflows.validate import (
     FLAGGED,
+    RUNS_DIR,
     SEPARATE_RUNS,
-    Repeat,
     comparisons,
-    merge_docs,
+    kept_repeats,
 )
-
-RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
-                 r"-(?P<kind>base|again|pr)\.json$")
 
 
 def main(out: Path, profile: dict | None = None) -> None:
@@ -48,19 +43,9 @@ def main(out: Path, profile: dict | None = None) -> None:
               if entry["path"] == SEPARATE_RUNS
               and entry["profile"] == ("with" if profile else "without")
               for case, found in entry["cases"].items()}
-    runs: dict[tuple[str, int], dict[str, list[dict]]] = {}
-    for path in sorted((out / "runs").iterdir()):
-        m = RUN.match(path.name)
-        if m:
-            kinds = runs.setdefault((m["load"], int(m["repeat"])), {})
-            kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
     counts: dict[str, list[int]] = {}
     aa: dict[bool, list[float]] = {False: [], True: []}
-    for (load, repeat), kinds in sorted(runs.items()):
-        if len({len(kinds.get(k, [])) for k in ("base", "again", "pr")}) != 1:
-            continue  # a repeat cut short: validate did not count it
-        rep = Repeat(load, base=merge_docs(kinds["base"]),
-                     base_again=merge_docs(kinds["again"]), pr=merge_docs(kinds["pr"]))
+    for (load, repeat), rep in kept_repeats(out / RUNS_DIR, list(report["cases"])).items():
         for what, base, pr in comparisons(rep, SEPARATE_RUNS, levels):
             for row in cmp.compare(base, pr, settings=settings, profile=profile)["cases"]:
                 found = stored[(load, row["case"])]

@@ -45,6 +45,7 @@ reports' jinja2 environment).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import tempfile
 import time
@@ -58,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from epbench.core.errors import EpbenchError, Interrupted, disk_full
 from epbench.core.model import Results
 from epbench.core.numbers import median
-from epbench.core.results import atomic_write_text, write_results
+from epbench.core.results import atomic_write_text, load_results, write_results
 from epbench.harness.arms import ArmSpec, copy_library, parse_arm, resolve_library
 from epbench.harness.load import LOAD_KINDS, BackgroundLoad, background_load
 from epbench.harness.runner import RunConfig
@@ -131,6 +132,11 @@ PER_NODE_ARM = "n5"
 RESERVE_S = 5.0
 # Where every run's results document is kept, under --out, as soon as the run ends.
 RUNS_DIR = "runs"
+# The per-case runs of a repeat, as their kept files end (NNNN-LOAD-rR-CASE-KIND.json): the
+# same-process run, and the separate-runs path's two plain runs and its PR run.
+RUN_KINDS = ("same", "base", "again", "pr")
+_KEPT_RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
+                       rf"-(?P<kind>{'|'.join(RUN_KINDS)})\.json$")
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
 # validation.md lists this many notes (validate's own come first); validation.json has all:
@@ -318,6 +324,32 @@ def counter_check(rows: Sequence[Mapping[str, Any]], case: str) -> tuple[bool, s
     if others:
         return False, f"other counters changed too: {', '.join(others)}"
     return True, f"ort_api_calls/Run {base:g} -> {pr:g}"
+
+
+def run_label(index: int, case: str, kind: str) -> str:
+    """The kept file's label of repeat ``index`` (from 0)'s run of ``case``, one of RUN_KINDS."""
+    return f"r{index + 1}-{case}-{kind}"
+
+
+def kept_repeats(runs_dir: Path, cases: Sequence[str]) -> dict[tuple[str, int], Repeat]:
+    """The same-process and separate-runs repeats, by (load, repeat number from 1), out of
+    the runs validate kept in ``runs_dir``, cases merged as validate merges them, in the
+    order they ran; a repeat cut short (a kind without every one of ``cases``) is left
+    out, as validate leaves it out. So a validation can be judged again (docs/validation)."""
+    found: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
+    for path in sorted(runs_dir.iterdir()):
+        m = _KEPT_RUN.match(path.name)
+        if m:
+            kinds = found.setdefault((m["load"], int(m["repeat"])), {})
+            kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
+    repeats = {}
+    for key, kinds in found.items():
+        merged = {kind: merge_docs(docs) for kind, docs in kinds.items()}
+        if all(sorted(doc["cases"]) == sorted(cases) for doc in merged.values()):
+            repeats[key] = Repeat(key[0], same_process=merged.get("same"),
+                                  base=merged.get("base"), base_again=merged.get("again"),
+                                  pr=merged.get("pr"))
+    return repeats
 
 
 def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -542,7 +574,7 @@ def validate(
             for key, arms, twin, extra in runs_of:
                 doc = measure(replace(
                     measured, cases=(spec,), arms=arms(spec.name), aa_twin=twin, seed=s + extra,
-                ), load, s + extra, f"r{index + 1}-{spec.name}-{key}")
+                ), load, s + extra, run_label(index, spec.name, key))
                 if doc.get("interrupted"):
                     return None
                 docs[key].append(doc)
