@@ -100,6 +100,8 @@ JSON_READERS = {
     "docs/validation/delay_knob_summary.py": "the comparisons `epbench compare --format "
                                              "json` writes (results files go through "
                                              "load_results)",
+    "docs/validation/with_profile.py": "validate's report (validation.json), set beside the "
+                                       "re-judgement (results files go through load_results)",
 }
 
 
