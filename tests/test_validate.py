@@ -609,23 +609,48 @@ def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
 def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
     """docs/validation re-judges a validation from its kept runs (with a profile, say):
     read back by kept_repeats, in the order they ran, they give validate's own results
-    again; a repeat cut short is left out, as validate left it out."""
+    again; a counted repeat not whole on disk is an error."""
     fake = FakeRunner(again_bias={"relu_d10_w8": 0.06})  # an A/A flag whose sign is checked
     runs_dir = val.prepare_runs_dir(tmp_path)
     result = fake.validate(small(max_repeats=2, position_test=False, loads=("none", "bursty")),
                            runs_dir=runs_dir)
+    result = json.loads(to_json(result))  # as validation.json holds it
     engine_ns = {name: case["engine_ns"] for name, case in result["cases"].items()}
-    repeats = val.kept_repeats(runs_dir, list(engine_ns))
+    repeats = val.kept_repeats(runs_dir, result)
     assert list(repeats) == [("none", 1), ("none", 2), ("bursty", 1), ("bursty", 2)]
     again = val.summarize(list(repeats.values()), None, engine_ns, settings=SETTINGS,
                           profile=None, loads=["none", "bursty"], levels=val.LEVELS)
-    assert json.loads(to_json(again))["results"] == json.loads(to_json(result))["results"]
+    assert json.loads(to_json(again))["results"] == result["results"]
     separate = result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]["false_positives"]
     assert separate["verdicts"] == ["regression", "regression"]
-    # The last repeat lost its last run: it is left out, the others kept.
-    max(runs_dir.glob("*.json")).unlink()
-    assert list(val.kept_repeats(runs_dir, list(engine_ns))) == [
-        ("none", 1), ("none", 2), ("bursty", 1)]
+    last = max(runs_dir.glob("*.json"))
+    # A repeat validate did not count (cut short, however whole its runs) is not read.
+    counted = {**result, "plan": {**result["plan"], "repeats": {"none": 2, "bursty": 1}}}
+    assert list(val.kept_repeats(runs_dir, counted)) == [("none", 1), ("none", 2), ("bursty", 1)]
+    # A counted repeat missing a run, or holding an interrupted one, is an error.
+    doc = json.loads(last.read_text())
+    last.unlink()
+    with pytest.raises(ValueError, match="repeat 2 of the bursty load"):
+        val.kept_repeats(runs_dir, result)
+    last.write_text(json.dumps({**doc, "interrupted": True}))
+    with pytest.raises(ValueError, match="repeat 2 of the bursty load"):
+        val.kept_repeats(runs_dir, result)
+
+
+def test_a_repeat_that_ran_one_kind_of_a_path_but_not_the_next_is_not_whole(tmp_path):
+    """One case, cut between its same-process run and its separate-runs base run: every
+    file on disk holds every case, yet the repeat lacks a kind its paths run."""
+    fake = FakeRunner()
+    runs_dir = val.prepare_runs_dir(tmp_path)
+    result = json.loads(to_json(fake.validate(
+        val.Plan(cases=(case_by_name(CASES[0]),), budget_s=600.0, paths=PER_CASE_PATHS,
+                 processes=3, rounds=12, max_repeats=1, position_test=False),
+        runs_dir=runs_dir)))
+    assert len(val.kept_repeats(runs_dir, result)) == 1
+    for kind in ("base", "again", "pr"):
+        next(runs_dir.glob(f"*-{kind}.json")).unlink()
+    with pytest.raises(ValueError, match="repeat 1 of the none load"):
+        val.kept_repeats(runs_dir, result)
 
 
 def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monkeypatch):

@@ -45,7 +45,7 @@ def main(out: Path, profile: dict | None = None) -> None:
               for case, found in entry["cases"].items()}
     counts: dict[str, list[int]] = {}
     aa: dict[bool, list[float]] = {False: [], True: []}
-    for (load, repeat), rep in kept_repeats(out / RUNS_DIR, list(report["cases"])).items():
+    for (load, repeat), rep in kept_repeats(out / RUNS_DIR, report).items():
         for what, base, pr in comparisons(rep, SEPARATE_RUNS, levels):
             for row in cmp.compare(base, pr, settings=settings, profile=profile)["cases"]:
                 found = stored[(load, row["case"])]

@@ -43,15 +43,15 @@ def main(out: Path, profile_path: str, markdown: Path | None) -> None:
     if any(p != COMMITS for p in stored["plan"]["paths"]) and stored["profile"]["used"]:
         sys.exit(f"{out} was judged with a profile already ({stored['profile']['path']})")
     engine_ns = {n: c["engine_ns"] for n, c in stored["cases"].items()}
-    repeats = list(kept_repeats(out / RUNS_DIR, list(engine_ns)).values())
+    repeats = list(kept_repeats(out / RUNS_DIR, stored).values())
     profile = cmp.load_profile_for(stored["host"]["key"], profile_path)
     settings = cmp.Settings(**stored["settings"])
-    loads = list(stored["plan"]["repeats"])
+    loads = [load for load, n in stored["plan"]["repeats"].items() if n]  # as validate's
     judged = summarize(repeats, None, engine_ns, settings=settings, profile=profile,
                        loads=loads, levels=stored["plan"]["levels"])
     again = json.loads(to_json({"r": [e for e in judged["results"]
                                       if e["profile"] == "without"]}))["r"]
-    if again != [e for e in stored["results"] if e["path"] != COMMITS]:
+    if not again or again != [e for e in stored["results"] if e["path"] != COMMITS]:
         sys.exit("the judging without a profile does not reproduce validation.json's: "
                  "this checkout's rules differ from the ones that ran")
     print(f"{out}: {len(repeats)} repeats, profile {profile['path']}")
@@ -61,7 +61,14 @@ def main(out: Path, profile_path: str, markdown: Path | None) -> None:
                            ((w, flagged(entry, w)) for w in whats))
         print(f"{entry['path']}, {entry['load']} load, {entry['profile']} profile: {counts}")
     if markdown is not None:
-        doc = {**stored, "results": judged["results"],
+        # The stored notes (validate's own, and the comparator's without a profile) and
+        # what judging with the profile added, after a note of when that was done.
+        when = (f"judged with the profile {profile['path']} (created {profile.get('created')}) "
+                "afterwards, by docs/validation/with_profile.py, from the kept runs; "
+                f"validate ran at {stored['created']} without a profile")
+        notes = [when, *stored["notes"], *(n for n in judged["notes"]
+                                          if n not in stored["notes"])]
+        doc = {**stored, "results": judged["results"], "notes": notes,
                "profile": {"path": profile["path"], "used": True,
                            "judged": ["without", "with"]}}
         markdown.write_text(render_markdown(doc), encoding="utf-8")

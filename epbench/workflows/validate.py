@@ -134,8 +134,9 @@ RESERVE_S = 5.0
 RUNS_DIR = "runs"
 # The per-case runs of a repeat, as their kept files end (NNNN-LOAD-rR-CASE-KIND.json): the
 # same-process run, and the separate-runs path's two plain runs and its PR run.
-RUN_KINDS = ("same", "base", "again", "pr")
-_KEPT_RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
+PATH_RUN_KINDS = {SAME_PROCESS: ("same",), SEPARATE_RUNS: ("base", "again", "pr")}
+RUN_KINDS = tuple(kind for kinds in PATH_RUN_KINDS.values() for kind in kinds)
+_KEPT_RUN = re.compile(r"^\d{4,}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
                        rf"-(?P<kind>{'|'.join(RUN_KINDS)})\.json$")
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
@@ -331,25 +332,45 @@ def run_label(index: int, case: str, kind: str) -> str:
     return f"r{index + 1}-{case}-{kind}"
 
 
-def kept_repeats(runs_dir: Path, cases: Sequence[str]) -> dict[tuple[str, int], Repeat]:
-    """The same-process and separate-runs repeats, by (load, repeat number from 1), out of
-    the runs validate kept in ``runs_dir``, cases merged as validate merges them, in the
-    order they ran; a repeat cut short (a kind without every one of ``cases``) is left
-    out, as validate leaves it out. So a validation can be judged again (docs/validation)."""
+def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[str, int], Repeat]:
+    """The same-process and separate-runs repeats that ``validation`` (a validation
+    document) summarized, by (load, repeat number from 1) in the order they ran, out of
+    the runs validate kept in ``runs_dir``, cases merged as validate merges them. So a
+    validation can be judged again (docs/validation).
+
+    The first ``plan.repeats[load]`` of each load: a cut (a Ctrl-C, an error) ends the
+    validation in its last repeat, whose per-case runs can all be on disk (the cut in a
+    compare-commits command, or in a run's last process). A counted repeat that is not
+    whole on disk is an error, not a repeat judged on less than validate judged.
+    """
+    plan, cases = validation["plan"], sorted(validation["cases"])
+    kinds_ran = [kind for path in plan["paths"] for kind in PATH_RUN_KINDS.get(path, ())]
     found: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
     for path in sorted(runs_dir.iterdir()):
         m = _KEPT_RUN.match(path.name)
-        if m:
+        if m and int(m["repeat"]) <= plan["repeats"].get(m["load"], 0):
             kinds = found.setdefault((m["load"], int(m["repeat"])), {})
             kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
-    repeats = {}
-    for key, kinds in found.items():
+    repeats: dict[tuple[str, int], Repeat] = {}
+    for (load, number), kinds in found.items():
         merged = {kind: merge_docs(docs) for kind, docs in kinds.items()}
-        if all(sorted(doc["cases"]) == sorted(cases) for doc in merged.values()):
-            repeats[key] = Repeat(key[0], same_process=merged.get("same"),
-                                  base=merged.get("base"), base_again=merged.get("again"),
-                                  pr=merged.get("pr"))
+        if (sorted(merged) != sorted(kinds_ran)
+                or any(sorted(doc["cases"]) != cases or doc["interrupted"]
+                       for doc in merged.values())):
+            raise ValueError(f"repeat {number} of the {load} load, which the validation "
+                             f"counted, is not whole in {runs_dir}")
+        repeats[(load, number)] = repeat_of(load, merged)
+    if len(repeats) != sum(plan["repeats"].values()) or not kinds_ran:
+        raise ValueError(f"{runs_dir} holds {len(repeats)} whole repeats of the per-case "
+                         f"paths; the validation counted {plan['repeats']} on {plan['paths']}")
     return repeats
+
+
+def repeat_of(load: str, merged: Mapping[str, dict[str, Any]]) -> Repeat:
+    """A repeat from its per-case runs merged by kind (RUN_KINDS; a kind its plan left out
+    missing)."""
+    return Repeat(load, same_process=merged.get("same"), base=merged.get("base"),
+                  base_again=merged.get("again"), pr=merged.get("pr"))
 
 
 def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -579,8 +600,7 @@ def validate(
                     return None
                 docs[key].append(doc)
         merged = {key: merge_docs(found) for key, found in docs.items()}
-        rep = Repeat(load, merged.get("same"), merged.get("base"), merged.get("again"),
-                     merged.get("pr"))
+        rep = repeat_of(load, merged)
         if COMMITS in plan.paths:
             for offset, (what, head) in enumerate(heads.items()):
                 on_status(f"{load} load, repeat {index + 1}: compare-commits, {what}")
