@@ -635,6 +635,31 @@ def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
     last.write_text(json.dumps({**doc, "interrupted": True}))
     with pytest.raises(ValueError, match="repeat 2 of the bursty load"):
         val.kept_repeats(runs_dir, result)
+    # A counted repeat with no run on disk at all, and a validation of no per-case path.
+    for path in runs_dir.glob("*-bursty-r2-*.json"):
+        path.unlink()
+    with pytest.raises(ValueError, match="3 whole repeats"):
+        val.kept_repeats(runs_dir, result)
+    commands_only = {**counted, "plan": {**counted["plan"], "paths": [val.COMMITS]}}
+    with pytest.raises(ValueError, match="no per-case runs"):
+        val.kept_repeats(runs_dir, commands_only)
+
+
+def test_kept_runs_are_read_in_the_order_they_ran_past_run_9999(tmp_path):
+    """The kept files are numbered %04d, five digits from run 10000: read by number, not
+    by name, or repeat 10 would come before repeat 9."""
+    fake = FakeRunner()
+    runs_dir = val.prepare_runs_dir(tmp_path)
+    result = json.loads(to_json(fake.validate(
+        small(max_repeats=2, position_test=False, paths=(val.SAME_PROCESS,)),
+        runs_dir=runs_dir)))
+    for path in runs_dir.glob("*.json"):  # repeat 1 renumbered 9002.., repeat 2 10026..
+        number, rest = path.name.split("-", 1)
+        offset = 10000 if "-r2-" in rest else 9000
+        path.rename(path.with_name(f"{int(number) + offset:04d}-{rest}"))
+    assert min(p.name for p in runs_dir.glob("*.json")).startswith("10")  # by name, r2 first
+    repeats = val.kept_repeats(runs_dir, result)
+    assert list(repeats) == [("none", 1), ("none", 2)]
 
 
 def test_a_repeat_that_ran_one_kind_of_a_path_but_not_the_next_is_not_whole(tmp_path):

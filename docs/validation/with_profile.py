@@ -65,7 +65,7 @@ def main(out: Path, profile_path: str, markdown: Path | None) -> None:
         # what judging with the profile added, after a note of when that was done.
         when = (f"judged with the profile {profile['path']} (created {profile.get('created')}) "
                 "afterwards, by docs/validation/with_profile.py, from the kept runs; "
-                f"validate ran at {stored['created']} without a profile")
+                f"validate wrote its report at {stored['created']}, judged without a profile")
         notes = [when, *stored["notes"], *(n for n in judged["notes"]
                                           if n not in stored["notes"])]
         doc = {**stored, "results": judged["results"], "notes": notes,

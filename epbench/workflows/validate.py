@@ -136,7 +136,7 @@ RUNS_DIR = "runs"
 # same-process run, and the separate-runs path's two plain runs and its PR run.
 PATH_RUN_KINDS = {SAME_PROCESS: ("same",), SEPARATE_RUNS: ("base", "again", "pr")}
 RUN_KINDS = tuple(kind for kinds in PATH_RUN_KINDS.values() for kind in kinds)
-_KEPT_RUN = re.compile(r"^\d{4,}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
+_KEPT_RUN = re.compile(r"^(?P<number>\d{4,})-(?P<load>[a-z]+)-r(?P<repeat>\d+)-(?P<case>.+)"
                        rf"-(?P<kind>{'|'.join(RUN_KINDS)})\.json$")
 # Rounds of the pilot that measures each case's engine time (one process: it only sizes delays).
 PILOT_ROUNDS = 4
@@ -345,10 +345,14 @@ def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[st
     """
     plan, cases = validation["plan"], sorted(validation["cases"])
     kinds_ran = [kind for path in plan["paths"] for kind in PATH_RUN_KINDS.get(path, ())]
+    if not kinds_ran:
+        raise ValueError(f"the validation ran neither {' nor '.join(PATH_RUN_KINDS)}: no "
+                         "per-case runs to read back")
+    matched = [(int(m["number"]), m, path) for path in runs_dir.iterdir()
+               if (m := _KEPT_RUN.match(path.name))]
     found: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
-    for path in sorted(runs_dir.iterdir()):
-        m = _KEPT_RUN.match(path.name)
-        if m and int(m["repeat"]) <= plan["repeats"].get(m["load"], 0):
+    for _, m, path in sorted(matched, key=lambda item: item[0]):  # run order, past 9999 too
+        if int(m["repeat"]) <= plan["repeats"].get(m["load"], 0):
             kinds = found.setdefault((m["load"], int(m["repeat"])), {})
             kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
     repeats: dict[tuple[str, int], Repeat] = {}
@@ -360,7 +364,7 @@ def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[st
             raise ValueError(f"repeat {number} of the {load} load, which the validation "
                              f"counted, is not whole in {runs_dir}")
         repeats[(load, number)] = repeat_of(load, merged)
-    if len(repeats) != sum(plan["repeats"].values()) or not kinds_ran:
+    if len(repeats) != sum(plan["repeats"].values()):
         raise ValueError(f"{runs_dir} holds {len(repeats)} whole repeats of the per-case "
                          f"paths; the validation counted {plan['repeats']} on {plan['paths']}")
     return repeats
