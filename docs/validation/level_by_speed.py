@@ -7,8 +7,8 @@ validate judged it: its recorded settings, no profile).
 
 OUT is an `epbench validate` --out folder. Its compare-commits path (the kept commands,
 OUT/runs/*-commits-LEVEL_ARM.json) and its same-process path (the per-case runs
-OUT/runs/NNNN-LOAD-rR-CASE-same.json, merged per repeat as validate merges them; a repeat
-cut short is left out, as validate leaves it out) are split apart, per load. A case is
+OUT/runs/NNNN-LOAD-rR-CASE-same.json, read back by validate's own `kept_repeats`: the
+repeats it counted, merged as it merged them) are split apart, per load. A case is
 "slow" when its base arm took more than SLOW_FACTOR times the pilot's time a Run. The
 split is by the base arm's speed, not by the measured change, so it does not select on
 the outcome; but the pilot ran with no load, so under a load "slow" mixes the load with
@@ -28,34 +28,26 @@ from epbench.reports import compare as cmp
 from epbench.workflows.validate import (
     COMMITS,
     FLAGGED,
+    RUNS_DIR,
     SAME_PROCESS,
-    Repeat,
     comparisons,
-    merge_docs,
+    kept_repeats,
 )
 
 COMMANDS = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r\d+-commits-")
-SAME_RUN = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r(?P<repeat>\d+)-.+-same\.json$")
 
 
-def level_comparisons(runs: Path, arm: str, levels: list[float],
-                      n_cases: int) -> Iterator[tuple[str, str, cmp.Side, cmp.Side]]:
+def level_comparisons(runs: Path, arm: str,
+                      report: dict) -> Iterator[tuple[str, str, cmp.Side, cmp.Side]]:
     """(path and load, label, base side, PR side) for every comparison of the level ``arm``."""
     for path in sorted(runs.glob(f"*-commits-{arm}.json")):
         doc = load_results(path)
         load = COMMANDS.match(path.name)["load"]
         yield f"{COMMITS}, {load}", path.name, cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm)
-    same: dict[tuple[str, int], list[dict]] = {}
-    for path in sorted(runs.iterdir()):
-        m = SAME_RUN.match(path.name)
-        if m:
-            same.setdefault((m["load"], int(m["repeat"])), []).append(
-                load_results(path).to_dict())
-    for (load, repeat), docs in sorted(same.items()):
-        if len(docs) != n_cases:
-            continue  # a repeat cut short: validate did not count it
-        rep = Repeat(load, same_process=merge_docs(docs))
-        for what, base, pr in comparisons(rep, SAME_PROCESS, levels):
+    if SAME_PROCESS not in report["plan"]["paths"]:
+        return
+    for (load, repeat), rep in kept_repeats(runs, report).items():
+        for what, base, pr in comparisons(rep, SAME_PROCESS, report["plan"]["levels"]):
             if what == arm:
                 yield f"{SAME_PROCESS}, {load}", f"repeat {repeat}", base, pr
 
@@ -66,8 +58,7 @@ def main(out: Path, arm: str, slow_factor: float) -> int:
     settings = cmp.Settings(**report["settings"])
     states: dict[tuple[str, str], list[tuple[bool, float]]] = {}
     failed = 0
-    for path, label, base, pr in level_comparisons(out / "runs", arm, report["plan"]["levels"],
-                                                   len(pilot_ns)):
+    for path, label, base, pr in level_comparisons(out / RUNS_DIR, arm, report):
         cells = []
         for row in cmp.compare(base, pr, settings=settings)["cases"]:
             if row["case"] not in pilot_ns or row["change"] is None or not row["base_ns"]:
