@@ -647,7 +647,7 @@ def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
 
 def test_kept_runs_are_read_in_the_order_they_ran_past_run_9999(tmp_path):
     """The kept files are numbered %04d, five digits from run 10000: read by number, not
-    by name, or repeat 10 would come before repeat 9."""
+    by name, or a repeat numbered from 10000 would come before one numbered from 9002."""
     fake = FakeRunner()
     runs_dir = val.prepare_runs_dir(tmp_path)
     result = json.loads(to_json(fake.validate(
