@@ -48,7 +48,7 @@ def save_built_case(built: BuiltCase, folder: Path, stem: str) -> dict[str, Any]
 
     The runner builds each case once and its workers read it: building needs onnx,
     whose import (ml_dtypes, mostly) was most of a worker's start, paid by every one of
-    a run's dozens of workers (docs/validation/run_time.txt). Inputs go in
+    a run's dozens of workers (docs/validation/summaries.tar.xz:run_time.txt). Inputs go in
     by position, their names in the record, so any input name is a safe file name.
     """
     import numpy as np

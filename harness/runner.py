@@ -100,7 +100,7 @@ class RunConfig:
     # project's 2-core VM (quick grid, 3 alternated runs of 6 arms each, 72 rounds) the
     # A/A interval's median half-width went 1.34 % -> 0.58 % (16 slices) -> 0.59 % (64),
     # a ~2.7 % slowdown was flagged in 7 -> 17 -> 18 of 18 case comparisons
-    # (docs/validation/slices.txt).
+    # (docs/validation/summaries.tar.xz:slices.txt).
     block_slices: int = 64
     # Bounds the raw samples kept per block: fast cases get shorter blocks.
     max_block_iters: int = 2000

@@ -36,7 +36,8 @@ def block_iterations(ns_per_run: float, target_ms: float, max_iters: int) -> int
 
 
 # The fewest calls a slice may have: a choice near what was measured (runs with slices
-# of 31 calls; a replay of kept samples down to 10; docs/validation/slices.txt). A case
+# of 31 calls; a replay of kept samples down to 10;
+# docs/validation/summaries.tar.xz:slices.txt). A case
 # whose shortest block is too short for the requested slices gets fewer, for all its
 # arms, so slow calls are not alternated one by one (where each might mostly time the
 # caches the other arms left: a guess, not measured).

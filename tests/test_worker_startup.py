@@ -2,7 +2,7 @@
 (cases.built), and its workers read what was saved.
 
 onnx's import (ml_dtypes, mostly) was most of a worker's start, paid by each of a run's
-dozens of workers (docs/validation/run_time.txt).
+dozens of workers (docs/validation/summaries.tar.xz:run_time.txt).
 """
 
 from __future__ import annotations

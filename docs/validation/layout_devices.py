@@ -26,7 +26,8 @@ lag-1 autocorrelation of the run means: when runs made next to each other in tim
 other devices) have alike means, what the runs share is the machine's state at the time,
 which no layout device can sample.
 
-The devices were measured with docs/validation/layout_devices.patch applied (git apply, at
+The devices were measured with
+docs/validation/summaries.tar.xz:layout_devices.patch applied (git apply, at
 d15763c): a RunConfig field `layout_devices` the runner and worker read. They were not
 kept (docs/design.md, "Variance model"), so `measure` needs that patch.
 """

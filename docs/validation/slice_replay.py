@@ -17,7 +17,7 @@ far apart two arms that differ in nothing come out of one round. Printed as the 
 as the interquartile range / 1.349 (the SD a normal spread with that IQR would have; the
 per-call samples have long tails, so the two differ). Run switches between arms cost
 nothing here (the calls are one arm's), so this bounds what slicing can gain; the real
-gain is measured by runs (docs/validation/slices.txt).
+gain is measured by runs (docs/validation/summaries.tar.xz:slices.txt).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ static uint64_t ebe_delay_now_ns(void) {
  * before it (the whole chain) has finished (Intel's rule; on AMD only where the kernel or
  * hypervisor made lfence dispatch-serializing, as Linux does on bare metal). Without it the
  * front end runs ahead of the chain and the work after the loop can run beside its tail.
- * On VM H, an Intel Xeon (docs/validation/delay_knob.txt: 6 interleaved quick-grid runs
+ * On VM H, an Intel Xeon (docs/validation/summaries.tar.xz:delay_knob.txt: 6 interleaved quick-grid runs
  * each way, 17, 34 and 68 ns asked), the loop in a Run's own library added 0.94, 0.90 and
  * 0.83 of the ask without it, a line of slope 0.80; 1.08, 1.03 and 0.97 with it, slope 0.94.
  * At 68, 272 and 1088 ns an unfenced copy that pays ~10 ns more a call fell short by 6, 22

@@ -54,7 +54,8 @@ HEAD_ARM = "head"
 # grid's 6 cases in 3 minutes; the default grid's 20 in 10, inside its promised 12). A
 # loaded runner, whose first pass is slow, then re-runs less rather than running over
 # (under a sustained load the quick grid took 138-139 s without a re-run and up to 209 s
-# with them: docs/validation/commits_repeats.txt). The first pass itself is not bounded: on
+# with them:
+# docs/validation/summaries.tar.xz:commits_repeats.txt). The first pass itself is not bounded: on
 # a slower VM under that load it took ~185 s alone until the idle gate stopped waiting out
 # a load that does not leave (harness.gate). Before 13898b2 the default budget was also at
 # most as long as the first pass (and 120 s): on VM F with no load 13 of 22 runs then ended
@@ -70,7 +71,8 @@ COMMITS_ROUNDS = 48
 # The idle gate looks before every round it has no reading for, but does not wait for
 # quiet: a round it fails runs at once, marked unquiet (`--gate-max-wait`; `run` waits up
 # to harness.gate.DEFAULT_MAX_WAIT_S), and a 🔴 still needs its quiet rounds. Under a bursty
-# load on VM F (2026-12-04, 5 interleaved repeats, docs/validation/gate_waits.txt) waiting
+# load on VM F (2026-12-04, 5 interleaved repeats,
+# docs/validation/summaries.tar.xz:gate_waits.txt) waiting
 # flagged 28 of 30 slowdowns of about 2 % and not waiting 30 of 30, A/A 0 of 30 each, in
 # 112-175 s against 77-140 s a run: the waits bought hardly steadier rounds and left less
 # time for the re-runs. Not waiting leaves fewer quiet rounds (53 % against 89 % there),
