@@ -45,8 +45,19 @@ class ArmSpec:
 
     @property
     def key(self) -> str:
-        """The arm's key in results and summaries: its name, or the spec as written."""
-        return self.name or self.spec
+        """The arm's key in results and summaries: its name, else a short label.
+
+        A library given by path is labelled by its stem, so a report shows `ggml_ep`
+        rather than `plugin:/opt/x/lib/libonnxruntime_ggml_ep.so`; any other spec is its
+        own key. The whole spec stays in the results file's arm record.
+        """
+        if self.name:
+            return self.name
+        if self.target is not None and _is_library_path(self.target):
+            prefix = "" if self.kind == "plugin" else f"{self.kind}@"
+            options = ",".join(f"{k}={v}" for k, v in self.options)
+            return prefix + library_label(self.target) + (f":{options}" if options else "")
+        return self.spec
 
     @property
     def registration_name(self) -> str | None:
@@ -71,6 +82,31 @@ class ArmSpec:
     def from_dict(cls, data: dict) -> ArmSpec:
         return cls(spec=data["spec"], kind=data["kind"], target=data["target"],
                    options=tuple((k, v) for k, v in data["options"]), name=data["name"])
+
+
+# Library file suffixes by platform; a plugin target with one of these, or with a path
+# separator, is a file, not a module name.
+_LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
+
+
+def _is_library_path(target: str) -> bool:
+    name = Path(target).name
+    return "/" in target or os.sep in target or name.endswith(_LIBRARY_SUFFIXES) or ".so." in name
+
+
+def library_label(path: str) -> str:
+    """A short, readable label for a library file: `libonnxruntime_ggml_ep.so` -> `ggml_ep`.
+
+    Drops the folder, the version and platform suffixes, and the `lib` and `onnxruntime_`
+    prefixes most plugin EPs carry; falls back to the file name when nothing is left.
+    """
+    name = Path(path).name
+    stem = name.split(".so", 1)[0] if ".so" in name else Path(name).stem
+    for prefix in ("lib", "onnxruntime_"):
+        if stem.startswith(prefix) and len(stem) > len(prefix):
+            stem = stem[len(prefix):]
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", stem)
+    return stem or name
 
 
 def _parse_options(text: str, spec: str) -> tuple[tuple[tuple[str, str], ...], str | None]:
@@ -132,8 +168,35 @@ def parse_arm(spec: str) -> ArmSpec:
     )
 
 
+def _unique_labels(arms: list[ArmSpec]) -> list[ArmSpec]:
+    """Arms whose short labels collide (two libraries with one stem) get `_2`, `_3`, ...
+
+    Only labels made from a library path are changed; a key the user chose, or one spec
+    written twice, is left for `with_control` to refuse.
+    """
+    fixed = {a.key for a in arms if a.name is not None or a.key == a.spec}
+    holder: dict[str, str] = {}  # key -> the spec that holds it
+    out = []
+    for arm in arms:
+        derived = arm.name is None and arm.key != arm.spec
+        if derived and (arm.key in fixed or holder.get(arm.key, arm.spec) != arm.spec):
+            n = 2
+            while f"{arm.key}_{n}" in fixed or f"{arm.key}_{n}" in holder:
+                n += 1
+            arm = replace(arm, name=f"{arm.key}_{n}")
+        holder.setdefault(arm.key, arm.spec)
+        out.append(arm)
+    return out
+
+
+def find_arm(arms: list[ArmSpec], wanted: str) -> ArmSpec | None:
+    """The arm a user named, by its key or by the spec as they wrote it."""
+    return next((a for a in arms if wanted in (a.key, a.spec)), None)
+
+
 def with_control(arms: list[ArmSpec]) -> list[ArmSpec]:
     """The arms in order, with the `ort` control first if it was not named; keys unique."""
+    arms = _unique_labels(arms)
     keys = [a.key for a in arms]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:

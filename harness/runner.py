@@ -51,6 +51,7 @@ from epbench.harness.arms import (
     ArmSpec,
     copy_library,
     file_sha256,
+    find_arm,
     resolve_library,
     twin_arm,
     with_control,
@@ -563,7 +564,7 @@ def run(config: RunConfig) -> dict[str, Any]:
         libraries = {a.key: resolve_library(a) for a in arms}
         twin = None
         if config.aa_twin is not None:
-            base = next((a for a in arms if a.key == config.aa_twin), None)
+            base = find_arm(arms, config.aa_twin)
             if base is None:
                 raise ArmError(f"--aa-twin {config.aa_twin!r} names no arm of this run; "
                                f"name one of {', '.join(a.key for a in arms)}")

@@ -19,7 +19,7 @@ from epbench.harness.arms import ArmSpec, parse_arm, resolve_library, with_contr
         ("engine@/tmp/lib.so:name=base", "engine", "/tmp/lib.so", {}, "base"),
         ("plugin:nxrt_ep_cpu", "plugin", "nxrt_ep_cpu", {}, "plugin:nxrt_ep_cpu"),
         ("plugin:/a/libx.so:k=v,name=x", "plugin", "/a/libx.so", {"k": "v"}, "x"),
-        ("plugin:C:/odd/path.so", "plugin", "C:/odd/path.so", {}, "plugin:C:/odd/path.so"),
+        ("plugin:C:/odd/path.so", "plugin", "C:/odd/path.so", {}, "path"),
     ],
 )
 def test_grammar(spec, kind, target, options, key) -> None:
@@ -80,3 +80,38 @@ def test_round_trip_through_the_worker_request(spec) -> None:
 
     arm = dataclasses.replace(parse_arm(spec), name="renamed")
     assert ArmSpec.from_dict(arm.to_dict()) == arm
+
+
+@pytest.mark.parametrize(
+    ("spec", "key"),
+    [("plugin:/opt/x/lib/libonnxruntime_ggml_ep.so", "ggml_ep"),
+     ("plugin:/a/libmy_ep.so.1.2", "my_ep"),
+     ("plugin:./build/my_ep.dll", "my_ep"),
+     ("plugin:/a/libmy_ep.so:threads=2", "my_ep:threads=2"),
+     ("engine@/tmp/x/libepbench_engine.so", "engine@epbench_engine"),
+     ("plugin:/a/lib.so", "lib")],
+)
+def test_a_library_path_is_labelled_by_its_stem(spec: str, key: str) -> None:
+    arm = parse_arm(spec)
+    assert arm.key == key
+    assert arm.spec == spec  # the whole spec stays, for the results file's arm record
+
+
+def test_colliding_labels_are_made_unique_and_a_chosen_name_wins() -> None:
+    arms = with_control([parse_arm("plugin:/a/libmy_ep.so"), parse_arm("plugin:/b/libmy_ep.so"),
+                         parse_arm("plugin:/c/libmy_ep.so")])
+    assert [a.key for a in arms] == ["ort", "my_ep", "my_ep_2", "my_ep_3"]
+    assert len({a.registration_name for a in arms}) == 4
+    chosen = with_control([parse_arm("plugin:/a/libmy_ep.so"), parse_arm("ort:name=my_ep")])
+    assert [a.key for a in chosen] == ["ort", "my_ep_2", "my_ep"]
+    with pytest.raises(ArmError, match="used twice"):
+        with_control([parse_arm("plugin:/a/libmy_ep.so"), parse_arm("plugin:/a/libmy_ep.so")])
+
+
+def test_an_arm_is_found_by_its_key_or_by_its_spec() -> None:
+    from epbench.harness.arms import find_arm
+
+    arms = with_control([parse_arm("plugin:/a/libmy_ep.so")])
+    assert find_arm(arms, "my_ep") is arms[1]
+    assert find_arm(arms, "plugin:/a/libmy_ep.so") is arms[1]
+    assert find_arm(arms, "nope") is None
