@@ -11,10 +11,10 @@ the npm package named below (MIT, ORT 1.29 headers), checked against the npm int
 hash, and only the `Headers/*.h` files are extracted into a cache folder that later builds
 reuse. `ORT_INCLUDE_DIR` overrides the fetch (any ORT >= 1.29 include folder).
 
-This module runs inside setuptools' isolated build environment too, so it imports only the
-standard library and `epbench.core.paths` (the one cache-root rule, itself standard library
-only): setup.py puts the source tree on sys.path first, and `python -m engine.build` run in
-another commit's worktree finds it through that worktree's PYTHONPATH.
+A wheel install carries these sources, not a library: the first `engine` arm builds it
+into the cache (`epbench.engine.library`). This module imports only the standard library
+and `epbench.core.paths` (the one cache-root rule), so `python -m epbench.engine.build` run
+in another commit's worktree works from that worktree's PYTHONPATH alone.
 """
 
 from __future__ import annotations
@@ -188,6 +188,19 @@ def _target_machine(cc: str) -> str:
 
 def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def source_hash() -> str:
+    """What a build of this engine depends on, hashed: its sources, flags and ORT API.
+
+    Names the cache folder a wheel install builds into on first use, so an upgrade of
+    epbench (new sources) builds anew and a rerun reuses the build.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(p for p in SOURCE_DIR.iterdir() if p.suffix in (".c", ".h", ".map")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(json.dumps([CFLAGS, ORT_API_VERSION, NPM_VERSION]).encode())
+    return digest.hexdigest()[:16]
 
 
 def build(out_dir: Path, sanitize: bool = False) -> Path:

@@ -2,9 +2,11 @@
 
 Those three names are other people's distributions. epbench installs one top-level
 package, `epbench`, so its parts (`epbench.harness`, ...) cannot shadow them, nor they it.
-The test builds a wheel the way a user would (`pip wheel .`, which also compiles the
-engine through setup.py), installs it into a fresh venv next to the three PyPI
-distributions, and imports both sides from a folder outside the repository.
+The test builds a wheel the way a user would (`pip wheel .`: pure Python, the engine's C
+sources as data), installs it into a fresh venv next to the three PyPI distributions,
+and imports both sides from a folder outside the repository. With no compiler and no
+npm on PATH, the installed epbench runs a plugin EP, and an `engine` arm says in one line
+what it lacks; with them, the engine is compiled into the cache on first use.
 
 Cost: the PyPI sdists are built into wheels once and then come from pip's cache; the
 runtime dependencies are not installed again but borrowed from this venv through a
@@ -36,7 +38,7 @@ PYPI_DEPENDENCIES = ("easydev==0.15.0", "colorlog==6.12.0", "colorama==0.4.6",
                         "line-profiler==5.1.0", "colormap==1.3.0")
 # The source a wheel is built from; copied, so that the build leaves nothing in the
 # checkout (build/, *.egg-info) and never packs an in-place engine library.
-SOURCE = ("pyproject.toml", "setup.py", "README.md", "epbench", "cases", "engine", "harness",
+SOURCE = ("pyproject.toml", "README.md", "epbench", "cases", "engine", "harness",
           "reports")
 # How pip says that it could not reach the index.
 OFFLINE_SIGNS = ("No matching distribution", "NewConnectionError", "Could not fetch",
@@ -67,8 +69,10 @@ print(json.dumps({
 """
 
 
-def _run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run(*command: str | Path, cwd: Path,
+         **env_changes: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(env_changes)
     return subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True,
                           text=True)
 
@@ -113,16 +117,22 @@ def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) 
 
     outside = tmp_path / "elsewhere"  # not the repository: no `harness/` folder here
     outside.mkdir()
-    probe = _run(python, "-c", PROBE, cwd=outside)
+    from epbench.engine.build import ort_include_dir
+
+    cache = tmp_path / "cache"  # the engine is compiled here on first use
+    probe = _run(python, "-c", PROBE, cwd=outside, EPBENCH_CACHE_DIR=str(cache),
+                 ORT_INCLUDE_DIR=str(ort_include_dir()))
     assert probe.returncode == 0, probe.stderr
     found = json.loads(probe.stdout)
 
     # epbench's side: every module from the wheel in the fresh venv, none from the checkout.
     for name in ("epbench", "epbench.harness.runner", "epbench.reports.compare",
-                 "epbench.cases.catalog", "engine library"):
+                 "epbench.cases.catalog"):
         assert Path(found[name]).is_relative_to(site / "epbench"), (name, found[name])
     assert not any("editable" in finder.lower() for finder in found["meta_path"])
-    # The wheel carries the engine that setup.py compiled.
+    # The wheel carries no library: the first use compiled the engine into the cache.
+    assert not list((site / "epbench").rglob("*.so"))
+    assert Path(found["engine library"]).is_relative_to(cache / "engine")
     assert Path(found["engine library"]).name == "libepbench_engine.so"
     # PyPI's side: each name is the PyPI distribution's own package.
     for name in PYPI.values():
@@ -130,3 +140,40 @@ def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) 
     # cases 0.1.13 installs but cannot import on Python 3 (it and its dependency are Python 2
     # code); its failure comes from PyPI's package, so the name reached it and not epbench.
     assert str(site / "cases" / "__init__.py") in found["cases failed in"]
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_a_plugin_ep_without_a_compiler_or_npm(tmp_path: Path) -> None:
+    pytest.importorskip("nxrt_ep_cpu")
+    source = _copy_source(tmp_path / "source")
+    wheels = tmp_path / "wheels"
+    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
+    (wheel,) = wheels.glob("epbench-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    bare_path = str(venv / "bin")  # no gcc, cc or npm on it
+    _pip("--python", venv / "bin" / "python", "install", "--quiet", "--no-deps", wheel,
+         cwd=tmp_path)
+    site = Path(_run(venv / "bin" / "python", "-c",
+                     "import sysconfig; print(sysconfig.get_path('purelib'))",
+                     cwd=tmp_path).stdout.strip())
+    (site / "zz_epbench_test_dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n")
+    epbench = venv / "bin" / "epbench"
+    fast = ("--rounds", "2", "--processes", "1", "--block-ms", "0.2", "--warmup-ms", "1",
+            "--gate", "off", "--quiet")
+    env = {"PATH": bare_path, "EPBENCH_CACHE_DIR": str(tmp_path / "cache")}
+
+    ran = _run(epbench, "run", "--case", "relu_d1_w8", "--arm", "ort", "--arm",
+               "plugin:nxrt_ep_cpu", "--out", tmp_path / "out", *fast, cwd=tmp_path, **env)
+    assert ran.returncode == 0, ran.stderr
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(doc["cases"]["relu_d1_w8"]["arms"]) == {"ort", "plugin:nxrt_ep_cpu"}
+
+    refused = _run(epbench, "run", "--case", "relu_d1_w8", "--arm", "engine", "--out",
+                   tmp_path / "engine-out", *fast, cwd=tmp_path, **env)
+    assert refused.returncode == 1
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, refused.stderr
+    assert "cannot be: no C compiler found: install gcc (or set CC)." in lines[0] or (
+        "`npm` is not installed" in lines[0]), lines[0]

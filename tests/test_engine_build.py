@@ -116,13 +116,57 @@ def test_build_info_describes_the_file(built_out: Path) -> None:
     assert info["version"] == engine_build.ENGINE_VERSION == c_version
 
 
-def test_library_path_names_the_make_target_when_absent(monkeypatch) -> None:
+def test_without_an_in_place_build_the_engine_is_built_into_the_cache_once(
+        monkeypatch, tmp_path) -> None:
+    # A wheel install has the sources and no library: the first use compiles them into
+    # the cache, keyed by their hash, and later uses find that build.
+    from epbench.engine import library
+
+    monkeypatch.setenv("ORT_INCLUDE_DIR", str(engine_build.ort_include_dir()))
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(library, "in_place_path", lambda: tmp_path / "not_built_here.so")
+    built = []
+    real_build = engine_build.build
+    monkeypatch.setattr(engine_build, "build", lambda out: built.append(out) or real_build(out))
+    first = engine.library_path()
+    assert Path(first).parent == tmp_path / "cache" / "engine" / engine_build.source_hash()
+    assert engine.build_info(first)["version"] == engine_build.ENGINE_VERSION
+    assert engine.library_path() == first
+    assert len(built) == 1
+
+
+@pytest.mark.parametrize(("missing", "needle"), [
+    ("compiler", "cannot be: no C compiler found: install gcc (or set CC)."),
+    ("headers", "cannot be: cannot get ONNX Runtime's C headers: `npm` is not installed."),
+])
+def test_an_engine_that_cannot_be_built_is_one_line_saying_what_is_missing(
+        monkeypatch, tmp_path, missing, needle) -> None:
     from epbench.core.errors import ArmError
     from epbench.engine import library
 
-    monkeypatch.setattr(library, "LIBRARY_NAME", "libnot_built_here.so")
-    with pytest.raises(ArmError, match="run `make engine`"):
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(library, "in_place_path", lambda: tmp_path / "not_built_here.so")
+    monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no npm, no gcc
+    monkeypatch.delenv("CC", raising=False)
+    if missing == "compiler":
+        monkeypatch.setenv("ORT_INCLUDE_DIR", str(_fake_headers_dir(tmp_path)))
+    with pytest.raises(ArmError) as raised:
         engine.library_path()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert needle in message
+    assert not (tmp_path / "cache" / "engine" / engine_build.source_hash()
+                / engine_build.LIBRARY_NAME).exists()
+
+
+def _fake_headers_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "include"
+    folder.mkdir()
+    (folder / engine_build.MAIN_HEADER).write_text("/* stands in for ORT's header */\n")
+    return folder
 
 
 # ---- header fetch -------------------------------------------------------------------------
