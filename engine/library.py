@@ -11,6 +11,7 @@ from pathlib import Path
 
 from epbench.core.errors import ArmError
 from epbench.core.paths import cache_dir
+from epbench.engine import build as engine_build
 
 LIBRARY_NAME = "libepbench_engine.so"
 
@@ -30,8 +31,6 @@ def library_path() -> str:
     in_place = in_place_path()
     if in_place.is_file():
         return str(in_place)
-    from epbench.engine import build as engine_build  # compiling tools only when needed
-
     folder = cache_dir("engine", engine_build.source_hash())
     cached = folder / LIBRARY_NAME
     if cached.is_file():
