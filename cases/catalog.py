@@ -41,6 +41,25 @@ def describe_cases(specs: list[CaseSpec]) -> list[dict[str, Any]]:
     return rows
 
 
+def case_table(rows: list[dict[str, Any]]) -> str:
+    """`describe_cases` rows as an aligned text table a person reads.
+
+    Inputs read `x:float32[1,8]`, a case outside any family shows `-`, the definition
+    hash its first 12 hex digits (the JSON form keeps all 64).
+    """
+    header = ("name", "kind", "op", "family", "nodes", "inputs", "tolerance", "opt", "definition")
+    lines = [header]
+    for row in rows:
+        inputs = " ".join(f"{name}:{spec['dtype']}[{','.join(map(str, spec['shape']))}]"
+                          for name, spec in row["inputs"].items())
+        lines.append((row["name"], row["kind"], row["op"], row["family"] or "-",
+                      str(row["nodes"]), inputs, f"{row['tolerance']:g}", row["opt_level"],
+                      row["definition_sha256"][:12]))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+                     .rstrip() for line in lines)
+
+
 def write_cases(specs: list[CaseSpec], out_dir: str | Path) -> list[Path]:
     """Write NAME.onnx and NAME.inputs.npz per case, plus a cases.json manifest
     (each spec's to_dict and definition hash); returns the paths written."""

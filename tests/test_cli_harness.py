@@ -169,6 +169,24 @@ def test_readme_exit_code_table_matches_the_code() -> None:
         assert f"| {code} | {what} |" in readme
 
 
+def test_cases_list_reads_as_a_table_not_a_data_dump() -> None:
+    import re
+
+    listed = invoke("cases", "list", "--grid", "quick")
+    assert listed.exit_code == 0
+    lines = listed.output.splitlines()
+    assert lines[0].split() == ["name", "kind", "op", "family", "nodes", "inputs", "tolerance",
+                                "opt", "definition"]
+    matmul = next(line for line in lines if line.startswith("matmul_64x64 "))
+    assert matmul.split()[3] == "-"  # no family: a dash, not NaN
+    assert "a:float32[1,64] b:float32[64,64]" in matmul
+    assert "NaN" not in listed.output and "{'" not in listed.output
+    assert not re.search(r"[0-9a-f]{13,}", listed.output)  # hashes cut to 12 digits
+    from epbench.cases.grids import load_grid
+
+    assert len(lines) == 1 + len(load_grid("quick"))
+
+
 def test_cases_list_and_build(tmp_path) -> None:
     listed = invoke("cases", "list", "--grid", "quick", "--format", "json")
     assert listed.exit_code == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from epbench.cases.catalog import describe_cases, select_cases, write_cases
+from epbench.cases.catalog import case_table, describe_cases, select_cases, write_cases
 from epbench.cases.grids import grid_names
 from epbench.cli.base import Command, Group
 from epbench.cli.exit_codes import exit_code_for
@@ -198,9 +198,7 @@ def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) ->
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1, sort_keys=True))
         return
-    import pandas as pd
-
-    click.echo(pd.DataFrame(rows).to_string(index=False))
+    click.echo(case_table(rows))
 
 
 @cases.command("build")
