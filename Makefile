@@ -102,7 +102,7 @@ report-screenshot: setup
 	$(PY) docs/images/make_report_sample.py $(REPORT_SAMPLE)
 	$(VENV)/bin/epbench compare $(REPORT_SAMPLE)/results.json --base base --pr head \
 	    --profile tests/fixtures/results/profile.json --format json \
-	    --output $(REPORT_SAMPLE)/compare.json --fail-on never
+	    --out $(REPORT_SAMPLE)/compare.json --fail-on never
 	$(VENV)/bin/epbench report $(REPORT_SAMPLE) --html $(REPORT_SAMPLE)/html
 	chromium $(CHROMIUM_FLAGS) --user-data-dir=$(CURDIR)/$(REPORT_SAMPLE)/chromium --window-size=1200,2300 \
 	    --screenshot=$(CURDIR)/docs/images/report.png \

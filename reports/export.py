@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,24 @@ from epbench.reports import stats
 
 class ExportError(EpbenchError):
     """An export that cannot be written."""
+
+
+# `--out -`: the CSV goes to standard output (pyperf's one file per arm cannot).
+STDOUT = "-"
+
+
+def _prepare(path: Path) -> None:
+    """Create the folder `path` goes in, or say in one line why it cannot be."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot create {path.parent}: {exc.strerror or exc}; "
+                          "choose another --out") from None
+
+
+def _cannot_write(path: Path, exc: OSError) -> ExportError:
+    # pandas raises OSError with no strerror for some failures: say the message itself.
+    return ExportError(f"cannot write {path}: {exc.strerror or exc}; choose another --out")
 
 
 def arm_slug(arm: str) -> str:
@@ -45,6 +64,9 @@ def to_pyperf(
     """Write one pyperf suite per arm; return {arm: path}. Cases without rounds are skipped."""
     import pyperf
 
+    if str(out) == STDOUT:
+        raise ExportError("pyperf export writes one file per arm and cannot go to standard "
+                          "output; pass --out FILE.json (or --format csv --out -)")
     arms = list(doc.arms)
     paths = pyperf_paths(out, arms)
     existing = [p for p in paths.values() if p.exists()]
@@ -72,10 +94,11 @@ def to_pyperf(
                 benchmarks.append(pyperf.Benchmark(runs))
         if not benchmarks:
             raise ExportError(f"arm {arm!r} has no measured rounds; nothing to export")
+        _prepare(path)
         try:
             pyperf.BenchmarkSuite(benchmarks).dump(str(path), replace=True)
         except OSError as exc:
-            raise ExportError(f"cannot write {path}: {exc.strerror}; choose another path") from None
+            raise _cannot_write(path, exc) from None
     return paths
 
 
@@ -102,12 +125,17 @@ def tidy_frame(doc: Results) -> Any:
     return pd.DataFrame(rows, columns=columns)
 
 
-def to_csv(doc: Results, out: str | Path, *, overwrite: bool = False) -> Path:
+def to_csv(doc: Results, out: str | Path, *, overwrite: bool = False) -> Path | None:
+    """Write the tidy table to `out` (its folder created), or to stdout for `-` (None)."""
+    if str(out) == STDOUT:
+        tidy_frame(doc).to_csv(sys.stdout, index=False)
+        return None
     out = Path(out)
     if out.exists() and not overwrite:
         raise ExportError(f"{out} already exists; pass --overwrite or choose another name")
+    _prepare(out)
     try:
         tidy_frame(doc).to_csv(out, index=False)
     except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc.strerror}; choose another path") from None
+        raise _cannot_write(out, exc) from None
     return out

@@ -151,6 +151,43 @@ def test_export_csv_is_tidy(files):
     assert set(frame["position"]) == {0, 1}
 
 
+def test_export_creates_the_folder_it_writes_into(files):
+    import pandas as pd
+
+    out = files / "new" / "deeper" / "rounds.csv"
+    result = _invoke("export", files / "base.json", "--format", "csv", "--out", out)
+    assert result.exit_code == EXIT_OK, result.output
+    assert len(pd.read_csv(out)) == 5 * 2 * 20
+    suite = files / "more" / "out.json"
+    assert _invoke("export", files / "base.json", "--out", suite).exit_code == EXIT_OK
+    assert sorted(p.name for p in suite.parent.iterdir()) == ["out.ort.json",
+                                                              "out.plugin_ep.json"]
+
+
+def test_export_csv_to_stdout_with_a_dash_writes_no_file(files, monkeypatch):
+    monkeypatch.chdir(files)
+    result = _invoke("export", files / "base.json", "--format", "csv", "--out", "-")
+    assert result.exit_code == EXIT_OK
+    lines = result.output.splitlines()
+    assert lines[0].startswith("case,arm,round,")
+    assert len(lines) == 1 + 5 * 2 * 20
+    assert not (files / "-").exists()
+    refused = _invoke("export", files / "base.json", "--out", "-")
+    assert refused.exit_code == EXIT_USER_ERROR
+    assert "cannot go to standard output" in refused.output
+    assert not (files / "-").exists()
+
+
+def test_export_that_cannot_write_names_the_reason_not_none(files):
+    blocker = files / "blocker"
+    blocker.write_text("a file where a folder should be")
+    result = _invoke("export", files / "base.json", "--format", "csv", "--out",
+                     blocker / "rounds.csv")
+    assert result.exit_code == EXIT_USER_ERROR
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "None" not in errors[0] and str(blocker) in errors[0]
+
+
 def test_export_needs_a_target(files):
     result = _invoke("export", files / "base.json")
     assert result.exit_code == EXIT_USAGE and "Missing option '--out'" in result.output

@@ -24,7 +24,7 @@ def report(input_path: str | None, html_dir: str, history_db: str | None) -> Non
       epbench report compare.json --html pages/
       epbench report --history epbench.db --html pages/
 
-    INPUT is a results file, a comparison (`compare --format json --output FILE`)
+    INPUT is a results file, a comparison (`compare --format json --out FILE`)
     or the --out directory of `run` or `compare-commits`. The page needs no
     network: CSS and matplotlib's SVG plots are inline, and it has no script.
     """

@@ -181,4 +181,6 @@ def export(results, fmt, out, overwrite) -> None:
         for arm, path in exp.to_pyperf(doc, out, overwrite=overwrite).items():
             click.echo(f"{arm}: {path}")
     else:
-        click.echo(f"csv: {exp.to_csv(doc, out, overwrite=overwrite)}")
+        written = exp.to_csv(doc, out, overwrite=overwrite)
+        if written is not None:  # `--out -` printed the table itself
+            click.echo(f"csv: {written}")
