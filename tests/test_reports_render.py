@@ -291,3 +291,26 @@ def test_wording_follows_the_settings_and_the_thresholds():
     assert "threshold (4.0% here)" in text
     assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
     assert f"across the {len(result['cases'])} case(s) with a test" in text
+
+
+def test_run_report_says_a_per_node_cost_it_cannot_resolve_instead_of_a_negative_one():
+    import copy
+
+    doc = _load("pr.json")
+    shown = summary.summarize(doc)
+    unresolved = copy.deepcopy(shown)
+    fit = unresolved["families"]["relu_w8"]["arms"]["plugin:ep"]
+    fit.update(slope_ns=-0.93, slope_ci95=[-2.5, 0.7])
+    text = run_report.render_run_report(doc, unresolved)
+    row = next(line for line in text.splitlines() if line.startswith("|  |  | `plugin:ep` |"))
+    assert row.split("|")[4].strip() == "not resolved"
+    assert "-930 ps" not in text and "-0.93" not in text
+    resolved = run_report.render_run_report(doc, shown)
+    assert "| 67.6 ns |" in resolved
+
+
+def test_run_report_gives_every_arm_row_its_case_status():
+    text = run_report.render_run_report(_load("pr.json"))
+    first_table = text.split("\n### ", 1)[0]
+    rows = [line.split("|") for line in first_table.splitlines() if "`plugin:ep` | " in line]
+    assert [r[2].strip() for r in rows] == ["crashed (unverified)", "ok", "ok", "ok", "ok"]
