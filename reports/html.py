@@ -301,8 +301,7 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "rows": rows,
         "verdicts": cmp.VERDICTS,
         "colours": styles,
-        "tally": [(cmp.VERDICTS[v][0], cmp.VERDICTS[v][1], counts[v])
-                  for v in cmp.VERDICTS if counts.get(v)],
+        "tally": [(v, cmp.VERDICTS[v][1], counts[v]) for v in cmp.VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
@@ -414,6 +413,7 @@ def render_html(
         context["history"] = {"plots": history_plots(history), "rows": history_rows(history)}
     if comparison is not None:
         context["title"] = f"{comparison['overall']['headline']} · epbench comparison"
+        context["cmp"]["headline_words"] = comparison["overall"]["headline"].split(" ", 1)[1]
     elif doc is not None:
         context["title"] = "epbench run report"
     else:
@@ -475,9 +475,53 @@ def environment() -> Any:
     env.filters.update(
         ns=render.format_ns, pct=render.format_pct, share=render.format_share,
         ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
-        stopped_waiting=render.gate_waiting_text,
+        stopped_waiting=render.gate_waiting_text, verdict_mark=verdict_mark,
+        with_marks=with_marks,
     )
     return env
+
+
+# Inline SVG outlines of the forest plot's markers (plots.VERDICT_STYLE) in a 10x10 box:
+# a verdict reads the same in the table as in the plot, with no emoji font needed.
+_EMOJI_VERDICTS = {
+    **{cmp.VERDICTS[v][0]: v for v in cmp.VERDICTS},
+    **{cmp.VERDICTS[v][0].rstrip("\ufe0f"): v for v in cmp.VERDICTS},
+}
+_MARK_SHAPES = {
+    "^": '<polygon points="5,0 10,10 0,10"/>',
+    "v": '<polygon points="0,0 10,0 5,10"/>',
+    "o": '<circle cx="5" cy="5" r="5"/>',
+    "D": '<polygon points="5,0 10,5 5,10 0,5"/>',
+    "s": '<rect width="10" height="10"/>',
+    "X": '<path d="M0,2 2,0 5,3 8,0 10,2 7,5 10,8 8,10 5,7 2,10 0,8 3,5z"/>',
+}
+
+
+def with_marks(text: Any) -> Any:
+    """`text`, escaped, with every verdict emoji in it drawn as its inline SVG mark."""
+    import markupsafe
+
+    out = markupsafe.escape(text)
+    # Longest first: ⚠️ is ⚠ plus a variation selector, which text may omit.
+    for emoji, verdict in sorted(_EMOJI_VERDICTS.items(), key=lambda kv: -len(kv[0])):
+        out = out.replace(emoji, verdict_mark(verdict))
+    return out
+
+
+def verdict_mark(verdict: str) -> Any:
+    """The verdict's marker as inline SVG, its emoji as the accessible name.
+
+    Without an emoji font a browser draws the verdict emoji as empty boxes; the marks are
+    drawn by the page itself, in the forest plot's shapes and colours.
+    """
+    import markupsafe
+
+    colour, marker = plots.VERDICT_STYLE[verdict]
+    emoji = cmp.VERDICTS[verdict][0]
+    return markupsafe.Markup(
+        f'<svg class="mark" width="10" height="10" viewBox="0 0 10 10" role="img" '
+        f'aria-label="{emoji}" fill="{colour}"><title>{emoji}</title>'
+        f'{_MARK_SHAPES[marker]}</svg>')
 
 
 def _markup(svg: str) -> Any:

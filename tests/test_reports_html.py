@@ -237,7 +237,15 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     for verdict in verdicts:
         emoji, words = cmp.VERDICTS[verdict]
         colour = plots.VERDICT_STYLE[verdict][0]
-        assert f'style="border-left-color: {colour}">{emoji} {words}</td>' in text, verdict
+        cell = re.search(rf'style="border-left-color: {colour}">(<svg class="mark".*?</svg>) '
+                         rf'{re.escape(words)}</td>', text)
+        assert cell is not None, verdict
+        assert f'aria-label="{emoji}" fill="{colour}"' in cell.group(1)
+    # No verdict is left to an emoji font: outside the tab title and the marks' accessible
+    # names, every verdict emoji of the page is drawn as an inline SVG mark.
+    visible = re.sub(r'<title>.*?</title>|aria-label="[^"]*"', "", text, flags=re.S)
+    for emoji, _ in cmp.VERDICTS.values():
+        assert emoji.rstrip("\ufe0f") not in visible, emoji
     # The tables of the markdown come along: every case, with its reason.
     for row in comparison["cases"]:
         assert f"<code>{row['case']}</code>" in text
