@@ -34,7 +34,7 @@ typedef struct ebe_ep {
   ebe_counters *counters;
   ebe_ep_options options;
   ebe_delay delay_per_run;         /* options.inject_delay_ns_per_run as loop iterations */
-  OrtKernelRegistry *registry;     /* partition=kernel only, else NULL; owned */
+  OrtKernelRegistry *registry;     /* every mode (subgraphs claim kernels); owned */
   ebe_kernel_source kernel_sources[8]; /* [op]: the create functions' state (>= EBE_OP_COUNT) */
 } ebe_ep;
 

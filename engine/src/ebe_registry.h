@@ -1,5 +1,6 @@
-/* ebe_registry.h -- partition=kernel: the engine's ops as kernels in an ORT kernel registry
- * (OrtEp::GetKernelRegistry), each node claimed alone and run by its own OrtKernelImpl. */
+/* ebe_registry.h -- partition=kernel (and every mode inside a subgraph): the engine's ops as
+ * kernels in an ORT kernel registry (OrtEp::GetKernelRegistry), each node claimed alone and
+ * run by its own OrtKernelImpl. */
 #ifndef EBE_REGISTRY_H
 #define EBE_REGISTRY_H
 

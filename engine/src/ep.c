@@ -340,6 +340,23 @@ done:
   return status;
 }
 
+/* Each supported node alone, run by the kernel registered for it; a node the registry has
+ * no kernel for (an opset outside the registered ranges) stays with ORT. */
+static OrtStatus *ebe_claim_kernels(ebe_ep *ep, const OrtNode **nodes, size_t n,
+                                    const int *supported, OrtEpGraphSupportInfo *support_info) {
+  ebe_counters *c = ep->counters;
+  for (size_t i = 0; i < n; i++) {
+    if (!supported[i]) continue;
+    const OrtKernelDef *def = NULL;
+    EBE_RETURN_IF_ERROR(EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_LookUpKernel, support_info,
+                                 nodes[i], &def));
+    if (def == NULL) continue;
+    EBE_RETURN_IF_ERROR(
+        EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_AddSingleNode, support_info, nodes[i]));
+  }
+  return NULL;
+}
+
 static OrtStatus *ORT_API_CALL ebe_ep_get_capability(OrtEp *this_ptr, const OrtGraph *graph,
                                                      OrtEpGraphSupportInfo *support_info) {
   ebe_ep *ep = (ebe_ep *)this_ptr;
@@ -358,22 +375,15 @@ static OrtStatus *ORT_API_CALL ebe_ep_get_capability(OrtEp *this_ptr, const OrtG
   EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNodes, graph, nodes, n), done);
   for (size_t i = 0; i < n; i++)
     EBE_GOTO_IF_ERROR(status, ebe_node_supported(ep, nodes[i], &supported[i]), done);
-  if (ep->options.partition == EBE_PARTITION_KERNEL) {
-    /* Each node alone, run by the kernel registered for it; a node the registry has no
-     * kernel for (an opset outside the registered ranges) stays with ORT. */
-    for (size_t i = 0; i < n; i++) {
-      if (!supported[i]) continue;
-      const OrtKernelDef *def = NULL;
-      EBE_GOTO_IF_ERROR(status,
-                        EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_LookUpKernel, support_info,
-                                 nodes[i], &def),
-                        done);
-      if (def == NULL) continue;
-      EBE_GOTO_IF_ERROR(status,
-                        EBE_CALL(c, ep->ep_api, EpGraphSupportInfo_AddSingleNode, support_info,
-                                 nodes[i]),
-                        done);
-    }
+  /* A compiled partition is a node of the EP's own domain. ORT declares that domain where
+   * the graph is the model's, but not in a subgraph it inlined from a function (the Loop
+   * body of SequenceMap): a compiled node there fails session creation with "No opset
+   * import for domain". Inside any subgraph every mode therefore claims as kernel mode
+   * does: a registered kernel keeps the node's own domain. */
+  const OrtNode *parent = NULL;
+  EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetParentNode, graph, &parent), done);
+  if (ep->options.partition == EBE_PARTITION_KERNEL || parent != NULL) {
+    status = ebe_claim_kernels(ep, nodes, n, supported, support_info);
   } else if (ep->options.partition == EBE_PARTITION_PER_NODE) {
     OrtNodeFusionOptions fusion = {0};
     fusion.ort_version_supported = EBE_ORT_API_VERSION;
@@ -471,7 +481,8 @@ static const char *ORT_API_CALL ebe_ep_get_name(const OrtEp *this_ptr) {
   return ((const ebe_ep *)this_ptr)->name;
 }
 
-/* partition=kernel: the registry made with the EP (NULL otherwise); the EP keeps it. */
+/* The registry made with the EP, in every mode (kernel mode runs all it claims from it, the
+ * others what they claim inside subgraphs); the EP keeps it. */
 static OrtStatus *ORT_API_CALL ebe_ep_get_kernel_registry(OrtEp *this_ptr,
                                                           const OrtKernelRegistry **registry) {
   *registry = ((ebe_ep *)this_ptr)->registry;
@@ -513,14 +524,13 @@ OrtStatus *ebe_ep_create(ebe_factory *factory, const OrtSessionOptions *session_
   ep->base.Compile = ebe_ep_compile;
   ep->base.ReleaseNodeComputeInfos = ebe_ep_release_node_compute_infos;
   ep->base.OnRunStart = ebe_ep_on_run_start;
-  ep->base.GetKernelRegistry = ebe_ep_get_kernel_registry; /* NULL registry unless kernel */
+  ep->base.GetKernelRegistry = ebe_ep_get_kernel_registry;
   /* Optional slots left NULL: GetPreferredDataLayout, ShouldConvertDataLayoutForOp,
    * SetDynamicOptions, OnRunEnd, CreateAllocator, CreateSyncStreamForDevice, ... (ORT's CPU
    * defaults apply). */
   OrtStatus *status = ebe_read_options(ep, session_options);
   if (status == NULL) ep->delay_per_run = ebe_delay_for_ns(ep->options.inject_delay_ns_per_run);
-  if (status == NULL && ep->options.partition == EBE_PARTITION_KERNEL)
-    status = ebe_registry_create(ep);
+  if (status == NULL) status = ebe_registry_create(ep); /* every mode: see GetCapability */
   if (status != NULL) {
     ebe_ep_release(ep);
     return status;
