@@ -1,4 +1,5 @@
-/* registry.c -- partition=kernel: the engine's ops registered as ORT kernels.
+/* registry.c -- the engine's ops registered as ORT kernels (partition=kernel, and every
+ * node inside a subgraph in any mode).
  *
  * One kernel definition per op and opset range (float32 only); ORT creates one OrtKernelImpl
  * per node it assigned to us and calls its Compute every Run. A kernel holds a one-node plan
