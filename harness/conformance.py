@@ -145,17 +145,29 @@ def _all_cases() -> tuple[NodeCase, ...]:
         for c in found)
 
 
+def _suggest_op(op: str, known: list[str]) -> str:
+    """The remedy for an unknown --op: the op it most likely means, not all ~150 of them."""
+    import difflib
+
+    same_case = [k for k in known if k.lower() == op.lower()]
+    close = same_case or difflib.get_close_matches(op, known, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(f"--op {c}" for c in close) + "?"
+    return ("op names are ONNX's, case-sensitive (Relu, MatMul); `epbench conformance "
+            "--arm ARM` with no --op runs every op that has cases")
+
+
 def load_cases(ops: tuple[str, ...] = ()) -> list[NodeCase]:
     """ONNX's node test cases, those testing one of ``ops`` (all when empty).
 
-    An op with no case is the user's mistake: EpbenchError lists the ops that have cases.
+    An op with no case is the user's mistake: EpbenchError suggests the op meant.
     """
     cases = _all_cases()
     known = sorted({c.op for c in cases if "+" not in c.op})
     unknown = [op for op in ops if op not in known]
     if unknown:
-        raise EpbenchError(f"--op {unknown[0]}: no ONNX node test case tests it; ops with "
-                           f"cases: {', '.join(known)}")
+        raise EpbenchError(f"--op {unknown[0]}: no ONNX node test case tests it; "
+                           + _suggest_op(unknown[0], known))
     return [c for c in cases if not ops or c.op in ops]
 
 
