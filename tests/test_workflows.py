@@ -836,12 +836,12 @@ PRIVILEGE_MUTATIONS: dict[str, tuple[Callable[[Doc], list[str]], str, Callable[[
     ),
     "pip install in the push job": (
         rules.writers_that_install_or_push_nothing,
-        "holds contents: write and installs packages, step 2 (None): pip install",
-        _add_to_the_push_job({"run": "python -m venv v && v/bin/pip install requests"}),
+        "holds contents: write and installs packages, step 2 (pip install requests): pip install",
+        _add_to_the_push_job({"run": "pip install requests"}),
     ),
     "make setup in the push job": (
         rules.writers_that_install_or_push_nothing,
-        "holds contents: write and installs packages, step 2 (None): make",
+        "holds contents: write and installs packages, step 2 (make setup): make",
         _add_to_the_push_job({"run": "make setup"}),
     ),
     "setup-python in the push job": (
@@ -951,3 +951,43 @@ def test_every_workflow_a_pull_request_reaches_keeps_pr_code_from_write_tokens(
     path: Path,
 ) -> None:
     assert pr_code_next_to_write_token(load(path)) == []
+
+
+ACTION = """\
+name: epbench
+description: Measure an execution provider.
+runs:
+  using: composite
+  steps:
+    - uses: actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0
+      with:
+        python-version: "3.11"
+    - run: make setup
+      shell: bash
+"""
+
+
+def test_a_root_action_yml_is_checked_too(tmp_path: Path) -> None:
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "tests.yml").write_text(TESTS.read_text())
+    (tmp_path / "action.yml").write_text(ACTION)
+    assert workflow_files(tmp_path) == [
+        tmp_path / ".github" / "workflows" / "tests.yml", tmp_path / "action.yml",
+    ]
+    assert validate(tmp_path / "action.yml", schema="vendor.github-actions").returncode == 0
+    assert rules.problems(ACTION) == []
+    # Its steps follow the rules on pins, tags and secrets.
+    by_tag = ACTION.replace("a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0", "v5")
+    assert rules.problems(by_tag) == [
+        "action, step 1 (actions/setup-python@v5): uses actions/setup-python@v5: "
+        "pin it by its full commit SHA, the tag in a comment",
+    ]
+    untagged = ACTION.replace(" # v5.6.0", "")
+    assert rules.problems(untagged) == [
+        "line 6: actions/setup-python pinned without `# vX.Y.Z`",
+    ]
+    leaky = ACTION.replace("run: make setup", 'run: make setup TOKEN="${{ github.token }}"')
+    assert rules.problems(leaky) == [
+        'action, step 2 (make setup TOKEN="${{ github.token }}"): '
+        "${{ github.token }} outside the step's env: (a script interpolating it can leak it)",
+    ]

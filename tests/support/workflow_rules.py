@@ -81,7 +81,8 @@ def jobs(doc: Doc) -> dict[str, dict[str, Any]]:
 def job_steps(job: dict[str, Any]) -> Iterator[tuple[str, Step]]:
     """Each step of the job with a label for messages: `step 3 (its name)`."""
     for index, step in enumerate(job.get("steps") or []):
-        yield f"step {index + 1} ({step.get('name') or step.get('uses')})", step
+        run = str(step.get("run", "")).strip().split("\n")[0][:40]
+        yield f"step {index + 1} ({step.get('name') or step.get('uses') or run})", step
 
 
 def written_scopes(perms: Any) -> set[str]:
