@@ -1,15 +1,50 @@
-"""The history workflow: valid for GitHub, on pushes to the default branch, add then detect."""
+"""The history workflow: valid for GitHub, on pushes to the default branch, add then detect.
+
+Two jobs, for least privilege: `measure` installs, measures, adds and uploads the
+SQLite file with a read-only token; `push`, the only job with `contents: write`,
+installs nothing and pushes that file. The scripts that move the file between them
+are run here against throw-away git repositories.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from epbench.cli.history_commands import history
-from tests.test_workflows import load, steps, validate
+from tests.support.gitrepo import git, init_repo
+from tests.support.workflow_rules import SECRET, installs
+from tests.test_workflows import load, validate
 
 WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "history.yml"
+SECRET_EXPR = "${{ secrets.EPBENCH_DB }}"
+
+Step = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return load(WORKFLOW)
+
+
+def _steps(doc: dict[str, Any], job: str) -> list[Step]:
+    return doc["jobs"][job]["steps"]
+
+
+def _named(doc: dict[str, Any], job: str, name: str) -> Step:
+    (step,) = [s for s in _steps(doc, job) if s.get("name") == name]
+    return step
+
+
+def _index(steps: list[Step], predicate: Any) -> int:
+    (index,) = [i for i, s in enumerate(steps) if predicate(s)]
+    return index
 
 
 def test_the_history_workflow_validates_against_githubs_schema():
@@ -17,14 +52,17 @@ def test_the_history_workflow_validates_against_githubs_schema():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time():
-    doc = load(WORKFLOW)
+def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time(doc):
     assert "push" in doc["on"] and "pull_request" not in doc["on"]
-    (job,) = doc["jobs"].values()
-    assert job["if"] == "github.ref == format('refs/heads/{0}', " \
-                        "github.event.repository.default_branch)"
+    assert set(doc["jobs"]) == {"measure", "push"}
+    assert doc["jobs"]["measure"]["if"] == "github.ref == format('refs/heads/{0}', " \
+                                           "github.event.repository.default_branch)"
     assert doc["concurrency"] == {"group": "epbench-history", "cancel-in-progress": False}
-    assert doc["permissions"] == {"contents": "write"}
+    # Read-only everywhere but the push job, which follows the measuring one.
+    assert doc["permissions"] == {"contents": "read"}
+    assert "permissions" not in doc["jobs"]["measure"]
+    assert doc["jobs"]["push"]["permissions"] == {"contents": "write"}
+    assert doc["jobs"]["push"]["needs"] == "measure"
 
 
 def _history_calls(script: str) -> list[list[str]]:
@@ -37,10 +75,10 @@ def _history_calls(script: str) -> list[list[str]]:
     return calls
 
 
-def test_detect_runs_after_each_add_into_the_job_summary_with_real_options():
-    all_steps = steps(load(WORKFLOW))
-    (step,) = [s for s in all_steps if "epbench history add" in s.get("run", "")]
-    script = step["run"]
+def test_detect_runs_after_each_add_into_the_job_summary_with_real_options(doc):
+    measure = _steps(doc, "measure")
+    add = _index(measure, lambda s: "epbench history add" in s.get("run", ""))
+    script = measure[add]["run"]
     calls = _history_calls(script)
     assert [c[0] for c in calls] == ["add", "detect"]
     assert "GITHUB_STEP_SUMMARY" in script.split("epbench history detect")[1]
@@ -48,6 +86,177 @@ def test_detect_runs_after_each_add_into_the_job_summary_with_real_options():
         known = {o for p in history.commands[name].params for o in p.opts}
         used = {a for a in args if a.startswith("--")}
         assert used <= known, (name, used - known)
-    # The file is pushed back only after the add, to the dedicated branch.
-    names = [s.get("name", "") for s in all_steps]
-    assert names.index(step["name"]) < names.index("Push the history branch")
+    # The file leaves the job only after the add; the push job pushes it.
+    upload = _index(measure, lambda s: str(s.get("uses", "")).startswith(
+        "actions/upload-artifact@"))
+    assert add < upload
+    assert "git push" in _named(doc, "push", "Push the history branch")["run"]
+
+
+def test_the_push_job_gets_the_file_the_measuring_job_uploads_as_data(doc):
+    measure, push = doc["jobs"]["measure"], doc["jobs"]["push"]
+    (upload,) = [s for s in measure["steps"] if "upload-artifact" in str(s.get("uses"))]
+    (download,) = [s for s in push["steps"] if "download-artifact" in str(s.get("uses"))]
+    assert upload["with"]["name"] == download["with"]["name"] == "history-store"
+    assert upload["with"]["path"] == "history-store/history.sqlite"
+    assert upload["with"]["if-no-files-found"] == "error"
+    assert download["with"]["path"] == "${{ runner.temp }}/history-store"
+    pushing = _named(doc, "push", "Push the history branch")
+    assert 'cp "$RUNNER_TEMP/history-store/history.sqlite"' in pushing["run"]
+    # Pushed only when the SQLite store is in use, on the commit the add started from.
+    ids = {s.get("id") for s in measure["steps"]}
+    assert measure["outputs"] == {
+        "store": "${{ steps.store.outputs.kind }}",
+        "history-base": "${{ steps.base.outputs.commit }}",
+    }
+    assert {"store", "base"} <= ids
+    assert push["if"] == "needs.measure.outputs.store == 'sqlite'"
+    assert pushing["env"] == {"HISTORY_BASE": "${{ needs.measure.outputs.history-base }}"}
+    # The push job runs git and nothing else.
+    assert [s for s in push["steps"] if installs(s)] == []
+    assert all(str(s.get("uses", "")).startswith(
+        ("actions/checkout@", "actions/download-artifact@")) for s in push["steps"] if "uses" in s)
+
+
+def test_the_secret_reaches_only_the_two_steps_that_read_it_before_any_install(doc):
+    holders = [
+        (job, s.get("name")) for job in doc["jobs"] for s in _steps(doc, job)
+        if SECRET.search(str(s))
+    ]
+    assert holders == [
+        ("measure", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)"),
+        ("measure", "Add the run and detect change points"),
+    ]
+    for _, name in holders:
+        assert _named(doc, "measure", name)["env"]["EPBENCH_DB"] == SECRET_EXPR
+    measure = _steps(doc, "measure")
+    first_install = min(i for i, s in enumerate(measure) if installs(s))
+    # The store and the history branch are settled before any package is installed.
+    for name in ("Choose the store (PostgreSQL when the EPBENCH_DB secret is set)",
+                 "Check out the history branch", "Record the history commit this add builds on"):
+        assert measure.index(_named(doc, "measure", name)) < first_install
+    checkout = _named(doc, "measure", "Check out the history branch")
+    assert checkout["with"]["ref"] == "${{ env.HISTORY_BRANCH }}"
+    assert checkout["with"]["persist-credentials"] is False
+    assert checkout["continue-on-error"] is True  # absent on the first run
+
+
+# -- the scripts, run ------------------------------------------------------------------
+
+
+def _bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    assert "${{" not in script  # every input comes through env:, as GitHub passes it
+    clean = {
+        "PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+        "HISTORY_BRANCH": "epbench-history", **env,
+    }
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=clean, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _outputs(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+@pytest.mark.parametrize(("secret", "kind"), [("", "sqlite"),
+                                              ("postgresql://u:pw@db:5432/h", "postgresql")])
+def test_the_store_is_chosen_by_the_secrets_presence(doc, tmp_path, secret, kind):
+    step = _named(doc, "measure", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)")
+    out = tmp_path / "out"
+    result = _bash(step["run"], tmp_path, EPBENCH_DB=secret, GITHUB_OUTPUT=str(out))
+    assert result.returncode == 0, result.stderr
+    assert _outputs(out) == {"kind": kind}
+    assert "pw" not in result.stdout + result.stderr + out.read_text()
+
+
+def test_the_base_is_the_checked_out_commit_or_none(doc, tmp_path):
+    script = _named(doc, "measure", "Record the history commit this add builds on")["run"]
+    store = init_repo(tmp_path / "history-store")
+    (store / "history.sqlite").write_bytes(b"one")
+    git(store, "add", "history.sqlite")
+    git(store, "commit", "-q", "-m", "one")
+    out = tmp_path / "out"
+    result = _bash(script, tmp_path, CHECKOUT="success", GITHUB_OUTPUT=str(out))
+    assert result.returncode == 0, result.stderr
+    assert _outputs(out) == {"commit": git(store, "rev-parse", "HEAD")}
+    # A failed checkout (no branch yet) leaves a half-made repository: it is cleared.
+    out.unlink()
+    result = _bash(script, tmp_path, CHECKOUT="failure", GITHUB_OUTPUT=str(out))
+    assert result.returncode == 0, result.stderr
+    assert _outputs(out) == {"commit": ""}
+    assert list(store.iterdir()) == []
+
+
+class Origin:
+    """A bare repository standing in for GitHub, and the push job's checkouts of it."""
+
+    def __init__(self, root: Path, script: str) -> None:
+        self.root, self.script, self.runs = root, script, 0
+        self.bare = root / "origin.git"
+        seed = init_repo(root / "seed")
+        (seed / "README.md").write_text("x\n")
+        git(seed, "add", "README.md")
+        git(seed, "commit", "-q", "-m", "main")
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.bare)], check=True)
+        git(seed, "push", "-q", self.bare.as_uri(), "main")
+
+    def push(self, content: bytes, base: str) -> subprocess.CompletedProcess[str]:
+        """The push job: a fresh shallow checkout, the downloaded file, the script."""
+        self.runs += 1
+        run = self.root / f"run{self.runs}"
+        subprocess.run(["git", "clone", "-q", "--depth", "1", self.bare.as_uri(), str(run / "w")],
+                       check=True)
+        (run / "tmp" / "history-store").mkdir(parents=True)
+        (run / "tmp" / "history-store" / "history.sqlite").write_bytes(content)
+        return _bash(self.script, run / "w", HISTORY_BASE=base, RUNNER_TEMP=str(run / "tmp"),
+                     GITHUB_SHA=self.sha())
+
+    def sha(self) -> str:
+        """The pushed commit of the latest run, as $GITHUB_SHA says it."""
+        return f"{self.runs:02x}" + "c0ffee" * 6 + "00"
+
+    def tip(self) -> str:
+        return git(self.bare, "rev-parse", "--verify", "-q", "epbench-history") \
+            if self.has_branch() else ""
+
+    def has_branch(self) -> bool:
+        return bool(git(self.bare, "branch", "--list", "epbench-history"))
+
+
+@pytest.fixture
+def origin(doc, tmp_path) -> Origin:
+    return Origin(tmp_path, _named(doc, "push", "Push the history branch")["run"])
+
+
+def test_the_first_push_starts_the_branch_and_later_ones_add_to_it(origin):
+    first = origin.push(b"one", base="")
+    assert first.returncode == 0, first.stderr
+    tip = origin.tip()
+    # An orphan branch holding only the file, one commit per add.
+    assert git(origin.bare, "ls-tree", "--name-only", tip) == "history.sqlite"
+    assert git(origin.bare, "rev-list", "--count", tip) == "1"
+    assert git(origin.bare, "log", "-1", "--format=%s", tip) == f"history: add {origin.sha()[:10]}"
+    second = origin.push(b"two", base=tip)
+    assert second.returncode == 0, second.stderr
+    assert git(origin.bare, "rev-parse", f"{origin.tip()}^") == tip
+    assert git(origin.bare, "show", f"{origin.tip()}:history.sqlite") == "two"
+
+
+def test_a_push_from_a_stale_or_missing_base_is_refused(origin):
+    assert origin.push(b"one", base="").returncode == 0
+    tip = origin.tip()
+    assert origin.push(b"two", base=tip).returncode == 0
+    moved = origin.tip()
+    # The add started from the older commit, or found no branch (a failed checkout):
+    # pushing would drop what came between, so nothing is pushed.
+    for base in (tip, ""):
+        refused = origin.push(b"stale", base=base)
+        assert refused.returncode != 0
+        assert f"::error::epbench-history is at {moved}" in refused.stdout
+        assert origin.tip() == moved
+    # The branch gone while the add started from it: refused too.
+    git(origin.bare, "branch", "-D", "epbench-history")
+    refused = origin.push(b"lost", base=moved)
+    assert refused.returncode != 0
+    assert "::error::cannot fetch epbench-history" in refused.stdout
+    assert not origin.has_branch()

@@ -1,7 +1,9 @@
 """The GitHub workflow files: valid against GitHub's schema, safe, and saying what we mean.
 
 The schema (vendored in check-jsonschema, so this runs offline) catches typos and
-misplaced keys; the rest of this file checks what a schema cannot. Three checks
+misplaced keys; the rest of this file checks what a schema cannot. Every workflow
+file (the glob, so a new one is covered) keeps least privilege by the rules of
+tests/support/workflow_rules.py, each shown to catch a mutated copy. Three checks
 guard the trust model of the PR bot (README, "Benchmark every pull request"):
 
   (a) no job that holds a write permission checks out, builds or runs code from
@@ -29,6 +31,8 @@ import pytest
 from epbench.cli.comment_command import comment
 from epbench.engine import build as engine_build
 from epbench.reports.artifact import PR_FILE
+from tests.support import workflow_rules as rules
+from tests.support.workflow_rules import Doc, load, workflow_files
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -36,20 +40,12 @@ BENCH = WORKFLOWS / "bench.yml"
 COMMENT = WORKFLOWS / "bench-comment.yml"
 TESTS = WORKFLOWS / "tests.yml"
 
-Doc = dict[str, Any]
 
-
-def load(path: Path) -> Doc:
-    # ruamel.yaml comes with check-jsonschema (test extras). It reads YAML 1.2,
-    # where `on:` stays the string "on" (PyYAML's YAML 1.1 would make it True).
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
-
-
-def validate(*paths: Path) -> subprocess.CompletedProcess[str]:
+def validate(
+    *paths: Path, schema: str = "vendor.github-workflows"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema]
         + [str(p) for p in paths],
         capture_output=True,
         text=True,
@@ -446,8 +442,14 @@ def test_bench_asking_for_more_than_contents_read_is_caught(bench: Doc, mutation
 
 
 def test_workflows_validate_against_githubs_schema() -> None:
-    result = validate(BENCH, COMMENT, TESTS)
+    workflows = [p for p in workflow_files() if p.parent == WORKFLOWS]
+    assert {BENCH, COMMENT, TESTS} <= set(workflows)
+    result = validate(*workflows)
     assert result.returncode == 0, result.stdout + result.stderr
+    actions = [p for p in workflow_files() if p.parent != WORKFLOWS]  # a root action.yml
+    if actions:
+        result = validate(*actions, schema="vendor.github-actions")
+        assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_schema_check_does_catch_a_broken_workflow(tmp_path: Path) -> None:
@@ -595,10 +597,11 @@ def test_the_bot_follows_bench_runs_of_pull_requests(bench: Doc, bot: Doc) -> No
 
 
 def test_the_bot_asks_for_what_it_uses_and_no_more(bot: Doc) -> None:
-    assert bot["permissions"] == {
+    # Read-only at workflow level; the one job that posts asks for its write scope.
+    assert bot["permissions"] == {"contents": "read"}
+    assert _comment_job(bot)["permissions"] == {
         "contents": "read", "actions": "read", "pull-requests": "write",
     }
-    assert "permissions" not in _comment_job(bot)
 
 
 def test_the_bot_downloads_what_bench_uploads(bench: Doc, bot: Doc) -> None:
@@ -657,3 +660,334 @@ def test_the_readme_states_the_bots_trust_model_in_five_lines() -> None:
     assert "bench-comment.yml" in model[2] and "pull-requests: write" in model[2]
     assert "reports/comparison.schema.json" in model[3]
     assert "head commit" in model[4]
+
+
+# -- least privilege, every workflow file -------------------------------------------
+
+FILES = workflow_files()
+
+
+def _jobs(doc: Doc) -> list[dict[str, Any]]:
+    return list(rules.jobs(doc).values())
+
+
+def _checkouts_where_packages_install(doc: Doc) -> list[dict[str, Any]]:
+    return [
+        step for job in _jobs(doc) if rules.installing_steps(job)
+        for step in job.get("steps", []) if uses("actions/checkout")(step)
+    ]
+
+
+def _contents_writers(doc: Doc) -> list[dict[str, Any]]:
+    return [
+        job for job in _jobs(doc)
+        if "contents" in rules.written_scopes(job.get("permissions", doc.get("permissions")))
+    ]
+
+
+def _first(items: list[Any]) -> Any:
+    return items[0] if items else None
+
+
+def _set_workflow_permissions(doc: Doc, perms: Any) -> bool:
+    if rules.is_action(doc):
+        return False
+    doc["permissions"] = perms
+    return True
+
+
+def _add_workflow_contents_write(doc: Doc) -> bool:
+    perms = doc.get("permissions")
+    return _set_workflow_permissions(
+        doc, {**(perms if isinstance(perms, dict) else {}), "contents": "write"}
+    )
+
+
+def _drop_workflow_permissions(doc: Doc) -> bool:
+    return not rules.is_action(doc) and doc.pop("permissions", None) is not None
+
+
+def _set_persist_credentials(value: Any) -> Callable[[Doc], bool]:
+    def mutate(doc: Doc) -> bool:
+        checkout = _first(_checkouts_where_packages_install(doc))
+        if checkout is None:
+            return False
+        options = checkout.setdefault("with", {})
+        if value is None:
+            options.pop("persist-credentials", None)
+        else:
+            options["persist-credentials"] = value
+        return True
+    return mutate
+
+
+def _move_a_secret_to_job_env(doc: Doc) -> bool:
+    for job in _jobs(doc):
+        for step in job.get("steps", []):
+            for key, value in list((step.get("env") or {}).items()):
+                if rules.SECRET.search(str(value)):
+                    job.setdefault("env", {})[key] = step["env"].pop(key)
+                    return True
+    return False
+
+
+def _add_workflow_env_secret(doc: Doc) -> bool:
+    if rules.is_action(doc):
+        return False
+    doc.setdefault("env", {})["BENCH_PAT"] = "${{ secrets.BENCH_PAT }}"
+    return True
+
+
+def _interpolate_a_secret(doc: Doc) -> bool:
+    step = _first([s for job in _jobs(doc) for s in job.get("steps", []) if "run" in s])
+    if step is None:
+        return False
+    step["run"] += '\necho "${{ secrets.BENCH_PAT }}" > /dev/null\n'
+    return True
+
+
+def _pin_by(ref: str) -> Callable[[Doc], bool]:
+    def mutate(doc: Doc) -> bool:
+        for job in _jobs(doc):
+            for step in job.get("steps", []):
+                if rules.SHA_PIN.fullmatch(str(step.get("uses", ""))):
+                    step["uses"] = step["uses"].split("@")[0] + "@" + ref
+                    return True
+        return False
+    return mutate
+
+
+def _add_to_the_push_job(step: dict[str, Any]) -> Callable[[Doc], bool]:
+    def mutate(doc: Doc) -> bool:
+        job = _first(_contents_writers(doc))
+        if job is None:
+            return False
+        job["steps"].insert(1, step)
+        return True
+    return mutate
+
+
+def _give_an_installing_job_contents_write(doc: Doc) -> bool:
+    job = _first([j for j in _jobs(doc) if rules.installing_steps(j)])
+    if job is None or rules.is_action(doc):
+        return False
+    job["permissions"] = {"contents": "write"}
+    return True
+
+
+def _drop_the_git_push(doc: Doc) -> bool:
+    job = _first(_contents_writers(doc))
+    if job is None:
+        return False
+    for step in job["steps"]:
+        if "run" in step:
+            step["run"] = rules.GIT_PUSH.sub("true", step["run"])
+    return True
+
+
+SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
+
+# mutation -> (the rule that must catch it, what the problem says, the mutation: False
+# when it does not apply to that file). Each applies to at least one real file.
+PRIVILEGE_MUTATIONS: dict[str, tuple[Callable[[Doc], list[str]], str, Callable[[Doc], bool]]] = {
+    "contents: write at workflow level": (
+        rules.workflow_permissions_not_read_only, "workflow permissions grant contents: write",
+        _add_workflow_contents_write,
+    ),
+    "workflow permissions left to the repository default": (
+        rules.workflow_permissions_not_read_only, "workflow permissions are not set",
+        _drop_workflow_permissions,
+    ),
+    "write-all at workflow level": (
+        rules.workflow_permissions_not_read_only, "workflow permissions are 'write-all'",
+        lambda d: _set_workflow_permissions(d, "write-all"),
+    ),
+    "read-all at workflow level": (
+        rules.workflow_permissions_not_read_only, "workflow permissions are 'read-all'",
+        lambda d: _set_workflow_permissions(d, "read-all"),
+    ),
+    "persist-credentials dropped where packages install": (
+        rules.checkouts_keeping_the_token, "leaves the token in .git/config",
+        _set_persist_credentials(None),
+    ),
+    "persist-credentials: true where packages install": (
+        rules.checkouts_keeping_the_token, "leaves the token in .git/config",
+        _set_persist_credentials(True),
+    ),
+    "a step's secret moved to the job's env": (
+        rules.secrets_beyond_their_steps, "job level: ${{", _move_a_secret_to_job_env,
+    ),
+    "a secret in the workflow's env": (
+        rules.secrets_beyond_their_steps, "workflow level: ${{ secrets.BENCH_PAT }}",
+        _add_workflow_env_secret,
+    ),
+    "a secret interpolated into a script": (
+        rules.secrets_beyond_their_steps, "${{ secrets.BENCH_PAT }} outside the step's env",
+        _interpolate_a_secret,
+    ),
+    "an action pinned by tag": (
+        rules.unpinned_actions, "@v4: pin it by its full commit SHA", _pin_by("v4"),
+    ),
+    "an action pinned by branch": (
+        rules.unpinned_actions, "@main: pin it by its full commit SHA", _pin_by("main"),
+    ),
+    "an action pinned by a short SHA": (
+        rules.unpinned_actions, "@11bd719: pin it by its full commit SHA", _pin_by("11bd719"),
+    ),
+    "pip install in the push job": (
+        rules.writers_that_install_or_push_nothing,
+        "holds contents: write and installs packages, step 2 (pip install requests): pip install",
+        _add_to_the_push_job({"run": "pip install requests"}),
+    ),
+    "make setup in the push job": (
+        rules.writers_that_install_or_push_nothing,
+        "holds contents: write and installs packages, step 2 (make setup): make",
+        _add_to_the_push_job({"run": "make setup"}),
+    ),
+    "setup-python in the push job": (
+        rules.writers_that_install_or_push_nothing,
+        "holds contents: write and installs packages, step 2 (actions/setup-python",
+        _add_to_the_push_job({"uses": SETUP_PYTHON}),
+    ),
+    "contents: write on a job that installs": (
+        rules.writers_that_install_or_push_nothing, "holds contents: write and installs packages",
+        _give_an_installing_job_contents_write,
+    ),
+    "contents: write on a job that pushes nothing": (
+        rules.writers_that_install_or_push_nothing, "holds contents: write but runs no git push",
+        _drop_the_git_push,
+    ),
+}
+
+PRIVILEGE_CASES = [
+    pytest.param(path, name, id=f"{path.name}: {name}")
+    for path in FILES
+    for name, (_, _, mutate) in PRIVILEGE_MUTATIONS.items()
+    if mutate(copy.deepcopy(load(path)))
+]
+
+
+def test_every_workflow_file_is_checked() -> None:
+    on_disk = {*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")}
+    assert on_disk == {p for p in FILES if p.parent == WORKFLOWS}
+    assert {BENCH, COMMENT, TESTS, WORKFLOWS / "history.yml"} <= on_disk
+    # Every mutation below is tried on at least one real file.
+    assert {name for _, name in (c.values for c in PRIVILEGE_CASES)} == set(PRIVILEGE_MUTATIONS)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_every_workflow_file_keeps_least_privilege(path: Path) -> None:
+    assert rules.problems(path.read_text(encoding="utf-8")) == []
+
+
+def test_write_is_held_only_by_the_push_job_and_the_comment_bot() -> None:
+    writers = {
+        (str(doc.get("name")), name): rules.written_scopes(
+            job.get("permissions", doc.get("permissions")))
+        for doc in map(load, FILES) for name, job in rules.jobs(doc).items()
+    }
+    assert {k: v for k, v in writers.items() if v} == {
+        ("history", "push"): {"contents"}, ("bench-comment", "comment"): {"pull-requests"},
+    }
+    # The one exemption from "installs nothing": the bot, for pull-requests only.
+    exempt = dict(rules.INSTALLING_WRITERS)
+    assert exempt == {("bench-comment", "comment"): {"pull-requests"}}
+
+
+@pytest.mark.parametrize(("path", "mutation"), PRIVILEGE_CASES)
+def test_a_least_privilege_mutation_is_caught(path: Path, mutation: str) -> None:
+    rule, expected, mutate = PRIVILEGE_MUTATIONS[mutation]
+    doc = load(path)
+    assert rule(doc) == []
+    assert mutate(doc)
+    problems = rule(doc)
+    assert any(expected in p for p in problems), problems
+
+
+PINNED_FILES = [p for p in FILES if rules.pins(p.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize(
+    "replacement", ["", "  # latest", " # 4.2.2", " # v4 and more"], ids=repr
+)
+@pytest.mark.parametrize("path", PINNED_FILES, ids=lambda p: p.name)
+def test_a_pin_without_its_tag_in_a_comment_is_caught(path: Path, replacement: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert rules.pins_without_a_tag(text) == []
+    mutated, count = re.subn(r"(uses:\s*\S+@[0-9a-f]{40})\s+#[^\n]*", rf"\g<1>{replacement}",
+                             text, count=1)
+    assert count == 1
+    problems = rules.pins_without_a_tag(mutated)
+    assert len(problems) == 1 and "pinned without `# vX.Y.Z`" in problems[0], problems
+
+
+def _pins_across(texts: list[str]) -> dict[str, set[tuple[str, str]]]:
+    found: dict[str, set[tuple[str, str]]] = {}
+    for text in texts:
+        for action, pinned in rules.pins(text).items():
+            found.setdefault(action, set()).update(pinned)
+    return found
+
+
+def test_each_action_is_pinned_at_one_commit_and_tag_everywhere() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in FILES]
+    found = _pins_across(texts)
+    assert {a for a, pinned in found.items() if len(pinned) != 1} == set()
+    assert {"actions/checkout", "actions/setup-python", "actions/upload-artifact",
+            "actions/download-artifact", "actions/cache"} <= set(found)
+    # The negative control: one file moved to another commit is seen.
+    moved = texts[0].replace("11bd71901bbe5b1630ceea73d27597364c9af683", "0" * 40, 1)
+    assert moved != texts[0]
+    assert len(_pins_across([moved, *texts[1:]])["actions/checkout"]) == 2
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if triggers(load(p)) & {"pull_request", "pull_request_target",
+                                               "workflow_run"}],
+    ids=lambda p: p.name,
+)
+def test_every_workflow_a_pull_request_reaches_keeps_pr_code_from_write_tokens(
+    path: Path,
+) -> None:
+    assert pr_code_next_to_write_token(load(path)) == []
+
+
+ACTION = """\
+name: epbench
+description: Measure an execution provider.
+runs:
+  using: composite
+  steps:
+    - uses: actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0
+      with:
+        python-version: "3.11"
+    - run: make setup
+      shell: bash
+"""
+
+
+def test_a_root_action_yml_is_checked_too(tmp_path: Path) -> None:
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "workflows" / "tests.yml").write_text(TESTS.read_text())
+    (tmp_path / "action.yml").write_text(ACTION)
+    assert workflow_files(tmp_path) == [
+        tmp_path / ".github" / "workflows" / "tests.yml", tmp_path / "action.yml",
+    ]
+    assert validate(tmp_path / "action.yml", schema="vendor.github-actions").returncode == 0
+    assert rules.problems(ACTION) == []
+    # Its steps follow the rules on pins, tags and secrets.
+    by_tag = ACTION.replace("a26af69be951a213d495a4c3e4e4022e16d87065 # v5.6.0", "v5")
+    assert rules.problems(by_tag) == [
+        "action, step 1 (actions/setup-python@v5): uses actions/setup-python@v5: "
+        "pin it by its full commit SHA, the tag in a comment",
+    ]
+    untagged = ACTION.replace(" # v5.6.0", "")
+    assert rules.problems(untagged) == [
+        "line 6: actions/setup-python pinned without `# vX.Y.Z`",
+    ]
+    leaky = ACTION.replace("run: make setup", 'run: make setup TOKEN="${{ github.token }}"')
+    assert rules.problems(leaky) == [
+        'action, step 2 (make setup TOKEN="${{ github.token }}"): '
+        "${{ github.token }} outside the step's env: (a script interpolating it can leak it)",
+    ]
