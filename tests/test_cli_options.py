@@ -53,7 +53,7 @@ def test_output_goes_to_out_in_every_command():
     assert {name: spellings[name] for name in writers} == {
         name: ["--out"] for name in
         ("run", "compare", "compare-commits", "validate", "cases build", "export",
-         "history export")}
+         "history export", "conformance")}
 
 
 def test_table_is_still_taken_as_text_and_not_listed():

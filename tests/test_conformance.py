@@ -240,3 +240,13 @@ def test_text_and_markdown_name_every_failure_per_data_set() -> None:
     assert _result().exit_code == EXIT_CASE_FAILED
     assert _result().to_dict()["by_op"]["Add"] == {
         "passed": 1, "failed": 1, "not_claimed": 0, "crashed": 0, "skipped": 0}
+
+
+def test_the_result_goes_to_out_in_the_format_asked(tmp_path) -> None:
+    out = tmp_path / "new" / "relu.json"
+    result = CliRunner().invoke(cli, ["conformance", "--arm", "engine", "--op", "Relu",
+                                      "--format", "json", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["cases"] and {c["op"] for c in doc["cases"]} == {"Relu"}
+    assert f"wrote {out}" in result.output

@@ -7,11 +7,13 @@ through the `epbench` group or on its own (as tests invoke it).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
 from epbench.core.errors import EpbenchError
+from epbench.core.results import atomic_write_text
 
 
 class UserError(click.ClickException):
@@ -38,3 +40,17 @@ class Group(click.Group):
             return super().invoke(ctx)
         except EpbenchError as exc:
             raise UserError(exc) from None
+
+
+def emit(text: str, out: str | None) -> None:
+    """A command's one document: to stdout, or to `--out FILE` (its folder created)."""
+    if out is None or out == "-":
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(out), text)
+    except OSError as exc:
+        raise EpbenchError(f"cannot write {out}: {exc.strerror or exc}; "
+                           "choose another --out") from None
+    click.echo(f"wrote {out}", err=True)

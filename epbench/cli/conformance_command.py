@@ -6,7 +6,8 @@ import json
 
 import click
 
-from epbench.cli.base import Command
+from epbench.cli.base import Command, emit
+from epbench.cli.options import format_option, out_option
 from epbench.harness.conformance import DEFAULT_CASE_TIMEOUT_S, render_markdown, render_text
 from epbench.workflows.conformance import run_conformance
 
@@ -18,14 +19,15 @@ from epbench.workflows.conformance import run_conformance
 @click.option("--op", "ops", multiple=True, metavar="OP",
               help="Only the cases testing this ONNX op (e.g. MatMul). Repeatable; "
                    "default: every op.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]),
-              default="text", show_default=True, help="How the result is printed.")
+@format_option("text", "json", "markdown")
+@out_option(directory=False, help_text="Write the result to this file instead of stdout.")
 @click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
               default=DEFAULT_CASE_TIMEOUT_S, show_default=True,
               help="Seconds one case may take before its worker is taken for hung "
                    "(the case is reported crashed); a worker's start-up counts toward "
                    "its first case.")
-def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, case_timeout: float) -> None:
+def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, out: str | None,
+                case_timeout: float) -> None:
     """Run ONNX's own node test cases through ORT with the arm's EP.
 
     \b
@@ -41,9 +43,9 @@ def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, case_timeout: flo
     """
     result = run_conformance(arm_spec, tuple(ops), case_timeout_s=case_timeout)
     if fmt == "json":
-        click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True, default=str))
+        emit(json.dumps(result.to_dict(), indent=1, sort_keys=True, default=str) + "\n", out)
     elif fmt == "markdown":
-        click.echo(render_markdown(result), nl=False)
+        emit(render_markdown(result), out)
     else:
-        click.echo(render_text(result), nl=False)
+        emit(render_text(result), out)
     raise SystemExit(result.exit_code)

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from epbench.cases.catalog import select_cases
-from epbench.cli.base import Command
+from epbench.cli.base import Command, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
     annotations_wanted,
@@ -29,8 +29,7 @@ from epbench.cli.options import (
     verdict_options,
 )
 from epbench.cli.progress import progress_for
-from epbench.core.errors import EpbenchError
-from epbench.core.results import atomic_write_text, load_results
+from epbench.core.results import load_results
 from epbench.harness.runner import defaults as run_defaults
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
@@ -52,17 +51,6 @@ def settings_from(*, floor: float, k: float, alert: float | None, confidence: fl
 
     return cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                         resamples=resamples, seed=seed, force=force)
-
-
-def _emit(text: str, out: str | None) -> None:
-    if out is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        atomic_write_text(Path(out), text)
-    except OSError as exc:
-        raise EpbenchError(f"cannot write {out}: {exc.strerror}; choose another --out") from None
-    click.echo(f"wrote {out}", err=True)
 
 
 @click.command(cls=Command)
@@ -109,7 +97,7 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     )
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": render.to_json}
-    _emit(renderers[fmt](comparison), out)
+    emit(renderers[fmt](comparison), out)
     if annotations_wanted(github_annotations):
         # GitHub reads workflow commands from both streams; JSON on stdout stays parseable.
         emit_annotations(comparison, err=fmt == "json" and out is None)
