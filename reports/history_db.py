@@ -16,7 +16,7 @@ import contextlib
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -159,7 +159,9 @@ def _postgres(scheme: str, rest: str) -> DbUrl:
     shown_user = f"{user}{':' + HIDDEN if colon else ''}@" if at else ""
     shown = (f"{scheme}://{shown_user}{hosts}{path}"
              + (f"?{'&'.join(shown_pairs)}" if qmark else ""))
-    return DbUrl(POSTGRESQL, shown, conninfo=conninfo, secrets=secrets)
+    parsed = DbUrl(POSTGRESQL, shown, conninfo=conninfo, secrets=secrets)
+    # A secret may also stand elsewhere in the URL (a database named like the password).
+    return replace(parsed, shown=parsed.scrub(shown))
 
 
 # --------------------------------------------------------------------------- backends

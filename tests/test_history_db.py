@@ -308,7 +308,24 @@ def test_history_add_on_a_full_disk_is_one_line(tiny_fs, tmp_path):
     assert invoke("history", "add", tmp_path / "results.json", "--db", db).exit_code == 0
 
 
-def test_a_full_disk_when_the_sqlite_folder_is_made_is_named(tiny_fs):
-    _fill(tiny_fs)
-    line = one_error_line(invoke("history", "list", "--db", tiny_fs / "new" / "h.sqlite"))
-    assert line.startswith(f"Error: the disk holding {tiny_fs / 'new' / 'h.sqlite'} is full")
+def test_a_full_disk_when_the_sqlite_folder_is_made_is_named(tmp_path, monkeypatch):
+    # Simulated at the OS boundary: a tmpfs gives a new folder room even when full.
+    def full(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", full)
+    db = tmp_path / "new" / "h.sqlite"
+    line = one_error_line(invoke("history", "list", "--db", db))
+    assert line.startswith(f"Error: the disk holding {db} is full ([Errno 28] No space left")
+
+
+def test_a_results_path_that_is_not_utf8_is_stored_escaped(db_url, tmp_path):
+    # A folder name of undecodable bytes is a lone surrogate in Python: before, the
+    # drivers could not encode the `source` column (a UnicodeEncodeError traceback).
+    folder = tmp_path / os.fsdecode(b"run-\xff")
+    folder.mkdir()
+    write_results(folder / "results.json", make_doc(1))
+    assert invoke("history", "add", folder / "results.json", "--db", db_url).exit_code == 0
+    with hist.HistoryStore.open(db_url) as store:
+        (run,) = store.runs()
+    assert run["source"] == str(folder / "results.json").replace("\udcff", "\\udcff")
