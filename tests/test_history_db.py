@@ -169,6 +169,21 @@ def test_an_unknown_scheme_in_epbench_db_is_a_note_and_given_is_an_error(monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_html_report_of_a_history_never_holds_the_password(pg_server, tmp_path):
+    # Before: the page's source line and the "holds no series" error showed the URL whole.
+    name = "h_" + uuid.uuid4().hex[:12]
+    pg_server.createdb(name)
+    url = pg_server.url(database=name)
+    empty = one_error_line(invoke("report", "--history", url, "--html", tmp_path / "none"))
+    assert empty.startswith(f"Error: the history at {hist.redact(url)} holds no series yet")
+    assert postgres.PASSWORD not in empty
+    write_results(tmp_path / "results.json", make_doc(1))
+    assert invoke("history", "add", tmp_path / "results.json", "--db", url).exit_code == 0
+    assert invoke("report", "--history", url, "--html", tmp_path / "page").exit_code == 0
+    page = (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
+    assert hist.redact(url) in page and postgres.PASSWORD not in page
+
+
 # --------------------------------------------------------------------------- driver errors
 
 
