@@ -41,8 +41,7 @@ HIDDEN = "***"
 _PG_DISK_FULL = "53100"
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
-_FORMS = ("postgresql://USER:PASSWORD@HOST:PORT/DB, sqlite:///PATH or a file path "
-          f"(--db or ${DB_ENV})")
+_FORMS = "postgresql://USER:PASSWORD@HOST:PORT/DB, sqlite:///PATH or a file path"
 
 
 class HistoryError(EpbenchError):
@@ -257,7 +256,7 @@ class SqliteBackend(Backend):
             ) from None
         except (UnicodeError, OverflowError) as exc:  # a value sqlite3 cannot bind
             raise HistoryError(
-                f"{self.path} cannot store a value ({one_line(exc)}); nothing was stored"
+                f"{self.path} refused a value ({one_line(exc)}); nothing was written"
             ) from None
 
     @contextlib.contextmanager
@@ -339,7 +338,7 @@ class PostgresBackend(Backend):
                 f"{self.shown} refused a write ({self._line(exc)}); nothing was stored")
         if isinstance(exc, (pg.DataError, UnicodeError)):
             return HistoryError(
-                f"{self.shown} cannot store a value ({self._line(exc)}); nothing was stored")
+                f"{self.shown} refused a value ({self._line(exc)}); nothing was written")
         if isinstance(exc, pg.OperationalError):
             return HistoryError(
                 f"lost the PostgreSQL server at {self.shown}: {self._line(exc)}; "
