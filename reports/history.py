@@ -3,7 +3,8 @@
 Backends: SQLite (stdlib `sqlite3`, the default, a file under the epbench cache
 root: DEFAULT_DB_NAME in `epbench.core.paths.cache_dir()`) and PostgreSQL for a
 team's runners (psycopg 3, `postgresql://user:password@host:port/db`). `--db URL`,
-else $EPBENCH_DB, else the default file. Both run the same SQL.
+else $EPBENCH_DB, else the default file. Both run the same SQL; the URL's parsing,
+its redaction and the backends' error lines live in `reports.history_db`.
 
 Schema changelog (bump by appending to MIGRATIONS; a database is upgraded on first
 use, under a lock, in one transaction; a newer database is refused):
@@ -27,41 +28,36 @@ times (the first run of a commit places it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
-import re
-import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epbench.core.errors import EpbenchError
 from epbench.core.model import Results, changed_counters
 from epbench.core.paths import cache_dir
 from epbench.core.results import dumps, load_results
 from epbench.reports import changepoints, stats
+from epbench.reports.history_db import (
+    DB_ENV,
+    POSTGRESQL,
+    Backend,
+    HistoryError,
+    connect,
+    parse_db_url,
+    redact,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_DB_NAME = "history.sqlite"
-DB_ENV = "EPBENCH_DB"
-# Seconds to wait for a PostgreSQL server before calling it unreachable.
-CONNECT_TIMEOUT_S = 5
-# Seconds a SQLite writer waits for another one to finish.
-SQLITE_BUSY_S = 30
-# Any constant: the advisory lock that serializes migrations between runners.
-_MIGRATION_LOCK = 7_300_511
-
-
-class HistoryError(EpbenchError):
-    """The history store cannot be opened, read or written as asked."""
 
 
 class HistoryTooOld(HistoryError):
@@ -76,21 +72,6 @@ def default_db_path() -> Path:
 def resolve_db_url(url: str | None) -> str:
     """--db, else $EPBENCH_DB, else the default SQLite file (as a plain path)."""
     return url or os.environ.get(DB_ENV) or str(default_db_path())
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
-def _is_postgres(url: str) -> bool:
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def _one_line(exc: BaseException) -> str:
-    # Drivers' messages span lines (psycopg adds a hint line); the user gets one.
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
 
 
 # --------------------------------------------------------------------------- schema
@@ -134,163 +115,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-# --------------------------------------------------------------------------- backends
-
-
-class _Backend:
-    """A connection plus what differs between SQLite and PostgreSQL."""
-
-    kind = ""
-    id_type = ""
-    float_type = ""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
-
-    def transaction(self) -> contextlib.AbstractContextManager[None]:
-        raise NotImplementedError
-
-    def lock_for_migration(self) -> None:
-        """Called first inside the migration transaction."""
-
-    def table_exists(self, name: str) -> bool:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class _SqliteBackend(_Backend):
-    kind = "sqlite"
-    id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
-    float_type = "REAL"
-
-    def __init__(self, url: str) -> None:
-        # sqlite:///abs/path, sqlite:relative/path, or a plain path.
-        if url.startswith("sqlite://"):
-            url = url.removeprefix("sqlite://")
-        self.path = Path(url.removeprefix("sqlite:"))
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE), so a
-            # second writer waits for the first instead of failing at COMMIT.
-            self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=SQLITE_BUSY_S)
-            self.conn.execute("PRAGMA foreign_keys = ON")
-        except (OSError, sqlite3.Error) as exc:
-            raise HistoryError(
-                f"cannot open the history database {self.path}: {_one_line(exc)}; "
-                f"pass another --db or set {DB_ENV}"
-            ) from None
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            return self.conn.execute(sql, tuple(params)).fetchall()
-        except sqlite3.IntegrityError as exc:
-            raise HistoryError(
-                f"{self.path} refused a write ({_one_line(exc)}); nothing was stored"
-            ) from None
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc):
-                raise HistoryError(
-                    f"{self.path} stayed locked by another writer for {SQLITE_BUSY_S} s; "
-                    "run the command again when it is done"
-                ) from None
-            raise HistoryError(
-                f"{self.path} is not a usable history database ({_one_line(exc)}); "
-                f"pass another --db or move the file away"
-            ) from None
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(
-                f"{self.path} is not a usable history database ({_one_line(exc)}); "
-                f"pass another --db or move the file away"
-            ) from None
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        self.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.execute("COMMIT")
-
-    def table_exists(self, name: str) -> bool:
-        return bool(self.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _PostgresBackend(_Backend):
-    kind = "postgresql"
-    id_type = "BIGSERIAL PRIMARY KEY"
-    float_type = "DOUBLE PRECISION"
-
-    def __init__(self, url: str) -> None:
-        try:
-            import psycopg
-        except ImportError:
-            raise HistoryError(
-                "a postgresql:// history needs psycopg 3; install it with "
-                "`pip install 'epbench[postgres]'`"
-            ) from None
-        self._psycopg = psycopg
-        self.url = shown = redact(url)
-        try:
-            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except psycopg.OperationalError as exc:
-            text = str(exc)
-            if "password authentication failed" in text or "no password supplied" in text:
-                raise HistoryError(
-                    f"PostgreSQL at {shown} refused the password: {_one_line(exc)}; "
-                    "check the user and password in --db or $EPBENCH_DB"
-                ) from None
-            if re.search(r'database "[^"]+" does not exist', text):
-                raise HistoryError(
-                    f"PostgreSQL at {shown}: {_one_line(exc)}; create it with `createdb`"
-                ) from None
-            raise HistoryError(
-                f"cannot reach the PostgreSQL server at {shown}: {_one_line(exc)}; "
-                "check that it is running and that host and port in --db are right"
-            ) from None
-        except psycopg.Error as exc:
-            raise HistoryError(
-                f"cannot connect to {shown}: {_one_line(exc)}; check --db or $EPBENCH_DB"
-            ) from None
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            cur = self.conn.execute(sql.replace("?", "%s"), tuple(params))
-        except self._psycopg.IntegrityError as exc:
-            raise HistoryError(
-                f"{self.url} refused a write ({_one_line(exc)}); nothing was stored"
-            ) from None
-        except self._psycopg.OperationalError as exc:
-            raise HistoryError(
-                f"lost the PostgreSQL server at {self.url}: {_one_line(exc)}; "
-                "check the server and run the command again (nothing half-written is kept)"
-            ) from None
-        return cur.fetchall() if cur.description is not None else []
-
-    @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        with self.conn.transaction():
-            yield
-
-    def lock_for_migration(self) -> None:
-        # Two runners opening a new database at once: one migrates, the other waits
-        # and then finds the tables made.
-        self.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
-
-    def table_exists(self, name: str) -> bool:
-        return self.execute("SELECT to_regclass(?)", (name,))[0][0] is not None
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 # --------------------------------------------------------------------------- run records
@@ -401,12 +225,14 @@ def run_record(doc: Results, *, source: str, commit: str | None = None,
                 instructions=stats.finite(float(instructions)) if isinstance(
                     instructions, (int, float)) else None,
             ))
-    return RunRecord(
+    record = RunRecord(
         run_key=run_key(doc), commit=str(commit), branch=branch, created=str(created),
         machine=str(machine), machine_class=machine_class,
         epbench_version=_epbench_version(doc), results_schema=str(doc.schema),
         points=points,
     )
+    _check_text(record, source)  # here too: `history import` checks every file before adding
+    return record
 
 
 @dataclass(frozen=True)
@@ -424,9 +250,9 @@ class AddResult:
 class HistoryStore:
     """One history database; open with `HistoryStore.open(url)`, close when done."""
 
-    def __init__(self, backend: _Backend, url: str) -> None:
+    def __init__(self, backend: Backend) -> None:
         self._db = backend
-        self.url = redact(url)
+        self.url = backend.shown  # never the password
         self.kind = backend.kind
 
     @classmethod
@@ -435,10 +261,8 @@ class HistoryStore:
 
         `migrate=False` connects only; `open_for_reading` is the checked form of that.
         """
-        url = resolve_db_url(url)
-        backend: _Backend = (_PostgresBackend(url) if _is_postgres(url)
-                             else _SqliteBackend(url))
-        store = cls(backend, url)
+        backend = connect(parse_db_url(resolve_db_url(url)))
+        store = cls(backend)
         try:
             if migrate:
                 store._migrate()
@@ -520,6 +344,9 @@ class HistoryStore:
 
     def add(self, record: RunRecord, *, source: str | None = None) -> AddResult:
         """Store one run, all of it or nothing; a run already stored is not stored again."""
+        _check_text(record, source)
+        if source is not None:  # a path's undecodable bytes (lone surrogates), as escapes
+            source = source.encode("utf-8", "backslashreplace").decode("utf-8")
         with self._db.transaction():
             rows = self._db.execute(
                 "INSERT INTO runs (run_key, commit_sha, branch, created, added, machine, "
@@ -593,6 +420,33 @@ class HistoryStore:
                 "instructions": instructions, "run_id": int(run_id),
             })
         return out
+
+
+# Characters no stored name may hold: control characters (PostgreSQL refuses NUL in
+# text; a newline or an escape would break the one-line listings) and lone surrogates
+# (neither driver can encode them).
+_UNSTORABLE = ("Cc", "Cs")
+# The most of a refused name a message quotes.
+_QUOTE_CHARS = 60
+
+
+def _check_text(record: RunRecord, source: str | None) -> None:
+    """Refuse, in one line, a run whose names the history cannot store or show."""
+    fields: list[tuple[str, str | None]] = [
+        ("commit", record.commit), ("branch", record.branch), ("created", record.created),
+        ("machine", record.machine), ("machine class", record.machine_class),
+        ("epbench version", record.epbench_version), ("schema", record.results_schema)]
+    for p in record.points:
+        fields += [("case name", p.case), ("arm", p.arm), ("status", p.status)]
+    for what, value in fields:
+        bad = next((c for c in value or "" if unicodedata.category(c) in _UNSTORABLE), None)
+        if bad is not None:
+            shown = ascii(value[:_QUOTE_CHARS]) + ("..." if len(value) > _QUOTE_CHARS else "")
+            raise HistoryError(
+                f"{source or 'the run'}: the {what} {shown} holds the character U+{ord(bad):04X}, "
+                "which the history cannot store (no control characters); correct it in the "
+                "results file (or --commit/--branch/--machine-class) and add the run again"
+            )
 
 
 def _now() -> str:
@@ -927,9 +781,11 @@ def existing_db_url(url: str) -> str:
     Opening a SQLite path creates the file; a command that only reads the history
     (`compare-commits --history`) must not leave an empty database behind a typo.
     """
-    if _is_postgres(url):
+    parsed = parse_db_url(url)
+    if parsed.kind == POSTGRESQL:
         return url
-    path = Path(url.removeprefix("sqlite://").removeprefix("sqlite:"))
+    path = parsed.path
+    assert path is not None
     if not path.is_file():
         raise HistoryError(
             f"no history database at {path}; pass the file `epbench history add` wrote "

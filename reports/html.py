@@ -382,7 +382,7 @@ def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePo
                        for f in found.findings]
             out.append((series, changes))
     if not out:
-        raise ReportError(f"the history at {db!r} holds no series yet; add runs with "
+        raise ReportError(f"the history at {history.redact(db)} holds no series yet; add runs with "
                           "`epbench history add RESULTS.json`")
     return out
 
@@ -458,7 +458,7 @@ def write_history_report(db: str, out_dir: str | Path) -> Path:
     """`epbench report --history DB --html OUT`: the history store's series as a page."""
     entries = load_history(db)
     make_out_dir(out_dir)
-    return write_page(render_html(history=entries, source=db), out_dir)
+    return write_page(render_html(history=entries, source=history.redact(db)), out_dir)
 
 
 def environment() -> Any:

@@ -31,7 +31,8 @@ SHORT_SHA = 7
 def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--db", "db_url", metavar="URL", default=None,
-        help=f"History database: a SQLite path, or postgresql://user:password@host/db "
+        help=f"History database: a SQLite path (or sqlite:///PATH), or "
+             f"postgresql://user:password@host/db (postgres://, postgresql+psycopg://) "
              f"[default: ${hist.DB_ENV}, else <epbench cache>/{hist.DEFAULT_DB_NAME}].",
     )(f)
 
