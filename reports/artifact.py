@@ -358,6 +358,7 @@ def comment_from_artifact(
     api_url: str = DEFAULT_API_URL,
     artifact_hint: str | None = None,
     token_source: str = "GITHUB_TOKEN",
+    bot_login: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[int, UpsertResult]:
     """Read the artifact, render the comment, and upsert it on the PR GitHub confirms.
@@ -370,6 +371,6 @@ def comment_from_artifact(
     body = comment_body(artifact.comparison, artifact_hint)
     result = upsert_sticky_comment(
         repo, artifact.pr_number, body, token, api_url, artifact_hint=artifact_hint,
-        token_source=token_source, expect_head_sha=run_head_sha, log=log,
+        token_source=token_source, expect_head_sha=run_head_sha, bot_login=bot_login, log=log,
     )
     return artifact.pr_number, result
