@@ -146,7 +146,9 @@ def _closers(text: str) -> str:
     for line in text.splitlines():
         if line.lstrip(" ").startswith("```"):
             in_fence = not in_fence
-    open_details = max(0, text.count("<details") - text.count("</details>"))
+    # A <details> inside a code span (artifact text, shown inert) is no block to close.
+    tags = re.sub(r"`[^`\n]*`", "", text)
+    open_details = max(0, tags.count("<details") - tags.count("</details>"))
     return ("\n```" if in_fence else "") + "\n</details>" * open_details
 
 

@@ -359,6 +359,14 @@ def test_fit_closes_an_open_fence_and_details_and_keeps_a_late_marker() -> None:
     assert "The full report is the `bench-out` artifact." in text
 
 
+def test_fit_closes_only_real_details_not_text_in_code_spans() -> None:
+    # Inert artifact text may hold "<details>": a cut must not add closers for it.
+    row = "- `<details><details><summary>x`\n"
+    text, trimmed = fit_comment_body("<details>\n\n" + row * 200, limit=1000)
+    head = text.split("\n\n---\n**Trimmed:**")[0]
+    assert trimmed and head.count("</details>") == 1 and head.endswith("`\n</details>")
+
+
 def test_fit_leaves_a_small_body_alone_but_adds_the_marker() -> None:
     assert fit_comment_body("hi") == (f"{STICKY_MARKER}\nhi", False)
     assert fit_comment_body(f"a\n{STICKY_MARKER}") == (f"a\n{STICKY_MARKER}", False)
