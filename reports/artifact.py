@@ -9,14 +9,19 @@ before any request to GitHub:
 - an entry that is not a plain file or folder (a symlink, a device, a pipe), or, in
   a zip, a member name that leaves the artifact (`../x`, `/etc/x`, `C:x`, `a\\b`);
 - more than MAX_ENTRIES entries, or a file it reads that is larger than its limit;
-- a compare.json that is not strict JSON (NaN, Infinity, a key twice, nesting too
-  deep) or that does not match reports/comparison.schema.json;
+- a compare.json that is not strict JSON (a key twice, nesting too deep), that
+  holds a number that is not finite (NaN, Infinity, or one too large for a float,
+  such as 1e400), each named by the key that holds it, or that does not match
+  reports/comparison.schema.json, which lists every key (an unknown one is refused)
+  and bounds every string;
 - any string, value or key, that could open or close an HTML comment (`<!--`, `-->`,
   `--!>`): it would end the hidden sticky marker early, or hide what follows it;
   or that holds a control or format character other than newline and tab (a bidi
   override can make a line read other than it is);
 - a pull-request.json that does not hold one positive PR number.
 
+What it returns is only data: the comment renders every string of it through
+reports.render.inert (one code span each), so none can mention, link or break out.
 The PR number it returns is a claim: `comment_from_artifact` posts only after GitHub
 confirms that this PR's head commit is the commit the bench run measured.
 """
@@ -24,6 +29,7 @@ confirms that this PR's head commit is the commit the bench run measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -213,9 +219,30 @@ def _read_files(path: Path, names: tuple[str, ...]) -> tuple[str, dict[str, byte
 # -- decoding and validating -------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _NotFinite:
+    """A number as written in the file that is not a finite float, kept to be named."""
+
+    token: str
+
+
+def _float(token: str) -> float | _NotFinite:
+    value = float(token)
+    return value if math.isfinite(value) else _NotFinite(token)  # 1e400 is inf
+
+
+def _int(token: str) -> int | _NotFinite:
+    value = int(token)
+    try:
+        float(value)  # every number is formatted as a float somewhere
+    except OverflowError:
+        return _NotFinite(token)
+    return value
+
+
 def _strict_json(data: bytes, name: str, source: str) -> Any:
     def no_constant(token: str) -> Any:
-        raise ValueError(f"{token} is not JSON")
+        return _NotFinite(token)  # NaN, Infinity, -Infinity: named with their key later
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         doc = dict(pairs)
@@ -225,7 +252,7 @@ def _strict_json(data: bytes, name: str, source: str) -> Any:
 
     try:
         doc = json.loads(data.decode("utf-8"), parse_constant=no_constant,
-                         object_pairs_hook=no_duplicates)
+                         parse_float=_float, parse_int=_int, object_pairs_hook=no_duplicates)
     except UnicodeDecodeError:
         raise _refuse(source, f"{name} is not UTF-8") from None
     except RecursionError:
@@ -235,11 +262,12 @@ def _strict_json(data: bytes, name: str, source: str) -> Any:
     return doc
 
 
-def _walk_strings(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, str]]:
-    """(location, string) for every string in a decoded document, keys included."""
+def _walk_strings(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """(location, value) for every string, key included, and every number that is not
+    finite, in a decoded document."""
     if depth > MAX_DEPTH:
         raise ValueError(f"{where or 'the document'} is nested more than {MAX_DEPTH} levels")
-    if isinstance(value, str):
+    if isinstance(value, (str, _NotFinite)):
         yield where, value
     elif isinstance(value, dict):
         for key, item in value.items():
@@ -261,12 +289,16 @@ def _string_problem(text: str) -> str | None:
 
 
 def check_strings(doc: Any, name: str, source: str) -> None:
-    """Refuse a document with a string that could break out of the comment's markup."""
+    """Refuse a document with a number that is not finite, or a string that could break
+    out of the comment's markup."""
     try:
         strings = list(_walk_strings(doc, ""))
     except ValueError as exc:
         raise _refuse(source, f"{name}: {exc}") from None
     for where, text in strings:
+        if isinstance(text, _NotFinite):
+            raise _refuse(source, f"{name} at {_shown(where or 'the top level')} holds "
+                                  f"{_shown(text.token)}, which is not a finite number")
         problem = _string_problem(text)
         if problem is not None:
             raise _refuse(source, f"{name} at {_shown(where)} {problem}")
@@ -302,6 +334,7 @@ def read_artifact(path: str | Path) -> Artifact:
             raise _refuse(source, f"no {name} in it (did the bench run get to a verdict? see "
                                   "its log)")
     pr_doc = _strict_json(files[PR_FILE] or b"", PR_FILE, source)
+    check_strings(pr_doc, PR_FILE, source)
     _validate(pr_doc, _PR_SCHEMA, PR_FILE, source, 'its schema {"number": N > 0}')
     comparison = _strict_json(files[COMPARE_FILE] or b"", COMPARE_FILE, source)
     # Strings first: a schema message quotes the offending value, which is attacker text.
@@ -358,6 +391,7 @@ def comment_from_artifact(
     api_url: str = DEFAULT_API_URL,
     artifact_hint: str | None = None,
     token_source: str = "GITHUB_TOKEN",
+    bot_login: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> tuple[int, UpsertResult]:
     """Read the artifact, render the comment, and upsert it on the PR GitHub confirms.
@@ -370,6 +404,6 @@ def comment_from_artifact(
     body = comment_body(artifact.comparison, artifact_hint)
     result = upsert_sticky_comment(
         repo, artifact.pr_number, body, token, api_url, artifact_hint=artifact_hint,
-        token_source=token_source, expect_head_sha=run_head_sha, log=log,
+        token_source=token_source, expect_head_sha=run_head_sha, bot_login=bot_login, log=log,
     )
     return artifact.pr_number, result

@@ -1,11 +1,17 @@
 """The pull-request bot's client: keep one sticky comment up to date on a PR.
 
 `upsert_sticky_comment` finds the comment that carries `STICKY_MARKER` (an HTML
-comment, invisible once rendered) by walking every page of the PR's issue
-comments, then PATCHes it, or POSTs a new one when there is none. Only the
-standard library is used (urllib.request), so the bot adds no dependency.
+comment, invisible once rendered) AND was written by the token's own identity, by
+walking every page of the PR's issue comments, then PATCHes it, or POSTs a new one
+when there is none. Only the standard library is used (urllib.request), so the bot
+adds no dependency.
 
 Safety rules this module keeps:
+- only the bot's own comment is ever edited: anyone may paste the marker into a
+  comment of theirs, so a marked comment counts only if its `user.login` is the
+  token's identity (`bot_login`, or `GET /user`; an installation token such as
+  GITHUB_TOKEN cannot call that and is `github-actions[bot]`); a marker in anyone
+  else's comment is ignored and a new comment is posted;
 - the token travels only in the `Authorization` header, added as an
   "unredirected" header, and redirects are never followed (a 3xx is an error),
   so it is never sent anywhere but `api_url`; pagination links to another host
@@ -56,6 +62,12 @@ _REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 # A git commit id: SHA-1 (40 hex digits) or SHA-256 (64).
 _SHA_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+# Who writes a comment with a workflow's GITHUB_TOKEN. An installation token (this one,
+# or a GitHub App's) cannot call GET /user, so it cannot tell; an App's is SLUG[bot].
+ACTIONS_BOT_LOGIN = "github-actions[bot]"
+# A login as GitHub spells them: a user's (letters, digits, hyphens; `_` on Enterprise)
+# or an App's bot ("name[bot]"). Brackets are never in a user's login, so no user can be a bot.
+_LOGIN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}(?:\[bot\])?$")
 
 
 class GitHubError(EpbenchError):
@@ -134,7 +146,9 @@ def _closers(text: str) -> str:
     for line in text.splitlines():
         if line.lstrip(" ").startswith("```"):
             in_fence = not in_fence
-    open_details = max(0, text.count("<details") - text.count("</details>"))
+    # A <details> inside a code span (artifact text, shown inert) is no block to close.
+    tags = re.sub(r"`[^`\n]*`", "", text)
+    open_details = max(0, tags.count("<details") - tags.count("</details>"))
     return ("\n```" if in_fence else "") + "\n</details>" * open_details
 
 
@@ -388,8 +402,10 @@ class GitHubClient:
         *,
         what: str,
         idempotent: bool = True,
+        answers: tuple[int, ...] = (),
     ) -> HttpResponse:
-        """Send with bounded retries; a 2xx response or a GitHubError.
+        """Send with bounded retries; a 2xx response, one whose status is in `answers`
+        (an answer the caller reads, not a failure), or a GitHubError.
 
         `idempotent=False` (POST): a 5xx or a network error raises
         _AmbiguousWrite instead of re-sending, since it may have been applied.
@@ -425,6 +441,8 @@ class GitHubClient:
                             f"than the {policy.max_wait_s:.0f} s this command waits: run it "
                             "again later"
                         )
+                elif resp.status in answers:
+                    return resp
                 elif resp.status >= 500:
                     problem = f"GitHub answered {resp.status} {_github_message(resp)}".rstrip()
                     remedy = "check https://www.githubstatus.com and run the command again"
@@ -450,9 +468,40 @@ class GitHubClient:
     def _comments_url(self, repo: str, pr: int) -> str:
         return f"{self.api_url}/repos/{repo}/issues/{pr}/comments"
 
-    def find_comment(self, repo: str, pr: int, marker: str) -> dict[str, Any] | None:
-        """The oldest comment on the PR whose body contains `marker`, following pagination."""
+    def token_login(self) -> str:
+        """The login that comments made with this token are written by.
+
+        GET /user names a user's token; an installation token (GITHUB_TOKEN, or a
+        GitHub App's) is refused there with 403, and is taken to be GitHub Actions'
+        bot: an App's token needs --bot-login SLUG[bot] (else its own comment is not
+        recognised, and a new one is posted each time: never someone else's edited).
+        """
+        url = f"{self.api_url}/user"
+        resp = self.request("GET", url, what="the token's own user", answers=(403,))
+        if resp.status == 403:
+            self._say(
+                f"${self.token_source} is an installation token (GET /user: 403), so it "
+                f"comments as {ACTIONS_BOT_LOGIN}; a GitHub App's token needs --bot-login "
+                "SLUG[bot]"
+            )
+            return ACTIONS_BOT_LOGIN
+        doc = resp.json()
+        login = doc.get("login") if isinstance(doc, dict) else None
+        if not isinstance(login, str) or not _LOGIN_RE.match(login):
+            raise self._error(
+                f"GitHub answered GET {self._path(url)} without a login: check --api-url "
+                "points at the REST API, or pass --bot-login"
+            )
+        return login
+
+    def find_comment(
+        self, repo: str, pr: int, marker: str, author: str | Callable[[], str]
+    ) -> dict[str, Any] | None:
+        """The oldest comment on the PR whose body contains `marker` and whose author is
+        `author` (a login, or a function asked once, only when a marked comment turns
+        up), following pagination. A marked comment by anyone else is ignored."""
         what = f"pull request #{pr} in {repo}"
+        login: str | None = author if isinstance(author, str) else None
         url: str | None = f"{self._comments_url(repo, pr)}?per_page={PER_PAGE}"
         for _page in range(MAX_PAGES):
             if url is None:
@@ -465,8 +514,16 @@ class GitHubClient:
                     "of comments: check --api-url points at the REST API"
                 )
             for comment in comments:
-                if isinstance(comment, dict) and marker in (comment.get("body") or ""):
+                if not (isinstance(comment, dict) and marker in (comment.get("body") or "")):
+                    continue
+                if login is None:
+                    login = author() if callable(author) else author
+                if _written_by(comment, login):
                     return comment
+                self._say(
+                    f"comment {comment.get('id')} on {what} carries the epbench marker but "
+                    f"was not written by {login}: leaving it alone"
+                )
             url = parse_link_header(resp.headers.get("link")).get("next")
         raise self._error(
             f"more than {MAX_PAGES} pages of comments on {what}: GitHub's pagination did not "
@@ -506,6 +563,18 @@ class GitHubClient:
         return resp.json()
 
 
+def _written_by(comment: Mapping[str, Any], login: str) -> bool:
+    """Is `comment` (a REST issue comment) written by `login`? GitHub logins are
+    case-insensitive; a bot login ("x[bot]") must also be a Bot account."""
+    user = comment.get("user")
+    if not isinstance(user, Mapping):
+        return False
+    author = user.get("login")
+    if not isinstance(author, str) or author.lower() != login.lower():
+        return False
+    return not login.endswith("[bot]") or user.get("type") == "Bot"
+
+
 def upsert_sticky_comment(
     repo: str,
     pr: int,
@@ -517,12 +586,16 @@ def upsert_sticky_comment(
     artifact_hint: str | None = None,
     token_source: str = "GITHUB_TOKEN",
     expect_head_sha: str | None = None,
+    bot_login: str | None = None,
     retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
     sleep: Callable[[float], None] | None = None,
     now: Callable[[], float] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> UpsertResult:
-    """Create or update the one comment on `repo`#`pr` that carries `marker`.
+    """Create or update the one comment on `repo`#`pr` that carries `marker` and was
+    written by the token's identity: `bot_login` when given, else GitHubClient.token_login
+    (asked only when a marked comment is found). A marked comment by anyone else is
+    left alone, and a new comment is posted.
 
     The body is fitted to GitHub's limit first (see fit_comment_body). With
     `expect_head_sha`, `pr` is only a claim: the comment is written only if GitHub
@@ -534,6 +607,11 @@ def upsert_sticky_comment(
         raise GitHubError(f"--repo {repo!r} is not OWNER/NAME: pass e.g. --repo octo/widgets")
     if pr < 1:
         raise GitHubError(f"--pr {pr} is not a pull request number: pass the PR's number, e.g. 42")
+    if bot_login is not None and not _LOGIN_RE.match(bot_login):
+        raise GitHubError(
+            f"--bot-login {bot_login[:80]!r} is not a GitHub login: pass the account the "
+            "token comments as, e.g. github-actions[bot] or my-app[bot]"
+        )
     if expect_head_sha is not None and not _SHA_RE.match(expect_head_sha):
         raise GitHubError(
             f"--run-head-sha {expect_head_sha[:80]!r} is not a full commit sha: pass the "
@@ -557,9 +635,16 @@ def upsert_sticky_comment(
             f"the comment is longer than GitHub's {COMMENT_LIMIT}-character limit: trimmed it "
             "and pointed at the full report"
         )
+    identity: list[str] = [bot_login] if bot_login else []
+
+    def author() -> str:
+        if not identity:  # asked once per upsert, however often the comments are listed
+            identity.append(client.token_login())
+        return identity[0]
+
     last_problem = ""
     for attempt in range(1, retry.attempts + 1):
-        existing = client.find_comment(repo, pr, marker)
+        existing = client.find_comment(repo, pr, marker, author)
         if existing is not None:
             comment_id = int(existing["id"])
             if existing.get("body") == text:

@@ -4,6 +4,11 @@ Templates live in reports/templates/*.j2; this module only supplies the
 environment and the number formats, so wording changes are template diffs. One
 exception: the sentences about the base commit's history (base_history_lines) are
 built here once, for the markdown, terminal and HTML templates alike.
+
+Every string the PR comment takes from a comparison (a case name, a reason, a
+warning, a host value: the pull request's code may have written any of them) goes
+through `inert`, the template filter of the same name, and nothing else: a number
+goes through a number format.
 """
 
 from __future__ import annotations
@@ -106,7 +111,7 @@ def environment() -> Any:
     )
     env.filters.update(
         ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
-        count=format_count, stopped_waiting=gate_waiting_text,
+        count=format_count, stopped_waiting=gate_waiting_text, inert=inert,
     )
     return env
 
@@ -145,6 +150,26 @@ def format_ci(ci: list[float | None] | None) -> str:
     return f"[{format_pct(ci[0])}, {format_pct(ci[1])}]"
 
 
+# What could end or split a code span, or the line or table cell it sits in: a
+# backtick, a pipe (GFM splits table cells before it parses code spans) and line
+# breaks. Each becomes a look-alike that cannot.
+_INERT = str.maketrans({"`": "\u02cb", "|": "\u2502", "\n": " ", "\r": " ", "\x0b": " ",
+                        "\x0c": " ", "\x85": " ", "\u2028": " ", "\u2029": " "})
+
+
+def inert(value: Any) -> str:
+    """Text from a comparison as data in markdown: one code span on one line.
+
+    GitHub renders nothing inside a code span: no @mention, link, autolinked URL,
+    commit or issue reference, image, HTML tag, emphasis or emoji shortcode. The
+    span cannot be left (no backtick, no pipe, no line break survives), so neither
+    can the <details> block, table row or list item around it. Used for every
+    string the PR comment takes from a comparison, in a table or not.
+    """
+    text = str(value).translate(_INERT)
+    return f"`{text}`" if text else "` `"  # `` would be two literal backticks, not a span
+
+
 def md_cell(value: Any) -> str:
     """Text safe inside a markdown table cell (a '|' would end the cell)."""
     return str(value).replace("|", "\\|").replace("\n", " ")
@@ -154,10 +179,10 @@ SHORT_SHA = 7
 
 
 def base_history_lines(comparison: Mapping[str, Any],
-                       code: Callable[[str], str] = lambda s: f"`{s}`") -> list[str]:
+                       code: Callable[[str], str] = inert) -> list[str]:
     """What the history says about the base commit (compare.json's `base_history`), as
-    sentences; [] when the comparison has none. `code` marks a name or commit up
-    (backticks for markdown, <code> for HTML).
+    sentences; [] when the comparison has none. `code` marks up every string taken
+    from the comparison (`inert` for markdown, <code> for HTML, which also escapes).
 
     A change point that touches the base gives a line each; none gives one short line
     (the PR comment leaves that one out: reports.artifact.comment_body), as does a
@@ -170,7 +195,7 @@ def base_history_lines(comparison: Mapping[str, Any],
     base = code(bh["commit"][:SHORT_SHA])
     if bh.get("error"):
         return [f"Base {base} was not checked against the history, which could not be read "
-                f"after the run: {bh['error']}"]
+                f"after the run: {code(bh['error'])}"]
     unplaced = bh.get("unplaced") or 0
     unknown = (f"git does not know the commits of {unplaced} change point(s) (a shallow "
                "clone, or commits of another fork?), so it could not place the base "
@@ -179,7 +204,7 @@ def base_history_lines(comparison: Mapping[str, Any],
     for f in bh["findings"]:
         ci = ("" if f["lo"] is None or f["hi"] is None
               else f" [{format_pct(f['lo'])}, {format_pct(f['hi'])}]")
-        where = (f"{code(f['case'])}, {f['arm']}: {format_pct(f['change'])}{ci} between "
+        where = (f"{code(f['case'])}, {code(f['arm'])}: {format_pct(f['change'])}{ci} between "
                  f"{code(f['before'][:SHORT_SHA])} and {code(f['after'][:SHORT_SHA])}")
         if f["kind"] == "inside":
             lines.append(f"Base {base} sits inside a {f['direction']} change point of {where}: "

@@ -84,7 +84,13 @@ def invoke(stub: StubGitHub, artifact_path: Path, *extra: str, head: str = HEAD_
 # -- the schema and the happy path ------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [_separate, _same_run, _verdicts])
+def _twinned() -> dict[str, Any]:
+    from tests.test_comment_inert import _twin_comparison
+
+    return _twin_comparison()
+
+
+@pytest.mark.parametrize("make", [_separate, _same_run, _verdicts, _twinned])
 def test_real_comparisons_match_the_schema(make: Callable[[], dict[str, Any]]) -> None:
     import jsonschema
 
@@ -243,7 +249,8 @@ FOLDER_REFUSALS = {
     "no compare.json": (_no_file(COMPARE_FILE), "no compare.json in it"),
     "no pull-request.json": (_no_file(PR_FILE), "no pull-request.json in it"),
     "not JSON": (_as_text("{not json"), "compare.json is not valid JSON"),
-    "NaN": (_as_text('{"schema": NaN}'), "NaN is not JSON"),
+    "NaN": (_as_text('{"schema": NaN}'), "compare.json at 'schema' holds 'NaN', which is not a "
+            "finite number"),
     "a key twice": (_as_text('{"a": 1, "a": 2}'), "a key appears twice"),
     "nested too deep": (_as_text("[" * 100000 + "]" * 100000), "nested"),
     "not UTF-8": (_as_bytes(b'{"schema": "\xff"}'), "compare.json is not UTF-8"),

@@ -235,7 +235,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert result.comparison["warnings"][-1] == warning and result.notes == []
     written = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     assert written["warnings"][-1] == warning
-    assert f"> - **Warning:** {warning}" in (out / "report.md").read_text(encoding="utf-8")
+    report_md = (out / "report.md").read_text(encoding="utf-8")
+    assert f"> - **Warning:** {render.inert(warning)}" in report_md
     assert str(html_escape(warning)) in (out / "report.html").read_text(
         encoding="utf-8")
     assert f"warning: {warning}" in render.render_terminal(result.comparison)

@@ -237,7 +237,7 @@ def test_compare_commits_says_the_base_sits_inside_a_change_point_in_every_repor
     assert doc["base_history"]["commit"] == shas[STEP_AT]
     assert [f["kind"] for f in doc["base_history"]["findings"]] == ["inside"]
     sentence = (f"Base `{shas[STEP_AT][:7]}` sits inside a regression change point of `{CASE}`, "
-                f"engine: +")
+                f"`engine`: +")
     between = f"between `{shas[STEP_AT - 1][:7]}` and `{shas[STEP_AT + 1][:7]}`"
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "### Base commit in the history" in md and sentence in md and between in md

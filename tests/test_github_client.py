@@ -74,8 +74,11 @@ def test_updates_the_marked_comment_in_place(stub: StubGitHub) -> None:
     old = stub.add_comment(f"{STICKY_MARKER}\nold numbers")
     stub.add_comment("a reply")
     result = upsert(stub, f"{STICKY_MARKER}\nnew numbers")
-    assert stub.methods() == ["GET", "PATCH"]
-    assert stub.requests[1].path == f"/repos/{REPO}/issues/comments/{old['id']}"
+    # A marked comment turned up: who the token is gets asked (once), then it is edited.
+    assert [(r.method, r.path) for r in stub.requests] == [
+        ("GET", f"/repos/{REPO}/issues/{PR}/comments"), ("GET", "/user"),
+        ("PATCH", f"/repos/{REPO}/issues/comments/{old['id']}"),
+    ]
     assert result.action == "updated" and result.comment_id == old["id"]
     assert len(stub.comments) == 3
     assert old["body"] == f"{STICKY_MARKER}\nnew numbers"
@@ -84,7 +87,7 @@ def test_updates_the_marked_comment_in_place(stub: StubGitHub) -> None:
 def test_identical_body_is_left_alone(stub: StubGitHub) -> None:
     stub.add_comment(f"{STICKY_MARKER}\nsame")
     result = upsert(stub, f"{STICKY_MARKER}\nsame")
-    assert stub.methods() == ["GET"]
+    assert stub.methods() == ["GET", "GET"]  # the comments, and who the token is
     assert result.action == "unchanged"
 
 
@@ -94,7 +97,7 @@ def test_finds_the_marker_on_the_second_page(stub: StubGitHub) -> None:
     target = stub.comments[120]
     target["body"] = f"{STICKY_MARKER}\nold"
     result = upsert(stub, "fresh")
-    assert stub.methods() == ["GET", "GET", "PATCH"]
+    assert stub.methods() == ["GET", "GET", "GET", "PATCH"]  # two pages, and GET /user
     assert [r.query.get("page") for r in stub.requests[:2]] == [None, ["2"]]
     assert result.comment_id == target["id"]
     assert len(stub.comments) == 150  # no duplicate
@@ -143,7 +146,7 @@ def test_persistent_5xx_gives_up_after_the_bounded_attempts(stub: StubGitHub) ->
 def test_a_post_that_failed_but_landed_is_not_posted_twice(stub: StubGitHub) -> None:
     stub.faults.append(Fault("POST", 502, body={"message": "Server Error"}, apply=True))
     result = upsert(stub, "hello")
-    assert stub.methods() == ["GET", "POST", "GET"]
+    assert stub.methods() == ["GET", "POST", "GET", "GET"]  # ..., the comments, GET /user
     assert len(stub.comments) == 1
     assert result.action == "unchanged" and result.comment_id == stub.comments[0]["id"]
 
@@ -186,7 +189,7 @@ def test_rate_limit_reset_is_honoured_when_none_remain(stub: StubGitHub) -> None
     sleep = FakeSleep()
     result = upsert(stub, sleep=sleep, now=lambda: 1000000.0)
     assert sleep.waits == [30.0]
-    assert stub.methods() == ["GET", "PATCH", "PATCH"]
+    assert stub.methods() == ["GET", "GET", "PATCH", "PATCH"]
     assert result.action == "updated"
 
 
@@ -356,6 +359,14 @@ def test_fit_closes_an_open_fence_and_details_and_keeps_a_late_marker() -> None:
     assert "The full report is the `bench-out` artifact." in text
 
 
+def test_fit_closes_only_real_details_not_text_in_code_spans() -> None:
+    # Inert artifact text may hold "<details>": a cut must not add closers for it.
+    row = "- `<details><details><summary>x`\n"
+    text, trimmed = fit_comment_body("<details>\n\n" + row * 200, limit=1000)
+    head = text.split("\n\n---\n**Trimmed:**")[0]
+    assert trimmed and head.count("</details>") == 1 and head.endswith("`\n</details>")
+
+
 def test_fit_leaves_a_small_body_alone_but_adds_the_marker() -> None:
     assert fit_comment_body("hi") == (f"{STICKY_MARKER}\nhi", False)
     assert fit_comment_body(f"a\n{STICKY_MARKER}") == (f"a\n{STICKY_MARKER}", False)
@@ -386,7 +397,10 @@ def test_command_creates_then_updates(stub: StubGitHub, tmp_path) -> None:
     body.write_text("## Benchmarks v2\n", encoding="utf-8")
     second = run_comment(args + ["--repo", REPO, "--token-env", "BOT_TOKEN"], {"BOT_TOKEN": TOKEN})
     assert second.exit_code == 0, second.output
-    assert second.output.startswith("updated the epbench comment")
+    assert second.stdout.startswith("updated the epbench comment")
+    assert second.stderr == ("$BOT_TOKEN is an installation token (GET /user: 403), so it "
+                             "comments as github-actions[bot]; a GitHub App's token needs "
+                             "--bot-login SLUG[bot]\n")
     assert len(stub.comments) == 1
     assert stub.comments[0]["body"] == f"{STICKY_MARKER}\n## Benchmarks v2\n"
     assert TOKEN not in first.output + second.output

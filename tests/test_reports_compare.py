@@ -490,7 +490,7 @@ def test_rerun_errors_reach_the_report_one_line_per_case():
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     text = render.render_terminal(result)
     assert "re-run failed: relu_d1_w8: crashed: signal 11; timed out" in text
-    assert "Re-run of `relu_d1_w8` failed: crashed: signal 11; timed out." in (
+    assert "Re-run of `relu_d1_w8` failed: `crashed: signal 11; timed out`." in (
         render.render_markdown(result))
 
 

@@ -99,6 +99,14 @@ def _read_body(path: Path) -> str:
     help="Where the full report lives; named in the note when the body must be trimmed "
     "to GitHub's comment limit.",
 )
+@click.option(
+    "--bot-login",
+    default=None,
+    metavar="LOGIN",
+    help="The account the token comments as; only a marked comment by it is edited. "
+    "Default: GET /user's login, or github-actions[bot] for an installation token "
+    "(GITHUB_TOKEN). A GitHub App's token: SLUG[bot].",
+)
 def comment(
     repo: str,
     pr_number: int | None,
@@ -108,6 +116,7 @@ def comment(
     api_url: str,
     token_env: str,
     artifact_hint: str | None,
+    bot_login: str | None,
 ) -> None:
     """Create or update the one sticky epbench comment on a pull request.
 
@@ -117,8 +126,9 @@ def comment(
       epbench comment --from-artifact bench-out --run-head-sha SHA   (the comment workflow)
 
     The comment is found by a hidden marker (following every page of the
-    PR's comments) and edited in place, so a PR carries one benchmark comment
-    however often the job runs. Retries 5xx answers and rate limits with
+    PR's comments) and its author, the token's own identity, and edited in
+    place, so a PR carries one benchmark comment however often the job runs; a
+    marker in anyone else's comment is ignored. Retries 5xx answers and rate limits with
     back-off; an oversize body is trimmed with a pointer to the full report.
     """
     token = os.environ.get(token_env, "").strip()
@@ -135,7 +145,7 @@ def comment(
             )
         pr_number, result = comment_from_artifact(
             artifact_path, repo=repo, run_head_sha=run_head_sha, token=token, api_url=api_url,
-            artifact_hint=artifact_hint, token_source=token_env, log=_log,
+            artifact_hint=artifact_hint, token_source=token_env, bot_login=bot_login, log=_log,
         )
         _report(repo, pr_number, result, f" (GitHub confirmed its head is {run_head_sha[:12]})")
         return
@@ -147,7 +157,7 @@ def comment(
         raise EpbenchError("--run-head-sha goes with --from-artifact: drop it, or pass both")
     result = upsert_sticky_comment(
         repo, pr_number, _read_body(body_path), token, api_url, artifact_hint=artifact_hint,
-        token_source=token_env, log=_log,
+        token_source=token_env, bot_login=bot_login, log=_log,
     )
     _report(repo, pr_number, result, "")
 

@@ -2,9 +2,11 @@
 
 The stub (http.server on 127.0.0.1, an OS-chosen port, in a thread) keeps one PR's
 comments, paginates them with Link headers like GitHub, answers GET of the PR itself
-(its head commit is `head_sha`), refuses requests whose shape is wrong (auth header,
-media type, API version, JSON body), and replays scripted faults (502, rate limits,
-4xx). Every request is recorded, so a test can assert that none was made.
+(its head commit is `head_sha`) and GET /user (403 for an installation token such as
+GITHUB_TOKEN, as GitHub does; the user for a user's token), writes each comment by
+the token's identity (`user.login`, `user.type`), refuses requests whose shape is
+wrong (auth header, media type, API version, JSON body), and replays scripted faults
+(502, rate limits, 4xx). Every request is recorded, so a test can assert that none was made.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ TOKEN = "ghs_SeCrEtToKeN1234567890abcdef"
 REPO = "octo/widgets"
 PR = 7
 HEAD_SHA = "c0ffee" + "0" * 34  # the PR's head commit, as the stub's GitHub has it
+BOT_LOGIN = "github-actions[bot]"  # who writes with a workflow's GITHUB_TOKEN
 
 
 @dataclass
@@ -56,12 +59,25 @@ class StubGitHub:
         self.next_id = 9000
         self.base = ""  # set once the server listens
         self.head_sha = HEAD_SHA
+        # The token's identity: an installation token (GET /user answers 403) writes as
+        # the Actions bot; set `user_token` for a user's token, which GET /user names.
+        self.login, self.user_type, self.user_token = BOT_LOGIN, "Bot", False
 
-    def add_comment(self, body: str) -> dict[str, Any]:
+    def as_user(self, login: str) -> None:
+        """Make the token a user's (a personal access token of `login`)."""
+        self.login, self.user_type, self.user_token = login, "User", True
+
+    def add_comment(
+        self, body: str, login: str | None = None, user_type: str | None = None
+    ) -> dict[str, Any]:
+        """A comment on the PR, by the token's identity unless `login` names another."""
         self.next_id += 1
+        if login is not None and user_type is None:
+            user_type = "Bot" if login.endswith("[bot]") else "User"
         item = {
             "id": self.next_id,
             "body": body,
+            "user": {"login": login or self.login, "type": user_type or self.user_type},
             "html_url": f"https://github.test/{REPO}/pull/{PR}#issuecomment-{self.next_id}",
         }
         self.comments.append(item)
@@ -134,6 +150,10 @@ class StubGitHub:
         return self._serve(rec)
 
     def _serve(self, rec: Recorded) -> tuple[int, dict[str, str], Any]:
+        if rec.method == "GET" and rec.path == "/user":
+            if not self.user_token:
+                return 403, {}, {"message": "Resource not accessible by integration"}
+            return 200, {}, {"login": self.login, "type": self.user_type}
         if rec.method == "GET" and rec.path == f"/repos/{REPO}/pulls/{PR}":
             return 200, {}, {"number": PR, "state": "open", "head": {"sha": self.head_sha}}
         list_path = f"/repos/{REPO}/issues/{PR}/comments"
@@ -157,6 +177,8 @@ class StubGitHub:
             wanted = int(rec.path[len(prefix) :])
             for item in self.comments:
                 if item["id"] == wanted:
+                    # GitHub lets a token with write access edit anyone's comment: that
+                    # is the hijack the client must avoid, so the stub allows it too.
                     item["body"] = rec.body["body"]
                     return 200, {}, item
         return 404, {}, {"message": "Not Found"}
