@@ -37,6 +37,7 @@ def test_every_format_option_offers_values_of_the_one_vocabulary():
         "gate": ["text", "json"],
         "history detect": ["text", "json", "csv"],
         "history export": ["csv", "parquet"],
+        "history list": ["text", "json", "csv"],
         "history show": ["text", "json", "csv"],
         "host": ["text", "json"],
         "overhead": ["text", "json"],
@@ -53,7 +54,19 @@ def test_output_goes_to_out_in_every_command():
     assert {name: spellings[name] for name in writers} == {
         name: ["--out"] for name in
         ("run", "compare", "compare-commits", "validate", "cases build", "export",
-         "history export", "conformance")}
+         "history export", "conformance", "history list", "history show", "summary",
+         "cases list")}
+
+
+def test_every_command_that_prints_a_document_can_write_it_to_out():
+    # gate, host and overhead read this machine as it is now; history detect's findings
+    # are its exit code's evidence: all four print for a person or a pipe.
+    live = {"gate", "host", "overhead", "history detect"}
+    formats = {name for name, command in _commands().items()
+               for p in command.params if "--format" in p.opts}
+    outs = {name for name, command in _commands().items()
+            for p in command.params if "--out" in p.opts}
+    assert formats - live <= outs
 
 
 def test_table_is_still_taken_as_text_and_not_listed():

@@ -209,3 +209,36 @@ def test_the_html_report_draws_the_stored_history(history_repo, tmp_path):
     assert page.count("<svg") >= 2
     assert "relu_d100_w8" in page and measured[0][:7] in page
     assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page
+
+
+def test_list_and_show_print_json_that_validates_against_their_schemas(history_repo, tmp_path):
+    import jsonschema
+
+    _, measured, runs = history_repo
+    db = tmp_path / "h.sqlite"
+    invoke("import", runs, "--db", db, "--branch", "main")
+    reports = Path(__file__).resolve().parent.parent / "reports"
+    schemas = {name: json.loads((reports / f"{name}.schema.json").read_text())
+               for name in ("history_list", "history_series")}
+    listed = json.loads(invoke("list", "--db", db, "--format", "json").output)
+    jsonschema.validate(listed, schemas["history_list"])
+    assert [r["commit"] for r in listed["runs"]] == measured
+    assert listed["series"] is None
+    series = json.loads(invoke("list", "--series", "--db", db, "--format", "json").output)
+    jsonschema.validate(series, schemas["history_list"])
+    assert [(s["case"], s["arm"], s["commits"]) for s in series["series"]] == [
+        ("relu_d100_w8", "engine", 20), ("relu_d10_w8", "engine", 20)]
+    out = tmp_path / "out" / "series.json"
+    assert invoke("show", "--db", db, "--case", "relu_d100_w8", "--arm", "engine",
+                  "--format", "json", "--out", out).exit_code == 0
+    shown = json.loads(out.read_text())
+    jsonschema.validate(shown, schemas["history_series"])
+    assert [p["commit"] for p in shown["points"]] == measured
+    starts = [p["commit"] for p in shown["points"] if p["change_point"] is not None]
+    assert starts == [measured[BEFORE]] == [f["after"] for f in shown["findings"]]
+    # The schemas refuse what the documents must not hold.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**listed, "extra": 1}, schemas["history_list"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**shown, "points": [{**shown["points"][0], "ratio": -1.0}]},
+                            schemas["history_series"])

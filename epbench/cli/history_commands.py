@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from epbench.cli.base import Group
+from epbench.cli.base import Group, emit
 from epbench.cli.options import case_option, format_option, out_option
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
-from epbench.reports import changepoints
+from epbench.reports import changepoints, history_json
 from epbench.reports import history as hist
 
 FORMATS = ("text", "json", "csv")
@@ -110,23 +110,32 @@ def import_(directory: str, branch: str | None, machine_class: str | None,
 
 @history.command("list")
 @click.option("--series", "show_series", is_flag=True, help="List the series instead of runs.")
+@format_option(*FORMATS)
+@out_option(directory=False, help_text="Write the list to this file instead of stdout.")
 @db_option
-def list_(show_series: bool, db_url: str | None) -> None:
-    """List the stored runs (or, with --series, the series)."""
+def list_(show_series: bool, fmt: str, out: str | None, db_url: str | None) -> None:
+    """List the stored runs (or, with --series, the series).
+
+    `--format json` follows reports/history_list.schema.json.
+    """
     with hist.HistoryStore.open(db_url) as store:
-        if show_series:
-            keys = store.series_keys()
-            for case, arm, machine in keys:
-                n = len(hist.series(store, case, arm, machine))
-                click.echo(f"{case:<24} {arm:<16} {machine:<18} {n} commit(s)")
-            click.echo(f"{len(keys)} series in {store.url}")
-            return
-        runs = store.runs()
-        for r in runs:
-            click.echo(f"{r['id']:>5}  {_short(r['commit'])}  {r['branch'] or '-':<12} "
-                       f"{r['created']}  {r['machine_class'] or r['machine']:<18} "
-                       f"{r['points']} points")
-        click.echo(f"{len(runs)} run(s) in {store.url} (schema version {store.schema_version()})")
+        doc = (history_json.series_list_document(store) if show_series
+               else history_json.runs_document(store))
+    rows = doc["series"] if show_series else doc["runs"]
+    if fmt == "json":
+        emit(json.dumps(doc, sort_keys=True, indent=1) + "\n", out)
+    elif fmt == "csv":
+        emit(_csv(rows, list(rows[0]) if rows else []), out)
+    elif show_series:
+        emit("".join(f"{r['case']:<24} {r['arm']:<16} {r['machine']:<18} "
+                     f"{r['commits']} commit(s)\n" for r in rows)
+             + f"{len(rows)} series in {doc['db']}\n", out)
+    else:
+        emit("".join(f"{r['id']:>5}  {_short(r['commit'])}  {r['branch'] or '-':<12} "
+                     f"{r['created']}  {r['machine_class'] or r['machine']:<18} "
+                     f"{r['points']} points\n" for r in rows)
+             + f"{len(rows)} run(s) in {doc['db']} (schema version "
+             f"{doc['db_schema_version']})\n", out)
 
 
 @history.command("show")
@@ -135,35 +144,35 @@ def list_(show_series: bool, db_url: str | None) -> None:
 @click.option("--machine", metavar="KEY", help="Machine key or class (needed when the case "
               "has several).")
 @format_option(*FORMATS)
+@out_option(directory=False, help_text="Write the series to this file instead of stdout.")
 @db_option
-def show(case_name: str, arm: str, machine: str | None, fmt: str, db_url: str | None) -> None:
-    """Show one series, a commit per line, and its change points."""
+def show(case_name: str, arm: str, machine: str | None, fmt: str, out: str | None,
+         db_url: str | None) -> None:
+    """Show one series, a commit per line, and its change points.
+
+    `--format json` follows reports/history_series.schema.json.
+    """
     with hist.HistoryStore.open(db_url) as store:
         result = hist.series_with_changes(store, case_name, arm, machine)
-    starts = {f.index: f for f in result.findings}
-    rows = [{"commit": p.commit, "created": p.created, "ratio": p.ratio, "lo": p.lo,
-             "hi": p.hi, "runs": p.runs,
-             "change_point": (starts[i].change.ratio - 1.0) if i in starts else None}
-            for i, p in enumerate(result.points)]
+    doc = history_json.series_document(case_name, arm, result)
     if fmt == "json":
-        click.echo(json.dumps({"case": case_name, "arm": arm, "machine": result.machine,
-                               "points": rows,
-                               "findings": [f.to_dict() for f in result.findings]},
-                              sort_keys=True, indent=1))
+        emit(json.dumps(doc, sort_keys=True, indent=1) + "\n", out)
         return
     if fmt == "csv":
-        click.echo(_csv(rows, ["commit", "created", "ratio", "lo", "hi", "runs",
-                               "change_point"]), nl=False)
+        emit(_csv(doc["points"], ["commit", "created", "ratio", "lo", "hi", "runs",
+                                  "change_point"]), out)
         return
-    click.echo(f"{case_name}, {arm} on {result.machine}: ratio to the in-run ORT control")
-    for i, p in enumerate(result.points):
-        ci = "" if p.lo is None or p.hi is None else f" [{p.lo:.3f}, {p.hi:.3f}]"
-        mark = f"   <- change {_pct(starts[i].change.ratio - 1.0)} %" if i in starts else ""
-        click.echo(f"  {_short(p.commit)}  {p.created}  {p.ratio:.3f}{ci}  "
-                   f"({p.runs} run{'s' if p.runs > 1 else ''}){mark}")
+    lines = [f"{case_name}, {arm} on {result.machine}: ratio to the in-run ORT control"]
+    for p in doc["points"]:
+        ci = "" if p["lo"] is None or p["hi"] is None else f" [{p['lo']:.3f}, {p['hi']:.3f}]"
+        mark = ("" if p["change_point"] is None
+                else f"   <- change {_pct(p['change_point'])} %")
+        lines.append(f"  {_short(p['commit'])}  {p['created']}  {p['ratio']:.3f}{ci}  "
+                     f"({p['runs']} run{'s' if p['runs'] > 1 else ''}){mark}")
     if len(result.points) < changepoints.MIN_POINTS:
-        click.echo(f"  ({len(result.points)} commits; change points need "
-                   f"{changepoints.MIN_POINTS})")
+        lines.append(f"  ({len(result.points)} commits; change points need "
+                     f"{changepoints.MIN_POINTS})")
+    emit("\n".join(lines) + "\n", out)
 
 
 def _resolve_since(store: hist.HistoryStore, since: str, repo: Path) -> str:

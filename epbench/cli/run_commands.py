@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +11,7 @@ import click
 
 from epbench.cases.catalog import case_table, describe_cases, select_cases, write_cases
 from epbench.cases.grids import grid_names
-from epbench.cli.base import Command, Group
+from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
     annotations_wanted,
@@ -189,16 +188,18 @@ def cases() -> None:
 @grid_option
 @case_option
 @format_option("text", "json")
-def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str) -> None:
+@out_option(directory=False, help_text="Write the list to this file instead of stdout.")
+def cases_list(grids: tuple[str, ...], case_names: tuple[str, ...], fmt: str,
+               out: str | None) -> None:
     """List cases: name, kind, nodes, input shapes, tolerance, optimization level."""
 
     if not grids and not case_names:
         grids = tuple(grid_names())
     rows = describe_cases(select_cases(grids, case_names))
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=1, sort_keys=True))
+        emit(json.dumps(rows, indent=1, sort_keys=True) + "\n", out)
         return
-    click.echo(case_table(rows))
+    emit(case_table(rows) + "\n", out)
 
 
 @cases.command("build")
@@ -259,18 +260,18 @@ def host(fmt: str) -> None:
 @click.command(cls=Command)
 @click.argument("results", type=click.Path())
 @format_option("text", "json", "markdown")
-def summary(results: str, fmt: str) -> None:
+@out_option(directory=False, help_text="Write the summary to this file instead of stdout.")
+def summary(results: str, fmt: str, out: str | None) -> None:
     """Summarize a results file (results.json, results.jsonl or a run's directory)."""
 
     doc = load_results(results)
     data = summarize(doc)
     if fmt == "json":
-        json.dump(data, sys.stdout, indent=1, sort_keys=True)
-        click.echo()
+        emit(json.dumps(data, indent=1, sort_keys=True) + "\n", out)
     elif fmt == "markdown":
-        click.echo(render_run_report(doc))
+        emit(render_run_report(doc) + "\n", out)
     else:
-        click.echo(render_summary_table(data))
+        emit(render_summary_table(data) + "\n", out)
 
 
 @click.command("compare-commits", cls=Command)
