@@ -44,6 +44,7 @@ from epbench.core.results import (
     prepare_out_dir,
     write_results,
 )
+from epbench.core.version import epbench_version
 from epbench.harness import instructions
 from epbench.harness.arms import (
     CONTROL_KEY,
@@ -125,6 +126,8 @@ class RunConfig:
     overwrite: bool = False
     progress: Progress | None = None
     grids: tuple[str, ...] = field(default_factory=tuple)
+    # "K/N" when the cases are the K-th of N slices of the grids (`run --shard`).
+    shard: str | None = None
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -512,6 +515,7 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
         "instructions": config.instructions,
         "grids": list(config.grids), "case_names": [c.name for c in config.cases],
+        "shard": config.shard,
     }
 
 
@@ -634,7 +638,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     per_process = (config.rounds if config.fixed_order
                    else rounds_per_process(config.rounds, len(keys), config.processes))
     doc: dict[str, Any] = {
-        "schema": SCHEMA,
+        "schema": SCHEMA, "epbench_version": epbench_version(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": host, "config": _config_record(config, per_process),
         "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,

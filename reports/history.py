@@ -36,13 +36,13 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.model import Results, changed_counters
 from epbench.core.paths import cache_dir
 from epbench.core.results import dumps, load_results
+from epbench.core.version import epbench_version
 from epbench.reports import changepoints, stats
 from epbench.reports.history_db import (
     DB_ENV,
@@ -160,16 +160,13 @@ def run_key(doc: Results) -> str:
 
 
 def _epbench_version(doc: Results) -> str | None:
-    # Results files do not record the epbench that wrote them yet (a key the model does
-    # not know, so it is in `extra`); then the store records the version of the epbench
-    # that added the run (the closest known).
+    # Results files record the epbench that wrote them (`epbench_version`, a key the model
+    # keeps in `extra`); older ones do not, and then the store records the version of the
+    # epbench that added the run (the closest known).
     recorded = doc.extra.get("epbench_version")
     if recorded:
         return str(recorded)
-    try:
-        return metadata.version("epbench")
-    except metadata.PackageNotFoundError:
-        return None
+    return epbench_version()
 
 
 def run_record(doc: Results, *, source: str, commit: str | None = None,

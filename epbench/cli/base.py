@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from epbench.core.errors import EpbenchError
-from epbench.core.results import atomic_write_text
 
 
 class UserError(click.ClickException):
@@ -49,7 +48,10 @@ def emit(text: str, out: str | None) -> None:
         return
     try:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(out), text)
+        # Atomic: a reader sees the old file or the new one, whole (click's own writer, so
+        # that `epbench --help`, which imports this module, loads no results code).
+        with click.open_file(out, "w", encoding="utf-8", atomic=True) as fh:
+            fh.write(text)
     except OSError as exc:
         raise EpbenchError(f"cannot write {out}: {exc.strerror or exc}; "
                            "choose another --out") from None

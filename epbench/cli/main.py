@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("epbench.cli.run_commands:gate", "Per-core idle and steal right now."),
     "host": ("epbench.cli.run_commands:host",
              "The host fingerprint that goes into every results file."),
+    "merge": ("epbench.cli.run_commands:merge",
+              "Join the shards of one grid (run --shard K/N) into one results file."),
     "summary": ("epbench.cli.run_commands:summary",
                 "Summarize a results file (results.json, results.jsonl or a run's directory)."),
     "compare": ("epbench.cli.verdict_commands:compare",

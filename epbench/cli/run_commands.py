@@ -11,6 +11,7 @@ import click
 
 from epbench.cases.catalog import case_table, describe_cases, select_cases, write_cases
 from epbench.cases.grids import grid_names
+from epbench.cases.shards import parse_shard, shard_cases
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
@@ -34,11 +35,12 @@ from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.model import Results
-from epbench.core.results import load_results
+from epbench.core.results import load_results, prepare_out_dir, write_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
+from epbench.harness.merge import Shard, merge_shards
 from epbench.harness.runner import RunConfig
 from epbench.harness.runner import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
@@ -129,6 +131,9 @@ _RUN = run_defaults()
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
+@click.option("--shard", metavar="K/N", default=None,
+              help="Run only the K-th of N deterministic slices of the cases (a chain family "
+                   "stays in one slice); `epbench merge` joins the N results files.")
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.jsonl, results.json and the report.")
 @overwrite_option
@@ -138,7 +143,8 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
-        instructions: str | None, out: str, overwrite: bool, quiet: bool) -> None:
+        instructions: str | None, shard: str | None, out: str, overwrite: bool,
+        quiet: bool) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -155,6 +161,12 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     if not grids and not case_names and not models:
         grids = ("quick",)
     specs = select_cases(grids, case_names, models, parse_dims(dim_values))
+    if shard is not None:
+        index, count = parse_shard(shard)
+        specs = shard_cases(specs, index, count)
+        if not specs:
+            raise EpbenchError(f"--shard {shard} holds no case: the cases make fewer than "
+                               f"{count} slices (a chain family is one); use fewer shards")
     config = RunConfig(
         cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
         processes=processes, sessions=sessions, aa_twin=aa_twin, keep_samples=keep_samples,
@@ -163,7 +175,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
         silence_timeout_s=case_timeout, allow_fallback=allow_fallback,
         instructions=instructions, out_dir=Path(out), overwrite=overwrite,
-        progress=progress_for(quiet), grids=tuple(grids),
+        progress=progress_for(quiet), grids=tuple(grids), shard=shard,
     )
     try:
         doc = run_grid(config)
@@ -255,6 +267,33 @@ def host(fmt: str) -> None:
         if isinstance(value, (dict, list)):
             value = json.dumps(value, sort_keys=True)
         click.echo(f"{key:>16}: {value}")
+
+
+@click.command(cls=Command)
+@click.argument("results", nargs=-1, required=True, type=click.Path())
+@click.option("--force", is_flag=True,
+              help="Join shards measured on different machines, configurations or epbench "
+                   "versions anyway; what differed is recorded in the merged file.")
+@out_option(directory=True, required=True,
+            help_text="Output directory: the merged results.json and its report.md.")
+@overwrite_option
+def merge(results: tuple[str, ...], force: bool, out: str, overwrite: bool) -> None:
+    """Join the shards of one grid (run --shard K/N) into one results file.
+
+    \b
+    Example:
+      epbench merge shard-1/results.json shard-2/results.json shard-3/results.json --out all
+
+    compare, report, history add and export read the merged file like any other.
+    """
+    shards = [Shard(source=path, results=load_results(path)) for path in results]
+    doc = merge_shards(shards, force=force)
+    prepare_out_dir(Path(out), overwrite=overwrite)
+    write_results(Path(out) / "results.json", doc)
+    merged = Results.from_dict(doc, source=str(Path(out) / "results.json"))
+    click.echo(write_run_report(merged, Path(out)))
+    if "merge_forced" in doc:
+        click.echo(f"note: merged with --force: {'; '.join(doc['merge_forced'])}", err=True)
 
 
 @click.command(cls=Command)

@@ -1,0 +1,89 @@
+"""Join the shards of one grid (`run --shard K/N` on a runner matrix) into one results file.
+
+Shards join only when they measured alike: the same machine, arms, configuration (but
+for their cases and shard) and epbench version; `force` joins them anyway and the file
+records what differed. A case present in two shards is always refused: there is no
+honest way to choose between them. Each shard's own ORT control is kept with its cases,
+so ratios stay within the shard that measured them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
+
+# Config keys that differ between the shards of one grid by design.
+PER_SHARD_CONFIG = ("case_names", "shard")
+
+
+class MergeError(EpbenchError):
+    """Shards that cannot be joined; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One results file to merge, with the path it came from (for its messages)."""
+
+    source: str
+    results: Results
+
+
+def _differences(first: Shard, other: Shard) -> list[str]:
+    a, b = first.results.to_dict(), other.results.to_dict()
+    found = []
+    if a["host"].get("key") != b["host"].get("key"):
+        found.append(f"machine {a['host'].get('key')} vs {b['host'].get('key')}")
+    if a.get("epbench_version") != b.get("epbench_version"):
+        found.append(f"epbench {a.get('epbench_version')} vs {b.get('epbench_version')}")
+    config_a = {k: v for k, v in a["config"].items() if k not in PER_SHARD_CONFIG}
+    config_b = {k: v for k, v in b["config"].items() if k not in PER_SHARD_CONFIG}
+    for key in sorted(set(config_a) | set(config_b)):
+        if config_a.get(key) != config_b.get(key):
+            found.append(f"config {key} {config_a.get(key)!r} vs {config_b.get(key)!r}")
+    arms_a = {k: v.get("spec") for k, v in a["arms"].items()}
+    arms_b = {k: v.get("spec") for k, v in b["arms"].items()}
+    if arms_a != arms_b:
+        found.append(f"arms {sorted(arms_a)} vs {sorted(arms_b)}")
+    if (a.get("control"), a.get("twin")) != (b.get("control"), b.get("twin")):
+        found.append("the control or the A/A twin")
+    return found
+
+
+def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> dict[str, Any]:
+    """One results document holding every shard's cases, or MergeError in one line."""
+    if len(shards) < 2:
+        raise MergeError("merge needs at least two results files (the shards of one grid)")
+    first = shards[0]
+    forced = []
+    for other in shards[1:]:
+        found = _differences(first, other)
+        if found and not force:
+            raise MergeError(f"{other.source} was not measured like {first.source}: "
+                             f"{'; '.join(found)}; merge only shards of one run on one machine "
+                             "class, or pass --force (recorded in the merged file)")
+        forced += [f"{other.source}: {f}" for f in found]
+    owner: dict[str, str] = {}
+    for shard in shards:
+        for name in shard.results.cases:
+            if name in owner:
+                raise MergeError(f"case {name} is in both {owner[name]} and {shard.source}; "
+                                 "each case must come from one shard (drop one of the files)")
+            owner[name] = shard.source
+    docs = [s.results.to_dict() for s in shards]
+    merged = dict(docs[0])
+    merged["cases"] = {name: case for doc in docs for name, case in doc["cases"].items()}
+    merged["config"] = {**docs[0]["config"], "shard": None,
+                        "case_names": [n for doc in docs for n in doc["config"]["case_names"]]}
+    merged["interrupted"] = any(doc.get("interrupted") for doc in docs)
+    merged["created"] = min(str(doc.get("created") or "") for doc in docs) or None
+    merged["shards"] = [{"source": s.source, "shard": doc["config"].get("shard"),
+                         "machine": doc["host"].get("key"), "created": doc.get("created"),
+                         "cases": sorted(doc["cases"])}
+                        for s, doc in zip(shards, docs, strict=True)]
+    if forced:
+        merged["merge_forced"] = forced
+    return merged

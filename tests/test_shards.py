@@ -1,0 +1,89 @@
+"""A grid split over a runner matrix: `run --shard K/N`, `merge`, and the history."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from epbench.cases.grids import load_grid
+from epbench.cases.shards import parse_shard, shard_cases
+from epbench.cli.main import cli
+from epbench.core.errors import EpbenchError
+
+FAST = ["--rounds", "2", "--processes", "1", "--block-ms", "0.2", "--max-block-iters", "10",
+        "--warmup-ms", "1", "--gate", "off", "--quiet"]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_the_shards_partition_the_grid_and_keep_each_family_whole(count: int) -> None:
+    cases = load_grid("default")
+    shards = [shard_cases(cases, k, count) for k in range(1, count + 1)]
+    names = [c.name for shard in shards for c in shard]
+    assert sorted(names) == sorted(c.name for c in cases)  # every case once
+    for family in {c.family for c in cases if c.family}:
+        holders = [i for i, shard in enumerate(shards) if any(c.family == family for c in shard)]
+        assert len(holders) == 1, family
+    assert shards == [shard_cases(cases, k, count) for k in range(1, count + 1)]
+    sizes = sorted(len(s) for s in shards)
+    largest_family = max(sum(c.family == f for c in cases) for f in {c.family for c in cases})
+    assert sizes[-1] - sizes[0] <= largest_family
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "3", "a/b", "1/0", "-1/2"])
+def test_a_bad_shard_is_one_line_with_the_form_to_write(text: str) -> None:
+    with pytest.raises(EpbenchError, match=r"write K/N with 1 <= K <= N"):
+        parse_shard(text)
+
+
+def _run(out, *args):
+    result = CliRunner().invoke(cli, ["run", *args, "--out", str(out), *FAST])
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> None:
+    runner = CliRunner()
+    docs = [_run(tmp_path / f"s{k}", "--grid", "quick", "--arm", "engine", "--shard", f"{k}/3")
+            for k in (1, 2, 3)]
+    assert [d["config"]["shard"] for d in docs] == ["1/3", "2/3", "3/3"]
+    assert all("ort" in case["arms"] for d in docs for case in d["cases"].values())
+    merged_dir = tmp_path / "all"
+    merged = runner.invoke(cli, ["merge", *(str(tmp_path / f"s{k}" / "results.json")
+                                            for k in (1, 2, 3)), "--out", str(merged_dir)])
+    assert merged.exit_code == 0, merged.output
+    doc = json.loads((merged_dir / "results.json").read_text())
+    assert sorted(doc["cases"]) == sorted(c.name for c in load_grid("quick"))
+    assert [s["shard"] for s in doc["shards"]] == ["1/3", "2/3", "3/3"]
+    assert "merge_forced" not in doc
+    # The merged file is a results file like any other.
+    assert runner.invoke(cli, ["compare", str(merged_dir / "results.json"), "--base", "ort",
+                               "--pr", "engine", "--fail-on", "never"]).exit_code == 0
+    db = tmp_path / "h.sqlite"
+    added = runner.invoke(cli, ["history", "add", str(merged_dir / "results.json"), "--db",
+                                str(db), "--commit", "abc1234", "--machine-class", "x86"])
+    assert added.exit_code == 0, added.output
+    listed = json.loads(runner.invoke(cli, ["history", "list", "--db", str(db), "--format",
+                                            "json"]).output)
+    assert len(listed["runs"]) == 1
+    assert listed["runs"][0]["points"] == 2 * len(load_grid("quick"))
+    # A shard merged twice, and shards of different runs, are refused in one line.
+    twice = runner.invoke(cli, ["merge", str(tmp_path / "s1" / "results.json"),
+                                str(tmp_path / "s1" / "results.json"), "--out",
+                                str(tmp_path / "twice")])
+    assert twice.exit_code == 1 and "is in both" in twice.output
+    other = _run(tmp_path / "s2b", "--grid", "quick", "--arm", "engine", "--shard", "2/3",
+                 "--seed", "7")
+    assert other["config"]["seed"] == 7
+    pair = [str(tmp_path / "s1" / "results.json"), str(tmp_path / "s2b" / "results.json")]
+    refused = runner.invoke(cli, ["merge", *pair, "--out", str(tmp_path / "mixed")])
+    assert refused.exit_code == 1
+    seed = docs[0]["config"]["seed"]
+    assert f"config seed {seed} vs 7" in refused.output and "--force" in refused.output
+    assert not (tmp_path / "mixed" / "results.json").exists()
+    forced = runner.invoke(cli, ["merge", *pair, "--force", "--out", str(tmp_path / "mixed")])
+    assert forced.exit_code == 0, forced.output
+    recorded = json.loads((tmp_path / "mixed" / "results.json").read_text())["merge_forced"]
+    assert recorded == [f"{pair[1]}: config seed {seed} vs 7"]
