@@ -69,23 +69,24 @@ def _hostile_build(planted: Path, out: Path) -> str:
 def test_a_hostile_build_changes_neither_the_harness_nor_the_output_folder(
         repo, tmp_path, planted) -> None:
     """Whatever protects the harness here (`nobody` under root, else the guard), both writes
-    are stopped or refused, and nothing of them is left."""
+    fail, or the build is refused; what the folder held is kept either way."""
     out = tmp_path / "bench-out"
     out.mkdir()
     (out / "results.jsonl").write_text("{}\n")  # what a run had measured so far
     sha = _commit(repo, {"build.sh": _hostile_build(planted, out)}, "hostile")
     try:
         build_commit(repo, "head", "HEAD", sha, build="bash build.sh", out_dir=out)
-    except CommitError as exc:
+    except isolation.BuildIsolationError as exc:
         assert "refusing to measure" in str(exc)
-    assert not planted.exists()
-    assert sorted(p.name for p in out.iterdir()) == ["results.jsonl"]
+    else:
+        assert not planted.exists()
+        assert sorted(p.name for p in out.iterdir()) == ["results.jsonl"]
     assert (out / "results.jsonl").read_text() == "{}\n"
 
 
 def test_as_root_the_build_runs_as_nobody_and_its_writes_fail(repo, tmp_path,
                                                               planted) -> None:
-    if isolation.build_user() is None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("not root, or no setpriv: builds run as the harness's user here")
     out = tmp_path / "bench-out"
     sha = _commit(repo, {"build.sh": _hostile_build(planted, out)
@@ -129,12 +130,13 @@ def test_the_guard_covers_the_cache_and_the_repository_hooks(repo, tmp_path, mon
         build_commit(repo, "head", "HEAD", second, build="bash build.sh")
 
 
-def test_compare_commits_refuses_a_hostile_head_in_one_line(repo, tmp_path, planted,
-                                                            monkeypatch) -> None:
+def test_compare_commits_refuses_a_head_that_wrote_its_output_folder(repo, tmp_path,
+                                                                     monkeypatch) -> None:
     monkeypatch.setattr(isolation, "build_user", lambda: None)
     out = tmp_path / "bench-out"
     _commit(repo, {"build.sh": BENIGN}, "base")
-    _commit(repo, {"build.sh": _hostile_build(planted, out)}, "head")
+    _commit(repo, {"build.sh": f"mkdir -p {out}\necho forged > {out}/compare.json\n"
+                   + BENIGN}, "head")
     result = CliRunner().invoke(cli, [
         "compare-commits", "HEAD~1", "HEAD", "--repo", str(repo), "--build", "bash build.sh",
         "--case", "relu_d10_w8", "--quiet", "--no-instructions", "--out", str(out)])
@@ -143,7 +145,43 @@ def test_compare_commits_refuses_a_hostile_head_in_one_line(repo, tmp_path, plan
     assert len(errors) == 1 and errors[0].startswith("Error: head (")
     assert "refusing to measure" in errors[0]
     assert "Traceback" not in result.output
+    assert str(out) in errors[0]
     assert not (out / "results.json").exists()
+
+
+def test_compare_commits_measures_copies_that_outlive_no_run(repo, tmp_path,
+                                                            monkeypatch) -> None:
+    """The arms name copies made after both builds, equal to what was built, in a folder
+    removed when the comparison ends."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import file_sha256
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+
+    _commit(repo, {"build.sh": BENIGN}, "base")
+    _commit(repo, {"build.sh": BENIGN.replace("/bin/true", "/bin/false")}, "head")
+    seen = {}
+
+    def fake_run(config):
+        for arm in config.arms:
+            seen[arm.name] = (arm.target, file_sha256(arm.target))
+        raise KeyboardInterrupt  # enough: what the run was given is all this test needs
+
+    monkeypatch.setattr(cc, "run", fake_run)
+    config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=2,
+                       progress=False, out_dir=None)
+    with pytest.raises(KeyboardInterrupt):
+        cc.compare_commits(repo=repo, base_rev="HEAD~1", head_rev="HEAD",
+                           build="bash build.sh", config=config, settings=Settings(),
+                           profile_path=None, budget_s=0)
+    cached = {p.read_bytes(): p for p in (tmp_path / "cache").glob("commits/libs/*/lib.so")}
+    assert len(cached) == 2 and sorted(seen) == ["base", "head"]
+    for name, source in (("base", "/bin/true"), ("head", "/bin/false")):
+        target, digest = seen[name]
+        assert digest == file_sha256(source)
+        assert not Path(target).exists()  # the run's own copy, gone with the run
+        assert Path(target) != cached[Path(source).read_bytes()]
 
 
 def test_the_environment_loses_the_harness_python_and_every_credential(tmp_path) -> None:
