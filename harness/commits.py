@@ -1,28 +1,33 @@
 """Build a plugin EP library from a git commit, in a throw-away worktree, cached by sha.
 
 Never touches the user's working tree or index: each side is checked out with
-``git worktree add --detach`` into the cache folder and removed afterwards, on
-failure and on Ctrl-C too. A built library is copied out of its worktree and
-kept under the commit's sha and a hash of the build command, so comparing
-against the same base again costs nothing.
+``git worktree add --detach`` into a temporary folder of its own and removed
+afterwards, on failure and on Ctrl-C too. The build runs apart from the harness
+(harness.isolation: own environment, interpreter and user; a guard on what it must
+not touch). A built library is copied out of its worktree as data, with its sha256,
+and kept under the commit's sha and a hash of the build command, so comparing
+against the same base again costs nothing; what is measured is a further copy
+(`stage_for_measuring`), checked against that sha256.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import cache_dir
+from epbench.harness.arms import file_sha256
+from epbench.harness.isolation import BuildRun, HarnessGuard, prepare_root, run_build
 
 # Lines of a failed build's output shown to the user.
 BUILD_TAIL_LINES = 25
+# Beside each cached library: the sha256 of its bytes, recorded when it was copied out.
+DIGEST_FILE = "SHA256"
 
 
 class CommitError(EpbenchError):
@@ -38,6 +43,7 @@ class BuiltSide:
     sha: str
     library: str
     cached: bool  # True when the library came from the cache
+    sha256: str  # of the library, recorded when it was built
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,13 +75,10 @@ def uncommitted_changes(repo: Path) -> bool:
     return proc.returncode == 0 and bool(proc.stdout.strip())
 
 
-def default_build_command() -> list[str]:
-    """The bundled engine's own build entry point, run inside the worktree."""
-    return [sys.executable, "-m", "engine.build", "--out"]
-
-
 def _cache_key(sha: str, build: str | None) -> str:
-    recipe = build if build is not None else "engine.build"
+    # "isolated/1": entries made before builds ran apart carry no recorded sha256; a new
+    # key leaves them unused rather than trusted.
+    recipe = "isolated/1 " + (build if build is not None else "engine.build")
     return f"{sha[:16]}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
@@ -84,25 +87,17 @@ def _tail(text: str) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def _run_build(label: str, sha: str, worktree: Path, build: str | None, out: Path) -> Path:
-    """Run the build in ``worktree``; return the library path its last line names."""
-    env = dict(os.environ)
-    if build is None:
-        # The worktree's own engine/ must win over the installed one.
-        env["PYTHONPATH"] = str(worktree) + os.pathsep + env.get("PYTHONPATH", "")
-        command: list[str] | str = [*default_build_command(), str(out)]
-        shown = "python -m engine.build --out DIR"
-    else:
-        command = build
-        shown = build
-    proc = subprocess.run(command, cwd=worktree, env=env, capture_output=True, text=True,
-                          shell=build is not None, executable="/bin/bash" if build else None)
-    if proc.returncode != 0:
+def _library_from(label: str, sha: str, worktree: Path, build: str | None,
+                  run: BuildRun) -> Path:
+    """The library the build's last line names, checked to be a regular ELF file."""
+    shown = build if build is not None else "python -m engine.build --out DIR"
+    if run.returncode != 0:
         raise CommitError(
-            f"{label} ({sha[:10]}): the build `{shown}` failed with status {proc.returncode}; "
-            f"last lines of its output:\n{_tail(proc.stderr + proc.stdout)}"
+            f"{label} ({sha[:10]}): the build `{shown}` (run as {run.user}) failed with "
+            f"status {run.returncode}; last lines of its output:\n"
+            f"{_tail(run.stderr + run.stdout)}"
         )
-    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    lines = [line.strip() for line in run.stdout.splitlines() if line.strip()]
     if not lines:
         raise CommitError(
             f"{label} ({sha[:10]}): the build `{shown}` printed nothing on stdout; its last "
@@ -111,6 +106,7 @@ def _run_build(label: str, sha: str, worktree: Path, build: str | None, out: Pat
     library = Path(lines[-1])
     if not library.is_absolute():
         library = worktree / library
+    # A regular file only: a FIFO or a device named by the build would hang the copy.
     if not library.is_file():
         raise CommitError(
             f"{label} ({sha[:10]}): the build's last line {lines[-1]!r} is not a file; the "
@@ -125,35 +121,80 @@ def _run_build(label: str, sha: str, worktree: Path, build: str | None, out: Pat
     return library
 
 
+def _cached(label: str, revision: str, sha: str, lib_dir: Path) -> BuiltSide | None:
+    """The cache entry's side, its library checked against the sha256 recorded with it."""
+    libraries = sorted(lib_dir.glob("*.so")) if lib_dir.is_dir() else []
+    if not libraries:
+        return None
+    recorded = lib_dir / DIGEST_FILE
+    digest = recorded.read_text().strip() if recorded.is_file() else ""
+    if file_sha256(str(libraries[0])) != digest:
+        raise CommitError(
+            f"{label} ({sha[:10]}): the cached library {libraries[0]} does not match the "
+            f"sha256 recorded when it was built; remove {lib_dir} and rerun")
+    return BuiltSide(label, revision, sha, str(libraries[0]), cached=True, sha256=digest)
+
+
 def build_commit(repo: Path, label: str, revision: str, sha: str,
-                 build: str | None = None) -> BuiltSide:
-    """The library for commit ``sha``: from the cache, or built in a temporary worktree."""
+                 build: str | None = None, out_dir: Path | None = None) -> BuiltSide:
+    """The library for commit ``sha``: from the cache, or built apart from the harness.
+
+    The build runs in a worktree inside its own temporary folder, through
+    harness.isolation.run_build (own environment and interpreter, `nobody` under root),
+    guarded: if it touched epbench's installation, the epbench cache, ``out_dir`` or the
+    repository's hooks, it is refused before anything is measured. Its library is then
+    copied out as data, with its sha256 recorded beside the copy.
+    """
     key = _cache_key(sha, build)
     lib_dir = cache_dir("commits", "libs", key)
-    cached = sorted(lib_dir.glob("*.so")) if lib_dir.is_dir() else []
-    if cached:
-        return BuiltSide(label, revision, sha, str(cached[0]), cached=True)
-    worktrees = cache_dir("commits", "worktrees")
-    worktrees.mkdir(parents=True, exist_ok=True)
+    hit = _cached(label, revision, sha, lib_dir)
+    if hit is not None:
+        return hit
     lib_dir.parent.mkdir(parents=True, exist_ok=True)
-    worktree = Path(tempfile.mkdtemp(prefix=f"{label}-{sha[:10]}-", dir=worktrees))
-    worktree.rmdir()  # git creates it
-    added = _git(repo, "worktree", "add", "--detach", str(worktree), sha)
-    if added.returncode != 0:
-        raise CommitError(f"{label}: `git worktree add` failed for {sha[:10]}: "
-                          f"{added.stderr.strip()}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="epbench-build-") as out:
-            library = _run_build(label, sha, worktree, build, Path(out))
+    guard = HarnessGuard(out_dir=out_dir, repo=repo)
+    # The system's temp folder, not the cache: a build as `nobody` must reach its folder,
+    # and the cache may sit in a home that is closed to it.
+    with tempfile.TemporaryDirectory(prefix=f"epbench-build-{label}-{sha[:10]}-") as tmp:
+        root = Path(tmp)
+        worktree = root / "src"
+        added = _git(repo, "worktree", "add", "--detach", str(worktree), sha)
+        if added.returncode != 0:
+            raise CommitError(f"{label}: `git worktree add` failed for {sha[:10]}: "
+                              f"{added.stderr.strip()}")
+        try:
+            prepare_root(root, engine=build is None)
+            run = run_build(root, worktree, build, guard, describe=f"{label} ({sha[:10]})")
+            library = _library_from(label, sha, worktree, build, run)
             staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=lib_dir.parent))
-            shutil.copy2(library, staging / library.name)
+            shutil.copyfile(library, staging / library.name)  # bytes only: no mode, no owner
+            digest = file_sha256(str(staging / library.name))
+            (staging / DIGEST_FILE).write_text(digest + "\n")
             try:
                 staging.rename(lib_dir)  # atomic: a cache entry is whole or absent
             except OSError:
                 shutil.rmtree(staging, ignore_errors=True)  # another build won the race
-        return BuiltSide(label, revision, sha, str(next(lib_dir.glob("*.so"))), cached=False)
-    finally:
-        remove_worktree(repo, worktree)
+        finally:
+            remove_worktree(repo, worktree)
+    built = _cached(label, revision, sha, lib_dir)  # ours, or the one that won the race
+    if built is None:
+        raise CommitError(f"{label} ({sha[:10]}): could not keep the built library in "
+                          f"{lib_dir}; check that the epbench cache is writable")
+    return replace(built, cached=False)
+
+
+def stage_for_measuring(side: BuiltSide, folder: Path) -> BuiltSide:
+    """``side`` with its library copied into ``folder`` (the harness's own, which no build
+    ran beside) and checked against the sha256 recorded at build time: the measured file."""
+    target = folder / side.label / Path(side.library).name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(side.library, target)
+    digest = file_sha256(str(target))
+    if digest != side.sha256:
+        raise CommitError(
+            f"{side.label} ({side.sha[:10]}): the library {side.library} changed after it was "
+            "built (its sha256 no longer matches); remove the epbench cache's commits/ "
+            "folder and rerun")
+    return replace(side, library=str(target))
 
 
 def remove_worktree(repo: Path, worktree: Path) -> None:

@@ -112,7 +112,7 @@ def test_compare_commits_annotates_in_github_actions(
     comparison = _separate()
 
     def fake_comparison(**kwargs: Any) -> CommitsResult:
-        side = BuiltSide("base", "a", "a" * 40, "/lib/a.so", cached=True)
+        side = BuiltSide("base", "a", "a" * 40, "/lib/a.so", cached=True, sha256="0" * 64)
         return CommitsResult(side, side, {"interrupted": False, "cases": {}}, comparison, {})
 
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)

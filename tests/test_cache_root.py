@@ -2,8 +2,8 @@
 
 The users are the noise profiles (reports/calibrate.py), ORT's headers (engine/build.py,
 also loaded standalone by setup.py), the callgrind helper (harness/instructions.py) and
-the two-commit worktrees and libraries (harness/commits.py). Each is pointed at a cache
-root while XDG_CACHE_HOME points elsewhere: nothing may land under XDG.
+the two-commit libraries (harness/commits.py; their worktrees sit apart). Each is pointed
+at a cache root while XDG_CACHE_HOME points elsewhere: nothing may land under XDG.
 """
 
 from __future__ import annotations
@@ -107,14 +107,21 @@ def test_callgrind_helper(roots) -> None:
 def test_commit_worktrees_and_libraries(roots, tmp_path) -> None:
     cache, xdg = roots
     repo = init_repo(tmp_path / "repo")
-    where = tmp_path / "built-in"
-    (repo / "build.sh").write_text(f"set -e\npwd > {where}\ncp /bin/true lib.so\necho lib.so\n")
+    # The build says where it ran, and which cache it was given, in its "library".
+    (repo / "build.sh").write_text(
+        "set -e\ncp /bin/true lib.so\n"
+        "printf '\\n%s\\n%s\\n' \"$PWD\" \"$EPBENCH_CACHE_DIR\" >> lib.so\necho lib.so\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "first")
     sha = resolve_revision(repo, "HEAD")
     side = build_commit(repo, "base", "HEAD", sha, build="bash build.sh")
     assert Path(side.library).parent.parent == cache / "commits" / "libs"
-    assert Path(where.read_text().strip()).parent == cache / "commits" / "worktrees"
+    # The worktree and the build's own cache sit in its folder apart (harness/isolation.py),
+    # outside both roots.
+    said = Path(side.library).read_bytes().decode(errors="replace")
+    worktree, its_cache = said.split("\n")[-3:-1]
+    assert Path(worktree).name == "src" and Path(its_cache) == Path(worktree).parent / "cache"
+    assert cache not in Path(worktree).parents
     assert not xdg.exists()
 
 

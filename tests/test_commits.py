@@ -87,7 +87,7 @@ def test_interrupt_during_the_build_removes_the_worktree(repo, monkeypatch) -> N
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commits, "_run_build", interrupted)
+    monkeypatch.setattr(commits, "run_build", interrupted)
     with pytest.raises(KeyboardInterrupt):
         build_commit(repo, "head", "HEAD", resolve_revision(repo, "HEAD"), build="x")
     assert worktrees(repo) == [f"worktree {repo}"]

@@ -37,6 +37,12 @@ def engine_repo(tmp_path, monkeypatch) -> Path:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "engine", repo / "engine",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build"))
+    # What the engine's build imports of epbench, laid out as in this repository: the
+    # build runs in a venv of its own, which sees only the commit's files.
+    shutil.copytree(ROOT / "epbench" / "core", repo / "epbench" / "core",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(ROOT / "epbench" / "__init__.py", repo / "epbench" / "__init__.py")
+    (repo / "epbench" / "engine").symlink_to(Path("..") / "engine")
     init_repo(repo)
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "engine as it is")
@@ -130,12 +136,11 @@ def test_reruns_append_rounds_with_fresh_indices() -> None:
 
 def _fake_commits(monkeypatch, fake_run) -> None:
     """compare_commits with ``fake_run`` for the runner and both sides built and cached."""
-    from epbench.harness.commits import BuiltSide
     from epbench.workflows import compare_commits as cc
+    from tests.support.fakebuild import fake_build_commit
 
     monkeypatch.setattr(cc, "run", fake_run)
-    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None: BuiltSide(
-        label, rev, sha, f"/lib/{label}.so", cached=True))
+    monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
     monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)

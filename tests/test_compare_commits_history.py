@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from epbench.cases.grids import case_by_name
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
-from epbench.harness.commits import BuiltSide, is_ancestor
+from epbench.harness.commits import is_ancestor
 from epbench.harness.runner import RunConfig
 from epbench.reports import history as hist
 from epbench.reports import render
@@ -27,6 +27,7 @@ from epbench.reports.artifact import comment_body, comparison_schema
 from epbench.reports.compare import Settings
 from epbench.workflows import compare_commits as cc
 from tests.support import synthetic
+from tests.support.fakebuild import fake_build_commit, fake_side
 from tests.support.gitrepo import git, init_repo
 
 CASE = "relu_d10_w8"
@@ -216,8 +217,7 @@ def _compare(history, tmp_path, monkeypatch, base: int,
             rounds=config.rounds, seed=3, noise=QUIET, host_key=HOST)
 
     monkeypatch.setattr(cc, "run", fake_run)
-    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None: BuiltSide(
-        label, rev, sha, f"/lib/{label}.so", cached=True))
+    monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     out = tmp_path / "out"
     out.mkdir()
     config = RunConfig(cases=(case_by_name(CASE),), arms=(), rounds=12, progress=False,
@@ -303,9 +303,9 @@ def _stub_run(monkeypatch, during_run=lambda: None) -> list[str]:
             {c.name: {"ort": 1000.0, "base": 1000.0, "head": 1300.0} for c in config.cases},
             rounds=config.rounds, seed=3, noise=QUIET, host_key=HOST)
 
-    def fake_build(repo, label, rev, sha, build=None):
+    def fake_build(repo, label, rev, sha, build=None, out_dir=None):
         built.append(label)
-        return BuiltSide(label, rev, sha, f"/lib/{label}.so", cached=True)
+        return fake_side(label, rev, sha)
 
     monkeypatch.setattr(cc, "run", fake_run)
     monkeypatch.setattr(cc, "build_commit", fake_build)

@@ -21,13 +21,13 @@ from click.testing import CliRunner
 from epbench.cases.grids import case_by_name
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
-from epbench.harness.commits import BuiltSide
 from epbench.harness.runner import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import html, plots, render
 from epbench.reports.summary import gate_rounds
 from epbench.workflows import compare_commits
 from tests.support import synthetic
+from tests.support.fakebuild import fake_build_commit
 from tests.support.synthetic import as_results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -303,8 +303,7 @@ def test_compare_commits_writes_report_html_beside_report_md(tmp_path, monkeypat
                      for c in config.cases}, rounds=config.rounds)
 
     monkeypatch.setattr(cc, "run", fake_run)
-    monkeypatch.setattr(cc, "build_commit", lambda repo, label, rev, sha, build=None:
-                        BuiltSide(label, rev, sha, f"/lib/{label}.so", cached=True))
+    monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 8)
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
     monkeypatch.setattr(cc, "has_uncommitted_changes", lambda root: False)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The variable that names the cache root (a build run apart is given its own through it).
+CACHE_DIR_ENV = "EPBENCH_CACHE_DIR"
+
 
 def cache_dir(*parts: str) -> Path:
     """$EPBENCH_CACHE_DIR, else $XDG_CACHE_HOME/epbench, else ~/.cache/epbench; plus ``parts``."""
-    root = os.environ.get("EPBENCH_CACHE_DIR")
+    root = os.environ.get(CACHE_DIR_ENV)
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "epbench")

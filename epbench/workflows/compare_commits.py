@@ -21,6 +21,7 @@ written is posted as markdown.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -37,6 +38,7 @@ from epbench.harness.commits import (
     is_ancestor,
     repo_root,
     resolve_revision,
+    stage_for_measuring,
 )
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.instructions import valgrind_available
@@ -337,55 +339,62 @@ def compare_commits(
     sides = {}
     for label, rev in ((BASE_ARM, base_rev), (HEAD_ARM, head_rev)):
         on_status(f"building {label} ({rev}, {shas[label][:10]})")
-        sides[label] = build_commit(root, label, rev, shas[label], build)
-    arms = tuple(parse_arm(side_arm(sides[label], build is None)) for label in sides)
-    started = time.monotonic()
-    doc = run(replace(config, arms=arms))
-    # What the first pass cost: re-runs are planned from it so they fit the budget.
-    first_pass_s = time.monotonic() - started
-    # The host is the first pass's (re-runs only add rounds): read once, through the model.
-    host_key = Results.from_dict(doc, source="the run").host.key
-    profile = cmp.load_profile_for(host_key, profile_path)
+        # Guarded: a build that touched the output folder (or epbench) is refused here.
+        sides[label] = build_commit(root, label, rev, shas[label], build,
+                                    out_dir=config.out_dir)
+    # What is measured is a copy in a folder of the harness's own, made after every build
+    # has ended and checked against the sha256 recorded at build time.
+    with tempfile.TemporaryDirectory(prefix="epbench-measured-") as measured:
+        staged = {label: stage_for_measuring(side, Path(measured))
+                  for label, side in sides.items()}
+        arms = tuple(parse_arm(side_arm(staged[label], build is None)) for label in staged)
+        started = time.monotonic()
+        doc = run(replace(config, arms=arms))
+        # What the first pass cost: re-runs are planned from it so they fit the budget.
+        first_pass_s = time.monotonic() - started
+        # The host is the first pass's (re-runs only add rounds): read once, through the model.
+        host_key = Results.from_dict(doc, source="the run").host.key
+        profile = cmp.load_profile_for(host_key, profile_path)
 
-    def judge() -> dict[str, Any]:
-        # The run's document grows with every re-run (merge_rounds): read it afresh, once
-        # for both sides, so they are one run.
-        results = Results.from_dict(doc, source="the run")
-        comparison = cmp.compare(
-            cmp.Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
-            cmp.Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
-            settings=settings, profile=profile,
-        )
-        comparison["reruns"] = {
-            name: {"reruns": case.reruns, "rounds": len(case.rounds)}
-            for name, case in results.cases.items() if case.reruns
-        }
-        return comparison
+        def judge() -> dict[str, Any]:
+            # The run's document grows with every re-run (merge_rounds): read it afresh, once
+            # for both sides, so they are one run.
+            results = Results.from_dict(doc, source="the run")
+            comparison = cmp.compare(
+                cmp.Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
+                cmp.Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
+                settings=settings, profile=profile,
+            )
+            comparison["reruns"] = {
+                name: {"reruns": case.reruns, "rounds": len(case.rounds)}
+                for name, case in results.cases.items() if case.reruns
+            }
+            return comparison
 
-    comparison, reruns = rerun_ambiguous(
-        doc, replace(config, arms=arms), judge, budget_s=budget_s,
-        started_at=started_at, first_pass_s=first_pass_s, on_status=on_status)
-    if history_db is not None:
-        on_status("checking the base commit against the history's change points")
-        machine = history_machine or str(host_key)
-        try:
-            with hist.HistoryStore.open_for_reading(history_db) as store:
-                comparison["base_history"] = hist.base_report(
-                    store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
-                    arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
-        except hist.HistoryError as exc:
-            # The run is what took long and cannot be had again: the history's failure
-            # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
-            comparison["base_history"] = hist.base_report_error(
-                shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
-            notes.append(f"the base commit was not checked against the history: {exc}")
-    if config.out_dir is not None:
-        out = Path(config.out_dir)
-        write_results(out / "results.json", doc)
-        atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
-        atomic_write_text(out / "report.md", render.render_markdown(comparison))
-        atomic_write_text(out / "report.html",
-                          html.render_html(doc=Results.from_dict(doc, source="the run"),
-                                           comparison=comparison, source=str(out)))
-    return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
+        comparison, reruns = rerun_ambiguous(
+            doc, replace(config, arms=arms), judge, budget_s=budget_s,
+            started_at=started_at, first_pass_s=first_pass_s, on_status=on_status)
+        if history_db is not None:
+            on_status("checking the base commit against the history's change points")
+            machine = history_machine or str(host_key)
+            try:
+                with hist.HistoryStore.open_for_reading(history_db) as store:
+                    comparison["base_history"] = hist.base_report(
+                        store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
+                        arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
+            except hist.HistoryError as exc:
+                # The run is what took long and cannot be had again: the history's failure
+                # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
+                comparison["base_history"] = hist.base_report_error(
+                    shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
+                notes.append(f"the base commit was not checked against the history: {exc}")
+        if config.out_dir is not None:
+            out = Path(config.out_dir)
+            write_results(out / "results.json", doc)
+            atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
+            atomic_write_text(out / "report.md", render.render_markdown(comparison))
+            atomic_write_text(out / "report.html",
+                              html.render_html(doc=Results.from_dict(doc, source="the run"),
+                                               comparison=comparison, source=str(out)))
+        return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 

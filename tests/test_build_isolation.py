@@ -1,0 +1,267 @@
+"""A commit's build runs apart from the harness that measures it (issue 45).
+
+Each test builds a throw-away commit whose build misbehaves the way a hostile pull
+request's could: it writes into epbench's installed package, the output folder or the
+epbench cache, reads the harness's environment, runs the harness's Python, or leaves a
+process behind. The "library" is any ELF file; where a test needs to see what the
+build saw, the build appends it to that file, which comes back as data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import epbench
+from epbench.cli.main import cli
+from epbench.core.errors import EXIT_USER_ERROR
+from epbench.harness import isolation
+from epbench.harness.commits import (
+    CommitError,
+    build_commit,
+    stage_for_measuring,
+)
+from tests.support.gitrepo import git, init_repo
+
+PACKAGE = Path(epbench.__file__).resolve().parent
+# The build's output, in the build's own folder: any ELF will do for the plumbing.
+BENIGN = "set -e\ncp /bin/true lib.so\necho lib.so\n"
+
+
+def _commit(root: Path, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "add", ".")
+    git(root, "commit", "-qm", message)
+    return git(root, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    return init_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def planted():
+    """A file name in epbench's installed package that a hostile build tries to create;
+    removed afterwards whatever happened, so a failing test leaves the package as it was."""
+    path = PACKAGE / f"_planted_by_a_build_{os.getpid()}.py"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def _hostile_build(planted: Path, out: Path) -> str:
+    # Each write may fail (as `nobody`): the script goes on and reports a library anyway.
+    return (f"echo 'FORGED = True' > {planted} 2>/dev/null\n"
+            f"mkdir -p {out} 2>/dev/null\n"
+            f"echo forged > {out}/compare.json 2>/dev/null\n"
+            + BENIGN)
+
+
+def test_a_hostile_build_changes_neither_the_harness_nor_the_output_folder(
+        repo, tmp_path, planted) -> None:
+    """Whatever protects the harness here (`nobody` under root, else the guard), both writes
+    fail, or the build is refused; what the folder held is kept either way."""
+    out = tmp_path / "bench-out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("{}\n")  # what a run had measured so far
+    sha = _commit(repo, {"build.sh": _hostile_build(planted, out)}, "hostile")
+    try:
+        build_commit(repo, "head", "HEAD", sha, build="bash build.sh", out_dir=out)
+    except isolation.BuildIsolationError as exc:
+        assert "refusing to measure" in str(exc)
+    else:
+        assert not planted.exists()
+        assert sorted(p.name for p in out.iterdir()) == ["results.jsonl"]
+    assert (out / "results.jsonl").read_text() == "{}\n"
+
+
+def test_as_root_the_build_runs_as_nobody_and_its_writes_fail(repo, tmp_path,
+                                                              planted) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("not root, or no setpriv: builds run as the harness's user here")
+    out = tmp_path / "bench-out"
+    sha = _commit(repo, {"build.sh": _hostile_build(planted, out)
+                         + "echo >> lib.so\nid -u >> lib.so\n"}, "hostile")
+    side = build_commit(repo, "head", "HEAD", sha, build="bash build.sh", out_dir=out)
+    assert Path(side.library).read_bytes().endswith(b"\n65534\n")  # nobody's uid
+    assert not planted.exists() and not out.exists()
+
+
+def test_the_guard_refuses_a_build_that_wrote_into_the_harness(repo, tmp_path, planted,
+                                                               monkeypatch) -> None:
+    """A build running as the harness's own user (not root, as in GitHub's runners) can
+    write; the guard sees it and refuses before anything is measured."""
+    monkeypatch.setattr(isolation, "build_user", lambda: None)
+    out = tmp_path / "bench-out"
+    out.mkdir()
+    sha = _commit(repo, {"build.sh": _hostile_build(planted, out)}, "hostile")
+    with pytest.raises(isolation.BuildIsolationError) as info:
+        build_commit(repo, "head", "HEAD", sha, build="bash build.sh", out_dir=out)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"head ({sha[:10]}): its build changed 2 file(s) it must not "
+                              "touch (")
+    assert str(planted) in message and str(out / "compare.json") in message
+    assert message.endswith("fix the build and rerun")
+    # Nothing of the refused build reached the cache.
+    assert not list((tmp_path / "cache").glob("commits/libs/*/*.so"))
+
+
+@pytest.mark.parametrize("target", ["cache", "hook"])
+def test_the_guard_covers_the_cache_and_the_repository_hooks(repo, tmp_path, monkeypatch,
+                                                             target) -> None:
+    """Another commit's cached library, and a hook git would run as the harness's user."""
+    monkeypatch.setattr(isolation, "build_user", lambda: None)
+    first = _commit(repo, {"build.sh": BENIGN}, "benign")
+    cached = build_commit(repo, "base", "HEAD", first, build="bash build.sh")
+    victim = (Path(cached.library) if target == "cache"
+              else repo / ".git" / "hooks" / "post-checkout")
+    second = _commit(repo, {"build.sh": f"echo x >> {victim}\n" + BENIGN}, "hostile")
+    with pytest.raises(isolation.BuildIsolationError, match=str(victim)):
+        build_commit(repo, "head", "HEAD", second, build="bash build.sh")
+
+
+def test_compare_commits_refuses_a_head_that_wrote_its_output_folder(repo, tmp_path,
+                                                                     monkeypatch) -> None:
+    monkeypatch.setattr(isolation, "build_user", lambda: None)
+    out = tmp_path / "bench-out"
+    _commit(repo, {"build.sh": BENIGN}, "base")
+    _commit(repo, {"build.sh": f"mkdir -p {out}\necho forged > {out}/compare.json\n"
+                   + BENIGN}, "head")
+    result = CliRunner().invoke(cli, [
+        "compare-commits", "HEAD~1", "HEAD", "--repo", str(repo), "--build", "bash build.sh",
+        "--case", "relu_d10_w8", "--quiet", "--no-instructions", "--out", str(out)])
+    assert result.exit_code == EXIT_USER_ERROR
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith("Error: head (")
+    assert "refusing to measure" in errors[0]
+    assert "Traceback" not in result.output
+    assert str(out) in errors[0]
+    assert not (out / "results.json").exists()
+
+
+def test_compare_commits_measures_copies_that_outlive_no_run(repo, tmp_path,
+                                                            monkeypatch) -> None:
+    """The arms name copies made after both builds, equal to what was built, in a folder
+    removed when the comparison ends."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.arms import file_sha256
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+
+    _commit(repo, {"build.sh": BENIGN}, "base")
+    _commit(repo, {"build.sh": BENIGN.replace("/bin/true", "/bin/false")}, "head")
+    seen = {}
+
+    def fake_run(config):
+        for arm in config.arms:
+            seen[arm.name] = (arm.target, file_sha256(arm.target))
+        raise KeyboardInterrupt  # enough: what the run was given is all this test needs
+
+    monkeypatch.setattr(cc, "run", fake_run)
+    config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=2,
+                       progress=False, out_dir=None)
+    with pytest.raises(KeyboardInterrupt):
+        cc.compare_commits(repo=repo, base_rev="HEAD~1", head_rev="HEAD",
+                           build="bash build.sh", config=config, settings=Settings(),
+                           profile_path=None, budget_s=0)
+    cached = {p.read_bytes(): p for p in (tmp_path / "cache").glob("commits/libs/*/lib.so")}
+    assert len(cached) == 2 and sorted(seen) == ["base", "head"]
+    for name, source in (("base", "/bin/true"), ("head", "/bin/false")):
+        target, digest = seen[name]
+        assert digest == file_sha256(source)
+        assert not Path(target).exists()  # the run's own copy, gone with the run
+        assert Path(target) != cached[Path(source).read_bytes()]
+
+
+def test_the_environment_loses_the_harness_python_and_every_credential(tmp_path) -> None:
+    venv_bin = os.path.join(sys.prefix, "bin")
+    environ = {
+        "PATH": os.pathsep.join([venv_bin, "/usr/bin", "/bin"]), "HOME": "/home/me",
+        "VIRTUAL_ENV": sys.prefix, "PYTHONPATH": "/harness", "PYTHONHOME": "/py",
+        "GITHUB_TOKEN": "t", "ACTIONS_RUNTIME_TOKEN": "t", "ACTIONS_CACHE_URL": "u",
+        "MY_SECRET": "s", "PGPASSWORD": "p", "AWS_SECRET_ACCESS_KEY": "k",
+        "EPBENCH_DB": "postgresql://u:pw@h/db", "SSH_AUTH_SOCK": "/s", "CC": "gcc",
+        "CFLAGS": "-O2", "ORT_INCLUDE_DIR": "/ort",
+    }
+    own = dict(home=tmp_path / "home", cache=tmp_path / "cache", tmp=tmp_path / "tmp")
+    env = isolation.build_environment(environ, **own, own_home=False)
+    expected_path = "/usr/bin:/bin" if sys.prefix != sys.base_prefix else environ["PATH"]
+    assert env == {"PATH": expected_path, "HOME": "/home/me", "CC": "gcc", "CFLAGS": "-O2",
+                   "ORT_INCLUDE_DIR": "/ort", "EPBENCH_CACHE_DIR": str(tmp_path / "cache"),
+                   "TMPDIR": str(tmp_path / "tmp")}
+    assert isolation.build_environment(environ, **own, own_home=True)["HOME"] == str(
+        tmp_path / "home")
+
+
+FAKE_ENGINE_BUILD = '''\
+"""A stand-in for engine/build.py that reports what its interpreter saw."""
+import json, os, sys
+from pathlib import Path
+
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+seen = {"prefix": sys.prefix, "path": sys.path, "env": dict(os.environ), "uid": os.getuid()}
+library = out / "libfake.so"
+library.write_bytes(Path("/bin/true").read_bytes() + b"\\nSEEN" + json.dumps(seen).encode())
+print(library)
+'''
+
+
+def test_the_engine_build_runs_in_its_own_venv_with_nothing_of_the_harness(
+        repo, monkeypatch) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "not for builds")
+    sha = _commit(repo, {"engine/__init__.py": "", "engine/build.py": FAKE_ENGINE_BUILD},
+                  "fake engine")
+    side = build_commit(repo, "head", "HEAD", sha)
+    seen = json.loads(Path(side.library).read_bytes().split(b"\nSEEN", 1)[1])
+    assert seen["prefix"] not in (sys.prefix, sys.base_prefix)
+    assert Path(seen["prefix"]).name == "venv"
+    harness_dirs = {str(PACKAGE.parent), sys.prefix}
+    assert not [p for p in seen["path"] if any(p.startswith(d) for d in harness_dirs)]
+    assert seen["env"]["PYTHONPATH"] == str(Path(seen["prefix"]).parent / "src")
+    assert "VIRTUAL_ENV" not in seen["env"] and "GITHUB_TOKEN" not in seen["env"]
+    user = isolation.build_user()
+    assert seen["uid"] == (user.uid if user else os.getuid())
+
+
+def test_a_process_the_build_leaves_behind_is_killed(repo) -> None:
+    """A daemon in a session of its own outlives the build's process group; it is killed
+    all the same, before the guard's second look, so it cannot write after it."""
+    daemon = ("setsid bash -c 'echo $$ > daemon.pid; exec sleep 300' "
+              "</dev/null >/dev/null 2>&1 &\n"
+              "while [ ! -s daemon.pid ]; do sleep 0.05; done\n"
+              "cp /bin/true lib.so\necho >> lib.so\ncat daemon.pid >> lib.so\necho lib.so\n")
+    sha = _commit(repo, {"build.sh": daemon}, "daemon")
+    side = build_commit(repo, "head", "HEAD", sha, build="bash build.sh")
+    pid = int(Path(side.library).read_bytes().rsplit(b"\n", 2)[1])
+    try:
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if Path(f"/proc/{pid}/cmdline").exists() and b"sleep" in Path(
+                f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, 9)  # the daemon this test's build started
+
+
+def test_what_is_measured_is_a_copy_checked_against_the_built_sha256(repo, tmp_path) -> None:
+    sha = _commit(repo, {"build.sh": BENIGN}, "benign")
+    side = build_commit(repo, "head", "HEAD", sha, build="bash build.sh")
+    measured = stage_for_measuring(side, tmp_path / "measured")
+    assert measured.library != side.library
+    assert Path(measured.library).read_bytes() == Path(side.library).read_bytes()
+    assert measured.sha256 == side.sha256
+    # The cached file changed after its build: neither the copy nor the cache is trusted.
+    shutil.copyfile("/bin/false", side.library)
+    with pytest.raises(CommitError, match="changed after it was built"):
+        stage_for_measuring(side, tmp_path / "again")
+    with pytest.raises(CommitError, match="does not match the sha256 recorded"):
+        build_commit(repo, "head", "HEAD", sha, build="bash build.sh")
