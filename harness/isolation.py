@@ -188,6 +188,37 @@ def _epbench_package() -> Path:
     return Path(epbench.__file__).resolve().parent
 
 
+def _package_roots() -> list[Path]:
+    """epbench's package and, in a checkout, the top-level folders its parts link to."""
+    package = _epbench_package()
+    # No walk follows links, so a planted loop cannot hang it: each part is its own root.
+    return [package, *(p.resolve() for p in package.iterdir() if p.is_symlink() and p.is_dir())]
+
+
+# What judges and renders a run: epbench's code, templates and schemas.
+CODE_SUFFIXES = (".py", ".j2", ".json", ".toml")
+
+
+def code_snapshot() -> dict[str, str]:
+    """epbench's own code, templates and schemas by content (no caches), path -> sha256.
+
+    Taken before the libraries under test run and compared before the verdicts: a library
+    (or what it left running) that rewrote the code that judges it is caught.
+    """
+    marks: dict[str, str] = {}
+    for root in _package_roots():
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith(CODE_SUFFIXES):
+                    path = os.path.join(folder, name)
+                    try:
+                        marks[path] = _file_sha256(path)
+                    except OSError as exc:
+                        marks[path] = f"error {exc.errno}"
+    return marks
+
+
 class HarnessGuard:
     """What a build must leave as it was, and a way to tell that it did.
 
@@ -201,11 +232,7 @@ class HarnessGuard:
     """
 
     def __init__(self, *, out_dir: Path | None, repo: Path | None) -> None:
-        package = _epbench_package()
-        # In a checkout the package's parts are links to top-level folders: each is walked
-        # in its own right (no walk follows links, so a planted loop cannot hang it).
-        parts = [p.resolve() for p in package.iterdir() if p.is_symlink() and p.is_dir()]
-        self.by_content: list[Path] = [package, *parts, cache_dir()]
+        self.by_content: list[Path] = [*_package_roots(), cache_dir()]
         if out_dir is not None:
             self.by_content.append(Path(out_dir).absolute())
         git_dir = _git_common_dir(repo) if repo is not None else None

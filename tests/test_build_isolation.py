@@ -265,3 +265,51 @@ def test_what_is_measured_is_a_copy_checked_against_the_built_sha256(repo, tmp_p
         stage_for_measuring(side, tmp_path / "again")
     with pytest.raises(CommitError, match="does not match the sha256 recorded"):
         build_commit(repo, "head", "HEAD", sha, build="bash build.sh")
+
+
+def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
+        repo, tmp_path, monkeypatch, planted) -> None:
+    """A library under test runs in the worker as the harness's user: should it (or what it
+    left running) rewrite epbench's code, no verdict is written, and the run is kept."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.runner import RunConfig
+    from epbench.reports.compare import Settings
+    from epbench.workflows import compare_commits as cc
+    from tests.support import synthetic
+
+    _commit(repo, {"build.sh": BENIGN}, "base")
+    _commit(repo, {"build.sh": BENIGN, "README": "head\n"}, "head")
+
+    def hostile_run(config):
+        planted.write_text("VERDICT = 'no_change'\n")  # as a loaded library could
+        return synthetic.results_doc(
+            {"relu_d10_w8": {"ort": 400.0, "base": 150.0, "head": 150.0}}, rounds=8, seed=3)
+
+    monkeypatch.setattr(cc, "run", hostile_run)
+    out = tmp_path / "out"
+    out.mkdir()
+    config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=8,
+                       progress=False, out_dir=out)
+    with pytest.raises(isolation.BuildIsolationError,
+                       match=r"epbench's own code changed while the libraries ran "
+                             r"\(1 file\(s\), e\.g\. .*_planted_by_a_build_.*refusing to judge"):
+        cc.compare_commits(repo=repo, base_rev="HEAD~1", head_rev="HEAD",
+                           build="bash build.sh", config=config, settings=Settings(),
+                           profile_path=None, budget_s=0)
+    assert (out / "results.json").is_file()
+    assert not (out / "compare.json").exists() and not (out / "report.md").exists()
+
+
+def test_the_code_snapshot_sees_code_and_templates_not_bytecode(tmp_path, monkeypatch) -> None:
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "verdicts.py").write_text("A = 1\n")
+    (package / "comment.md.j2").write_text("{{ x }}\n")
+    monkeypatch.setattr(isolation, "_epbench_package", lambda: package)
+    before = isolation.code_snapshot()
+    (package / "__pycache__" / "verdicts.cpython-311.pyc").write_bytes(b"\0")
+    (package / "notes.txt").write_text("not code")
+    assert isolation.HarnessGuard.changes(before, isolation.code_snapshot()) == []
+    (package / "comment.md.j2").write_text("{{ y }}\n")
+    assert isolation.HarnessGuard.changes(before, isolation.code_snapshot()) == [
+        str(package / "comment.md.j2")]

@@ -42,6 +42,7 @@ from epbench.harness.commits import (
 )
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.instructions import valgrind_available
+from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_snapshot
 from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import history as hist
@@ -349,6 +350,7 @@ def compare_commits(
                   for label, side in sides.items()}
         arms = tuple(parse_arm(side_arm(staged[label], build is None)) for label in staged)
         started = time.monotonic()
+        code_before = code_snapshot()
         doc = run(replace(config, arms=arms))
         # What the first pass cost: re-runs are planned from it so they fit the budget.
         first_pass_s = time.monotonic() - started
@@ -374,6 +376,16 @@ def compare_commits(
         comparison, reruns = rerun_ambiguous(
             doc, replace(config, arms=arms), judge, budget_s=budget_s,
             started_at=started_at, first_pass_s=first_pass_s, on_status=on_status)
+        changed = HarnessGuard.changes(code_before, code_snapshot())
+        if changed:
+            # The measurements stay on disk for a look; no verdict is written from code
+            # that the libraries measured (or what they left running) may have rewritten.
+            if config.out_dir is not None:
+                write_results(Path(config.out_dir) / "results.json", doc)
+            raise BuildIsolationError(
+                f"epbench's own code changed while the libraries ran ({len(changed)} file(s), "
+                f"e.g. {changed[0]}): refusing to judge; results.json is kept, reinstall "
+                "epbench and rerun")
         if history_db is not None:
             on_status("checking the base commit against the history's change points")
             machine = history_machine or str(host_key)
