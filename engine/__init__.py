@@ -2,7 +2,7 @@
 
 `library_path()` is what an arm registers with `register_execution_provider_library`;
 `build_info()` says how that file was built; `engine.probe` reads its counters.
-Build it with `make engine` (or `python -m engine.build --inplace`).
+Build it with `make engine` (or `python -m epbench.engine.build --inplace`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Build the bundled engine: fetch ONNX Runtime's C headers once, then compile the C EP.
 
-    python -m engine.build --inplace        # engine/libepbench_engine.so (`make engine`)
-    python -m engine.build --out DIR        # DIR/libepbench_engine.so, path printed last
-    python -m engine.build --sanitize --out DIR   # ASan+UBSan variant (engine/README.md says
-                                                  # how it runs under Python; `make asan`)
-    CC=aarch64-linux-gnu-gcc python -m engine.build --out DIR   # cross-compiled (any CC)
+    python -m epbench.engine.build --inplace    # engine/libepbench_engine.so (`make engine`)
+    python -m epbench.engine.build --out DIR    # DIR/libepbench_engine.so, path printed last
+    python -m epbench.engine.build --sanitize --out DIR   # ASan+UBSan variant (`make asan`;
+                                                          # engine/README.md says how it
+                                                          # runs under Python)
+    CC=aarch64-linux-gnu-gcc python -m epbench.engine.build --out DIR   # cross-compiled
 
 ORT's C headers ship in no PyPI or Debian package. They are fetched with `npm pack` from
 the npm package named below (MIT, ORT 1.29 headers), checked against the npm integrity
@@ -258,7 +259,7 @@ def build(out_dir: Path, sanitize: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.build", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m epbench.engine.build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--inplace", action="store_true",

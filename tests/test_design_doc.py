@@ -122,7 +122,7 @@ def test_no_module_but_the_loader_parses_a_results_file():
     assert parsing == set(JSON_READERS)
     flat = _flat(DESIGN)
     assert "`load_results` is the one reader of results files" in flat
-    assert "`engine/benchmarks.py`" in flat
+    assert "`reports/benchmarks.py`" in flat
 
 
 def test_the_results_file_is_rewritten_after_every_process():

@@ -2,7 +2,7 @@
 small case under valgrind memcheck.
 
 How the sanitizer build runs under Python (also what `make asan` does):
-    python -m engine.build --sanitize --out DIR          # DIR/libepbench_engine.so
+    python -m epbench.engine.build --sanitize --out DIR  # DIR/libepbench_engine.so
     LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" \
     ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=DIR/libepbench_engine.so \
         python -m pytest tests/test_engine_differential.py tests/test_engine_runtime.py

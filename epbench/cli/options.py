@@ -7,11 +7,11 @@ Two conventions hold across every command:
 
 - **Where output goes: `--out PATH`**, always that spelling. A command that writes
   several files takes a directory (`run`, `compare-commits`, `validate`, `cases build`);
-  one that writes one document takes a file (`compare`; without `--out` it prints to
-  stdout), and `export` a file name that pyperf's suites are derived from. There is no
-  `--output`, `-o`, or option named after a format. The one file named for what it holds
-  is the noise profile: `calibrate --profile FILE` writes what `compare --profile FILE`
-  reads.
+  one that writes one document takes a file (`compare`, `report --benchmarks`; without
+  `--out` they print to stdout), and `export` a file name that pyperf's suites are
+  derived from. There is no `--output`, `-o`, or option named after a format. The one
+  file named for what it holds is the noise profile: `calibrate --profile FILE` writes
+  what `compare --profile FILE` reads.
 - **How output looks: `--format`**, from one vocabulary, FORMATS: `text` (for a
   terminal, the default), `json` (for programs), `markdown` (for a PR or a report),
   `csv` (a tidy table); each command offers the ones that make sense for it, plus

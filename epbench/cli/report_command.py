@@ -1,21 +1,31 @@
-"""`epbench report`: the HTML page of a run, a comparison or the history (reports.html)."""
+"""`epbench report`: the HTML page of a run, a comparison or the history (reports.html),
+and BENCHMARKS.md from a results file (reports.benchmarks)."""
 
 from __future__ import annotations
 
 import click
 
-from epbench.cli.base import Command
+from epbench.cli.base import Command, emit
+from epbench.cli.options import out_option
 from epbench.core.errors import EpbenchError
-from epbench.reports import html
+from epbench.reports import benchmarks, html
 
 
 @click.command(cls=Command)
 @click.argument("input_path", metavar="[INPUT]", required=False, type=click.Path())
-@click.option("--html", "html_dir", metavar="OUT", required=True, type=click.Path(),
+@click.option("--html", "html_dir", metavar="OUT", default=None, type=click.Path(),
               help="Directory for index.html (created if missing; an older page is replaced).")
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="Draw the series of a history store instead of INPUT.")
-def report(input_path: str | None, html_dir: str, history_db: str | None) -> None:
+@click.option("--benchmarks", "benchmarks_results", metavar="RESULTS", default=None,
+              type=click.Path(),
+              help="Write BENCHMARKS.md (the engine's targets and the grid) from this results "
+                   "file instead of a page; refused when a target case had fewer than half "
+                   "its rounds quiet.")
+@out_option(help_text="Where --benchmarks writes its markdown [default: stdout].",
+            directory=False)
+def report(input_path: str | None, html_dir: str | None, history_db: str | None,
+           benchmarks_results: str | None, out: str | None) -> None:
     """Draw one self-contained HTML page with plots of a run, a comparison or the history.
 
     \b
@@ -23,15 +33,32 @@ def report(input_path: str | None, html_dir: str, history_db: str | None) -> Non
       epbench report epbench-out --html epbench-out/html
       epbench report compare.json --html pages/
       epbench report --history epbench.db --html pages/
+      epbench report --benchmarks bench-out/results.json --out BENCHMARKS.md
 
     INPUT is a results file, a comparison (`compare --format json --out FILE`)
     or the --out directory of `run` or `compare-commits`. The page needs no
     network: CSS and matplotlib's SVG plots are inline, and it has no script.
+    With --benchmarks it writes the markdown of BENCHMARKS.md instead (what
+    `make benchmarks` runs), from quiet rounds only.
     """
 
+    if benchmarks_results is not None:
+        if input_path is not None or history_db is not None or html_dir is not None:
+            raise EpbenchError("--benchmarks RESULTS takes no INPUT, --history or --html; "
+                               "give it alone with --out FILE, e.g. epbench report "
+                               "--benchmarks bench-out/results.json --out BENCHMARKS.md")
+        emit(benchmarks.render_results(benchmarks_results), out)
+        return
+    if out is not None:
+        raise EpbenchError("--out is where --benchmarks writes BENCHMARKS.md; the HTML page "
+                           "goes to --html OUT, e.g. epbench report epbench-out --html "
+                           "epbench-out/html")
     if (input_path is None) == (history_db is None):
         raise EpbenchError("give INPUT or --history DB (one of them), e.g. "
-                           "epbench report epbench-out --html epbench-out/html")
+                           "epbench report epbench-out --html epbench-out/html, or "
+                           "--benchmarks RESULTS for BENCHMARKS.md")
+    if html_dir is None:
+        raise click.UsageError("Missing option '--html'.")
     if history_db is not None:
         path = html.write_history_report(history_db, html_dir)
     else:
