@@ -185,14 +185,18 @@ def _git_common_dir(repo: Path) -> Path | None:
 
 
 def _epbench_package() -> Path:
-    return Path(epbench.__file__).resolve().parent
+    # Not resolved: an editable install's package is a tree of links to the source files.
+    return Path(epbench.__file__).parent
 
 
-def _package_roots() -> list[Path]:
-    """epbench's package and, in a checkout, the top-level folders its parts link to."""
+def package_roots() -> list[Path]:
+    """The real folders of epbench's code: the package's and, in a checkout, the top-level
+    folders its parts are mapped from (`package-dir` in pyproject.toml), each once."""
     package = _epbench_package()
-    # No walk follows links, so a planted loop cannot hang it: each part is its own root.
-    return [package, *(p.resolve() for p in package.iterdir() if p.is_symlink() and p.is_dir())]
+    found = {(d / "__init__.py").resolve().parent
+             for d in (package, *package.iterdir()) if (d / "__init__.py").is_file()}
+    # A folder inside another (all of them, in a wheel install) is walked once.
+    return sorted(r for r in found if not any(o != r and o in r.parents for o in found))
 
 
 # What judges and renders a run: epbench's code, templates and schemas.
@@ -206,7 +210,7 @@ def code_snapshot() -> dict[str, str]:
     (or what it left running) that rewrote the code that judges it is caught.
     """
     marks: dict[str, str] = {}
-    for root in _package_roots():
+    for root in package_roots():
         for folder, dirs, files in os.walk(root):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for name in files:
@@ -232,7 +236,7 @@ class HarnessGuard:
     """
 
     def __init__(self, *, out_dir: Path | None, repo: Path | None) -> None:
-        self.by_content: list[Path] = [*_package_roots(), cache_dir()]
+        self.by_content: list[Path] = [*package_roots(), cache_dir()]
         if out_dir is not None:
             self.by_content.append(Path(out_dir).absolute())
         git_dir = _git_common_dir(repo) if repo is not None else None

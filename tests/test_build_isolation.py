@@ -303,6 +303,7 @@ def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
 def test_the_code_snapshot_sees_code_and_templates_not_bytecode(tmp_path, monkeypatch) -> None:
     package = tmp_path / "pkg"
     (package / "__pycache__").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
     (package / "verdicts.py").write_text("A = 1\n")
     (package / "comment.md.j2").write_text("{{ x }}\n")
     monkeypatch.setattr(isolation, "_epbench_package", lambda: package)
@@ -313,3 +314,14 @@ def test_the_code_snapshot_sees_code_and_templates_not_bytecode(tmp_path, monkey
     (package / "comment.md.j2").write_text("{{ y }}\n")
     assert isolation.HarnessGuard.changes(before, isolation.code_snapshot()) == [
         str(package / "comment.md.j2")]
+
+
+def test_the_guarded_code_is_every_part_where_it_really_lives() -> None:
+    # In a checkout the parts are links to top-level folders: each is walked as itself.
+    roots = isolation.package_roots()
+    real = {PACKAGE.resolve(), *((PACKAGE / part).resolve() for part in
+                                 ("cases", "engine", "harness", "reports"))}
+    assert set(roots) == real
+    snapshot = isolation.code_snapshot()
+    assert str((PACKAGE / "harness").resolve() / "runner.py") in snapshot
+    assert str((PACKAGE / "reports").resolve() / "templates" / "comment.md.j2") in snapshot
