@@ -1,23 +1,7 @@
 """Case names and the grid files that list them.
 
-Name grammar (the only way a synthetic case is named; `CaseSpec.name` produces it):
-
-    {op}_d{depth}_w{width}[_dyn[_b{batch}]]   op: identity relu sigmoid add mul
-    matmul_{k}x{n}[_dyn]                      [1, k] x [k, n]
-    matmul_{m}x{k}x{n}[_dyn]                  [m, k] x [k, n], m > 1
-
-`_dyn` makes the leading dimension the symbolic `batch` (fed with `batch` rows,
-default 1; a dynamic matmul feeds m rows). Numbers are written without leading
-zeros; a non-canonical spelling is refused with the canonical one suggested.
-
-Grid file format (`cases/grids/NAME.toml`):
-
-    [grid]
-    description = "one line saying what the grid is for"
-    include = ["default"]        # optional: other grids' cases first, in order
-    cases = ["relu_d1_w8", ...]  # case names as above
-
-Duplicates (also across includes) are kept once, at their first position.
+A synthetic case is named only by the grammar `_parse` reads (`CaseSpec.name` produces
+it); a grid is a TOML file `cases/grids/NAME.toml` read by `load_grid`.
 """
 
 from __future__ import annotations
@@ -34,6 +18,13 @@ GRIDS_DIR = Path(__file__).resolve().parent / "grids"
 
 _UNARY = {"identity": "Identity", "relu": "Relu", "sigmoid": "Sigmoid"}
 _BINARY = {"add": "Add", "mul": "Mul"}
+# The name grammar:
+#     {op}_d{depth}_w{width}[_dyn[_b{batch}]]   op: identity relu sigmoid add mul
+#     matmul_{k}x{n}[_dyn]                      [1, k] x [k, n]
+#     matmul_{m}x{k}x{n}[_dyn]                  [m, k] x [k, n], m > 1
+# `_dyn` makes the leading dimension the symbolic `batch` (fed with `batch` rows, default
+# 1; a dynamic matmul feeds m rows). Numbers have no leading zeros: a non-canonical
+# spelling is refused with the canonical one suggested.
 _NUM = r"([0-9]+)"
 _CHAIN_RE = re.compile(rf"([a-z]+)_d{_NUM}_w{_NUM}(_dyn(?:_b{_NUM})?)?")
 _MATMUL_RE = re.compile(rf"matmul_{_NUM}x{_NUM}(?:x{_NUM})?(_dyn)?")
@@ -138,6 +129,12 @@ def _grid_path(name: str) -> Path:
 
 def _read_grid_entries(name: str, including: tuple[str, ...]) -> list[str]:
     """The case names of grid `name`, includes expanded, duplicates dropped."""
+    # A grid file holds one table:
+    #     [grid]
+    #     description = "one line saying what the grid is for"
+    #     include = ["default"]        # optional: other grids' cases first, in order
+    #     cases = ["relu_d1_w8", ...]  # case names
+    # A case listed twice (also across includes) is kept once, at its first position.
     if name in including:
         chain = " -> ".join([*including, name])
         raise CaseError(f"grid include cycle {chain}: remove one of the includes")

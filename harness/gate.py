@@ -1,50 +1,10 @@
 """The idle-core gate: is the machine quiet enough to time a round?
 
-Reads per-core CPU time from `/proc/stat` twice, a short window apart, and
-judges each core by its idle fraction over the window. A round measured while
-another process was busy is not trusted silently: the gate either waits for
-the load to pass (`wait`), refuses (`strict`), or is switched `off`.
-
-Definitions (decided here, once):
-
-- **idle fraction** = (idle + iowait) / elapsed ticks, where elapsed ticks are
-  user + nice + system + idle + iowait + irq + softirq + steal. A core waiting
-  on I/O is free for us to run on, so iowait counts as idle. `guest` and
-  `guest_nice` are already included in `user` and `nice` by the kernel, so they
-  are not added again. Time stolen by the hypervisor is *not* idle: it is
-  capacity we would not get.
-- **steal fraction** = steal / elapsed ticks, reported beside the idle fraction.
-- A core passes when its idle fraction is >= the threshold (default 0.93); the
-  gate passes when every judged core passes.
-- **Which cores are judged.** The `cores` given, or by default every core
-  `/proc/stat` lists. Not the process's affinity: a worker that has pinned
-  itself would then judge its own core only. A runner that honours a cpuset
-  (a container whose other cores belong to other tenants) passes the affinity
-  it had *before* pinning, `cores=sorted(os.sched_getaffinity(0))`; `epbench
-  gate` (`current_gate_state`) runs unpinned and uses that affinity itself.
-- **The worker's own core.** Before a round the worker sits in the gate's own
-  `sleep`, so its pinned core should be idle too, and load there would preempt
-  the benchmark directly: the runner should judge it (call `check()` without
-  `exclude_core`). `exclude_core` is for a caller that is itself busy on a
-  core while it asks (e.g. a parent checking while the worker warms up): that
-  core would only show our own work. During a round the worker's core is busy
-  with the benchmark, so `InterferenceMeter(exclude_core=pinned)` leaves it
-  out of the idle judgement and records only its steal (the share of its
-  running time the hypervisor took). A round is quiet when the gate passed
-  before it *and* the meter found the other cores quiet during it (a round too
-  short to judge alone: over a window reaching back a few ticks before it).
-- **Tick granularity.** `/proc/stat` counts in USER_HZ ticks (10 ms on Linux),
-  so a 50 ms window sees about 5 ticks per core: at a 0.93 threshold one busy
-  tick fails the core. That is deliberate (a short window keeps rounds cheap;
-  `wait` simply looks again), and `epbench gate` uses a longer window for a
-  finer one-shot reading. A round too short for MIN_JUDGED_TICKS is judged over
-  a window reaching back over the rounds and looks before it (`InterferenceMeter`).
-  A core whose counters did not advance at all is reported as fully idle (no
-  evidence of load), and counters that go backwards (iowait can, on tickless
-  kernels) count as zero.
-
-All I/O and time are injected (`read`, `sleep`, `clock`) so tests run on fake
-readings and a fake clock.
+Reads per-core CPU time from `/proc/stat` twice, a short window apart, and judges each
+core by its idle fraction over the window. A round measured while another process was
+busy is not trusted silently: the gate waits for the load to pass (`wait`), refuses
+(`strict`), or is switched `off`; `InterferenceMeter` judges the other cores during a
+round. All I/O and time are injected (`read`, `sleep`, `clock`) for tests.
 """
 
 from __future__ import annotations
@@ -57,7 +17,12 @@ from dataclasses import dataclass, fields
 from epbench.core.errors import GateError
 
 PROC_STAT = "/proc/stat"
+# A core passes when its idle fraction is at least this; the gate passes when every
+# judged core passes.
 DEFAULT_THRESHOLD = 0.93
+# /proc/stat counts in USER_HZ ticks (10 ms on Linux), so 50 ms sees about 5 ticks a core
+# and one busy tick fails it at 0.93. Deliberate: a short look keeps rounds cheap, `wait`
+# simply looks again, and `epbench gate` looks longer (PROBE_WINDOW_S) for a finer reading.
 DEFAULT_WINDOW_S = 0.05
 # `wait` gives a round at most this long to find the machine quiet: load that
 # outlasts a second is sustained, and waiting longer rarely finds a gap.
@@ -131,7 +96,8 @@ class CpuTimes:
 
     @property
     def elapsed(self) -> int:
-        # guest time is already inside user/nice: not added twice.
+        # guest time is already inside user/nice: not added twice. Steal is counted:
+        # time the hypervisor took is capacity we would not get, so it is not idle.
         return (
             self.user
             + self.nice
@@ -145,6 +111,7 @@ class CpuTimes:
 
     @property
     def idle_all(self) -> int:
+        # A core waiting on I/O is free for us to run on, so iowait counts as idle.
         return self.idle + self.iowait
 
 
@@ -179,7 +146,8 @@ def parse_proc_stat(text: str) -> dict[str, CpuTimes]:
 
 @dataclass(frozen=True)
 class CoreUsage:
-    """How one core spent a window: fractions of the elapsed ticks."""
+    """How one core spent a window: fractions of the elapsed ticks (`steal` is reported
+    beside `idle`, not judged)."""
 
     idle: float
     steal: float
@@ -190,7 +158,7 @@ def _usage(before: CpuTimes, after: CpuTimes) -> CoreUsage:
     # A counter that went backwards (iowait on tickless kernels) counts as 0.
     delta = CpuTimes(*(max(0, getattr(after, c) - getattr(before, c)) for c in _COLUMNS))
     ticks = delta.elapsed
-    if ticks == 0:
+    if ticks == 0:  # counters that did not advance: no evidence of load
         return CoreUsage(idle=1.0, steal=0.0, ticks=0)
     return CoreUsage(idle=delta.idle_all / ticks, steal=delta.steal / ticks, ticks=ticks)
 
@@ -246,6 +214,9 @@ def _judged_names(
 ) -> list[str]:
     """The rows of `usage` to judge: `cores` (None: every core listed),
     without `exclude_core`, in core order."""
+    # Not the process's affinity by default: a worker that pinned itself would judge its
+    # own core only. A runner that honours a cpuset (other cores belong to other tenants)
+    # passes the affinity it had before pinning; `epbench gate` runs unpinned and uses its own.
     listed = sorted(int(name[3:]) for name in usage if name != "cpu")
     wanted = listed if cores is None else sorted(set(cores) & set(listed))
     return [core_name(c) for c in wanted if c != exclude_core]
@@ -337,6 +308,10 @@ class IdleGate:
 
     def check(self, exclude_core: int | None = None) -> GateReading:
         """Apply the policy before a round (see the class docstring)."""
+        # Before a round the worker sleeps in the gate, so its pinned core should be idle
+        # too, and load there would preempt the benchmark: the runner judges it (no
+        # `exclude_core`). Exclude a core only when the caller itself is busy on it (a
+        # parent checking while the worker warms up): it would show only our own work.
         if self.policy == "off":
             return GateReading(
                 passed=True,
@@ -462,7 +437,8 @@ class InterferenceMeter:
     `start()` before the first arm runs, `stop()` after the last. The worker's
     own core (`exclude_core`) is busy with the benchmark, so only its steal is
     recorded (`own_steal`: the share of its running time the hypervisor took).
-    `quiet` is True when every other core stayed at or above the threshold.
+    `quiet` is True when every other core stayed at or above the threshold; a round is
+    quiet when the gate passed before it and its meter found it quiet.
 
     One meter serves all the rounds of a process. It keeps the snapshots it took at
     each round's start and end, and those handed to it by `mark` (the gate's look

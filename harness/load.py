@@ -1,20 +1,8 @@
 """Background load that `epbench validate` creates itself, to measure verdicts under load.
 
-Kinds (LOAD_KINDS):
-
-- ``none``: nothing;
-- ``bursty``: one process that alternates busy and sleeping bursts, each of a random
-  50-400 ms, on whatever core the scheduler gives it (a neighbour's builds and tests);
-- ``sustained``: one process that keeps one core busy for as long as it runs (a
-  neighbour's long job on a 2-core runner).
-
-The load runs as child processes in their own process group, so a Ctrl-C typed at the
-terminal reaches the harness (which stops them in a ``finally``) and never the load
-first; each child also asks the kernel (PR_SET_PDEATHSIG) to kill it when the harness
-dies, so not even a SIGKILL of the harness leaves a busy loop behind.
-
-``python -m epbench.harness.load KIND [SEED [PARENT_PID]]`` is the child itself; it too
-asks to die with its parent, so a script that starts it gets the same guarantee.
+The load runs as child processes in their own process group that die with the harness,
+even on its SIGKILL. ``python -m epbench.harness.load KIND [SEED [PARENT_PID]]`` is the
+child itself, for scripts that start a load.
 """
 
 from __future__ import annotations
@@ -31,6 +19,9 @@ from contextlib import contextmanager, suppress
 
 from epbench.core.errors import EpbenchError
 
+# bursty: one process alternating busy and sleeping bursts of BURST_RANGE_S on whatever
+# core it is given (a neighbour's builds and tests); sustained: one core kept busy (a
+# neighbour's long job on a 2-core runner).
 LOAD_KINDS = ("none", "bursty", "sustained")
 # Bursts (busy, then asleep) last a random time in this range, in seconds.
 BURST_RANGE_S = (0.050, 0.400)

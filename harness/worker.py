@@ -1,20 +1,8 @@
 """The worker: runs one case, all its arms, round by round, in its own process.
 
-The parent (harness.runner) starts ``python -m harness.worker EVENTS_FD``,
-writes one JSON request to stdin, and reads JSON-lines events from the pipe
-EVENTS_FD (not stdout: an EP that prints cannot corrupt the protocol). If an EP
-crashes, this process dies and the parent keeps every round already reported;
-if the parent dies, the kernel kills this process (PR_SET_PDEATHSIG).
-
-One worker is one *process* of a case: the runner starts several per case (each with
-its own memory layout), and inside it every arm has ``sessions`` sessions, rotated over
-the rounds, so that what two processes or two sessions differ by is measured, not
-frozen into the result.
-
-Events, in order: ``pinned``, ``arm`` (one per plugin arm), ``verified``,
-``sized``, then per round ``gate`` and ``round`` (with its per-block summary, and the
-raw samples when asked), then ``done``; or ``error`` at any point (after the per-arm
-facts known so far).
+The parent (harness.runner) starts ``python -m harness.worker EVENTS_FD``, writes one
+JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
+*process* of a case: the runner starts several per case, each with its own memory layout.
 """
 
 from __future__ import annotations
@@ -139,6 +127,8 @@ class Worker:
         expected: list[Any] = []
         # The control first (its outputs are the reference), the rest in the load order.
         control_first = sorted(arms, key=lambda a: a.arm.key != CONTROL_KEY)
+        # Each arm has several sessions, rotated over the rounds, so that what two
+        # sessions differ by is measured, not frozen into the result (as processes are).
         n_sessions = int(self.config.get("sessions", 1))
         try:
             for state in control_first:
@@ -258,7 +248,8 @@ class Worker:
             self.emit({"event": "round", "round": record})
 
     def run(self) -> None:
-
+        # Events, in order: pinned, arm (one per plugin arm), verified, sized, then per
+        # round gate and round, then done; or error at any point, after the facts so far.
         if self.request.get("mode") == "probe":
             # Preflight: load and register every arm, report EP names, run nothing.
             self.setup_arms()
@@ -311,6 +302,8 @@ def main(argv: list[str]) -> int:
     # Ctrl-C goes to the harness; it decides what to keep and stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
+    # Events go to their own pipe, not stdout: an EP that prints cannot corrupt them. If an
+    # EP crashes, this process dies and the parent keeps every round already reported.
     events = os.fdopen(int(argv[1]), "w", encoding="utf-8", buffering=1)
 
     def emit(event: dict[str, Any]) -> None:
