@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import hashlib
 import os
 import pwd
 import shutil
@@ -39,6 +38,7 @@ import epbench
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import CACHE_DIR_ENV, cache_dir
 from epbench.engine.build import EngineBuildError, ort_include_dir
+from epbench.harness.arms import file_sha256
 
 # The unprivileged account a root harness runs builds as.
 BUILD_USER = "nobody"
@@ -134,14 +134,6 @@ def _stat_key(st: os.stat_result) -> tuple[object, ...]:
             st.st_ino)
 
 
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _walk(root: Path, *, contents: bool, skip: frozenset[Path], into: Fingerprint) -> None:
     """Fingerprint ``root`` and everything under it into ``into``: files by sha256 with
     ``contents``, else by their stat; a missing root is recorded as missing."""
@@ -152,7 +144,7 @@ def _walk(root: Path, *, contents: bool, skip: frozenset[Path], into: Fingerprin
         into[top] = ("top", link, st.st_mode, st.st_uid)
         if not stat.S_ISDIR(st.st_mode):  # one file (a hook, the interpreter)
             regular = contents and stat.S_ISREG(st.st_mode)  # never open a FIFO
-            into[top] += (_file_sha256(top),) if regular else _stat_key(st)
+            into[top] += (file_sha256(top),) if regular else _stat_key(st)
             return
     except OSError as exc:
         into[top] = ("missing", exc.errno)
@@ -168,7 +160,7 @@ def _walk(root: Path, *, contents: bool, skip: frozenset[Path], into: Fingerprin
                 elif stat.S_ISDIR(st.st_mode):
                     key = ("dir", st.st_mode, st.st_uid)
                 elif contents and stat.S_ISREG(st.st_mode):
-                    key = ("file", st.st_mode, st.st_uid, st.st_size, _file_sha256(path))
+                    key = ("file", st.st_mode, st.st_uid, st.st_size, file_sha256(path))
                 else:
                     key = ("stat", *_stat_key(st))
             except OSError as exc:  # unreadable: its error is its fingerprint
@@ -217,7 +209,7 @@ def code_snapshot() -> dict[str, str]:
                 if name.endswith(CODE_SUFFIXES):
                     path = os.path.join(folder, name)
                     try:
-                        marks[path] = _file_sha256(path)
+                        marks[path] = file_sha256(path)
                     except OSError as exc:
                         marks[path] = f"error {exc.errno}"
     return marks
