@@ -318,6 +318,23 @@ def test_products_of_2_62_and_past_2_64_are_refused(m: int, n: int) -> None:
         assert "MatMul node 'mm1'" in error and "overflows" in error, error
 
 
+@pytest.mark.parametrize("op", ["Add", "Mul"])
+def test_a_leading_zero_dim_does_not_hide_an_overflow(op: str) -> None:
+    """[0, 2^40, 2^40] holds nothing, but as in numpy its nonzero dims count: a product
+    that stopped at the zero would take it, and so every stride of a tensor like it."""
+    case = {"nodes": [["Relu", ["a"], "r"], [op, ["r", "b"], "y"]],
+            "inputs": [["a", ["n", "w", 1], [0, 2**40, 1]], ["b", [0, 1, -1], [0, 1, 2**40]]],
+            "outputs": ["y"], "id": "zero"}
+    assert _analyse(case)["too_large"] == ["y"]  # type: ignore[index]
+    outcomes = _run_worker([case])
+    for partition in PARTITIONS:
+        outcome = outcomes[f"zero/{partition}"]
+        assert outcome["cpu"]["stage"] == "run"  # numpy cannot hold ORT's empty result
+        assert f"{op} node 'y'" in outcome["engine"]["error"], outcome
+        assert "give [0,1099511627776,1099511627776], whose size overflows" in (
+            outcome["engine"]["error"])
+
+
 def test_fuzzed_shapes_near_the_limits_give_orts_result_or_a_clean_error() -> None:
     cases = _fuzz_cases()
     outcomes = _run_worker(cases)
