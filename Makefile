@@ -52,6 +52,7 @@ asan: $(STAMP)
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0 EBE_TEST_LIBRARY=$(CURDIR)/build/asan/libepbench_engine.so \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_engine_differential.py tests/test_engine_runtime.py \
+	    tests/test_engine_overflow.py \
 	    "tests/test_conformance.py::test_engine_claims_and_passes_every_float32_case_of_its_ops" \
 	    "tests/test_conformance.py::test_engine_nodes_inside_subgraphs_keep_the_model_valid"
 

@@ -19,11 +19,12 @@ void *ebe_malloc(ebe_counters *counters, size_t size) {
 /* Zeroed array; NULL on failure or when count * size overflows (nothing counted then);
  * caller owns the block. */
 void *ebe_calloc(ebe_counters *counters, size_t count, size_t size) {
-  if (size != 0 && count > SIZE_MAX / size) return NULL;
+  size_t bytes = 0;
+  if (ebe_mul_overflow(count, size, &bytes)) return NULL;
   void *ptr = calloc(count == 0 ? 1 : count, size == 0 ? 1 : size);
   if (ptr != NULL) {
     ebe_probe_add(counters, EBE_C_HEAP_ALLOCS, 1);
-    ebe_probe_add(counters, EBE_C_HEAP_BYTES, count * size);
+    ebe_probe_add(counters, EBE_C_HEAP_BYTES, bytes);
   }
   return ptr;
 }

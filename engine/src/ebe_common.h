@@ -52,6 +52,51 @@
     if ((status) != NULL) goto label;          \
   } while (0)
 
+/* ---- checked size arithmetic ----------------------------------------------------------------
+ * Element counts and byte sizes are computed with these. Each returns nonzero
+ * when the true result does not fit (then *out is meaningless) and 0 with *out set
+ * otherwise, as __builtin_*_overflow do. */
+
+/* The most float32 elements one tensor (or the scratch arena) may hold: its byte size, and
+ * any pointer difference inside it, then fit ptrdiff_t (numpy's limit too). */
+#define EBE_MAX_ELEMENTS ((size_t)PTRDIFF_MAX / sizeof(float))
+
+static inline int ebe_mul_overflow(size_t a, size_t b, size_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+static inline int ebe_add_overflow(size_t a, size_t b, size_t *out) {
+  return __builtin_add_overflow(a, b, out);
+}
+
+/* a rounded up to a multiple of `align`, a power of two. */
+static inline int ebe_align_overflow(size_t a, size_t align, size_t *out) {
+  if (__builtin_add_overflow(a, align - 1, out)) return 1;
+  *out &= ~(align - 1);
+  return 0;
+}
+
+/* Element count of a shape: 0 when a dim is 0, else the product of the dims. Like numpy,
+ * a shape is refused (nonzero return) when the product of its nonzero dims exceeds
+ * EBE_MAX_ELEMENTS, even if a zero dim empties it, and when a dim is negative. So for a
+ * shape this accepted, every partial product of its nonzero dims (strides, batch and row
+ * counts) is at most EBE_MAX_ELEMENTS, which is what lets the kernels index unchecked. */
+static inline int ebe_numel_overflow(const int64_t *dims, int32_t rank, size_t *out) {
+  size_t product = 1;
+  int empty = 0;
+  for (int32_t i = 0; i < rank; i++) {
+    if (dims[i] < 0) return 1;
+    if (dims[i] == 0) {
+      empty = 1;
+      continue;
+    }
+    if (ebe_mul_overflow(product, (size_t)dims[i], &product) || product > EBE_MAX_ELEMENTS)
+      return 1;
+  }
+  *out = empty ? 0 : product;
+  return 0;
+}
+
 /* Make an OrtStatus with a printf-formatted message (one counted ORT call).
  * Never fails from the caller's point of view: ORT returns a status or NULL on OOM. */
 OrtStatus *ebe_error(const OrtApi *api, ebe_counters *counters, OrtErrorCode code,

@@ -37,11 +37,12 @@ typedef struct ebe_static_shape {
   int is_static; /* 0: ask ORT every Run (rank and dims unused) */
   int32_t rank;
   int64_t dims[EBE_MAX_RANK];
+  size_t numel; /* element count (ebe_numel_overflow), checked when the shape is read */
 } ebe_static_shape;
 
 /* Fill *shape from a type (NULL: not static). Returns an error status only when an ORT query
- * fails; a type that is not a static float32 tensor just leaves shape->is_static 0. Borrows
- * `type`. */
+ * fails; a type that is not a static float32 tensor, or whose element count overflows, just
+ * leaves shape->is_static 0 (a Run then checks the shape it gets). Borrows `type`. */
 OrtStatus *ebe_static_shape_from_type(const OrtApi *api, ebe_counters *counters,
                                       const OrtTypeInfo *type, ebe_static_shape *shape);
 

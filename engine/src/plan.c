@@ -47,6 +47,7 @@ typedef struct ebe_scratch {
   ebe_bcast *bcast;   /* [n_steps] */
   int32_t *rank;      /* [n_values] */
   int64_t *dims;      /* [n_values * EBE_MAX_RANK] */
+  size_t *numel;      /* [n_values] element counts, checked in the shape pass */
   float **data;       /* [n_values] */
   size_t *slot_elems; /* [n_slots] */
   float *arena;
@@ -84,9 +85,13 @@ size_t ebe_op_arity(ebe_op op) {
 
 /* ---- shape rules (shared by the shape pass and the execution pass) ---------------------- */
 
-static int64_t ebe_numel(const int64_t *dims, int32_t rank) {
-  int64_t n = 1;
-  for (int32_t i = 0; i < rank; i++) n *= dims[i];
+/* Product of some of the dims of a shape that ebe_numel_overflow accepted (a batch or row
+ * count, a prefix of the shape). Not checked again, so the execution pass does no more than
+ * it did: every partial product of an accepted shape's nonzero dims is at most
+ * EBE_MAX_ELEMENTS, and a zero dim makes it 0. Never call it on an unchecked shape. */
+static size_t ebe_count_checked(const int64_t *dims, int32_t rank) {
+  size_t n = 1;
+  for (int32_t i = 0; i < rank; i++) n *= (size_t)dims[i];
   return n;
 }
 
@@ -101,14 +106,21 @@ static int ebe_is_suffix(const int64_t *small, int32_t rs, const int64_t *out, i
   return 1;
 }
 
-typedef enum ebe_bin_result { EBE_BIN_OK = 0, EBE_BIN_MISMATCH, EBE_BIN_UNSUPPORTED } ebe_bin_result;
+typedef enum ebe_bin_result {
+  EBE_BIN_OK = 0,
+  EBE_BIN_MISMATCH,
+  EBE_BIN_UNSUPPORTED,
+  EBE_BIN_TOO_LARGE /* the output (or a MatMul's m*k, k*n or m*n) overflows EBE_MAX_ELEMENTS */
+} ebe_bin_result;
 
-/* Broadcast shapes a and b into out (numpy rules) and choose how to run the step: the fast
- * kernel (same shape, scalar, or a row repeated: *swap says whether b is the big operand,
- * period is the small operand's repeat length) or the general strided walk. Any two shapes
- * that broadcast are OK; only incompatible dims are a MISMATCH. */
-static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64_t *b,
-                                       int32_t rb, int64_t *out, int32_t *ro, ebe_bcast *bc) {
+/* Broadcast shapes a and b (na, nb elements, both checked) into out (numpy rules), set *no
+ * to its checked element count, and choose how to run the step: the fast kernel (same
+ * shape, scalar, or a row repeated: *swap says whether b is the big operand, period is the
+ * small operand's repeat length) or the general strided walk. Any two shapes that broadcast
+ * are OK; incompatible dims are a MISMATCH, an output too large to exist is TOO_LARGE. */
+static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, size_t na,
+                                       const int64_t *b, int32_t rb, size_t nb, int64_t *out,
+                                       int32_t *ro, size_t *no, ebe_bcast *bc) {
   const int32_t r = ra > rb ? ra : rb;
   for (int32_t i = 0; i < r; i++) {
     const int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
@@ -118,19 +130,19 @@ static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64
     else return EBE_BIN_MISMATCH;
   }
   *ro = r;
-  const int64_t na = ebe_numel(a, ra), nb = ebe_numel(b, rb), no = ebe_numel(out, r);
+  if (ebe_numel_overflow(out, r, no)) return EBE_BIN_TOO_LARGE;
   bc->general = 0;
   bc->swap = 0;
-  bc->period = (size_t)no;
-  if (no == 0) return EBE_BIN_OK;
-  if (na == no && nb == no) return EBE_BIN_OK;
-  if (na == no && (nb == 1 || ebe_is_suffix(b, rb, out, r))) {
-    bc->period = (size_t)nb;
+  bc->period = *no;
+  if (*no == 0) return EBE_BIN_OK;
+  if (na == *no && nb == *no) return EBE_BIN_OK;
+  if (na == *no && (nb == 1 || ebe_is_suffix(b, rb, out, r))) {
+    bc->period = nb;
     return EBE_BIN_OK;
   }
-  if (nb == no && (na == 1 || ebe_is_suffix(a, ra, out, r))) {
+  if (nb == *no && (na == 1 || ebe_is_suffix(a, ra, out, r))) {
     bc->swap = 1;
-    bc->period = (size_t)na;
+    bc->period = na;
     return EBE_BIN_OK;
   }
   bc->general = 1; /* e.g. a column [n,1] against [n,m], or [n,1] against [1,m] */
@@ -139,9 +151,10 @@ static ebe_bin_result ebe_binary_shape(const int64_t *a, int32_t ra, const int64
 
 /* MatMul shapes, as numpy.matmul: a [..., m, k] x b [..., k, n] -> out [batch..., m, n]
  * with the batch dims broadcast; a 1-D a is [k] taken as [1, k] and a 1-D b is [k] taken
- * as [k, 1], the added dim dropped from the output (both 1-D: a rank-0 output). */
+ * as [k, 1], the added dim dropped from the output (both 1-D: a rank-0 output). *no is the
+ * output's checked element count; m*k, k*n and m*n are checked too (the GEMM's extents). */
 static ebe_bin_result ebe_matmul_shape(const int64_t *a, int32_t ra, const int64_t *b,
-                                       int32_t rb, int64_t *out, int32_t *ro) {
+                                       int32_t rb, int64_t *out, int32_t *ro, size_t *no) {
   if (ra < 1 || rb < 1) return EBE_BIN_UNSUPPORTED;
   const int64_t kb = rb == 1 ? b[0] : b[rb - 2];
   if (a[ra - 1] != kb) return EBE_BIN_MISMATCH;
@@ -157,8 +170,18 @@ static ebe_bin_result ebe_matmul_shape(const int64_t *a, int32_t ra, const int64
   if (ra >= 2) out[rank++] = a[ra - 2];
   if (rb >= 2) out[rank++] = b[rb - 1];
   *ro = rank;
+  const int64_t mk[2] = {ra < 2 ? 1 : a[ra - 2], kb};
+  const int64_t kn[2] = {kb, rb < 2 ? 1 : b[rb - 1]};
+  const int64_t mn[2] = {mk[0], kn[1]};
+  size_t unused = 0;
+  if (ebe_numel_overflow(mk, 2, &unused) || ebe_numel_overflow(kn, 2, &unused) ||
+      ebe_numel_overflow(mn, 2, &unused) || ebe_numel_overflow(out, rank, no))
+    return EBE_BIN_TOO_LARGE;
   return EBE_BIN_OK;
 }
+
+/* Room for "[d0,...,d7]" with every dim 19 digits and a sign. */
+#define EBE_SHAPE_TEXT (2 + EBE_MAX_RANK * 21)
 
 static void ebe_format_shape(char *buf, size_t cap, const int64_t *dims, int32_t rank) {
   size_t used = 0;
@@ -221,6 +244,8 @@ OrtStatus *ebe_static_shape_from_type(const OrtApi *api, ebe_counters *c,
   for (size_t i = 0; i < rank; i++)
     if (shape->dims[i] < 0) return NULL;
   shape->rank = (int32_t)rank;
+  /* Too many elements to exist: not static, so a Run checks what it gets and says so. */
+  if (ebe_numel_overflow(shape->dims, shape->rank, &shape->numel)) return NULL;
   shape->is_static = 1;
   return NULL;
 }
@@ -239,12 +264,17 @@ static OrtStatus *ebe_read_static_shape(const ebe_plan_config *cfg, const OrtVal
  * copes with any mix of NULL and allocated tables. */
 static OrtStatus *ebe_scratch_init(ebe_plan *plan, ebe_scratch *scratch) {
   ebe_counters *c = plan->counters;
+  size_t n_dims = 0;
+  if (ebe_mul_overflow(plan->n_values, EBE_MAX_RANK, &n_dims))
+    return ebe_error(plan->api, c, ORT_FAIL, "engine: too many values to plan");
   scratch->bcast = ebe_calloc(c, plan->n_steps, sizeof *scratch->bcast);
   scratch->rank = ebe_calloc(c, plan->n_values, sizeof *scratch->rank);
-  scratch->dims = ebe_calloc(c, plan->n_values * EBE_MAX_RANK, sizeof *scratch->dims);
+  scratch->dims = ebe_calloc(c, n_dims, sizeof *scratch->dims);
+  scratch->numel = ebe_calloc(c, plan->n_values, sizeof *scratch->numel);
   scratch->data = ebe_calloc(c, plan->n_values, sizeof *scratch->data);
   scratch->slot_elems = ebe_calloc(c, plan->n_slots, sizeof *scratch->slot_elems);
-  if (!scratch->bcast || !scratch->rank || !scratch->dims || !scratch->data || !scratch->slot_elems)
+  if (!scratch->bcast || !scratch->rank || !scratch->dims || !scratch->numel || !scratch->data ||
+      !scratch->slot_elems)
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
   return NULL;
 }
@@ -256,11 +286,13 @@ static void ebe_scratch_release(ebe_plan *plan, ebe_scratch *scratch) {
   scratch->bcast = NULL;
   ebe_free(c, scratch->rank);
   ebe_free(c, scratch->dims);
+  ebe_free(c, scratch->numel);
   ebe_free(c, scratch->data);
   ebe_free(c, scratch->slot_elems);
   ebe_free(c, scratch->arena);
   scratch->rank = NULL;
   scratch->dims = NULL;
+  scratch->numel = NULL;
   scratch->data = NULL;
   scratch->slot_elems = NULL;
   scratch->arena = NULL;
@@ -285,6 +317,7 @@ void ebe_plan_free(ebe_plan *plan) {
  * after its last reader. A unary op whose input dies at it writes in place. */
 static OrtStatus *ebe_plan_assign_slots(ebe_plan *plan) {
   ebe_counters *c = plan->counters;
+  /* n_values < max_values, whose + 1 was checked when the plan was sized */
   uint32_t *free_slots = ebe_calloc(c, plan->n_values + 1, sizeof *free_slots);
   if (free_slots == NULL)
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
@@ -341,6 +374,18 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Graph_GetNumNodes, graph, &n_nodes), fail);
   plan->n_steps = n_nodes;
 
+  /* Every value is a fused input or some node's output (one per node): an upper bound. The
+   * name table holds at least twice as many (a power of two), and ids are uint32_t. */
+  size_t max_values = 0, twice = 0;
+  if (ebe_mul_overflow(n_nodes, 3, &max_values) ||
+      ebe_add_overflow(max_values, plan->n_inputs, &max_values) ||
+      ebe_add_overflow(max_values, plan->n_outputs, &max_values) ||
+      ebe_add_overflow(max_values, 1, &max_values) || ebe_mul_overflow(max_values, 2, &twice) ||
+      max_values >= UINT32_MAX || twice > (SIZE_MAX >> 1) + 1) {
+    status = ebe_error(api, c, ORT_EP_FAIL, "engine: partition too large to plan (%zu nodes)",
+                       n_nodes);
+    goto fail;
+  }
   in_infos = ebe_calloc(c, plan->n_inputs, sizeof *in_infos);
   out_infos = ebe_calloc(c, plan->n_outputs, sizeof *out_infos);
   nodes = ebe_calloc(c, n_nodes, sizeof *nodes);
@@ -348,10 +393,8 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
   plan->input_values = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_values);
   plan->input_shapes = ebe_calloc(c, plan->n_inputs, sizeof *plan->input_shapes);
   plan->output_values = ebe_calloc(c, plan->n_outputs, sizeof *plan->output_values);
-  /* Every value is a fused input or some node's output (one per node): an upper bound. */
-  const size_t max_values = plan->n_inputs + n_nodes * 3 + plan->n_outputs + 1;
   names.cap = 16;
-  while (names.cap < 2 * max_values) names.cap *= 2;
+  while (names.cap < twice) names.cap *= 2; /* twice <= 2^(bits-1): cannot wrap */
   names.keys = ebe_calloc(c, names.cap, sizeof *names.keys);
   names.ids = ebe_calloc(c, names.cap, sizeof *names.ids);
   plan->values = ebe_calloc(c, max_values, sizeof *plan->values);
@@ -538,13 +581,21 @@ static ebe_scratch *ebe_scratch_acquire(ebe_plan *plan) {
   return NULL;
 }
 
-/* The error of a binary step whose input shapes do not go together (one counted call). */
+/* The error of a binary step whose input shapes do not go together, or whose output (dout,
+ * ro: filled for TOO_LARGE) would be too large to exist (one counted call). */
 static OrtStatus *ebe_shape_error(const ebe_plan *plan, const ebe_step *step, const int64_t *da,
                                   int32_t ra, const int64_t *db, int32_t rb,
-                                  ebe_bin_result result) {
-  char sa[160], sb[160];
+                                  const int64_t *dout, int32_t ro, ebe_bin_result result) {
+  char sa[EBE_SHAPE_TEXT], sb[EBE_SHAPE_TEXT], so[EBE_SHAPE_TEXT];
   ebe_format_shape(sa, sizeof sa, da, ra);
   ebe_format_shape(sb, sizeof sb, db, rb);
+  if (result == EBE_BIN_TOO_LARGE) {
+    ebe_format_shape(so, sizeof so, dout, ro);
+    return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                     "engine: %s node '%s': input shapes %s and %s give %s, whose size "
+                     "overflows (more than %zu float32 elements)",
+                     ebe_op_names[step->op], step->name, sa, sb, so, EBE_MAX_ELEMENTS);
+  }
   return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
                    "engine: %s node '%s': input shapes %s and %s %s", ebe_op_names[step->op],
                    step->name, sa, sb,
@@ -552,16 +603,17 @@ static OrtStatus *ebe_shape_error(const ebe_plan *plan, const ebe_step *step, co
                                               : "need a broadcast the engine does not do");
 }
 
-/* Shapes of one step's output from its input shapes, and (binary elementwise) how it runs. */
+/* Shapes of one step's output from its input shapes (na, nb elements, checked): its dims,
+ * rank and checked element count, and (binary elementwise) how it runs. */
 static ebe_bin_result ebe_step_shape(const ebe_step *step, const int64_t *da, int32_t ra,
-                                     const int64_t *db, int32_t rb, int64_t *dout, int32_t *ro,
-                                     ebe_bcast *bc) {
-  if (step->op == EBE_OP_MATMUL) return ebe_matmul_shape(da, ra, db, rb, dout, ro);
-  return ebe_binary_shape(da, ra, db, rb, dout, ro, bc);
+                                     size_t na, const int64_t *db, int32_t rb, size_t nb,
+                                     int64_t *dout, int32_t *ro, size_t *no, ebe_bcast *bc) {
+  if (step->op == EBE_OP_MATMUL) return ebe_matmul_shape(da, ra, db, rb, dout, ro, no);
+  return ebe_binary_shape(da, ra, na, db, rb, nb, dout, ro, no, bc);
 }
 
-/* Shape pass: fill rank/dims of every step output and the broadcast of every binary
- * elementwise step; error status on a bad input shape. */
+/* Shape pass: fill rank/dims/element count of every step output and the broadcast of every
+ * binary elementwise step; error status on a bad input shape or an overflowing size. */
 static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
   for (size_t s = 0; s < plan->n_steps; s++) {
     const ebe_step *step = &plan->steps[s];
@@ -571,17 +623,41 @@ static OrtStatus *ebe_plan_shapes(ebe_plan *plan, ebe_scratch *scratch) {
     if (step->n_in == 1) {
       if (scratch->rank[a] > 0) memcpy(dout, da, sizeof(int64_t) * (size_t)scratch->rank[a]);
       scratch->rank[o] = scratch->rank[a];
+      scratch->numel[o] = scratch->numel[a];
       continue;
     }
     const int64_t *db = scratch->dims + (size_t)b * EBE_MAX_RANK;
     int32_t ro = 0;
-    const ebe_bin_result result = ebe_step_shape(step, da, scratch->rank[a], db,
-                                                 scratch->rank[b], dout, &ro, &scratch->bcast[s]);
+    const ebe_bin_result result =
+        ebe_step_shape(step, da, scratch->rank[a], scratch->numel[a], db, scratch->rank[b],
+                       scratch->numel[b], dout, &ro, &scratch->numel[o], &scratch->bcast[s]);
     if (result != EBE_BIN_OK)
-      return ebe_shape_error(plan, step, da, scratch->rank[a], db, scratch->rank[b], result);
+      return ebe_shape_error(plan, step, da, scratch->rank[a], db, scratch->rank[b], dout, ro,
+                             result);
     scratch->rank[o] = ro;
   }
   return NULL;
+}
+
+/* The error of a scratch arena too large to exist: names the node whose output needs the
+ * slot where the running total overflowed (one counted call; not on any path that succeeds). */
+static OrtStatus *ebe_arena_error(const ebe_plan *plan, const ebe_scratch *scratch,
+                                  size_t slot) {
+  const char *node = "";
+  const char *op = "";
+  for (size_t v = 0; v < plan->n_values; v++) {
+    const ebe_value *value = &plan->values[v];
+    if (value->loc == EBE_LOC_SLOT && value->index == slot && value->producer >= 0 &&
+        scratch->numel[v] == scratch->slot_elems[slot]) {
+      node = plan->steps[value->producer].name;
+      op = ebe_op_names[plan->steps[value->producer].op];
+      break;
+    }
+  }
+  return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                   "engine: %s node '%s': the scratch its output adds to the partition's "
+                   "overflows (more than %zu float32 elements in all)",
+                   op, node, EBE_MAX_ELEMENTS);
 }
 
 /* Size the arena for this Run's shapes and point every slot value into it. Allocates only
@@ -592,11 +668,18 @@ static OrtStatus *ebe_plan_place_slots(ebe_plan *plan, ebe_scratch *scratch) {
   for (size_t v = 0; v < plan->n_values; v++) {
     const ebe_value *value = &plan->values[v];
     if (value->loc != EBE_LOC_SLOT) continue;
-    const size_t n = (size_t)ebe_numel(scratch->dims + v * EBE_MAX_RANK, scratch->rank[v]);
+    const size_t n = scratch->numel[v]; /* checked in the shape pass */
     if (n > scratch->slot_elems[value->index]) scratch->slot_elems[value->index] = n;
   }
+  /* Each slot rounded up to 16 floats (64 bytes), all of it at most EBE_MAX_ELEMENTS, so
+   * the offsets below and total * sizeof(float) cannot wrap. */
   size_t total = 0;
-  for (size_t s = 0; s < plan->n_slots; s++) total += (scratch->slot_elems[s] + 15) & ~(size_t)15;
+  for (size_t s = 0; s < plan->n_slots; s++) {
+    size_t size = 0;
+    if (ebe_align_overflow(scratch->slot_elems[s], 16, &size) ||
+        ebe_add_overflow(total, size, &total) || total > EBE_MAX_ELEMENTS)
+      return ebe_arena_error(plan, scratch, s);
+  }
   if (total > scratch->arena_cap) {
     float *bigger = ebe_malloc(plan->counters, total * sizeof(float));
     if (bigger == NULL)
@@ -606,7 +689,7 @@ static OrtStatus *ebe_plan_place_slots(ebe_plan *plan, ebe_scratch *scratch) {
     scratch->arena = bigger;
     scratch->arena_cap = total;
   }
-  /* Reuse slot_elems as slot offsets from here on. */
+  /* Reuse slot_elems as slot offsets from here on (every sum below was checked above). */
   size_t offset = 0;
   for (size_t s = 0; s < plan->n_slots; s++) {
     const size_t size = (scratch->slot_elems[s] + 15) & ~(size_t)15;
@@ -625,20 +708,24 @@ static OrtStatus *ebe_plan_place_slots(ebe_plan *plan, ebe_scratch *scratch) {
 typedef struct ebe_operand {
   const int64_t *dims;
   int32_t rank;
+  size_t numel; /* element count, checked (ebe_numel_overflow) before any kernel runs */
   float *data;
 } ebe_operand;
 
 /* numpy.matmul on shapes ebe_matmul_shape accepted: a 1-D operand is one row (a) or one
- * column (b) in the same memory, so every case is a batch of [m,k] x [k,n] products. */
+ * column (b) in the same memory, so every case is a batch of [m,k] x [k,n] products. The
+ * counts, strides and offsets below are partial products of the three operands' checked
+ * shapes (see ebe_count_checked), so none can wrap. */
 static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const ebe_operand *out) {
+  if (out->numel == 0) return; /* a zero batch, m or n: nothing to write */
   const int64_t *da = a->dims, *db = b->dims, *dout = out->dims;
   const int32_t ra = a->rank, rb = b->rank;
   const size_t m = ra < 2 ? 1 : (size_t)da[ra - 2], k = (size_t)da[ra - 1];
   const size_t n = rb < 2 ? 1 : (size_t)db[rb - 1];
   const int32_t ba = ra < 2 ? 0 : ra - 2, bb = rb < 2 ? 0 : rb - 2;
   const int32_t nb = ba > bb ? ba : bb; /* output batch dims: dout[0, nb) */
-  const size_t batches = (size_t)ebe_numel(dout, nb);
-  const size_t b_batches = (size_t)ebe_numel(db, bb);
+  const size_t batches = ebe_count_checked(dout, nb);
+  const size_t b_batches = ebe_count_checked(db, bb);
   const float *pa = a->data, *pb = b->data;
   float *pc = out->data;
   if (b_batches == 1) {
@@ -674,7 +761,9 @@ static void ebe_exec_matmul(const ebe_operand *a, const ebe_operand *b, const eb
 
 /* Add/Mul for any two shapes that broadcast (numpy rules), by strides: the output is walked
  * row by row (its last dim), each operand's row found by its strides, 0 along a dim it
- * broadcasts. Fixed-size stack state only: no allocation. out overlaps neither input. */
+ * broadcasts. Fixed-size stack state only: no allocation. out overlaps neither input, and
+ * is not empty, so every dim is nonzero and every stride and offset is bounded by a checked
+ * element count. */
 static void ebe_exec_broadcast(ebe_op op, const ebe_operand *a, const ebe_operand *b,
                                const ebe_operand *out) {
   const int32_t r = out->rank; /* >= 1: a rank-0 output is the scalar fast case */
@@ -689,7 +778,7 @@ static void ebe_exec_broadcast(ebe_op op, const ebe_operand *a, const ebe_operan
     sb *= (size_t)dim_b;
   }
   const size_t row = (size_t)out->dims[r - 1];
-  const size_t rows = (size_t)ebe_numel(out->dims, r - 1);
+  const size_t rows = ebe_count_checked(out->dims, r - 1);
   int64_t index[EBE_MAX_RANK] = {0};
   for (size_t k = 0; k < rows; k++) {
     size_t off_a = 0, off_b = 0;
@@ -715,7 +804,7 @@ static void ebe_exec_broadcast(ebe_op op, const ebe_operand *a, const ebe_operan
  * used by Add/Mul only). */
 static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
                      const ebe_operand *out, const ebe_bcast *bc, ebe_counters *counters) {
-  const size_t n = (size_t)ebe_numel(out->dims, out->rank);
+  const size_t n = out->numel;
   switch (op) {
     case EBE_OP_IDENTITY:
       ebe_kernel_identity(a->data, out->data, n);
@@ -750,6 +839,7 @@ static void ebe_exec(ebe_op op, const ebe_operand *a, const ebe_operand *b,
 
 static ebe_operand ebe_scratch_operand(const ebe_scratch *scratch, uint32_t value) {
   ebe_operand operand = {scratch->dims + (size_t)value * EBE_MAX_RANK, scratch->rank[value],
+                         scratch->numel[value],
                          scratch->data[value]};
   return operand;
 }
@@ -762,8 +852,30 @@ static void ebe_run_step(const ebe_plan *plan, const ebe_scratch *scratch, size_
   ebe_exec(step->op, &a, &b, &out, &scratch->bcast[s], plan->counters);
 }
 
-/* Fetch fused input k: its float32 data and shape (borrowed from ORT for this Compute, or
- * from the plan when the shape is static). Two ORT calls for a static input, three else. */
+/* The error of fused input k whose shape is too large to exist: names the first node that
+ * reads it (one counted call; ORT makes no such tensor, so this is defence in depth). */
+static OrtStatus *ebe_input_size_error(const ebe_plan *plan, size_t k, const int64_t *dims,
+                                       int32_t rank) {
+  const ebe_step *reader = &plan->steps[0];
+  for (size_t s = 0; s < plan->n_steps; s++) {
+    const ebe_step *step = &plan->steps[s];
+    if (step->in[0] == plan->input_values[k] ||
+        (step->n_in == 2 && step->in[1] == plan->input_values[k])) {
+      reader = step;
+      break;
+    }
+  }
+  char text[EBE_SHAPE_TEXT];
+  ebe_format_shape(text, sizeof text, dims, rank);
+  return ebe_error(plan->api, plan->counters, ORT_INVALID_ARGUMENT,
+                   "engine: %s node '%s': input %zu has shape %s, whose size overflows (more "
+                   "than %zu float32 elements)",
+                   ebe_op_names[reader->op], reader->name, k, text, EBE_MAX_ELEMENTS);
+}
+
+/* Fetch fused input k: its float32 data, shape (borrowed from ORT for this Compute, or
+ * from the plan when the shape is static) and checked element count. Two ORT calls for a
+ * static input, three else. */
 static OrtStatus *ebe_fetch_input(const ebe_plan *plan, OrtKernelContext *context, size_t k,
                                   ebe_operand *operand, uint64_t *calls) {
   const OrtApi *api = plan->api;
@@ -777,6 +889,7 @@ static OrtStatus *ebe_fetch_input(const ebe_plan *plan, OrtKernelContext *contex
   if (declared->is_static) {
     operand->dims = declared->dims;
     operand->rank = declared->rank;
+    operand->numel = declared->numel; /* checked when the plan was built */
   } else {
     ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
     const int64_t *shape = NULL;
@@ -796,6 +909,8 @@ static OrtStatus *ebe_fetch_input(const ebe_plan *plan, OrtKernelContext *contex
                          "engine: input %zu has a negative dim", k);
     operand->dims = shape;
     operand->rank = (int32_t)rank;
+    if (ebe_numel_overflow(shape, operand->rank, &operand->numel))
+      return ebe_input_size_error(plan, k, shape, operand->rank);
   }
   EBE_RETURN_IF_ERROR(EBE_CALL_T(*calls, api, GetTensorData, value, &data));
   operand->data = (float *)(uintptr_t)data; /* inputs are only ever read */
@@ -820,22 +935,25 @@ static OrtStatus *ebe_fetch_output(const ebe_plan *plan, OrtKernelContext *conte
 static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
                                       uint64_t *calls) {
   const ebe_step *step = &plan->steps[0];
-  ebe_operand in[2] = {{NULL, 0, NULL}, {NULL, 0, NULL}};
+  ebe_operand in[2] = {{NULL, 0, 0, NULL}, {NULL, 0, 0, NULL}};
   for (size_t k = 0; k < plan->n_inputs; k++)
     EBE_RETURN_IF_ERROR(ebe_fetch_input(plan, context, k, &in[k], calls));
   const ebe_operand *a = &in[plan->values[step->in[0]].index];
   const ebe_operand *b = &in[plan->values[step->in[step->n_in - 1]].index];
   int64_t dims[EBE_MAX_RANK];
-  ebe_operand out = {dims, 0, NULL};
+  ebe_operand out = {dims, 0, 0, NULL};
   ebe_bcast bc = {0, 0, 0};
   if (step->n_in == 1) {
     out.dims = a->dims; /* ORT's shape array stays valid for the whole Compute */
     out.rank = a->rank;
+    out.numel = a->numel;
   } else {
-    const ebe_bin_result result =
-        ebe_step_shape(step, a->dims, a->rank, b->dims, b->rank, dims, &out.rank, &bc);
+    const ebe_bin_result result = ebe_step_shape(step, a->dims, a->rank, a->numel, b->dims,
+                                                 b->rank, b->numel, dims, &out.rank,
+                                                 &out.numel, &bc);
     if (result != EBE_BIN_OK)
-      return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, result);
+      return ebe_shape_error(plan, step, a->dims, a->rank, b->dims, b->rank, dims, out.rank,
+                             result);
   }
   EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, 0, out.dims, out.rank, &out.data, calls));
   if (out.data == a->data && step->n_in == 1) /* a kernel's mutable alias taken by ORT */
@@ -851,13 +969,14 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
 static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
                                     OrtKernelContext *context, uint64_t *calls) {
   for (size_t k = 0; k < plan->n_inputs; k++) {
-    ebe_operand input = {NULL, 0, NULL};
+    ebe_operand input = {NULL, 0, 0, NULL};
     EBE_RETURN_IF_ERROR(ebe_fetch_input(plan, context, k, &input, calls));
     const uint32_t id = plan->input_values[k];
     if (input.rank > 0) /* a scalar's shape pointer is NULL */
       memcpy(scratch->dims + (size_t)id * EBE_MAX_RANK, input.dims,
              sizeof(int64_t) * (size_t)input.rank);
     scratch->rank[id] = input.rank;
+    scratch->numel[id] = input.numel;
     scratch->data[id] = input.data;
   }
   EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
