@@ -47,6 +47,8 @@ BUILD_USER = "nobody"
 SCRUBBED_PREFIXES = ("PYTHON", "EPBENCH_", "GIT_", "ACTIONS_")
 SCRUBBED_NAMES = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX", "DATABASE_URL", "SSH_AUTH_SOCK"})
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASS", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+# The build's own copy of $ORT_INCLUDE_DIR, in its folder.
+INCLUDE_COPY = "ort-include"
 # Changed paths a refusal names; the rest are counted.
 NAMED_CHANGES = 3
 # Rounds of killing a build's leftover processes (a process forking as fast as it is
@@ -336,6 +338,16 @@ def _seed_headers(cache: Path, fetch: bool) -> None:
         shutil.copytree(headers, cache / "ort-headers", symlinks=False)
 
 
+def _seed_include_dir(root: Path) -> None:
+    """A copy of $ORT_INCLUDE_DIR (the ORT headers the harness was given, e.g. by the GitHub
+    Action's `ort-headers`) in the build's own folder, which run_build hands to the build as
+    its ORT_INCLUDE_DIR: the folder given may be closed to the build's user (root's home
+    is, to `nobody`), and a build must not change the harness's copy."""
+    given = os.environ.get("ORT_INCLUDE_DIR")
+    if given and os.path.isdir(given):
+        shutil.copytree(given, root / INCLUDE_COPY, symlinks=False)
+
+
 def _own_python(user: BuildUser | None, env: Mapping[str, str], root: Path) -> str:
     """A fresh venv with no packages for the build, made from an interpreter its user can
     run: the harness's base interpreter, else a python3 on the build's PATH (a root
@@ -374,6 +386,7 @@ def prepare_root(root: Path, *, engine: bool) -> None:
     for name in ("out", "home", "cache", "tmp"):
         (root / name).mkdir(exist_ok=True)
     _seed_headers(root / "cache", fetch=engine)
+    _seed_include_dir(root)
 
 
 def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard,
@@ -388,6 +401,8 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
     user = build_user()
     env = build_environment(os.environ, home=root / "home", cache=root / "cache",
                             tmp=root / "tmp", own_home=user is not None)
+    if (root / INCLUDE_COPY).is_dir():
+        env["ORT_INCLUDE_DIR"] = str(root / INCLUDE_COPY)
     if user is not None:
         # The build owns its folder and nothing else; the harness (root) can still remove it.
         _chown_tree(root, user)

@@ -96,6 +96,24 @@ def test_as_root_the_build_runs_as_nobody_and_its_writes_fail(repo, tmp_path,
     assert not planted.exists() and not out.exists()
 
 
+def test_the_build_gets_its_own_copy_of_ort_include_dir(repo, tmp_path, monkeypatch) -> None:
+    # The harness's folder sits in a tmp_path closed to other users (`nobody`, under root).
+    given = tmp_path / "include"
+    given.mkdir()
+    (given / "onnxruntime_c_api.h").write_text("/* headers */\n")
+    monkeypatch.setenv("ORT_INCLUDE_DIR", str(given))
+    sha = _commit(repo, {"build.sh": BENIGN.replace(
+        "echo lib.so", 'echo "$ORT_INCLUDE_DIR" >> lib.so\n'
+        'cat "$ORT_INCLUDE_DIR/onnxruntime_c_api.h" >> lib.so\n'
+        'echo tampered > "$ORT_INCLUDE_DIR/onnxruntime_c_api.h"\necho lib.so')}, "include")
+    side = build_commit(repo, "head", "HEAD", sha, build="bash build.sh",
+                        out_dir=tmp_path / "out")
+    seen, header = Path(side.library).read_bytes().decode(errors="replace").splitlines()[-2:]
+    assert header == "/* headers */"
+    assert Path(seen).name == isolation.INCLUDE_COPY and Path(seen).parent != given.parent
+    assert (given / "onnxruntime_c_api.h").read_text() == "/* headers */\n"  # the harness's
+
+
 def test_the_guard_refuses_a_build_that_wrote_into_the_harness(repo, tmp_path, planted,
                                                                monkeypatch) -> None:
     """A build running as the harness's own user (not root, as in GitHub's runners) can

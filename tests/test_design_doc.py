@@ -80,6 +80,7 @@ JSON_READERS = {
     "reports/history.py": "the store's own JSON columns",
     "reports/calibrate.py": "noise profiles",
     "reports/artifact.py": "compare artifacts and their schema",
+    "epbench/workflows/action.py": "the pull_request event GitHub writes ($GITHUB_EVENT_PATH)",
     "reports/github.py": "GitHub API responses",
     "reports/html.py": "a file's schema, to tell a comparison from results (load_results reads "
                        "the results)",

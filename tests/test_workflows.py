@@ -888,10 +888,13 @@ def test_write_is_held_only_by_the_push_job_and_the_comment_bot() -> None:
     }
     assert {k: v for k, v in writers.items() if v} == {
         ("history", "push"): {"contents"}, ("bench-comment", "comment"): {"pull-requests"},
+        ("epbench-comment", "comment"): {"pull-requests"},
     }
-    # The one exemption from "installs nothing": the bot, for pull-requests only.
+    # The one exemption from "installs nothing": the bot (this repository's, and the
+    # reusable one other repositories call), for pull-requests only.
     exempt = dict(rules.INSTALLING_WRITERS)
-    assert exempt == {("bench-comment", "comment"): {"pull-requests"}}
+    assert exempt == {("bench-comment", "comment"): {"pull-requests"},
+                      ("epbench-comment", "comment"): {"pull-requests"}}
 
 
 @pytest.mark.parametrize(("path", "mutation"), PRIVILEGE_CASES)

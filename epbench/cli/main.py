@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare-commits": ("epbench.cli.run_commands:compare_commits",
                         "Compare two commits of an EP in one interleaved run, with ORT as the "
                         "control."),
+    "action": ("epbench.cli.action_command:action",
+               "Measure a pull request's base and head as the epbench GitHub Action does."),
     "validate": ("epbench.cli.validate_commands:validate",
                  "Measure this harness on this machine: false-positive rate, power, MDE, bias."),
     "conformance": ("epbench.cli.conformance_command:conformance",

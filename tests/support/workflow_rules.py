@@ -41,9 +41,11 @@ READ_ONLY = {"read", "none"}
 # Jobs allowed to install packages while holding a write scope, and the only scopes
 # they may write. The PR comment bot installs epbench from the default branch (the
 # `bot` extra) to check the artifact and post: `epbench comment` is Python, so this
-# job cannot avoid the registry until the checking and the posting are split.
+# job cannot avoid the registry until the checking and the posting are split. The
+# reusable comment workflow (comment.yml, called by other repositories) is the same job.
 INSTALLING_WRITERS: dict[tuple[str, str], frozenset[str]] = {
     ("bench-comment", "comment"): frozenset({"pull-requests"}),
+    ("epbench-comment", "comment"): frozenset({"pull-requests"}),
 }
 
 

@@ -1,0 +1,65 @@
+"""`epbench action`: the measuring step of the GitHub Action (action.yml), whole.
+
+The action's inputs arrive as INPUT_* environment variables, set by action.yml's step
+from `inputs.*` (a composite action's inputs are no environment of their own), so no
+input is ever pasted into a shell script. workflows.action does the work.
+"""
+
+from __future__ import annotations
+
+import click
+
+from epbench.cli.base import Command
+from epbench.cli.run_commands import compare_commits
+from epbench.engine.build import ort_include_dir
+from epbench.workflows.action import ActionInputs, run_action
+
+
+def _input(name: str, help_text: str, default: str = "") -> click.Option:
+    env = "INPUT_" + name.upper().replace("-", "_")
+    return click.Option([f"--{name}"], envvar=env, default=default, show_default=bool(default),
+                        metavar="TEXT", help=f"{help_text} [env: {env}]")
+
+
+@click.command(cls=Command)
+@click.option("--event", "event_path", envvar="GITHUB_EVENT_PATH", required=True,
+              type=click.Path(dir_okay=False), metavar="FILE",
+              help="The pull_request event's JSON (default: $GITHUB_EVENT_PATH).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Output directory: the artifact's files.")
+@click.option("--repo", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="The checked-out pull request (both commits reachable).")
+@click.option("--summary", envvar="GITHUB_STEP_SUMMARY", default=None, metavar="FILE",
+              help="The job summary file to append the report to "
+                   "(default: $GITHUB_STEP_SUMMARY; none when unset).")
+def action(event_path: str, out: str, repo: str, summary: str | None, **inputs: str) -> None:
+    """Measure a pull request's base and head as the epbench GitHub Action does.
+
+    \b
+    Reads the PR from the event file, runs `epbench compare-commits BASE HEAD` with the
+    action's inputs, writes OUT/pull-request.json for the comment workflow and appends
+    OUT/report.md to the job summary. Exits with compare-commits' code (5: a verdict
+    matched fail-on).
+    """
+    known = {opt for param in compare_commits.params for opt in param.opts}
+    code = run_action(
+        ActionInputs(**{k: v or "" for k, v in inputs.items()}), event_path=event_path,
+        out=out, repo=repo, summary=summary, known_options=known,
+        ort_include_dir=ort_include_dir, log=lambda line: click.echo(line, err=True))
+    click.get_current_context().exit(code)
+
+
+for _name, _help, *_default in (
+    ("build", "Shell command run in each commit's worktree; its last stdout line is the "
+              "library [default: the bundled engine]."),
+    ("cases", "Grid names, case names or .onnx paths, separated by spaces or commas "
+              "[default: compare-commits' own]."),
+    ("dims", "NAME=VALUE for the symbolic dims of the .onnx cases."),
+    ("budget", "Seconds for re-running ambiguous cases (compare-commits --budget)."),
+    ("fail-on", "alert | regression | never (compare-commits --fail-on)."),
+    ("history", "A history store's URL or path, read for the base commit's change points."),
+    ("ort-headers", "true: fetch ORT's C headers and hand their folder to the build as "
+                    "$ORT_INCLUDE_DIR.", "false"),
+    ("args", "More compare-commits options, split as a shell would."),
+):
+    action.params.append(_input(_name, _help, *_default))

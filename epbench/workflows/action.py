@@ -1,0 +1,202 @@
+"""The GitHub Action's measuring step (action.yml at the repository root), whole.
+
+action.yml checks out the caller's pull request, installs epbench from the action's own
+ref and runs `epbench action`, which calls `run_action`: it reads the PR's base and head
+commits and its number from the event file GitHub wrote ($GITHUB_EVENT_PATH), turns the
+action's inputs into one `epbench compare-commits` command line, runs it with this very
+interpreter (so the harness is the action's, never the PR's), records the PR number for
+the comment workflow (reports.artifact.PR_FILE) and writes the job summary. Tests run
+this same step, so what they check is what the action does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from epbench.cases.grids import grid_names
+from epbench.core.errors import EpbenchError
+from epbench.reports.artifact import COMPARE_FILE, PR_FILE
+
+# The action's inputs reach `epbench action` as these environment variables (action.yml
+# sets them from `inputs.*`); none of them is handed on to compare-commits or the build.
+INPUT_PREFIX = "INPUT_"
+# Where the measuring step writes, and the upload step takes the artifact from.
+REPORT_FILE = "report.md"
+SHA = re.compile(r"[0-9a-f]{40}")
+
+
+class ActionError(EpbenchError):
+    """An action input or event the measuring step cannot use."""
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """The commits a pull_request event names, and its number."""
+
+    base_sha: str
+    head_sha: str
+    number: int
+
+
+@dataclass(frozen=True)
+class ActionInputs:
+    """The action's inputs as given (empty: not given); `compare_commits_argv` reads them."""
+
+    build: str = ""
+    cases: str = ""
+    dims: str = ""
+    budget: str = ""
+    fail_on: str = ""
+    history: str = ""
+    ort_headers: str = "false"
+    args: str = ""
+
+
+def pull_request_from_event(path: str | Path) -> PullRequest:
+    """The pull request of a `pull_request` event file ($GITHUB_EVENT_PATH)."""
+    try:
+        event = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ActionError(f"cannot read the event file {path}: {exc}; run the action in a "
+                          "GitHub Actions job, which sets $GITHUB_EVENT_PATH") from None
+    pr = event.get("pull_request") if isinstance(event, dict) else None
+    if not isinstance(pr, dict):
+        raise ActionError("the event has no pull request: run the epbench action in a "
+                          "workflow triggered `on: pull_request`")
+    try:
+        base, head, number = pr["base"]["sha"], pr["head"]["sha"], pr["number"]
+    except (KeyError, TypeError):
+        raise ActionError("the event's pull request lacks base.sha, head.sha or number: "
+                          "run the action `on: pull_request`") from None
+    if not (isinstance(base, str) and SHA.fullmatch(base) and isinstance(head, str)
+            and SHA.fullmatch(head) and type(number) is int and number > 0):
+        raise ActionError("the event's pull request has a malformed sha or number: "
+                          "run the action `on: pull_request`")
+    return PullRequest(base, head, number)
+
+
+def _words(text: str) -> list[str]:
+    """An input's items, separated by spaces, commas or new lines."""
+    return [word for word in re.split(r"[\s,]+", text) if word]
+
+
+def _number(name: str, text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ActionError(f"input {name}: {text!r} is not a number of seconds >= 0; "
+                          "write e.g. `budget: 120`")
+    return text
+
+
+def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, out: str,
+                         known_options: Collection[str]) -> list[str]:
+    """The `compare-commits` arguments the inputs stand for (after the command's name).
+
+    ``known_options``: the options this epbench's compare-commits takes. An input that
+    needs one it lacks (`--model` for a `.onnx` case, `--dim`) is refused with a message
+    rather than passed to fail later.
+    """
+    argv = [pr.base_sha, pr.head_sha, "--repo", repo, "--out", out]
+    if inputs.build.strip():
+        argv += ["--build", inputs.build]
+    grids = set(grid_names())
+    wanted: list[tuple[str, str]] = []
+    for word in _words(inputs.cases):
+        if word.endswith(".onnx"):
+            wanted.append(("--model", word))
+        else:
+            wanted.append(("--grid" if word in grids else "--case", word))
+    wanted += [("--dim", word) for word in _words(inputs.dims)]
+    if inputs.budget.strip():
+        wanted.append(("--budget", _number("budget", inputs.budget.strip())))
+    if inputs.fail_on.strip():
+        wanted.append(("--fail-on", inputs.fail_on.strip()))
+    if inputs.history.strip():
+        wanted.append(("--history", inputs.history.strip()))
+    for option, value in wanted:
+        if option not in known_options:
+            raise ActionError(
+                f"this epbench's compare-commits has no {option} option, which {value!r} "
+                "needs: name built-in grids or cases in `cases`, or use an epbench ref "
+                "that has it")
+        argv += [option, value]
+    try:
+        argv += shlex.split(inputs.args)
+    except ValueError as exc:
+        raise ActionError(f"input args: {exc}: quote it as a shell would") from None
+    return argv
+
+
+def shown(argv: list[str], inputs: ActionInputs) -> str:
+    """The command line for the log, the history store's URL (a password) left out."""
+    secret = inputs.history.strip()
+    return shlex.join("<history>" if secret and word == secret else word for word in argv)
+
+
+def child_environment(environ: Mapping[str, str], ort_include: str | None) -> dict[str, str]:
+    """The environment compare-commits runs in: the action's inputs taken out (the history
+    URL is one), ORT's headers offered to the build as $ORT_INCLUDE_DIR when asked for."""
+    env = {k: v for k, v in environ.items() if not k.startswith(INPUT_PREFIX)}
+    if ort_include is not None:
+        env["ORT_INCLUDE_DIR"] = ort_include
+    return env
+
+
+def write_summary(summary: Path, out: Path) -> None:
+    """Append the run's report.md to the job summary, or say that there is none."""
+    report = out / REPORT_FILE
+    text = (report.read_text(encoding="utf-8") + "\nThe same with plots: report.html, in "
+            "this run's bench-out artifact.\n") if report.is_file() else (
+            "epbench wrote no report: see the measuring step's log.\n")
+    with summary.open("a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
+               repo: str | Path = ".", summary: str | Path | None = None,
+               environ: Mapping[str, str] | None = None,
+               known_options: Collection[str] = (),
+               ort_include_dir: Callable[[], Path] | None = None,
+               log: Callable[[str], None] = lambda _: None,
+               runner: Callable[..., Any] = subprocess.run) -> int:
+    """Measure the event's pull request; return compare-commits' exit code.
+
+    Writes ``out``/PR_FILE (the PR number, for the comment workflow) and appends the
+    report to ``summary`` (the job summary file) whatever compare-commits' verdict or
+    failure. ``ort_include_dir`` fetches ORT's headers for ``inputs.ort_headers``.
+    """
+    pr = pull_request_from_event(event_path)
+    out = Path(out)
+    argv = compare_commits_argv(inputs, pr, repo=str(repo), out=str(out),
+                                known_options=known_options)
+    include = None
+    if inputs.ort_headers.strip().lower() == "true":
+        if ort_include_dir is None:
+            raise ActionError("input ort-headers: no way to fetch the headers here")
+        include = str(ort_include_dir())
+        log(f"ORT's C headers for the build: ORT_INCLUDE_DIR={include}")
+    elif inputs.ort_headers.strip().lower() not in ("", "false"):
+        raise ActionError(f"input ort-headers: {inputs.ort_headers!r}: write true or false")
+    command = [sys.executable, "-m", "epbench.cli.main", "compare-commits", *argv]
+    log(f"epbench compare-commits {shown(argv, inputs)}")
+    env = child_environment(os.environ if environ is None else environ, include)
+    code = runner(command, env=env).returncode
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PR_FILE).write_text(json.dumps({"number": pr.number}) + "\n", encoding="utf-8")
+    if summary:
+        write_summary(Path(summary), out)
+    if code != 0 and not (out / COMPARE_FILE).is_file():
+        log(f"compare-commits exited {code} before writing {COMPARE_FILE}")
+    return code

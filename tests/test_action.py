@@ -1,0 +1,187 @@
+"""`epbench action` (epbench/workflows/action.py): the event, the inputs, what it writes.
+
+Fast: compare-commits is replaced by a recording fake; tests/test_external_ep.py runs the
+real one through action.yml.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from epbench.cli.main import cli
+from epbench.cli.run_commands import compare_commits
+from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.reports.artifact import PR_FILE
+from epbench.workflows import action as act
+
+BASE, HEAD = "a" * 40, "b" * 40
+PR = act.PullRequest(BASE, HEAD, 7)
+KNOWN = frozenset(opt for param in compare_commits.params for opt in param.opts)
+
+
+def event(tmp_path: Path, payload: Any) -> Path:
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def pr_event(tmp_path: Path) -> Path:
+    return event(tmp_path, {"pull_request": {"number": 7, "base": {"sha": BASE},
+                                             "head": {"sha": HEAD}}})
+
+
+def argv(known: frozenset[str] = KNOWN, **inputs: str) -> list[str]:
+    return act.compare_commits_argv(act.ActionInputs(**inputs), PR, repo=".", out="o",
+                                    known_options=known)
+
+
+def test_the_event_names_the_commits_and_the_number(tmp_path: Path) -> None:
+    assert act.pull_request_from_event(pr_event(tmp_path)) == PR
+
+
+@pytest.mark.parametrize(("payload", "says"), [
+    ({"push": {}}, "run the epbench action in a workflow triggered `on: pull_request`"),
+    ({"pull_request": {"number": 7}}, "lacks base.sha, head.sha or number"),
+    ({"pull_request": {"number": "7", "base": {"sha": BASE}, "head": {"sha": HEAD}}},
+     "malformed"),
+    ({"pull_request": {"number": 7, "base": {"sha": "main; rm -rf /"}, "head": {"sha": HEAD}}},
+     "malformed"),
+    ([1, 2], "no pull request"),
+])
+def test_an_event_that_is_no_pull_request_is_refused(tmp_path: Path, payload: Any,
+                                                     says: str) -> None:
+    with pytest.raises(act.ActionError, match=re.escape(says)):
+        act.pull_request_from_event(event(tmp_path, payload))
+
+
+def test_inputs_become_compare_commits_options() -> None:
+    assert argv() == [BASE, HEAD, "--repo", ".", "--out", "o"]
+    assert argv(build="make lib >&2 && echo lib.so", cases="quick, relu_d1_w8\nrelu_d10_w8",
+                budget="120", fail_on="regression", history="h.sqlite",
+                args="--rounds 24 --gate 'off'") == [
+        BASE, HEAD, "--repo", ".", "--out", "o", "--build", "make lib >&2 && echo lib.so",
+        "--grid", "quick", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--budget", "120",
+        "--fail-on", "regression", "--history", "h.sqlite", "--rounds", "24", "--gate", "off"]
+
+
+def test_a_model_or_dim_waits_for_a_compare_commits_that_takes_it() -> None:
+    # compare-commits' options decide: once it has --model and --dim they are passed on.
+    with_models = KNOWN | {"--model", "--dim"}
+    assert argv(with_models, cases="models/a.onnx", dims="batch=1")[-4:] == [
+        "--model", "models/a.onnx", "--dim", "batch=1"]
+    for inputs in ({"cases": "models/a.onnx"}, {"dims": "batch=1"}):
+        if {"--model", "--dim"} <= KNOWN:
+            continue  # compare-commits has them now
+        with pytest.raises(act.ActionError, match="has no --(model|dim) option"):
+            argv(**inputs)
+
+
+@pytest.mark.parametrize(("inputs", "says"), [
+    ({"budget": "two minutes"}, "not a number of seconds"),
+    ({"budget": "-1"}, "not a number of seconds"),
+    ({"args": "--rounds '24"}, "quote it as a shell would"),
+])
+def test_bad_inputs_are_refused_with_a_remedy(inputs: dict[str, str], says: str) -> None:
+    with pytest.raises(act.ActionError, match=says):
+        argv(**inputs)
+
+
+def test_the_history_url_stays_out_of_the_log_and_the_childs_environment() -> None:
+    url = "postgresql://bench:s3cret@db.example/h"
+    inputs = act.ActionInputs(history=url)
+    line = act.shown(argv(history=url), inputs)
+    assert "s3cret" not in line and "--history '<history>'" in line
+    env = act.child_environment({"INPUT_HISTORY": url, "INPUT_BUILD": "x", "PATH": "/bin"},
+                                "/inc")
+    assert env == {"PATH": "/bin", "ORT_INCLUDE_DIR": "/inc"}
+
+
+class FakeCompare:
+    """compare-commits, recorded; writes report.md unless it fails first."""
+
+    def __init__(self, code: int, report: bool) -> None:
+        self.code, self.report, self.calls = code, report, []
+
+    def __call__(self, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+        self.calls.append((command, env))
+        if self.report:
+            out = Path(command[command.index("--out") + 1])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "report.md").write_text("## verdicts\n")
+        return subprocess.CompletedProcess(command, self.code)
+
+
+@pytest.mark.parametrize(("code", "report"), [(0, True), (EXIT_REGRESSION, True),
+                                              (EXIT_USER_ERROR, False)])
+def test_the_pr_number_and_the_summary_are_written_whatever_the_verdict(
+    tmp_path: Path, code: int, report: bool
+) -> None:
+    fake = FakeCompare(code, report)
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier steps\n")
+    got = act.run_action(act.ActionInputs(build="./build.sh"), event_path=pr_event(tmp_path),
+                         out=tmp_path / "out", summary=summary, environ={"INPUT_X": "1"},
+                         known_options=KNOWN, runner=fake)
+    assert got == code
+    assert json.loads((tmp_path / "out" / PR_FILE).read_text()) == {"number": 7}
+    text = summary.read_text()
+    assert text.startswith("earlier steps\n")  # appended, as GitHub's summary file wants
+    assert ("## verdicts\n" in text) is report
+    assert ("epbench wrote no report" in text) is not report
+    ((command, env),) = fake.calls
+    assert command[3:6] == ["compare-commits", BASE, HEAD]
+    assert env == {}  # the inputs are not handed on
+
+
+def test_ort_headers_are_fetched_only_when_asked(tmp_path: Path) -> None:
+    fetched = []
+
+    def include() -> Path:
+        fetched.append(1)
+        return Path("/headers")
+
+    for value, times in (("false", 0), ("true", 1)):
+        fake = FakeCompare(0, True)
+        act.run_action(act.ActionInputs(ort_headers=value), event_path=pr_event(tmp_path),
+                       out=tmp_path / "out", environ={}, known_options=KNOWN, runner=fake,
+                       ort_include_dir=include)
+        assert len(fetched) == times
+        assert fake.calls[0][1].get("ORT_INCLUDE_DIR") == ("/headers" if times else None)
+    with pytest.raises(act.ActionError, match="write true or false"):
+        act.run_action(act.ActionInputs(ort_headers="yes"), event_path=pr_event(tmp_path),
+                       out=tmp_path / "out", known_options=KNOWN, runner=FakeCompare(0, True))
+
+
+def test_the_command_reads_the_inputs_from_the_environment(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    seen = {}
+
+    def fake_run_action(inputs: act.ActionInputs, **kwargs: Any) -> int:
+        seen.update(inputs=inputs, **kwargs)
+        return EXIT_REGRESSION
+
+    monkeypatch.setattr("epbench.cli.action_command.run_action", fake_run_action)
+    result = CliRunner().invoke(cli, ["action", "--out", "o"], env={
+        "GITHUB_EVENT_PATH": "e.json", "GITHUB_STEP_SUMMARY": "s.md",
+        "INPUT_BUILD": "./build.sh", "INPUT_FAIL_ON": "never", "INPUT_ORT_HEADERS": "true"})
+    assert result.exit_code == EXIT_REGRESSION, result.output
+    assert seen["inputs"] == act.ActionInputs(build="./build.sh", fail_on="never",
+                                              ort_headers="true")
+    assert (seen["event_path"], seen["summary"], seen["out"]) == ("e.json", "s.md", "o")
+    assert "--build" in seen["known_options"]
+
+
+def test_the_command_says_what_to_fix_for_a_bad_event(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["action", "--out", str(tmp_path / "o"), "--event",
+                                      str(event(tmp_path, {"push": {}}))])
+    assert result.exit_code == EXIT_USER_ERROR
+    assert "Error: the event has no pull request" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,370 @@
+"""action.yml, the reusable comment.yml and the example's two caller workflows: valid,
+safe, and saying what we mean.
+
+The checks of tests/test_workflows.py apply to them too (read-only where the PR's code
+runs; a write token only beside epbench's own code, after its install, with the artifact
+as data and the PR number checked against the run's head). What differs: action.yml is a
+composite action run inside the caller's job (epbench installed from the action's own
+files), and comment.yml is called by another repository's workflow, so the code it runs
+is epbench's at the commit the caller named (job.workflow_repository @ job.workflow_sha).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epbench.cli.action_command import action as action_command
+from epbench.workflows.action import INPUT_PREFIX
+from tests.support.action_steps import EXPRESSION, load
+from tests.test_workflows import (
+    has_write,
+    pr_code_next_to_write_token,
+    token_permissions,
+    unconfirmed_pr_numbers,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTION = ROOT / "action.yml"
+COMMENT = ROOT / ".github" / "workflows" / "comment.yml"
+BENCH_COMMENT = ROOT / ".github" / "workflows" / "bench-comment.yml"
+EXAMPLE = ROOT / "examples" / "external-ep"
+CALLER_BENCH = EXAMPLE / ".github" / "workflows" / "bench.yml"
+CALLER_COMMENT = EXAMPLE / ".github" / "workflows" / "comment.yml"
+# How the example names this repository and the ref a user pins (a commit SHA, or a tag).
+PLACEHOLDER = "OWNER/epbench"
+OWN_CODE = {"repository": "${{ job.workflow_repository }}", "ref": "${{ job.workflow_sha }}"}
+PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s*([^@\s]+)@(\S+)(.*)$")
+CALLER_MAX_LINES = 25
+
+Doc = dict[str, Any]
+
+
+def action_steps(doc: Doc) -> list[dict[str, Any]]:
+    return doc["runs"]["steps"]
+
+
+def comment_job(doc: Doc) -> dict[str, Any]:
+    return doc["jobs"]["comment"]
+
+
+def one(items: list[dict[str, Any]], predicate: Callable[[dict[str, Any]], bool]
+        ) -> dict[str, Any]:
+    found = [s for s in items if predicate(s)]
+    assert len(found) == 1, f"expected one matching step, found {len(found)}"
+    return found[0]
+
+
+def uses(action: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda s: str(s.get("uses", "")).startswith(action + "@")
+
+
+def validate(schema: str, *paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema,
+         *map(str, paths)], capture_output=True, text=True, timeout=120)
+
+
+# -- the checks, each a function returning the problems it finds ----------------------------
+
+
+def unpinned(text: str) -> list[str]:
+    """Every action from another repository is pinned by a full commit SHA, tag in a comment."""
+    problems = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = PINNED.match(line)
+        if match is None or match.group(1).startswith(("./", PLACEHOLDER)):
+            continue
+        if not re.fullmatch(r"[0-9a-f]{40}", match.group(2)):
+            problems.append(f"line {number}: {match.group(1)}@{match.group(2)} is not a SHA pin")
+        elif not re.fullmatch(r"\s+#\s*v\d+(\.\d+){0,2}\s*", match.group(3)):
+            problems.append(f"line {number}: {match.group(1)} pinned without `# vX.Y.Z`")
+    return problems
+
+
+def action_problems(doc: Doc) -> list[str]:
+    """What would let the pull request's code, or an input, steer the action's harness."""
+    problems = []
+    steps = action_steps(doc)
+    for index, step in enumerate(steps):
+        where = f"step {index + 1} ({step.get('name') or step.get('uses')})"
+        run = str(step.get("run", ""))
+        if EXPRESSION.search(run):
+            problems.append(f"{where}: an expression in a script: pass it through env:")
+        if uses("actions/checkout")(step):
+            options = step.get("with") or {}
+            if options.get("persist-credentials") is not False:
+                problems.append(f"{where}: leaves the token in .git/config")
+            if options.get("fetch-depth") != 0:
+                problems.append(f"{where}: a shallow checkout cannot reach the base commit")
+        if "secrets." in str(step) or "github.token" in str(step):
+            problems.append(f"{where}: hands a token or secret to a step of the PR's job")
+    install = [s for s in steps if re.search(r"\bpip\s+install\b", str(s.get("run", "")))]
+    if len(install) != 1:
+        problems.append(f"{len(install)} install steps, not one")
+    else:
+        run, env = str(install[0]["run"]), install[0].get("env") or {}
+        if not re.search(r'pip install --quiet "\$ACTION_PATH"\s*$', run, re.MULTILINE):
+            problems.append("the install is not of the action's own files ($ACTION_PATH)")
+        if env.get("ACTION_PATH") != "${{ github.action_path }}":
+            problems.append(f"ACTION_PATH is {env.get('ACTION_PATH')!r}, not the action's path")
+        if re.search(r"\s-e\b|--editable", run):
+            problems.append("an editable install: the workspace could shadow it")
+        if '"$RUNNER_TEMP/' not in run:
+            problems.append("the venv is not outside the workspace ($RUNNER_TEMP)")
+    measure = [s for s in steps if "action --out" in str(s.get("run", ""))]
+    if len(measure) != 1:
+        problems.append(f"{len(measure)} measuring steps, not one")
+    else:
+        env = measure[0].get("env") or {}
+        if env.get("EPBENCH") != "${{ steps.install.outputs.epbench }}":
+            problems.append(f"the measuring step runs {env.get('EPBENCH')!r}, not the "
+                            "epbench the install step made")
+        for name in doc["inputs"]:
+            if name == "python-version":
+                continue
+            variable = INPUT_PREFIX + name.upper().replace("-", "_")
+            if env.get(variable) != f"${{{{ inputs.{name} }}}}":
+                problems.append(f"input {name} does not reach the measuring step as {variable}")
+    return problems
+
+
+def caller_code_in_comment(doc: Doc) -> list[str]:
+    """comment.yml runs epbench's code at the caller's chosen commit, never the caller's."""
+    problems = []
+    for step in comment_job(doc)["steps"]:
+        if uses("actions/checkout")(step):
+            options = {k: (step.get("with") or {}).get(k) for k in OWN_CODE}
+            if options != OWN_CODE:
+                problems.append(f"checks out {options}, not {OWN_CODE}")
+    return problems
+
+
+def as_default_branch_code(doc: Doc) -> Doc:
+    """comment.yml with its checkout of epbench's own code written as the checks of
+    tests/test_workflows.py know it (the workflow's own repository), after checking it."""
+    assert caller_code_in_comment(doc) == []
+    doc = copy.deepcopy(doc)
+    for step in comment_job(doc)["steps"]:
+        if uses("actions/checkout")(step):
+            for key in OWN_CODE:
+                step["with"].pop(key)
+    return doc
+
+
+# -- the real files -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def action() -> Doc:
+    return load(ACTION)
+
+
+@pytest.fixture(scope="module")
+def reusable() -> Doc:
+    return load(COMMENT)
+
+
+def test_the_files_validate_against_githubs_schemas(tmp_path: Path) -> None:
+    result = validate("vendor.github-actions", ACTION)
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = validate("vendor.github-workflows", COMMENT, CALLER_BENCH, CALLER_COMMENT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = ACTION.read_text(encoding="utf-8").replace("using: composite", "usin: composite")
+    (tmp_path / "action.yml").write_text(broken, encoding="utf-8")
+    assert validate("vendor.github-actions", tmp_path / "action.yml").returncode != 0
+
+
+def test_every_third_party_action_is_pinned_by_sha_with_its_tag() -> None:
+    for path in (ACTION, COMMENT, CALLER_BENCH, CALLER_COMMENT):
+        assert unpinned(path.read_text(encoding="utf-8")) == [], path
+    # The check does catch a tag, and a SHA without its tag comment.
+    assert unpinned("      - uses: actions/cache@v4\n")
+    assert unpinned("    uses: actions/cache@5a3ec84eff668545956fd18022155c47e93e2684\n")
+
+
+def test_the_action_installs_its_own_files_and_hands_inputs_over_as_data(action: Doc) -> None:
+    assert action["runs"]["using"] == "composite"
+    assert action_problems(action) == []
+    # Every input it passes on is an option of `epbench action`, read from that variable.
+    envvars = {p.envvar for p in action_command.params if isinstance(p.envvar, str)}
+    measure = one(action_steps(action), lambda s: "action --out" in str(s.get("run", "")))
+    assert {k for k in measure["env"] if k.startswith(INPUT_PREFIX)} <= envvars
+
+
+ACTION_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
+    "install of the workspace": (
+        lambda d: _install(d).update(run=_install(d)["run"].replace('"$ACTION_PATH"', ".")),
+        "not of the action's own files",
+    ),
+    "editable install": (
+        lambda d: _install(d).update(run=_install(d)["run"].replace(
+            'install --quiet "$ACTION_PATH"', 'install --quiet -e "$ACTION_PATH"')),
+        "an editable install",
+    ),
+    "action path from the workspace": (
+        lambda d: _install(d)["env"].update(ACTION_PATH="${{ github.workspace }}"),
+        "not the action's path",
+    ),
+    "an input pasted into the script": (
+        lambda d: _measure(d).update(run=_measure(d)["run"] + " --build '${{ inputs.build }}'"),
+        "an expression in a script",
+    ),
+    "an input left out": (
+        lambda d: _measure(d)["env"].pop("INPUT_CASES"), "input cases does not reach",
+    ),
+    "the token kept by the checkout": (
+        lambda d: one(action_steps(d), uses("actions/checkout"))["with"].pop(
+            "persist-credentials"), "leaves the token",
+    ),
+    "a shallow checkout": (
+        lambda d: one(action_steps(d), uses("actions/checkout"))["with"].pop("fetch-depth"),
+        "a shallow checkout",
+    ),
+    "the token handed to a step": (
+        lambda d: _measure(d)["env"].update(GITHUB_TOKEN="${{ github.token }}"),
+        "hands a token or secret",
+    ),
+}
+
+
+def _install(doc: Doc) -> dict[str, Any]:
+    return one(action_steps(doc), lambda s: s.get("id") == "install")
+
+
+def _measure(doc: Doc) -> dict[str, Any]:
+    return one(action_steps(doc), lambda s: "action --out" in str(s.get("run", "")))
+
+
+@pytest.mark.parametrize("mutation", list(ACTION_MUTATIONS))
+def test_an_action_that_lets_the_pr_steer_the_harness_is_caught(action: Doc,
+                                                                mutation: str) -> None:
+    mutate, expected = ACTION_MUTATIONS[mutation]
+    doc = copy.deepcopy(action)
+    mutate(doc)
+    assert any(expected in p for p in action_problems(doc)), action_problems(doc)
+
+
+def test_the_action_uploads_the_artifact_the_comment_workflow_downloads(
+    action: Doc, reusable: Doc
+) -> None:
+    upload = one(action_steps(action), uses("actions/upload-artifact"))
+    assert upload["if"] == "${{ !cancelled() }}"  # a regression's exit still uploads
+    assert upload["with"]["path"].rstrip("/") == "${{ steps.install.outputs.out }}"
+    assert upload["with"]["overwrite"] is True
+    download = one(comment_job(reusable)["steps"], uses("actions/download-artifact"))
+    assert download["with"]["name"] == upload["with"]["name"]
+    assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
+
+
+def test_the_comment_workflow_is_called_and_runs_epbenchs_own_code(reusable: Doc) -> None:
+    assert set(reusable["on"]) == {"workflow_call"}
+    assert caller_code_in_comment(reusable) == []
+    checked = as_default_branch_code(reusable)
+    assert pr_code_next_to_write_token(checked) == []
+    assert unconfirmed_pr_numbers(checked) == []
+    assert reusable["permissions"] == {"contents": "read"}
+    assert comment_job(reusable)["permissions"] == {
+        "contents": "read", "actions": "read", "pull-requests": "write"}
+    assert has_write(token_permissions(reusable, comment_job(reusable)))
+
+
+COMMENT_MUTATIONS: dict[str, tuple[Callable[[Doc], None], Callable[[Doc], list[str]], str]] = {
+    "checkout of the caller's repository": (
+        lambda d: _checkout(d).pop("repository"), caller_code_in_comment, "checks out",
+    ),
+    "checkout of the run's head sha": (
+        lambda d: _checkout(d).update(ref="${{ github.event.workflow_run.head_sha }}"),
+        caller_code_in_comment, "checks out",
+    ),
+    "install after the download": (
+        lambda d: _swap_install_and_download(d),
+        lambda d: pr_code_next_to_write_token(as_default_branch_code(d)),
+        "installs or builds after the artifact is downloaded",
+    ),
+    "no --run-head-sha": (
+        lambda d: _post(d).update(run=_post(d)["run"].replace(
+            '--run-head-sha "$RUN_HEAD_SHA"', "")),
+        unconfirmed_pr_numbers, "no --run-head-sha",
+    ),
+}
+
+
+def _checkout(doc: Doc) -> dict[str, Any]:
+    return one(comment_job(doc)["steps"], uses("actions/checkout"))["with"]
+
+
+def _post(doc: Doc) -> dict[str, Any]:
+    return one(comment_job(doc)["steps"], lambda s: "epbench comment" in str(s.get("run", "")))
+
+
+def _swap_install_and_download(doc: Doc) -> None:
+    steps = comment_job(doc)["steps"]
+    install = one(steps, lambda s: "pip install" in str(s.get("run", "")))
+    steps.remove(install)
+    steps.insert(steps.index(one(steps, uses("actions/download-artifact"))) + 1, install)
+
+
+@pytest.mark.parametrize("mutation", list(COMMENT_MUTATIONS))
+def test_a_comment_workflow_that_runs_other_code_is_caught(reusable: Doc, mutation: str) -> None:
+    mutate, check, expected = COMMENT_MUTATIONS[mutation]
+    doc = copy.deepcopy(reusable)
+    mutate(doc)
+    assert any(expected in p for p in check(doc)), check(doc)
+
+
+def test_the_comment_workflow_makes_every_check_bench_comment_makes(reusable: Doc) -> None:
+    # The same condition, and past the checkout the same steps: install, download, post.
+    ours, theirs = comment_job(reusable), comment_job(load(BENCH_COMMENT))
+    assert ours["if"] == theirs["if"]
+
+    def same(step: dict[str, Any]) -> dict[str, Any]:
+        return {**step, "uses": str(step.get("uses", "")).split("@")[0], "name": None}
+
+    def rest(job: dict[str, Any]) -> list[dict[str, Any]]:
+        return [same(s) for s in job["steps"] if not uses("actions/checkout")(s)]
+
+    assert rest(ours) == rest(theirs)
+
+
+# -- the example's caller workflows -----------------------------------------------------------
+
+
+def test_the_callers_workflows_are_short_and_use_this_action() -> None:
+    for path in (CALLER_BENCH, CALLER_COMMENT):
+        assert len(path.read_text(encoding="utf-8").splitlines()) <= CALLER_MAX_LINES, path
+    bench = load(CALLER_BENCH)
+    assert set(bench["on"]) == {"pull_request"}
+    assert bench["permissions"] == {"contents": "read"}
+    (job,) = bench["jobs"].values()
+    (step,) = job["steps"]
+    assert step["uses"] == f"{PLACEHOLDER}@REF"
+    assert set(step["with"]) <= set(load(ACTION)["inputs"])
+    build = step["with"]["build"]
+    assert (EXAMPLE / build).is_file()  # the example's own build script
+
+    comment = load(CALLER_COMMENT)
+    assert comment["on"] == {"workflow_run": {"workflows": [bench["name"]],
+                                              "types": ["completed"]}}
+    assert comment["permissions"] == {"contents": "read"}
+    (caller,) = comment["jobs"].values()
+    repo, path = caller["uses"].split("@")[0].split("/", 2)[1:]
+    assert (repo, path) == ("epbench", str(COMMENT.relative_to(ROOT)))
+    # The caller grants what the called job asks for (it can only narrow them).
+    assert caller["permissions"] == comment_job(load(COMMENT))["permissions"]
+
+
+def test_the_examples_readme_shows_the_caller_and_every_input() -> None:
+    text = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Use it in CI\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```yaml\n(.*?)^```", section, flags=re.S | re.M)
+    assert blocks[0] == CALLER_BENCH.read_text(encoding="utf-8")
+    documented = re.findall(r"^\| `([a-z-]+)` \|", section, flags=re.M)
+    assert documented == list(load(ACTION)["inputs"])
