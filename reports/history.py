@@ -286,7 +286,18 @@ class HistoryStore:
         rows = self._db.execute("SELECT MAX(version) FROM schema_version")
         return int(rows[0][0] or 0)
 
-    def _migrate(self, target: int = SCHEMA_VERSION) -> None:
+    def migrate(self) -> tuple[int, int]:
+        """Upgrade the schema in place to this epbench's, idempotently: (before, after).
+
+        What `open` does on every command, as a step of its own (`epbench history
+        migrate`), so a team's server is upgraded once, by its owner, not by whichever
+        runner adds first. Refuses a newer schema (HistoryError), changing nothing.
+        """
+        before = self._migrate()
+        return before, SCHEMA_VERSION
+
+    def _migrate(self, target: int = SCHEMA_VERSION) -> int:
+        """Apply the missing migrations up to `target`; the version found before."""
         with self._db.transaction():
             self._db.lock_for_migration()
             self._db.execute(
@@ -301,6 +312,7 @@ class HistoryStore:
                                                 float=self._db.float_type))
                 self._db.execute("INSERT INTO schema_version (version, applied) VALUES (?, ?)",
                                  (version, _now()))
+        return current
 
     def _newer(self, current: int) -> HistoryError:
         return HistoryError(

@@ -1,7 +1,8 @@
 """The history workflow: valid for GitHub, on pushes to the default branch, add then detect.
 
-Two jobs, for least privilege: `measure` installs, measures, adds and uploads the
-SQLite file with a read-only token; `push`, the only job with `contents: write`,
+Three jobs, for least privilege: `measure` (a matrix of machine classes x shards,
+tests/test_history_matrix.py) installs and measures; `record` merges, adds and uploads
+the SQLite file with a read-only token; `push`, the only job with `contents: write`,
 installs nothing and pushes that file. The scripts that move the file between them
 are run here against throw-away git repositories.
 """
@@ -54,15 +55,17 @@ def test_the_history_workflow_validates_against_githubs_schema():
 
 def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time(doc):
     assert "push" in doc["on"] and "pull_request" not in doc["on"]
-    assert set(doc["jobs"]) == {"measure", "push"}
+    assert set(doc["jobs"]) == {"measure", "record", "push"}
     assert doc["jobs"]["measure"]["if"] == "github.ref == format('refs/heads/{0}', " \
                                            "github.event.repository.default_branch)"
     assert doc["concurrency"] == {"group": "epbench-history", "cancel-in-progress": False}
     # Read-only everywhere but the push job, which follows the measuring one.
     assert doc["permissions"] == {"contents": "read"}
     assert "permissions" not in doc["jobs"]["measure"]
+    assert "permissions" not in doc["jobs"]["record"]
     assert doc["jobs"]["push"]["permissions"] == {"contents": "write"}
-    assert doc["jobs"]["push"]["needs"] == "measure"
+    assert doc["jobs"]["record"]["needs"] == "measure"
+    assert doc["jobs"]["push"]["needs"] == "record"
 
 
 def _history_calls(script: str) -> list[list[str]]:
@@ -76,9 +79,9 @@ def _history_calls(script: str) -> list[list[str]]:
 
 
 def test_detect_runs_after_each_add_into_the_job_summary_with_real_options(doc):
-    measure = _steps(doc, "measure")
-    add = _index(measure, lambda s: "epbench history add" in s.get("run", ""))
-    script = measure[add]["run"]
+    record = _steps(doc, "record")
+    add = _index(record, lambda s: "epbench history add" in s.get("run", ""))
+    script = record[add]["run"]
     calls = _history_calls(script)
     assert [c[0] for c in calls] == ["add", "detect"]
     assert "GITHUB_STEP_SUMMARY" in script.split("epbench history detect")[1]
@@ -87,15 +90,15 @@ def test_detect_runs_after_each_add_into_the_job_summary_with_real_options(doc):
         used = {a for a in args if a.startswith("--")}
         assert used <= known, (name, used - known)
     # The file leaves the job only after the add; the push job pushes it.
-    upload = _index(measure, lambda s: str(s.get("uses", "")).startswith(
+    upload = _index(record, lambda s: str(s.get("uses", "")).startswith(
         "actions/upload-artifact@"))
     assert add < upload
     assert "git push" in _named(doc, "push", "Push the history branch")["run"]
 
 
-def test_the_push_job_gets_the_file_the_measuring_job_uploads_as_data(doc):
-    measure, push = doc["jobs"]["measure"], doc["jobs"]["push"]
-    (upload,) = [s for s in measure["steps"] if "upload-artifact" in str(s.get("uses"))]
+def test_the_push_job_gets_the_file_the_recording_job_uploads_as_data(doc):
+    record, push = doc["jobs"]["record"], doc["jobs"]["push"]
+    (upload,) = [s for s in record["steps"] if "upload-artifact" in str(s.get("uses"))]
     (download,) = [s for s in push["steps"] if "download-artifact" in str(s.get("uses"))]
     assert upload["with"]["name"] == download["with"]["name"] == "history-store"
     assert upload["with"]["path"] == "history-store/history.sqlite"
@@ -104,14 +107,17 @@ def test_the_push_job_gets_the_file_the_measuring_job_uploads_as_data(doc):
     pushing = _named(doc, "push", "Push the history branch")
     assert 'cp "$RUNNER_TEMP/history-store/history.sqlite"' in pushing["run"]
     # Pushed only when the SQLite store is in use, on the commit the add started from.
-    ids = {s.get("id") for s in measure["steps"]}
-    assert measure["outputs"] == {
+    ids = {s.get("id") for s in record["steps"]}
+    assert record["outputs"] == {
         "store": "${{ steps.store.outputs.kind }}",
         "history-base": "${{ steps.base.outputs.commit }}",
     }
     assert {"store", "base"} <= ids
-    assert push["if"] == "needs.measure.outputs.store == 'sqlite'"
-    assert pushing["env"] == {"HISTORY_BASE": "${{ needs.measure.outputs.history-base }}"}
+    # Only after `record` succeeded (it runs after a failed slice too, so the default
+    # success() would skip the push of the classes it added).
+    assert push["if"] == ("${{ !cancelled() && needs.record.result == 'success' "
+                          "&& needs.record.outputs.store == 'sqlite' }}")
+    assert pushing["env"] == {"HISTORY_BASE": "${{ needs.record.outputs.history-base }}"}
     # The push job runs git and nothing else.
     assert [s for s in push["steps"] if installs(s)] == []
     assert all(str(s.get("uses", "")).startswith(
@@ -124,18 +130,18 @@ def test_the_secret_reaches_only_the_two_steps_that_read_it_before_any_install(d
         if SECRET.search(str(s))
     ]
     assert holders == [
-        ("measure", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)"),
-        ("measure", "Add the run and detect change points"),
+        ("record", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)"),
+        ("record", "Add each class's runs and detect change points"),
     ]
     for _, name in holders:
-        assert _named(doc, "measure", name)["env"]["EPBENCH_DB"] == SECRET_EXPR
-    measure = _steps(doc, "measure")
-    first_install = min(i for i, s in enumerate(measure) if installs(s))
+        assert _named(doc, "record", name)["env"]["EPBENCH_DB"] == SECRET_EXPR
+    record = _steps(doc, "record")
+    first_install = min(i for i, s in enumerate(record) if installs(s))
     # The store and the history branch are settled before any package is installed.
     for name in ("Choose the store (PostgreSQL when the EPBENCH_DB secret is set)",
                  "Check out the history branch", "Record the history commit this add builds on"):
-        assert measure.index(_named(doc, "measure", name)) < first_install
-    checkout = _named(doc, "measure", "Check out the history branch")
+        assert record.index(_named(doc, "record", name)) < first_install
+    checkout = _named(doc, "record", "Check out the history branch")
     assert checkout["with"]["ref"] == "${{ env.HISTORY_BRANCH }}"
     assert checkout["with"]["persist-credentials"] is False
     assert checkout["continue-on-error"] is True  # absent on the first run
@@ -161,7 +167,7 @@ def _outputs(path: Path) -> dict[str, str]:
 @pytest.mark.parametrize(("secret", "kind"), [("", "sqlite"),
                                               ("postgresql://u:pw@db:5432/h", "postgresql")])
 def test_the_store_is_chosen_by_the_secrets_presence(doc, tmp_path, secret, kind):
-    step = _named(doc, "measure", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)")
+    step = _named(doc, "record", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)")
     out = tmp_path / "out"
     result = _bash(step["run"], tmp_path, EPBENCH_DB=secret, GITHUB_OUTPUT=str(out))
     assert result.returncode == 0, result.stderr
@@ -170,7 +176,7 @@ def test_the_store_is_chosen_by_the_secrets_presence(doc, tmp_path, secret, kind
 
 
 def test_the_base_is_the_checked_out_commit_or_none(doc, tmp_path):
-    script = _named(doc, "measure", "Record the history commit this add builds on")["run"]
+    script = _named(doc, "record", "Record the history commit this add builds on")["run"]
     store = init_repo(tmp_path / "history-store")
     (store / "history.sqlite").write_bytes(b"one")
     git(store, "add", "history.sqlite")

@@ -108,6 +108,24 @@ def import_(directory: str, branch: str | None, machine_class: str | None,
     click.echo(f"{added} run(s) added, {len(done) - added} already stored")
 
 
+@history.command("migrate")
+@db_option
+def migrate(db_url: str | None) -> None:
+    """Create or upgrade the store's schema in place (safe to run again).
+
+    \b
+    Run it once when a team's PostgreSQL server is set up, and after upgrading
+    epbench; every other history command also upgrades a store it opens.
+    """
+    with hist.HistoryStore.open(db_url, migrate=False) as store:
+        before, after = store.migrate()
+        where = store.url
+    if before == after:
+        click.echo(f"{where} is at schema version {after}; nothing to do")
+    else:
+        click.echo(f"upgraded {where} from schema version {before} to {after}")
+
+
 @history.command("list")
 @click.option("--series", "show_series", is_flag=True, help="List the series instead of runs.")
 @format_option(*FORMATS)
