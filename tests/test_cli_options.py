@@ -55,7 +55,7 @@ def test_output_goes_to_out_in_every_command():
         name: ["--out"] for name in
         ("run", "compare", "compare-commits", "validate", "cases build", "export",
          "history export", "conformance", "history list", "history show", "summary",
-         "cases list", "report")}
+         "cases list", "report", "merge", "action")}
 
 
 def test_every_command_that_prints_a_document_can_write_it_to_out():
