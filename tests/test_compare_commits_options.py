@@ -76,16 +76,19 @@ def faked(tmp_path, monkeypatch) -> dict[str, Any]:
 
 
 def commits(*args: str, repo: Path) -> Any:
-    return CliRunner().invoke(cli, ["compare-commits", "a", "b", "--repo", str(repo), *args,
-                                    *FAST, "--out", "out"])
+    # FAST first: an option given again in ``args`` overrides it.
+    return CliRunner().invoke(cli, ["compare-commits", "a", "b", "--repo", str(repo), *FAST,
+                                    *args, "--out", "out"])
 
 
-def one_error_line(result: Any, needle: str, built: bool = False) -> str:
+def one_error_line(result: Any, needle: str, built: bool = False, rerun: bool = False) -> str:
     """Exit 1 with one line of error, naming ``needle``, and no other output but the
-    builds' status lines when ``built``; no traceback."""
-    assert result.exit_code == EXIT_USER_ERROR, result.output
+    builds' status lines when ``built`` (and a re-run's when ``rerun``); no traceback."""
+    assert result.exit_code == EXIT_USER_ERROR, (result.output, result.exception)
     lines = [x for x in result.output.splitlines() if x.strip()]
     status = ["building base (a, aaaaaaaaaa)", "building head (b, bbbbbbbbbb)"] if built else []
+    status += ["re-running 1 ambiguous case(s) (❔, or ⚠️ held back by the idle gate): "
+               "model:tiny"] if rerun else []
     assert lines[:-1] == status and lines[-1].startswith("Error: "), result.output
     assert needle in lines[-1], lines[-1]
     return lines[-1]
@@ -163,32 +166,38 @@ def test_an_option_the_engine_lacks_is_refused_before_building(faked, tmp_path,
     assert [a.options for a in faked["configs"][0].arms] == [(("bogus", "1"),)] * 2
 
 
-def test_a_model_rewritten_during_the_builds_stops_the_comparison(faked, tmp_path,
-                                                                  monkeypatch) -> None:
-    """The model is the caller's file as it was when the command began: a build (or
-    anything else) that rewrites it before the run is caught, not measured."""
-    from tests.support.synthetic import results_doc
+@pytest.mark.parametrize("when", ["build", "rerun"])
+def test_a_model_rewritten_during_the_comparison_stops_it(faked, tmp_path, monkeypatch,
+                                                          when) -> None:
+    """The model is the caller's file as it was when the command began: rewritten by a
+    build, or between the first pass and a re-run of its ❔, it is caught, not measured."""
+    from tests.support.synthetic import NoiseModel, results_doc
 
     model = tiny_model(tmp_path / "tiny.onnx")
     monkeypatch.chdir(tmp_path)
 
     def rewrite(label):
-        if label == "head":
+        if when == "build" and label == "head":
             tiny_model(model, relus=3)
 
     def run(config):
-        # As the runner does: build each case from its file now, record its hash.
+        # As the runner does: build each case from its file now, record its hash. The
+        # noise over 8 rounds leaves the case ❔, so the budget re-runs it.
         truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
-        return results_doc({c.name: truth for c in config.cases}, rounds=config.rounds,
-                           definition={c.name: c.definition_sha256 for c in config.cases})
+        doc = results_doc({c.name: truth for c in config.cases}, rounds=8,
+                          definition={c.name: c.definition_sha256 for c in config.cases},
+                          noise=NoiseModel(arm_sigma=0.1, machine_sigma=0.0, spike_prob=0.0))
+        if when == "rerun":
+            tiny_model(model, relus=3)
+        return doc
 
     faked["on_build"], faked["run"] = rewrite, run
     line = one_error_line(commits("--build", "make-it", "--model", "tiny.onnx",
-                                  "--dim", "batch=1", repo=tmp_path),
+                                  "--dim", "batch=1", "--budget", "3600", repo=tmp_path),
                           f"model:tiny: the model {model} changed while compare-commits ran",
-                          built=True)
+                          built=True, rerun=when == "rerun")
     assert line.endswith("keep the file unchanged during the run and rerun")
-    assert len(faked["configs"]) == 1
+    assert len(faked["configs"]) == (1 if when == "build" else 2)
     assert not (tmp_path / "out" / "compare.json").exists()
 
 
