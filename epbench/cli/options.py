@@ -1,8 +1,9 @@
 """Command-line options shared by several commands, declared once and stacked.
 
 Every option that more than one command takes is declared here (`--grid`, `--case`,
-`--arm`, `--rounds`, `--gate`, `--quiet`, `--overwrite`, `--out`, `--format`, and the
-verdict options of `compare` and `compare-commits`), so it reads the same everywhere.
+`--model`, `--dim`, `--allow-fallback`, `--arm`, `--rounds`, `--gate`, `--quiet`,
+`--overwrite`, `--out`, `--format`, and the verdict options of `compare` and
+`compare-commits`), so it reads the same everywhere.
 Two conventions hold across every command:
 
 - **Where output goes: `--out PATH`**, always that spelling. A command that writes
@@ -27,6 +28,7 @@ from typing import Any
 
 import click
 
+from epbench.core.errors import EpbenchError
 from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
 from epbench.harness.gate import FUTILE_ROUNDS_BEFORE_NO_WAIT, POLICIES
 from epbench.harness.runner import defaults as run_defaults
@@ -81,6 +83,78 @@ def case_option(f: F) -> F:
         metavar="CASE",
         help="A single case by name, e.g. relu_d100_w8 or matmul_128x128_dyn. Repeatable.",
     )(f)
+
+
+def model_option(note: str = "") -> Callable[[F], F]:
+    """`--model PATH.onnx` (repeatable), into `models`; ``note`` ends the help."""
+
+    def deco(f: F) -> F:
+        return click.option(
+            "--model", "models", multiple=True, metavar="PATH.onnx",
+            help="A user model as case model:<stem>; inputs are synthesized. Repeatable."
+                 + (f" {note}" if note else ""),
+        )(f)
+
+    return deco
+
+
+def dim_option(f: F) -> F:
+    """`--dim NAME=VALUE` (repeatable), into `dim_values`; read with `parse_dims`."""
+    return click.option(
+        "--dim", "dim_values", multiple=True, metavar="NAME=VALUE",
+        help="Value for a symbolic dimension of a --model input. Repeatable.",
+    )(f)
+
+
+def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
+    """--dim NAME=VALUE items as a dict; each name once, each value a positive integer."""
+    dims: dict[str, int] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise EpbenchError(f"--dim {item!r}: write NAME=VALUE with a positive integer, "
+                               "e.g. --dim batch=1")
+        if name in dims:
+            raise EpbenchError(f"--dim {name} is given twice; give each dim once")
+        dims[name] = int(value)
+    return dims
+
+
+def allow_fallback_option(f: F) -> F:
+    return click.option(
+        "--allow-fallback", is_flag=True,
+        help="Let the EP under test (a plugin or engine arm) share the graph with ORT's CPU "
+             "EP; the split is recorded.",
+    )(f)
+
+
+def ep_option_option(f: F) -> F:
+    """`--ep-option KEY=VALUE` (repeatable), into `ep_option_values`; read with
+    `parse_ep_options`."""
+    return click.option(
+        "--ep-option", "ep_option_values", multiple=True, metavar="KEY=VALUE",
+        help="An option handed to the EP of both sides (base, head and the A/A twin alike) "
+             "through add_provider_for_devices. Repeatable. The bundled engine takes only "
+             "its own options; a plugin EP built with --build, any.",
+    )(f)
+
+
+def parse_ep_options(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """--ep-option KEY=VALUE items, in the order given; each key once. A value is taken
+    whole: it may hold `=`, `,` or `:`."""
+    options: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise EpbenchError(f"--ep-option {item!r} is not KEY=VALUE; write it as e.g. "
+                               "--ep-option partition=per_node")
+        if key == "name":
+            raise EpbenchError("--ep-option name=... is not an EP option: the sides are named "
+                               "base and head; drop it")
+        if key in options:
+            raise EpbenchError(f"--ep-option {key} is given twice; give each option once")
+        options[key] = value
+    return tuple(options.items())
 
 
 def arm_option(f: F) -> F:

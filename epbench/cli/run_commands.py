@@ -15,16 +15,22 @@ from epbench.cases.shards import parse_shard, shard_cases
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
+    allow_fallback_option,
     annotations_wanted,
     arm_option,
     case_option,
+    dim_option,
+    ep_option_option,
     format_option,
     gate_max_wait_option,
     gate_option,
     github_annotations_option,
     grid_option,
+    model_option,
     out_option,
     overwrite_option,
+    parse_dims,
+    parse_ep_options,
     processes_option,
     quiet_option,
     rounds_option,
@@ -61,31 +67,14 @@ from epbench.workflows.compare_commits import (
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
 
-
-def parse_dims(values: tuple[str, ...]) -> dict[str, int]:
-    """--dim NAME=VALUE items as a dict; each name once, each value a positive integer."""
-    dims: dict[str, int] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name or not (value.isascii() and value.isdigit()) or int(value) < 1:
-            raise EpbenchError(f"--dim {item!r}: write NAME=VALUE with a positive integer, "
-                               "e.g. --dim batch=1")
-        if name in dims:
-            raise EpbenchError(f"--dim {name} is given twice; give each dim once")
-        dims[name] = int(value)
-    return dims
-
-
 _RUN = run_defaults()
 
 
 @click.command(cls=Command)
 @grid_option
 @case_option
-@click.option("--model", "models", multiple=True, metavar="PATH.onnx",
-              help="A user model as case model:<stem>; inputs are synthesized.")
-@click.option("--dim", "dim_values", multiple=True, metavar="NAME=VALUE",
-              help="Value for a symbolic dimension of a --model input. Repeatable.")
+@model_option()
+@dim_option
 @arm_option
 @rounds_option(_RUN["rounds"])
 @processes_option(_RUN["processes"])
@@ -126,8 +115,7 @@ _RUN = run_defaults()
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
                    "killed (its case is reported crashed).")
-@click.option("--allow-fallback", is_flag=True,
-              help="Let a plugin arm share the graph with ORT's CPU EP; the split is recorded.")
+@allow_fallback_option
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "
                    "counters (perf) or callgrind (valgrind); exact, reported when they change.")
@@ -324,6 +312,12 @@ def summary(results: str, fmt: str, out: str | None) -> None:
                    "`python -m engine.build --out DIR`].")
 @grid_option
 @case_option
+@model_option(note="Read once from your working tree (relative to the current directory, "
+                   "not --repo), hashed before anything is built; both sides run that same "
+                   "file, and results.json records its path and hash.")
+@dim_option
+@ep_option_option
+@allow_fallback_option
 @rounds_option(COMMITS_ROUNDS)
 @processes_option(COMMITS_PROCESSES)
 @sessions_option(_RUN["sessions"])
@@ -365,7 +359,9 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @github_annotations_option
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
-                    grids: tuple[str, ...], case_names: tuple[str, ...], rounds: int,
+                    grids: tuple[str, ...], case_names: tuple[str, ...],
+                    models: tuple[str, ...], dim_values: tuple[str, ...],
+                    ep_option_values: tuple[str, ...], allow_fallback: bool, rounds: int,
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
                     instructions_threshold: float, budget_s: float | None,
                     history_db: str | None, history_arms: tuple[str, ...],
@@ -382,6 +378,14 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
       epbench compare-commits main my-branch --grid default --budget 300
       epbench compare-commits v1 v2 --repo ../my-ep \\
           --build 'cargo build --release >&2 && echo target/release/libmy_ep.so'
+      epbench compare-commits main HEAD --build ./build.sh \\
+          --model models/encoder.onnx --dim batch=1 --ep-option threads=1
+
+    Without --grid, --case or --model the quick grid runs. --ep-option, --allow-fallback
+    and the cases apply to both sides (and the base's A/A twin) alike. A --model file
+    is read from your working tree, not from either commit: it is hashed before
+    anything is built, every pass must run that same file, and results.json records its
+    path and definition hash.
 
     Each commit is checked out in a temporary git worktree (your working tree
     and index are never touched) and built; libraries are cached by commit sha.
@@ -402,16 +406,19 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     if history_note:
         click.echo(f"note: {history_note}", err=True)
 
-    if not grids and not case_names:
+    if not grids and not case_names and not models:
         grids = ("quick",)
+    ep_options = parse_ep_options(ep_option_values)
+    cases = select_cases(grids, case_names, models, parse_dims(dim_values))
     instructions = None
     if count_instructions:
         instructions, why = default_instructions()
         if instructions is None:
             click.echo(f"note: no instruction counts ({why}); pass --no-instructions to "
                        "silence this", err=True)
-    config = RunConfig(cases=tuple(select_cases(grids, case_names)), arms=(), rounds=rounds,
+    config = RunConfig(cases=tuple(cases), arms=(), rounds=rounds,
                        processes=processes, sessions=sessions, instructions=instructions,
+                       allow_fallback=allow_fallback,
                        aa_twin=BASE_ARM if aa_twin else None,
                        gate_policy=gate_policy, gate_max_wait_s=gate_max_wait,
                        out_dir=Path(out), overwrite=overwrite,
@@ -425,6 +432,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
             config=config, settings=settings, profile_path=profile_path, budget_s=budget_s,
             on_status=lambda line: click.echo(line, err=True), history_db=history_db,
             history_machine=machine_class, history_arms=history_arms, started_at=started_at,
+            ep_options=ep_options,
         )
     except KeyboardInterrupt:
         click.echo("interrupted; worktrees were removed", err=True)

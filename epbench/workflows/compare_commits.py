@@ -16,6 +16,13 @@ series (reports.history.base_report), or why the history could not say. There is
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
+
+Both sides run the same cases with the same EP options (``ep_options``; the A/A
+twin copies its side's). A user model (a case of kind ``model``) is a file of the
+caller's working tree, not of either commit: it is hashed before anything is
+built, and every pass must run that same definition (`pin_models`), so a build or
+anything else that rewrites the file meanwhile stops the comparison rather than
+measuring two models. results.json records its path and definition hash.
 """
 
 from __future__ import annotations
@@ -29,9 +36,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from epbench.core.errors import ArmError, CaseError
 from epbench.core.model import Results
 from epbench.core.results import atomic_write_text, write_results
-from epbench.harness.arms import parse_arm
+from epbench.engine import EP_OPTIONS
+from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.harness.commits import (
     BuiltSide,
     build_commit,
@@ -106,10 +115,56 @@ class CommitsResult:
     notes: list[str] = field(default_factory=list)
 
 
-def side_arm(side: BuiltSide, default_build: bool) -> str:
-    """The arm spec of one side: the engine built from that commit, or any plugin EP."""
+def side_arm(side: BuiltSide, default_build: bool,
+             ep_options: tuple[tuple[str, str], ...] = ()) -> ArmSpec:
+    """The arm of one side: the engine built from that commit, or any plugin EP, with
+    ``ep_options`` handed to its EP.
+
+    Built whole rather than parsed: an option's value may hold `,` or `:`, which the
+    `--arm` grammar would split on. The spec string, for the record, lists them all.
+    """
     kind = "engine@" if default_build else "plugin:"
-    return f"{kind}{side.library}:name={side.label}"
+    arm = parse_arm(f"{kind}{side.library}:name={side.label}")
+    written = ",".join(f"{k}={v}" for k, v in ep_options)
+    return replace(arm, options=tuple(ep_options),
+                   spec=f"{kind}{side.library}:{written + ',' if written else ''}"
+                        f"name={side.label}")
+
+
+def check_ep_options(ep_options: tuple[tuple[str, str], ...], default_build: bool) -> None:
+    """Refuse, before anything is built, an option the bundled engine does not take (a
+    plugin EP built with --build may take any: its own library says at load)."""
+    if not default_build:
+        return
+    unknown = [key for key, _ in ep_options if key not in EP_OPTIONS]
+    if unknown:
+        raise ArmError(f"--ep-option {unknown[0]}: the bundled engine has no option "
+                       f"{unknown[0]!r}; use one of {', '.join(EP_OPTIONS)} (a plugin EP "
+                       "given with --build takes its own)")
+
+
+def model_definitions(config: RunConfig) -> dict[str, str]:
+    """The definition hash of each user-model case, read now from the caller's files."""
+    return {spec.name: spec.definition_sha256 for spec in config.cases if spec.kind == "model"}
+
+
+def pin_models(runner: Callable[[RunConfig], dict[str, Any]],
+               pinned: Mapping[str, str]) -> Callable[[RunConfig], dict[str, Any]]:
+    """``runner``, refusing a pass whose user-model cases ran another definition than the
+    one hashed before the builds (``pinned``): both sides, and every pass, must measure
+    the file as it was when the command began."""
+    def pinned_run(config: RunConfig) -> dict[str, Any]:
+        doc = runner(config)
+        for name, digest in pinned.items():
+            ran = (doc["cases"].get(name) or {}).get("definition_sha256")
+            if ran is not None and ran != digest:
+                path = next(c.path for c in config.cases if c.name == name)
+                raise CaseError(f"{name}: the model {path} changed while compare-commits ran "
+                                f"(sha256 {digest[:12]} when it began, {ran[:12]} measured); "
+                                "keep the file unchanged during the run and rerun")
+        return doc
+
+    return pinned_run
 
 
 def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
@@ -307,12 +362,15 @@ def compare_commits(
     history_db: str | None = None, history_machine: str | None = None,
     history_arms: tuple[str, ...] = (),
     started_at: float | None = None,
+    ep_options: tuple[tuple[str, str], ...] = (),
 ) -> CommitsResult:
     """Build both commits, run them interleaved, compare, re-run ambiguous cases
     (`rerun_order`) within budget.
 
-    ``config`` holds the cases, rounds, gate and output directory; its arms are
-    replaced by the two sides (the ORT control is added by the runner).
+    ``config`` holds the cases, rounds, gate, fallback and output directory; its arms
+    are replaced by the two sides (the ORT control is added by the runner), each with
+    ``ep_options`` (KEY, VALUE pairs) for its EP. A user-model case is read from its
+    path now, hashed, and held to that hash in every pass (`pin_models`).
 
     ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL), as
     reports.history.history_to_check returns it (the caller checks it before calling,
@@ -330,6 +388,7 @@ def compare_commits(
 
     if started_at is None:
         started_at = time.monotonic()
+    check_ep_options(ep_options, build is None)
     root = repo_root(repo)
     notes = []
     if has_uncommitted_changes(root):
@@ -337,6 +396,8 @@ def compare_commits(
                      "(compare-commits builds the commits themselves)")
     shas = {label: resolve_revision(root, rev)
             for label, rev in ((BASE_ARM, base_rev), (HEAD_ARM, head_rev))}
+    # Before any build runs: what a user model is, is what the caller's file holds now.
+    measure = pin_models(run, model_definitions(config))
     sides = {}
     for label, rev in ((BASE_ARM, base_rev), (HEAD_ARM, head_rev)):
         on_status(f"building {label} ({rev}, {shas[label][:10]})")
@@ -348,10 +409,10 @@ def compare_commits(
     with tempfile.TemporaryDirectory(prefix="epbench-measured-") as measured:
         staged = {label: stage_for_measuring(side, Path(measured))
                   for label, side in sides.items()}
-        arms = tuple(parse_arm(side_arm(staged[label], build is None)) for label in staged)
+        arms = tuple(side_arm(staged[label], build is None, ep_options) for label in staged)
         started = time.monotonic()
         code_before = code_snapshot()
-        doc = run(replace(config, arms=arms))
+        doc = measure(replace(config, arms=arms))
         # What the first pass cost: re-runs are planned from it so they fit the budget.
         first_pass_s = time.monotonic() - started
         # The host is the first pass's (re-runs only add rounds): read once, through the model.
@@ -375,7 +436,8 @@ def compare_commits(
 
         comparison, reruns = rerun_ambiguous(
             doc, replace(config, arms=arms), judge, budget_s=budget_s,
-            started_at=started_at, first_pass_s=first_pass_s, on_status=on_status)
+            started_at=started_at, first_pass_s=first_pass_s, runner=measure,
+            on_status=on_status)
         changed = HarnessGuard.changes(code_before, code_snapshot())
         if changed:
             # The measurements stay on disk for a look; no verdict is written from code
