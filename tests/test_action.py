@@ -71,6 +71,16 @@ def test_inputs_become_compare_commits_options() -> None:
         "--fail-on", "regression", "--history", "h.sqlite", "--rounds", "24", "--gate", "off"]
 
 
+def test_ep_options_and_fallback_reach_compare_commits_for_both_sides() -> None:
+    assert argv(ep_options="partition=per_node device=cuda:0,1\n threads=2",
+                allow_fallback="true")[6:] == [
+        "--ep-option", "partition=per_node", "--ep-option", "device=cuda:0,1",
+        "--ep-option", "threads=2", "--allow-fallback"]
+    assert "--allow-fallback" not in argv(allow_fallback="false")
+    # compare-commits itself takes them (a test of its own shows both sides get them).
+    assert {"--ep-option", "--allow-fallback", "--model", "--dim"} <= KNOWN
+
+
 def test_a_model_or_dim_waits_for_a_compare_commits_that_takes_it() -> None:
     # compare-commits' options decide: once it has --model and --dim they are passed on.
     with_models = KNOWN | {"--model", "--dim"}

@@ -60,6 +60,10 @@ for _name, _help, *_default in (
     ("history", "A history store's URL or path, read for the base commit's change points."),
     ("ort-headers", "true: fetch ORT's C headers and hand their folder to the build as "
                     "$ORT_INCLUDE_DIR.", "false"),
+    ("ep-options", "KEY=VALUE EP options for both sides, separated by spaces "
+                   "(compare-commits --ep-option)."),
+    ("allow-fallback", "true: let ORT's CPU EP take the nodes the EP declines "
+                       "(compare-commits --allow-fallback).", "false"),
     ("args", "More compare-commits options, split as a shell would."),
 ):
     action.params.append(_input(_name, _help, *_default))

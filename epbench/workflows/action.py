@@ -58,6 +58,8 @@ class ActionInputs:
     fail_on: str = ""
     history: str = ""
     ort_headers: str = "false"
+    ep_options: str = ""
+    allow_fallback: str = "false"
     args: str = ""
 
 
@@ -119,6 +121,8 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
         else:
             wanted.append(("--grid" if word in grids else "--case", word))
     wanted += [("--dim", word) for word in _words(inputs.dims)]
+    # Split on white space only: an EP option's value may hold commas (device=cuda:0,1).
+    wanted += [("--ep-option", word) for word in inputs.ep_options.split()]
     if inputs.budget.strip():
         wanted.append(("--budget", _number("budget", inputs.budget.strip())))
     if inputs.fail_on.strip():
@@ -132,6 +136,8 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
                 "needs: name built-in grids or cases in `cases`, or use an epbench ref "
                 "that has it")
         argv += [option, value]
+    if inputs.allow_fallback.strip().lower() == "true":
+        argv.append("--allow-fallback")
     try:
         argv += shlex.split(inputs.args)
     except ValueError as exc:
