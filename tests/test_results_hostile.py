@@ -193,6 +193,27 @@ def test_zero_or_negative_raw_samples_of_a_schema_1_file_are_refused(tmp_path, v
              "number")
 
 
+@pytest.mark.parametrize(("value", "said"), [
+    (0, "0 is not a positive finite number"),
+    (-1.5, "-1.5 is not a positive finite number"),
+    ("7", '"7" is not a positive finite number'),
+    (True, "true is not a positive finite number"),
+    (2 ** 70, f"{2 ** 70} is not a positive finite number"),
+])
+def test_one_bad_sample_among_thousands_is_found_and_named(tmp_path, value, said) -> None:
+    """Long sample arrays are checked all at once (no Python call per sample); the one
+    bad sample is still the one named."""
+    doc = _v1()
+    name = next(iter(doc["cases"]))
+    samples = [3000 + i % 7 for i in range(5000)]
+    samples[4321] = value
+    doc["cases"][name]["rounds"][1]["samples_ns"]["ort"] = samples
+    with pytest.raises(ResultsError) as err:
+        load_results(_written(tmp_path, doc))
+    assert str(err.value).endswith(
+        f": cases.{name}.rounds[1].samples_ns.ort[4321]: {said}; {REMEDY}")
+
+
 # ------------------------------------------------------------------ wrong types elsewhere
 
 
