@@ -34,6 +34,7 @@ line was cut short. A finished run's stream rebuilds its results.json key for ke
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -41,7 +42,7 @@ import tempfile
 from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from epbench.core.errors import EpbenchError, ResultsError
 from epbench.core.model import (
@@ -243,6 +244,9 @@ def _refuse_existing(out_dir: Path, overwrite: bool) -> list[str]:
         raise ResultsError(
             f"output directory {str(out_dir)!r} is not writable; choose another --out"
         )
+    for name in OUTPUT_FILES:
+        if (out_dir / name).is_symlink():  # --overwrite too: a run never makes one
+            raise ResultsError(_symlink_refusal(out_dir / name))
     existing = [n for n in OUTPUT_FILES if (out_dir / n).exists()]
     if existing and not overwrite:
         raise ResultsError(
@@ -264,11 +268,31 @@ def prepare_out_dir(out_dir: Path, overwrite: bool = False) -> None:
         (out_dir / name).unlink()
 
 
+def _symlink_refusal(path: Path) -> str:
+    return (f"{path} is a symbolic link, which epbench did not make (it writes only files "
+            "of its own into --out); remove it or choose another --out")
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+
+
+def open_output(path: Path, mode: str, **kwargs: Any) -> IO[Any]:
+    """`open` for a file a run writes into its --out directory, never through a symbolic
+    link (one planted after `prepare_out_dir` looked is refused as one found before)."""
+    try:
+        return open(path, mode, opener=_no_follow, **kwargs)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+            raise ResultsError(_symlink_refusal(Path(path))) from None
+        raise
+
+
 class JsonlWriter:
     """Appends one JSON line per event and flushes it to disk at once."""
 
     def __init__(self, path: Path) -> None:
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed in close()
+        self._fh = open_output(path, "a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         self._fh.write(dumps(record) + "\n")
