@@ -134,6 +134,29 @@ def test_a_stream_line_of_the_wrong_shape_names_line_and_key(
     assert result.output.splitlines() == [f"Error: {path}:{number}: {where}: {said}; {REMEDY}"]
 
 
+@pytest.mark.parametrize(("lines", "number", "where", "said"), [
+    ([{"type": "header", "cases": {"a": 1}}], 1, "cases.a", "1 is not an object"),
+    ([{"type": "header"}, {"type": "case", "name": "a", "result": []}], 2, "result",
+     "an array is not an object"),
+    ([{"type": "header"}, {"type": "case", "name": "a", "result": {}},
+      {"type": "process", "name": "a", "process": 0, "planned": 1,
+       "result": {"rounds": [], "arms": {}, "status": "ok", "error": None,
+                  "error_kind": None, "signal": None, "core": None, "overhead": None}}],
+     3, "name", 'case "a" came before from a line that was not a `process` line'),
+    ([{"type": "header"}, {"type": "case", "name": "a", "result": {}},
+      {"type": "instructions", "name": "a", "instructions": {}, "arms": []}], 3, "arms",
+     "an array is not an object"),
+    ([{"type": "header"}, {"type": "end", "interrupted": "no"}], 2, "interrupted",
+     '"no" is not true or false'),
+])
+def test_stream_lines_in_an_order_or_shape_no_run_writes_are_one_line(
+        tmp_path, lines, number, where, said) -> None:
+    path = _written(tmp_path, "".join(json.dumps(r) + "\n" for r in lines), "results.jsonl")
+    with pytest.raises(ResultsError) as err:
+        load_results(path)
+    assert str(err.value) == f"{path}:{number}: {where}: {said}; {REMEDY}"
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_string_samples_are_one_line(tmp_path, command) -> None:
     doc = _v2()

@@ -309,7 +309,7 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
     Each line is checked for what this function itself reads of it (the model checks the
     rebuilt document); a bad one is refused as ``FILE:LINE: key: problem``."""
     doc: dict[str, Any] | None = None
-    v1_cases: set[str] = set()  # built by a version-1 `case` line, not by `process` lines
+    merged: set[str] = set()  # the cases built from `process` lines
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -327,24 +327,25 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
             kind = record.get("type")
             if kind == "header":
                 if "cases" in record:
-                    check(record["cases"], OBJECT, ("cases",), where)
+                    check(record["cases"], object_of(OBJECT), ("cases",), where)
                 doc = {k: v for k, v in record.items() if k != "type"}
                 doc.setdefault("cases", {})
                 doc.setdefault("interrupted", True)
             elif doc is None:
                 raise ResultsError(f"{where}: no header line before the cases")
             elif kind == "case":  # version 1
-                _require(record, {"name": STRING, "result": None}, where)
+                _require(record, {"name": STRING, "result": OBJECT}, where)
                 doc["cases"][record["name"]] = record["result"]
-                v1_cases.add(record["name"])
+                merged.discard(record["name"])
             elif kind == "process":
                 _require(record, _PROCESS_LINE, where)
                 _require(record["result"], _PROCESS_RESULT, where, ("result",))
                 if record.get("gate_budget_s") is not None:
                     check(record["gate_budget_s"], NON_NEGATIVE, ("gate_budget_s",), where)
-                if record["name"] in v1_cases:
-                    raise refusal(where, ("name",), f"case {shown(record['name'])} has both a "
-                                  "`case` line and `process` lines")
+                if record["name"] in doc["cases"] and record["name"] not in merged:
+                    raise refusal(where, ("name",), f"case {shown(record['name'])} came "
+                                  "before from a line that was not a `process` line")
+                merged.add(record["name"])
                 result = record["result"]
                 case = doc["cases"].setdefault(record["name"], {
                     **{k: v for k, v in result.items() if k != "rounds"},
@@ -353,7 +354,8 @@ def doc_from_jsonl(path: Path) -> dict[str, Any]:
                 merge_process(case, record["process"], result, record["planned"],
                               record.get("gate_budget_s"))
             elif kind == "instructions":
-                _require(record, {"name": STRING, "instructions": None, "arms": None}, where)
+                _require(record, {"name": STRING, "instructions": None,
+                                  "arms": object_of(OBJECT)}, where)
                 case = doc["cases"].get(record["name"])
                 if case is not None:
                     case["instructions"] = record["instructions"]
