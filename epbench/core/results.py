@@ -21,6 +21,10 @@ Format history (bump SCHEMA_VERSION and add a migrate_to_N for every change):
        run waits, ``config.gate.stops_waiting_after_rounds`` and a process's
        ``gate_budget_s`` (0: the run had stopped waiting; absent: every process had
        the share).
+       Readers refuse, in one line naming the file and the key (no writer wrote any of
+       them, so without a new version): a time that is not positive and finite, a NaN,
+       Infinity or 1e400 anywhere, a value of the wrong type, nesting deeper than
+       MAX_DEPTH.
 
 Two files are written during a run: ``results.jsonl`` gets a header line, one
 line per process of a case as the process ends (so a killed harness loses nothing
@@ -30,6 +34,8 @@ written before it had it leave ``overhead`` null); ``results.json`` is the whole
 document, replaced atomically after every process and at the end. Both say
 ``"interrupted": true`` until the run has finished: a stream without its ``end``
 line was cut short. A finished run's stream rebuilds its results.json key for key.
+No output file is written through a symbolic link: `prepare_out_dir` refuses one at
+any name in OUTPUT_FILES, and the stream and raw-samples file are opened O_NOFOLLOW.
 """
 
 from __future__ import annotations
