@@ -323,3 +323,17 @@ def test_parse_json_names_the_first_non_finite_number_only_when_there_is_one() -
     assert parse_json('{"a": [1.5, 2e300, -0.0]}', "f") == {"a": [1.5, 2e300, -0.0]}
     with pytest.raises(ResultsError, match=r"^f: a\[1\]: -1E\+999 is not a finite number;"):
         parse_json('{"a": [1.5, -1E+999]}', "f")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_value_in_a_long_list_held_in_memory_is_named(bad) -> None:
+    """A document built in memory never went through the parser's NaN check: the bulk
+    test of a long list still refuses NaN and infinities, naming the index."""
+    from epbench.core.model import TIME, array_of, check
+
+    values = [1000.0 + i for i in range(100)]
+    values[61] = bad
+    with pytest.raises(ResultsError, match=r"^memory: xs\[61\]: -?(NaN|Infinity) is not a "
+                                           r"positive finite number;"):
+        check(values, array_of(TIME), ("xs",), "memory")
+    check(values[:61], array_of(TIME), ("xs",), "memory")

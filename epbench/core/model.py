@@ -121,12 +121,16 @@ def _numbers_above(low: float, strict: bool) -> Callable[[Any], bool]:
         values = list(values)
         if not values:
             return True
-        if not set(map(type, values)) <= _PLAIN_NUMBERS:
+        types = set(map(type, values))
+        if not types <= _PLAIN_NUMBERS:
             return False
+        # Only a float can be NaN or infinite, and either makes the sum so or fsum raise
+        # (as can a sum that overflows: a false alarm, which only sends the caller to test
+        # each value).
         try:
-            if not all(map(math.isfinite, values)):
+            if float in types and not math.isfinite(math.fsum(values)):
                 return False
-        except OverflowError:
+        except (OverflowError, ValueError):
             return False
         least = min(values)
         return (least > low if strict else least >= low) and max(values) < _LARGEST
