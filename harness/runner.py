@@ -41,6 +41,7 @@ from epbench.core.results import (
     check_out_dir,
     dumps,
     merge_process,
+    open_output,
     prepare_out_dir,
     write_results,
 )
@@ -653,14 +654,15 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                      "instructions": config.instructions, "sessions": config.sessions,
                      "keep_samples": config.keep_samples,
                      "gate": doc["config"]["gate"], "overhead_case": overhead_case}
-    jsonl = samples_out = None
+    jsonl = samples_out = samples_file = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
         jsonl = JsonlWriter(out / "results.jsonl")
         jsonl.write({"type": "header",
                      **{k: v for k, v in doc.items() if k not in ("cases", "interrupted")}})
         if config.keep_samples:
-            samples_out = gzip.open(out / SAMPLES_FILE, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
+            samples_file = open_output(out / SAMPLES_FILE, "wb")
+            samples_out = gzip.open(samples_file, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
     rng = random.Random(config.seed)
     for spec in specs:
         doc["cases"][spec.name] = _empty_case(spec)
@@ -734,6 +736,8 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
         progress.close()
         if samples_out is not None:
             samples_out.close()
+        if samples_file is not None:
+            samples_file.close()  # gzip leaves a file it was handed open
     doc["interrupted"] = stopped
     if jsonl is not None:
         # The run's overhead is decided after the header was written: the end line carries

@@ -14,7 +14,6 @@ one depth, no judged case) is replaced by a sentence that says why.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
-from epbench.core.results import atomic_write_text, load_results, schema_version
+from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, history, plots, render, stats
 from epbench.reports.summary import family_of, gate_rounds, summarize
@@ -112,8 +111,9 @@ def load_source(path: str | Path) -> Source:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # The results reader's parser: it refuses nesting and NaN before json recurses.
+        doc = parse_json(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"cannot read {path} as JSON ({exc}); pass an epbench results "
                           "file or comparison") from None
     if not isinstance(doc, dict):

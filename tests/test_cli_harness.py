@@ -356,7 +356,7 @@ def test_a_damaged_run_document_is_named_by_its_file_not_its_directory(tmp_path,
     monkeypatch.setattr(run_commands, "run_grid", lambda config: doc)
     out = tmp_path / "out"
     one_error_line(invoke("run", "--case", "relu_d1_w8", "--out", str(out), *FAST),
-                   f"{out / 'results.json'}: case 'relu_d1_w8' has no 'status' key;")
+                   f"{out / 'results.json'}: cases.relu_d1_w8.status: missing;")
 
 
 def test_line_progress_counts_each_run_anew() -> None:

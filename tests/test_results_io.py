@@ -8,14 +8,17 @@ from pathlib import Path
 import pytest
 
 from epbench.core.results import (
+    OUTPUT_FILES,
     SCHEMA,
     JsonlWriter,
     ResultsError,
     atomic_write_text,
     load_results,
+    open_output,
     prepare_out_dir,
     read_document,
 )
+from epbench.harness.runner import SAMPLES_FILE
 
 
 def _header() -> dict:
@@ -171,3 +174,73 @@ def test_a_library_that_cannot_be_copied_for_the_twin_says_so(tmp_path):
                        r"at a folder you can write to, or run without the A/A twin \(no --aa-twin; "
                        r"--no-aa-twin for compare-commits and validate\)$"):
         copy_library(str(tmp_path / "missing.so"), tmp_path)
+
+
+# ------------------------------------------------------------------ symbolic links in --out
+
+
+@pytest.mark.parametrize("name", OUTPUT_FILES)
+def test_run_refuses_a_symlink_it_did_not_make_in_its_out_folder(tmp_path, name) -> None:
+    """A link planted in --out (dangling, or at someone's file) is refused before the run
+    writes anything, --overwrite or not: the run never writes, or deletes, through it."""
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (out / name).symlink_to(outside / "stolen")  # dangling: the run would create it
+    (outside / "kept").write_text("theirs")
+    for target, extra in ((outside / "stolen", []), (outside / "kept", ["--overwrite"])):
+        (out / name).unlink()
+        (out / name).symlink_to(target)
+        result = CliRunner().invoke(cli, ["run", "--case", "relu_d1_w8", "--arm", "ort",
+                                          "--out", str(out), "--quiet", *extra])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert result.output.splitlines() == [
+            f"Error: {out / name} is a symbolic link, which epbench did not make (it writes "
+            "only files of its own into --out); remove it or choose another --out"]
+        assert sorted(p.name for p in out.iterdir()) == [name] and (out / name).is_symlink()
+    assert sorted(p.name for p in outside.iterdir()) == ["kept"]
+    assert (outside / "kept").read_text() == "theirs"
+
+
+@pytest.mark.parametrize(("opener", "name"), [
+    (lambda path: JsonlWriter(path), "results.jsonl"),
+    (lambda path: open_output(path, "wb"), SAMPLES_FILE),
+])
+def test_a_symlink_planted_after_the_folder_was_checked_is_refused(tmp_path, opener,
+                                                                   name) -> None:
+    prepare_out_dir(tmp_path / "out")
+    (tmp_path / "out" / name).symlink_to(tmp_path / "stolen")
+    with pytest.raises(ResultsError, match=r"is a symbolic link, which epbench did not make"):
+        opener(tmp_path / "out" / name)
+    assert not (tmp_path / "stolen").exists()
+
+
+def test_the_runner_opens_its_streams_without_following_links(tmp_path, monkeypatch) -> None:
+    """Links planted between the check of --out and the first write: the run stops
+    before measuring, and nothing is written through them."""
+    from epbench.cases.grids import case_by_name
+    from epbench.harness import runner
+    from epbench.harness.arms import parse_arm
+
+    out = tmp_path / "out"
+    planted: list[str] = []
+
+    def prepare_then_plant(out_dir, overwrite=False):
+        prepare_out_dir(out_dir, overwrite)
+        for name in planted:
+            (out_dir / name).symlink_to(tmp_path / f"stolen-{name}")
+
+    monkeypatch.setattr(runner, "prepare_out_dir", prepare_then_plant)
+    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                              rounds=2, keep_samples=True, gate_policy="off", out_dir=out,
+                              overwrite=True)
+    for name in ("results.jsonl", SAMPLES_FILE):
+        planted[:] = [name]
+        with pytest.raises(ResultsError, match=f"{name} is a symbolic link"):
+            runner.run(config)
+        assert not list(tmp_path.glob("stolen-*"))
+        (out / name).unlink()

@@ -24,6 +24,7 @@ from epbench.core.model import (
     Results,
     Round,
     Twin,
+    json_path,
 )
 from epbench.core.results import ResultsError, load_results, migrate_to_2, read_document
 from epbench.harness import runner
@@ -94,13 +95,13 @@ def test_keys_this_version_does_not_know_survive_and_absent_ones_stay_absent() -
 
 
 @pytest.mark.parametrize(("where", "key", "said"), [
-    (lambda d: d, "cases", "the document has no 'cases' key"),
-    (lambda d: d["host"], "key", "host has no 'key' key"),
-    (lambda d: d["cases"]["relu_d10_w8"], "status", "case 'relu_d10_w8' has no 'status' key"),
+    (lambda d: d, "cases", "cases: missing"),
+    (lambda d: d["host"], "key", "host.key: missing"),
+    (lambda d: d["cases"]["relu_d10_w8"], "status", "cases.relu_d10_w8.status: missing"),
     (lambda d: d["cases"]["relu_d10_w8"]["arms"]["ep"], "verified",
-     "case 'relu_d10_w8' arm 'ep' has no 'verified' key"),
+     "cases.relu_d10_w8.arms.ep.verified: missing"),
     (lambda d: d["cases"]["relu_d10_w8"]["rounds"][3], "summary_ns",
-     "case 'relu_d10_w8' round 3 has no 'summary_ns' key"),
+     "cases.relu_d10_w8.rounds[3].summary_ns: missing"),
 ])
 def test_a_renamed_key_fails_when_the_file_is_loaded_naming_key_and_file(
         tmp_path, where, key, said) -> None:
@@ -125,8 +126,8 @@ def test_a_results_stream_is_checked_like_the_document(tmp_path) -> None:
         lines.append({"type": "case", "name": name, "result": case})
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    with pytest.raises(ResultsError, match=r"results\.jsonl: case 'relu_d1_w8' round 0 has "
-                                           r"no 'quiet' key"):
+    with pytest.raises(ResultsError, match=r"results\.jsonl: cases\.relu_d1_w8\.rounds\[0\]"
+                                           r"\.quiet: missing;"):
         load_results(path)
 
 
@@ -149,29 +150,30 @@ def test_a_value_of_the_wrong_shape_is_refused_at_load(tmp_path) -> None:
     doc["cases"]["relu_d1_w8"]["rounds"] = {"0": {}}
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ResultsError, match="case 'relu_d1_w8' rounds are not a list"):
+    with pytest.raises(ResultsError, match=r"cases\.relu_d1_w8\.rounds: an object is not an "
+                                           r"array;"):
         load_results(path)
 
 
 # Where each record of the model sits in a copy of the real run_v2.json (relu_d1_w8, arms
 # ort and engine, 2 processes of 4 rounds; a twin is added, the run has none), and what
 # the loader calls that place. A record the table lacks fails the test below it.
-def _places(doc: dict) -> dict[type[Record], tuple[dict, str]]:
+def _places(doc: dict) -> dict[type[Record], tuple[dict, tuple]]:
     doc["twin"] = {"of": "engine", "key": "engine_twin"}
     case = doc["cases"]["relu_d1_w8"]
     return {
-        Results: (doc, "the document"),
-        Host: (doc["host"], "host"),
-        Config: (doc["config"], "config"),
-        GateConfig: (doc["config"]["gate"], "config gate"),
-        Arm: (doc["arms"]["engine"], "arm 'engine'"),
-        Twin: (doc["twin"], "twin"),
-        Case: (case, "case 'relu_d1_w8'"),
-        CaseArm: (case["arms"]["engine"], "case 'relu_d1_w8' arm 'engine'"),
-        Process: (case["processes"][1], "case 'relu_d1_w8' process 1"),
-        Round: (case["rounds"][5], "case 'relu_d1_w8' round 5"),
+        Results: (doc, ()),
+        Host: (doc["host"], ("host",)),
+        Config: (doc["config"], ("config",)),
+        GateConfig: (doc["config"]["gate"], ("config", "gate")),
+        Arm: (doc["arms"]["engine"], ("arms", "engine")),
+        Twin: (doc["twin"], ("twin",)),
+        Case: (case, ("cases", "relu_d1_w8")),
+        CaseArm: (case["arms"]["engine"], ("cases", "relu_d1_w8", "arms", "engine")),
+        Process: (case["processes"][1], ("cases", "relu_d1_w8", "processes", 1)),
+        Round: (case["rounds"][5], ("cases", "relu_d1_w8", "rounds", 5)),
         Block: (case["rounds"][5]["summary_ns"]["engine"],
-                "case 'relu_d1_w8' round 5 block of arm 'engine'"),
+                ("cases", "relu_d1_w8", "rounds", 5, "summary_ns", "engine")),
     }
 
 
@@ -234,13 +236,13 @@ def test_a_missing_required_key_is_one_line_naming_file_place_and_key(
         with pytest.raises(ResultsError, match="is not an epbench results file"):
             load_results(path)
         read = lambda p: Results.from_dict(json.loads(p.read_text()), source=str(p))  # noqa: E731
-    assert _one_line_error(path, read).startswith(f"{path}: {where} has no {key!r} key;")
+    assert _one_line_error(path, read).startswith(f"{path}: {json_path((*where, key))}: missing;")
 
 
 @pytest.mark.parametrize(("cls", "key"), NOT_NULL, ids=lambda x: getattr(x, "__name__", x))
 def test_a_null_where_readers_need_a_value_is_refused_at_load(tmp_path, cls, key) -> None:
     path, where = _damaged(tmp_path, cls, lambda record: record.__setitem__(key, None))
-    assert _one_line_error(path).startswith(f"{path}: {where} has {key!r}: null;")
+    assert _one_line_error(path).startswith(f"{path}: {json_path((*where, key))}: null is not ")
 
 
 def test_nulls_the_writers_do_write_still_load(tmp_path) -> None:
