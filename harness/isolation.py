@@ -36,7 +36,7 @@ from pathlib import Path
 
 import epbench
 from epbench.core.errors import EpbenchError
-from epbench.core.paths import CACHE_DIR_ENV, cache_dir
+from epbench.core.paths import CACHE_DIR_ENV, DB_ENV, cache_dir
 from epbench.engine.build import EngineBuildError, ort_include_dir
 from epbench.harness.arms import file_sha256
 
@@ -45,8 +45,10 @@ BUILD_USER = "nobody"
 # Environment names dropped before a build: the harness's Python and epbench's own
 # settings (EPBENCH_DB may hold a database password) by prefix, credentials by word.
 SCRUBBED_PREFIXES = ("PYTHON", "EPBENCH_", "GIT_", "ACTIONS_")
-SCRUBBED_NAMES = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX", "DATABASE_URL", "SSH_AUTH_SOCK"})
+SCRUBBED_NAMES = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX"})
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASS", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
+# Names that hold secrets without saying so.
+SECRET_NAMES = frozenset({"DATABASE_URL", "SSH_AUTH_SOCK", DB_ENV})
 # The build's own copy of $ORT_INCLUDE_DIR, in its folder.
 INCLUDE_COPY = "ort-include"
 # Changed paths a refusal names; the rest are counted.
@@ -102,11 +104,18 @@ def _harness_venv_bins() -> set[str]:
     return bins
 
 
+def credential(name: str) -> bool:
+    """Whether the variable ``name`` may hold a secret: kept from a build and from the
+    worker that loads the libraries under test."""
+    upper = name.upper()
+    return upper in SECRET_NAMES or any(word in upper for word in SCRUBBED_WORDS)
+
+
 def scrubbed(name: str) -> bool:
     """Whether the variable ``name`` is kept from a build (see SCRUBBED_*)."""
     upper = name.upper()
     return (upper in SCRUBBED_NAMES or upper.startswith(SCRUBBED_PREFIXES)
-            or any(word in upper for word in SCRUBBED_WORDS))
+            or credential(name))
 
 
 def build_environment(environ: Mapping[str, str], *, home: Path, cache: Path, tmp: Path,

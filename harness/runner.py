@@ -68,6 +68,7 @@ from epbench.harness.gate import (
     RunWaitBudget,
 )
 from epbench.harness.host import fingerprint_key, host_fingerprint
+from epbench.harness.isolation import credential
 from epbench.harness.overhead import OVERHEAD_CASE
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
@@ -215,7 +216,9 @@ def _worker_env() -> dict[str, str]:
     # The folder that holds the `epbench` package (the checkout, or site-packages);
     # not resolved, since the package's parts are links in a checkout.
     root = str(Path(epbench.__file__).parent.parent)
-    env = dict(os.environ)
+    # The worker loads the libraries under test: it gets no credential (a token, the
+    # history's URL) that the harness's environment may hold.
+    env = {k: v for k, v in os.environ.items() if not credential(k)}
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

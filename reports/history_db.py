@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from epbench.core.errors import EpbenchError, disk_full
+from epbench.core.paths import DB_ENV
 
-DB_ENV = "EPBENCH_DB"
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 # Every spelling of the PostgreSQL scheme accepted, lower case (the match ignores case):

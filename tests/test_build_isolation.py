@@ -343,3 +343,18 @@ def test_the_guarded_code_is_every_part_where_it_really_lives() -> None:
     snapshot = isolation.code_snapshot()
     assert str((PACKAGE / "harness").resolve() / "runner.py") in snapshot
     assert str((PACKAGE / "reports").resolve() / "templates" / "comment.md.j2") in snapshot
+
+
+def test_the_worker_that_loads_the_libraries_gets_no_credential(monkeypatch) -> None:
+    from epbench.harness import runner
+
+    secrets = {"GITHUB_TOKEN": "ghs_x", "EPBENCH_DB": "postgresql://u:pw@h/db",
+               "AWS_SECRET_ACCESS_KEY": "s", "DATABASE_URL": "postgres://u:pw@h/d",
+               "NPM_AUTH": "a", "MY_API_KEY": "k"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    env = runner._worker_env()
+    assert not set(secrets) & set(env)
+    assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(PACKAGE.parent)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 # The variable that names the cache root (a build run apart is given its own through it).
 CACHE_DIR_ENV = "EPBENCH_CACHE_DIR"
+# The history store's URL when --db is not given; it may hold a database password.
+DB_ENV = "EPBENCH_DB"
 
 
 def cache_dir(*parts: str) -> Path:
