@@ -118,9 +118,31 @@ def test_the_twin_sets_the_threshold_when_there_is_no_profile():
     for row in result["cases"]:
         twin = next(t for t in result["twin"] if t["side"] == "base")["cases"][row["case"]]
         assert row["noise_source"] == "in-run A/A twin"
-        assert row["noise"] == pytest.approx(abs(twin["change"]))
-        assert row["threshold"] == pytest.approx(max(0.01, 2.0 * abs(twin["change"])))
+        # k x the twin's standard error, not k x its change: one noisy draw (CV 0.75).
+        assert row["noise"] == pytest.approx(math.expm1(twin["se"]))
+        assert row["noise"] != pytest.approx(abs(twin["change"]), rel=1e-3)
+        assert row["threshold"] == pytest.approx(max(0.01, 2.0 * row["noise"]))
     assert not any("no A/A twin" in w for w in result["warnings"])
+
+
+def test_with_two_runs_the_noisier_twin_sets_the_threshold():
+    # The base run's twin is measured under 3 % round noise, the PR run's under 0.5 %:
+    # each case's noise is the larger of the two twins' standard errors.
+    quiet = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.005, spike_prob=0.0)
+    loud = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.03, spike_prob=0.0)
+    cases = {"relu_d10_w8": {**TRUTH, "base_twin": 800.0},
+             "relu_d1_w8": {**TRUTH, "base_twin": 800.0}}
+    twin = {"of": "base", "key": "base_twin"}
+    for first, second in ((loud, quiet), (quiet, loud)):
+        base = synthetic.results_doc(cases, rounds=48, processes=6, noise=first, seed=1,
+                                     twin=twin)
+        pr = synthetic.results_doc(cases, rounds=48, processes=6, noise=second, seed=2,
+                                   twin=twin)
+        result = compare.compare(Side("base", base, "base"), Side("pr", pr, "base"))
+        for row in result["cases"]:
+            se = [t["cases"][row["case"]]["se"] for t in result["twin"]]
+            assert len(se) == 2 and max(se) > 1.5 * min(se)
+            assert row["noise"] == pytest.approx(math.expm1(max(se)))
 
 
 def test_a_profile_and_a_twin_judge_by_the_larger_noise():
