@@ -46,7 +46,12 @@ from epbench.core.model import Case, Results, changed_counters
 from epbench.core.numbers import median
 from epbench.core.results import load_results
 from epbench.reports import defaults, stats
-from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
+from epbench.reports.calibrate import (
+    default_profile_path,
+    load_profile,
+    pooled_offset,
+    profile_noise,
+)
 from epbench.reports.summary import family_members, family_of, gate_summary
 
 SCHEMA = "epbench.comparison/1"
@@ -805,8 +810,15 @@ def compare(
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
     # The A/A variance no process spread shows (a library copy's own bias), from the
     # twin's changes pooled over the grid: added to every case's standard error.
+    between: float | None = 0.0
+    between_source = "one run"
+    if not same_run:
+        between, between_source = between_run_variance(profile, base, pr, measurable, settings,
+                                                       medians)
+        if between is None:
+            warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
-                       extra_variance=twins["tau2"])
+                       extra_variance=twins["tau2"] + (between or 0.0))
     changes = grid.changes(confidence=settings.confidence)
     thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []
     for name, change in zip(measurable, changes, strict=True):
@@ -837,6 +849,8 @@ def compare(
         tests.beyond, strict=True,
     ):
         j = across_speed_change(j, change, th, shift)
+        if between is None:
+            j = within_run_only(j, j.shown or change, settings)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
@@ -887,6 +901,8 @@ def compare(
         "schema": SCHEMA,
         "mode": mode,
         "twin": twins["info"],
+        "between_runs": {"sd": None if between is None else math.sqrt(between),
+                         "source": between_source},
         "base": _side_info(base),
         "pr": _side_info(pr),
         "settings": asdict(settings),
@@ -905,6 +921,81 @@ def compare(
         "threads": pr.doc.config.threads,
         "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
     }
+
+
+# Two runs with no estimate of what runs differ by (between_run_variance is None).
+WITHIN_ONLY_WARNING = (
+    "no estimate of how much two runs differ beyond their processes (no calibration "
+    "profile with separate-run A/A repeats, no arm measured in both runs): the intervals "
+    "cover within-run noise only, so a change below {cap:.0%} is ❔ whatever its interval; "
+    "run `epbench calibrate --repeats 2` or more on this host, or compare both commits in "
+    "one run (`compare-commits`)")
+
+
+def between_run_variance(
+    profile: Mapping[str, Any] | None, base: Side, pr: Side, cases: Sequence[str],
+    settings: Settings, medians: RoundMedians,
+) -> tuple[float | None, str]:
+    """The log-scale variance of what two runs differ by beyond their processes (a run's
+    own layout, build and machine state), and where it came from; None when neither
+    source exists.
+
+    - The calibration profile's separate-run A/A repeats: their pooled offset (the
+      95th percentile of |change| less the sampling part, calibrate.pooled_offset)
+      over the normal quantile that percentile sits at. It also holds what processes
+      differ by, which the interval already covers: an overestimate, on the safe side.
+      A profile with one repeat only guesses separate-run noise and does not count.
+    - Otherwise an arm measured in both runs (same key, same library hash, not the
+      control): its A/A double ratio between the runs, pooled over the grid by the
+      moment estimator of stats.unmodelled_variance.
+    """
+    from statistics import NormalDist
+
+    if profile is not None:
+        entries = [(c.get("separate-runs") or {}) for c in (profile.get("cases") or {}).values()]
+        if entries and not any(e.get("estimated") for e in entries):
+            offset = pooled_offset(profile, "separate-runs")
+            if offset > 0.0:
+                z = NormalDist().inv_cdf(0.5 + defaults.NOISE_PERCENTILE / 200.0)
+                return (math.log1p(offset) / z) ** 2, "calibration profile"
+    for key, arm in sorted(base.doc.arms.items()):
+        other = pr.doc.arms.get(key)
+        if (key in (base.control, pr.control, base.arm, pr.arm) or other is None
+                or arm.sha256 is None
+                or arm.sha256 != other.sha256):
+            continue
+        pr_s, base_s = [], []
+        for name in cases:
+            b_case, p_case = base.doc.cases.get(name), pr.doc.cases.get(name)
+            if b_case is None or p_case is None or key not in p_case.arms or (
+                    key not in b_case.arms):
+                continue
+            pr_s.append(stats.process_sample(medians(p_case, key), medians(p_case, pr.control),
+                                             stats.round_labels(p_case, "process")))
+            base_s.append(stats.process_sample(medians(b_case, key),
+                                               medians(b_case, base.control),
+                                               stats.round_labels(b_case, "process")))
+        aa = stats.nested_double_ratio_changes(pr_s, base_s, confidence=settings.confidence)
+        if sum(math.isfinite(c.se) for c in aa) >= 2:
+            return stats.unmodelled_variance(aa), f"arm {key} measured in both runs"
+    return None, "none"
+
+
+def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> Judgement:
+    """``j`` judged again when two runs' intervals cover within-run noise only: a ⚠️/🔴
+    (🟢) stands only when its whole interval clears twice the floor, else ❔. Monotone:
+    the interval's bound grows with the change."""
+    cap = 2.0 * settings.floor
+    lo, hi = change.lo - 1.0, change.hi - 1.0
+    if j.verdict in ("alert", "regression") and lo < cap or (
+            j.verdict == "improvement" and hi > -cap):
+        return Judgement(
+            "inconclusive",
+            f"{change.ratio - 1.0:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but "
+            f"the interval covers within-run noise only and does not clear {cap:.1%}; "
+            "calibrate this host or compare both commits in one run", j.significant, j.q,
+            j.shown, j.level)
+    return j
 
 
 def control_shift(base_control: Any, pr_control: Any) -> float | None:

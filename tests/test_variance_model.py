@@ -210,3 +210,32 @@ def test_an_instruction_change_gets_its_own_mark_and_never_a_red_alone(pr_instru
     text = render.render_markdown(result)
     assert (" ▲ |" in text) is flagged
     assert ("instructions per Run (exact" in text) is flagged
+
+
+def _two_runs(factor, arms=("ort", "pr"), seed=5):
+    quiet = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.003, spike_prob=0.0)
+    truth = {"ort": 1000.0, "pr": 800.0, "other": 600.0}
+    cases = {n: {a: truth[a] for a in arms} for n in ("relu_d1_w8", "relu_d10_w8")}
+    base = synthetic.results_doc(cases, rounds=36, processes=6, noise=quiet, seed=seed)
+    slower = {n: {**a, "pr": a["pr"] * factor} for n, a in cases.items()}
+    pr = synthetic.results_doc(slower, rounds=36, processes=6, noise=quiet, seed=seed + 1)
+    # k 0.5: the no-profile threshold max(1 %, 0.5 x 2 %) = 1 %, so +1.5 % clears it.
+    return compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+                           settings=Settings(k=0.5))
+
+
+def test_separate_runs_without_a_between_run_estimate_cap_below_twice_the_floor():
+    # +1.5 % measured to ±0.3 %: between two runs with nothing to say what runs differ
+    # by, the interval covers within-run noise only, so below 2 x floor it is ❔.
+    result = _two_runs(1.015)
+    assert result["between_runs"] == {"sd": None, "source": "none"}
+    assert any("cover within-run noise only" in w for w in result["warnings"])
+    for row in result["cases"]:
+        assert row["verdict"] == "inconclusive"
+        assert "the interval covers within-run noise only and does not clear 2.0%" in row["reason"]
+    assert {row["verdict"] for row in _two_runs(1.05)["cases"]} <= {"alert", "regression"}
+    # An arm measured in both runs (same library) measures what runs differ by.
+    result = _two_runs(1.015, arms=("ort", "pr", "other"))
+    assert result["between_runs"]["source"] == "arm other measured in both runs"
+    assert result["between_runs"]["sd"] is not None
+    assert not any("cover within-run noise only" in w for w in result["warnings"])
