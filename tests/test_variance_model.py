@@ -72,6 +72,47 @@ def test_the_welch_double_ratio_covers_two_runs_with_their_own_offsets():
     assert {c.processes for c in changes} == {5}
 
 
+def test_the_welch_interval_matches_scipy_with_unequal_variances():
+    # Unequal variances and sizes, so pooled degrees of freedom (P_a + P_b - 2) would
+    # give another interval: scipy's Welch test, on the per-process medians, is the truth.
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(12)
+    pr = _samples(rng, 20, 7, 6, process_sd=0.03, effect=0.01)
+    base = _samples(rng, 20, 3, 6, process_sd=0.004)
+    for change, a, b in zip(stats.nested_double_ratio_changes(pr, base), pr, base, strict=True):
+        va, vb = a.per_process(), b.per_process()
+        ref = scipy_stats.ttest_ind(va, vb, equal_var=False)
+        lo, hi = ref.confidence_interval(CONFIDENCE)
+        assert change.p == pytest.approx(ref.pvalue, rel=1e-9)
+        assert change.df == pytest.approx(ref.df, rel=1e-9)
+        assert (math.log(change.lo), math.log(change.hi)) == (
+            pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+
+
+def test_one_sided_interval_null_p_values_match_scipy():
+    # The p-value of "change <= 1 %" is the one-sided t test of the shifted sample.
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(13)
+    for sample in _samples(rng, 20, 6, 6, process_sd=0.01, effect=0.02):
+        shift = math.log1p(0.01)
+        (change,) = stats.nested_changes([sample.shifted(shift)])
+        ref = scipy_stats.ttest_1samp(sample.per_process() - shift, 0.0, alternative="greater")
+        assert stats.one_sided_p(change, upper=True) == pytest.approx(ref.pvalue, rel=1e-9)
+        assert stats.one_sided_p(change, upper=False) == pytest.approx(1.0 - ref.pvalue,
+                                                                       rel=1e-9)
+
+
+def test_the_unmodelled_variance_recovers_a_per_copy_bias():
+    # Twins with a per-copy bias of sd 1 % that every process shares: the processes'
+    # spread cannot see it, the moment estimator over 400 cases does (tau 1 %).
+    rng = np.random.default_rng(14)
+    aa = _samples(rng, 400, 6, 8, process_sd=0.004)
+    biased = [stats.ProcessSample(s.logs + rng.normal(0.0, 0.01), s.processes) for s in aa]
+    tau = math.sqrt(stats.unmodelled_variance(stats.nested_changes(biased)))
+    assert 0.008 <= tau <= 0.012
+    assert stats.unmodelled_variance(stats.nested_changes(aa)) <= 0.002**2
+
+
 def test_one_process_falls_back_to_the_exact_interval_over_its_rounds():
     rng = np.random.default_rng(3)
     (sample,) = _samples(rng, 1, 1, 12, process_sd=0.01)

@@ -104,3 +104,22 @@ def test_twelve_percent_with_four_of_six_processes_unquiet_is_flagged():
                 for row in _loaded_grid(seed, 0.12)["cases"]]
     assert len(verdicts) == 36
     assert set(verdicts) <= {"alert", "regression"}, verdicts
+
+
+def test_bh_on_interval_nulls_holds_claims_of_at_least_t_across_a_grid():
+    # Every case truly +0.9 %, t = 1 %: a ⚠️ claims "at least 1 %", false for each. BH on
+    # p-values for "no change" plus an unadjusted "lower bound above t" made some case
+    # ⚠️ in about a fifth of grids; BH on the p-values of "at most t" holds it near 5 %.
+    rng = np.random.default_rng(464)
+    th = compare.threshold_for(0.0, "profile", compare.Settings())
+    assert th.t == 0.01
+    false_grids = false_grids_zero_null = 0
+    for _ in range(150):
+        pr = [_sample(rng, 6, 8, 0.01, 0.003, effect=0.009) for _ in range(20)]
+        grid = compare.GridSamples(pr, [], True)
+        js, _ = compare.judge_samples(grid, [th] * 20, [0] * 20, [48] * 20, compare.Settings())
+        false_grids += any(j.verdict in RANK for j in js)
+        old = compare.judge_grid(grid.changes(), [th] * 20, [0] * 20, [48] * 20, 0.05)
+        false_grids_zero_null += any(j.verdict in RANK for j in old)
+    assert false_grids <= 0.05 * 150
+    assert false_grids_zero_null >= 0.10 * 150  # the old rule, on the same grids
