@@ -426,6 +426,7 @@ class GridSamples:
     quiet_base: Sequence[stats.ProcessSample] = ()
     quiet_index: Sequence[int] = ()
     extra_variance: float = 0.0
+    extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
 
     def changes(self, shifts: Sequence[float] | None = None, *,
                 confidence: float = defaults.CONFIDENCE, quiet: bool = False,
@@ -439,11 +440,10 @@ class GridSamples:
             base = [base[i] for i in cases] if base else []
         if shifts is not None:
             pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
+        extra = {"extra_variance": self.extra_variance, "extra_df": self.extra_df}
         if self.same_run:
-            return stats.nested_changes(pr, confidence=confidence,
-                                        extra_variance=self.extra_variance)
-        return stats.nested_double_ratio_changes(pr, base, confidence=confidence,
-                                                 extra_variance=self.extra_variance)
+            return stats.nested_changes(pr, confidence=confidence, **extra)
+        return stats.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
 
 
 def interval_tests(grid: GridSamples, thresholds: Sequence[Threshold],
@@ -818,7 +818,8 @@ def compare(
         if between is None:
             warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
-                       extra_variance=twins["tau2"] + (between or 0.0))
+                       extra_variance=twins["tau2"] + (between or 0.0),
+                       extra_df=max(1.0, len(measurable) - 1.0))
     changes = grid.changes(confidence=settings.confidence)
     thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []
     for name, change in zip(measurable, changes, strict=True):

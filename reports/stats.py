@@ -460,6 +460,16 @@ def _t_change(point: float, se: float, df: float, confidence: float, n: int,
                   processes, se, df)
 
 
+def satterthwaite_df(sampled: float, df: float, extra: float, extra_df: float) -> float:
+    """The degrees of freedom of a variance sum `sampled` (df `df`) + `extra` (df
+    `extra_df`; inf when known), by Welch-Satterthwaite."""
+    if extra <= 0.0 or sampled + extra <= 0.0:
+        return df
+    tail = (sampled * sampled / df if sampled > 0.0 else 0.0) + (
+        extra * extra / extra_df if math.isfinite(extra_df) else 0.0)
+    return math.inf if tail <= 0.0 else (sampled + extra) ** 2 / tail
+
+
 def one_sided_p(change: Change, upper: bool = True) -> float:
     """The one-sided p-value of H0: ratio <= 1 (`upper`) or ratio >= 1, from the change's
     two-sided p. Every interval here is symmetric in its tails (t, sign test, the
@@ -502,13 +512,15 @@ def unmodelled_variance(aa: Sequence[Change]) -> float:
 
 def nested_changes(samples: Sequence[ProcessSample], *,
                    confidence: float = defaults.CONFIDENCE,
-                   extra_variance: float = 0.0) -> list[Change]:
+                   extra_variance: float = 0.0, extra_df: float = math.inf) -> list[Change]:
     """Changes of one run (PR / base, or arm / control), processes as the replication unit.
 
     Two or more processes: Student's t over the per-process medians, with
     `extra_variance` (log scale, e.g. `unmodelled_variance` of the run's twin) added to
     the squared standard error. One process: the exact order-statistic interval over
-    its rounds (`paired_changes`), which has no standard error to add it to.
+    its rounds (`paired_changes`), which has no standard error to add it to. The degrees
+    of freedom of the sum are Welch-Satterthwaite's, `extra_df` those of the extra term
+    (e.g. the number of cases it was pooled over).
     """
     import numpy as np
 
@@ -521,22 +533,25 @@ def nested_changes(samples: Sequence[ProcessSample], *,
         if sample.n_processes < 2:
             continue
         values = sample.per_process()
-        se = math.sqrt(float(np.var(values, ddof=1)) / len(values) + extra_variance)
-        out[i] = _t_change(float(np.mean(values)), se, len(values) - 1.0, confidence,
-                           len(sample), len(values))
+        sampled = float(np.var(values, ddof=1)) / len(values)
+        df = satterthwaite_df(sampled, len(values) - 1.0, extra_variance, extra_df)
+        out[i] = _t_change(float(np.mean(values)), math.sqrt(sampled + extra_variance),
+                           min(df, 1e6), confidence, len(sample), len(values))
     return out
 
 
 def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[ProcessSample],
                                 *, confidence: float = defaults.CONFIDENCE,
-                                extra_variance: float = 0.0) -> list[Change]:
+                                extra_variance: float = 0.0,
+                                extra_df: float = math.inf) -> list[Change]:
     """Changes between two runs, (PR / its control) / (base / its control), per case.
 
     When both runs have two or more processes: Welch's interval for the difference of
     the two runs' mean per-process log ratios (Welch-Satterthwaite degrees of freedom),
     so it covers what two processes really differ by; `extra_variance` (log scale: an
     A/A component no process spread shows, or what two runs differ by) is added to the
-    squared standard error, its degrees of freedom taken as known. Otherwise the
+    squared standard error (Welch-Satterthwaite degrees of freedom, `extra_df` its
+    own). Otherwise the
     order-statistic two-sample interval over rounds (`double_ratio_changes`).
     """
     import numpy as np
@@ -558,6 +573,7 @@ def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[Proc
         se = math.sqrt(sa + sb + extra_variance)
         df = ((sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1))
               if sa + sb > 0 else float(len(va) + len(vb) - 2))
+        df = min(satterthwaite_df(sa + sb, df, extra_variance, extra_df), 1e6)
         out[i] = _t_change(float(np.mean(va) - np.mean(vb)), se, df, confidence,
                            min(len(a), len(b)), min(len(va), len(vb)))
     return out
