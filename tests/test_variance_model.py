@@ -280,3 +280,20 @@ def test_separate_runs_without_a_between_run_estimate_cap_below_twice_the_floor(
     assert result["between_runs"]["source"] == "arm other measured in both runs"
     assert result["between_runs"]["sd"] is not None
     assert not any("cover within-run noise only" in w for w in result["warnings"])
+
+
+def test_a_per_copy_bias_the_twins_show_widens_every_interval():
+    # The twin runs 1.5 % faster or slower than base in every process of a case (a
+    # copy's own layout, which no process spread shows): pooled over the grid, tau is
+    # about 1.5 %, and every case's interval is at least 2 x that wide each side.
+    names = [f"relu_d{d}_w8" for d in (1, 2, 4, 8, 16, 32)]
+    cases = {n: {**TRUTH, "base_twin": 800.0 * (1.015 if i % 2 else 1 / 1.015)}
+             for i, n in enumerate(names)}
+    doc = synthetic.results_doc(cases, rounds=48, processes=6, noise=NOISE, seed=3,
+                                twin={"of": "base", "key": "base_twin"})
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    (info,) = result["twin"]
+    assert 0.010 <= info["unmodelled_sd"] <= 0.020
+    for row in result["cases"]:
+        lo, hi = row["ci"]
+        assert math.log1p(hi) - math.log1p(lo) >= 2 * 2 * 0.010
