@@ -10,28 +10,34 @@ Two shapes of input:
   (a machine's speed does not change every case's time alike).
 
 Per case the threshold is t = max(floor, k x noise), noise from the host's
-calibration profile (or a conservative default, said out loud). Verdicts:
+calibration profile and the run's A/A twin (k x the twin's standard error; the
+larger of the two), or a conservative default, said out loud. The A/A variance the
+twins show beyond their own standard errors, pooled over the grid (tau^2), is added
+to every case's standard error. Verdicts test interval nulls, Benjamini-Hochberg
+across the grid (judge_grid):
 
-  🔴 alert        significant (BH across the grid), CI above t, change >= alert (2t)
-  ⚠️ regression   significant, CI above t; also a would-be alert with unquiet rounds
-                 and too few quiet ones to stand alone (held back from 🔴)
-  🟢 improvement  significant, CI below -t
+  🔴 alert        BH rejects "change <= alert level" (2t), and "within +-t"
+  ⚠️ regression   BH rejects "within +-t" above; also a would-be alert with unquiet
+                 rounds whose quiet rounds alone do not make one (held back from 🔴)
+  🟢 improvement  BH rejects "within +-t" below
   ✅ no change    the whole CI lies within +-t
-  ❔ inconclusive anything else (the CI straddles a threshold); also a would-be
-                 alert with unquiet rounds whose quiet rounds alone make no regression
-                 (they make ⚠️ if a regression, 🔴 if an alert); between two runs,
-                 a case whose runs' controls ran too far apart in speed, unless its
+  ❔ inconclusive anything else (the CI straddles a threshold); between two runs, a
+                 case whose runs' controls ran too far apart in speed, unless its
                  interval clears the threshold by SPEED_CHANGE_ALLOWANCE
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 
+A verdict only gets stronger as the change grows: quiet rounds can make a would-be
+alert 🔴 or leave it ⚠️, never weaker. The intervals shown for selected cases (⚠️ 🔴
+🟢) are FCR-adjusted (Benjamini-Yekutieli 2005). docs/validation/statistics.md has the
+simulations behind each rule.
 A deterministic counter that changed is reported whatever the noise.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +46,12 @@ from epbench.core.model import Case, Results, changed_counters
 from epbench.core.numbers import median
 from epbench.core.results import load_results
 from epbench.reports import defaults, stats
-from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
+from epbench.reports.calibrate import (
+    default_profile_path,
+    load_profile,
+    pooled_offset,
+    profile_noise,
+)
 from epbench.reports.summary import family_members, family_of, gate_summary
 
 SCHEMA = "epbench.comparison/1"
@@ -125,6 +136,18 @@ class Judgement:
     reason: str
     significant: bool
     q: float
+    # The change shown for the case: FCR-adjusted (Benjamini-Yekutieli) when it was
+    # selected, at confidence `level`; None: the change judged, at the run's confidence.
+    shown: stats.Change | None = None
+    level: float | None = None
+    # A ⚠️ that all rounds would make 🔴, held back by the idle gate (a quiet rerun can
+    # make it 🔴); not when the quiet rounds alone exclude the alert level.
+    held_back: bool = False
+
+
+# Quiet rounds of a case that spans processes stand alone only with at least this many
+# degrees of freedom: with 1 the t quantile is 12.7 and their interval says nothing.
+QUIET_MIN_DF = 3
 
 
 def judge(
@@ -140,21 +163,23 @@ def judge(
     needed: int = defaults.MIN_ROUNDS,
     dropped: int = 0,
     shared_load: bool = False,
+    alert_significant: bool | None = None,
 ) -> Judgement:
-    """The verdict of one case from its change, its BH decision and its threshold.
+    """The verdict of one case from its change, its tests and its threshold.
 
-    A case with rounds that failed the idle gate is an alert only if its quiet
-    rounds alone (`quiet_only`, significant at the grid's BH cut-off) make one; a
-    would-be alert whose quiet rounds alone make a regression is a regression, and
-    otherwise inconclusive. A would-be alert whose quiet rounds are too few to stand
-    alone is a regression: the load can take the alert away, not the slowdown. Between
-    two runs (not `shared_load`) a load on one of them is not shared, but a smaller
-    change (below the alert level) with the same unquiet rounds is a regression too, so
-    ❔ would give the larger one a weaker verdict; `shared_load` only words the advice
-    to rerun. (Quiet rounds that stand alone and make no regression still leave a
-    would-be alert ❔ where a smaller change is ⚠️: they are evidence against it.)
-    `needed` is the fewest usable rounds that give a bounded interval; `dropped`
-    how many of the `rounds` had no usable time (zero, negative or missing).
+    `significant`: the grid's BH rejects "the change lies within +-t" for this case
+    (an interval null, judge_grid); `alert_significant`: it rejects "the change is at
+    most the alert level" (None: the interval's lower bound clears the alert level).
+    A verdict only gets stronger as the change grows, all else equal: a case with
+    rounds that failed the idle gate is held back from 🔴 to ⚠️ (the load can take the
+    alert away, never the slowdown), and is 🔴 only when its quiet rounds alone make an
+    alert (`quiet_only`, `quiet_significant`: their alert-level test passes the grid's
+    BH cut-off). Quiet rounds are heard only when they stand alone: enough rounds and,
+    when the case spans processes, at least QUIET_MIN_DF degrees of freedom. Whatever
+    they show, a would-be alert is never weaker than ⚠️, the verdict a smaller
+    slowdown with the same unquiet rounds gets. `needed` is the fewest usable rounds
+    that give a bounded interval; `dropped` how many of the `rounds` had no usable
+    time (zero, negative or missing).
     """
     needed = max(needed, defaults.MIN_ROUNDS)
     bounded = all(math.isfinite(x) for x in (change.ratio, change.lo, change.hi))
@@ -169,13 +194,16 @@ def judge(
         return Judgement("not_comparable", why, False, q)
     if quiet_only is not None and not _stands_alone(quiet_only, change, needed):
         quiet_only, quiet_significant = None, False
+    if alert_significant is None:
+        alert_significant = change.lo - 1.0 >= th.alert
     judgement = _judge_bounded(
         change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant,
-        shared_load,
+        shared_load, alert_significant,
     )
     if dropped:
         reason = f"{judgement.reason} ({dropped} of {rounds} rounds dropped: no usable time)"
-        return Judgement(judgement.verdict, reason, judgement.significant, judgement.q)
+        return Judgement(judgement.verdict, reason, judgement.significant, judgement.q,
+                         held_back=judgement.held_back)
     return judgement
 
 
@@ -189,53 +217,57 @@ def _judge_bounded(
     quiet_only: stats.Change | None,
     quiet_significant: bool,
     shared_load: bool,
+    alert_significant: bool,
 ) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
     band = f"±{t:.1%}"
     if -t < lo and hi < t:
         return Judgement("no_change", f"the whole interval lies within {band}", significant, q)
     if significant and c > 0 and lo >= t:
-        if c >= th.alert:
-            if unquiet and _quiet_regression(quiet_only, quiet_significant, th):
-                # Judged on the quiet rounds alone: an alert if they make one, else a
-                # regression, never the alert the unquiet rounds would have made it.
-                assert quiet_only is not None
-                q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
-                alert = q_c >= th.alert
-                beyond = (f"the alert level {th.alert:.1%}" if alert else
-                          f"the threshold {t:.1%}; {c:+.1%} on all rounds would be an alert")
-                return Judgement(
-                    "alert" if alert else "regression",
-                    f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
-                    f"rounds alone ({unquiet} unquiet set aside), beyond {beyond}",
-                    significant, q,
-                )
-            rerun = ("rerun on a quiet machine" if shared_load else
-                     "rerun both runs on a quiet machine")
-            if unquiet and quiet_only is None:
-                return Judgement(
-                    "regression",
-                    f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
-                    f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
-                    f"and too few quiet ones stand alone: a regression, not an alert; {rerun} "
-                    "to tell whether it is one",
-                    significant, q,
-                )
-            if unquiet:
-                return Judgement(
-                    "inconclusive",
-                    f"{c:+.1%} would be an alert, but {unquiet} of {rounds} rounds failed "
-                    f"the idle gate; {rerun}",
-                    significant, q,
-                )
+        if not alert_significant:
+            return Judgement(
+                "regression",
+                f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {t:.1%}",
+                significant, q,
+            )
+        if not unquiet:
             return Judgement(
                 "alert",
                 f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level {th.alert:.1%}",
                 significant, q,
             )
+        if _quiet_alert(quiet_only, quiet_significant, th):
+            # Judged on the quiet rounds alone: they make the alert by themselves.
+            assert quiet_only is not None
+            q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+            return Judgement(
+                "alert",
+                f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
+                f"rounds alone ({unquiet} unquiet set aside), beyond the alert level "
+                f"{th.alert:.1%}",
+                significant, q,
+            )
+        rerun = ("rerun on a quiet machine" if shared_load else
+                 "rerun both runs on a quiet machine")
+        if quiet_only is not None and quiet_only.hi - 1.0 < th.alert:
+            # The quiet rounds' own interval excludes the alert level: evidence against
+            # an alert, not against the regression all rounds show.
+            return Judgement(
+                "regression",
+                f"slower by {c:.1%} (at least {lo:.1%}) on all rounds, but {unquiet} of "
+                f"{rounds} rounds failed the idle gate and the {quiet_only.n} quiet rounds "
+                f"alone put it below the alert level {th.alert:.1%} (at most "
+                f"{quiet_only.hi - 1.0:+.1%}): a regression, not an alert",
+                significant, q,
+            )
+        alone = ("too few quiet ones stand alone" if quiet_only is None else
+                 f"the {quiet_only.n} quiet rounds alone neither reach nor exclude it")
         return Judgement(
-            "regression", f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {t:.1%}",
-            significant, q,
+            "regression",
+            f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
+            f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
+            f"and {alone}: a regression, not an alert; {rerun} to tell whether it is one",
+            significant, q, held_back=True,
         )
     if significant and c < 0 and hi <= -t:
         return Judgement(
@@ -250,20 +282,59 @@ def _judge_bounded(
     return Judgement("inconclusive", why + "; rerun with more --rounds", significant, q)
 
 
+def _dof(change: stats.Change) -> float:
+    """The degrees of freedom behind a change's t interval (processes - 1 if unrecorded)."""
+    return change.df if math.isfinite(change.df) else change.processes - 1.0
+
+
 def _stands_alone(quiet_only: stats.Change, change: stats.Change, needed: int) -> bool:
     """Can the quiet rounds alone be judged like the whole? As many rounds as a verdict
-    needs, and, when the whole spans processes, at least two of them: one process's
-    interval covers its rounds only, not what processes differ by."""
-    return quiet_only.n >= needed and (change.processes < 2 or quiet_only.processes >= 2)
+    needs, and, when the whole spans processes, at least QUIET_MIN_DF degrees of
+    freedom over processes: one process's interval covers its rounds only, not what
+    processes differ by, and two processes' t interval (1 df) is 5 times as wide as
+    six processes' would be, so its silence is no evidence."""
+    if quiet_only.n < needed:
+        return False
+    return change.processes < 2 or (quiet_only.processes >= 2
+                                    and _dof(quiet_only) >= QUIET_MIN_DF)
 
 
-def _quiet_regression(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
-    """The quiet rounds alone: significant, enough of them, and surely slower by t."""
+def _quiet_alert(quiet_only: stats.Change | None, significant: bool, th: Threshold) -> bool:
+    """The quiet rounds alone: their alert-level test passed, enough of them, and the
+    interval's lower bound at least the alert level."""
     if quiet_only is None or quiet_only.n < defaults.MIN_ROUNDS or not significant:
         return False
     if not (math.isfinite(quiet_only.lo) and math.isfinite(quiet_only.ratio)):
         return False
-    return quiet_only.lo - 1.0 >= th.t
+    return quiet_only.lo - 1.0 >= th.alert
+
+
+@dataclass(frozen=True)
+class IntervalTests:
+    """Per case, p-values of interval nulls, each a doubled one-sided p (the convention
+    of the two-sided interval printed beside it, so p <= alpha exactly when the
+    level-(1 - alpha) interval clears the level):
+
+    - `beyond`: H0 "-t <= change <= t", 2 x min(P[change <= t], P[change >= -t]);
+    - `alert`: H0 "change <= alert level", 2 x P[...];
+    - `quiet_alert`: the same over the quiet rounds (NaN: all quiet);
+    - `at_level(cases, confidence)`: those cases' changes at another confidence (for
+      the FCR-adjusted intervals of the selected cases).
+    """
+
+    beyond: Sequence[float]
+    alert: Sequence[float]
+    quiet_alert: Sequence[float]
+    at_level: Callable[[Sequence[int], float], list[stats.Change]] | None = None
+
+
+def _bh_cutoff(rejected: Sequence[bool], pvalues: Sequence[float], fdr: float) -> float:
+    """The BH rejection level fdr x R / m of a family (-1 when nothing was rejected): a
+    p-value of another test at or below it would have been rejected too. (Not "the
+    largest rejected p": exact p-values are discrete, and fewer quiet rounds can never
+    reach the full run's smallest p.)"""
+    tested = sum(math.isfinite(p) for p in pvalues)
+    return fdr * sum(rejected) / tested if tested and any(rejected) else -1.0
 
 
 def judge_grid(
@@ -277,27 +348,155 @@ def judge_grid(
     needed: int = defaults.MIN_ROUNDS,
     dropped: Sequence[int] | None = None,
     shared_load: bool = False,
+    tests: IntervalTests | None = None,
 ) -> list[Judgement]:
-    """Benjamini-Hochberg across the grid decides 'significant', then judge each case.
+    """Benjamini-Hochberg across the grid decides what is significant, then each case
+    is judged.
 
-    `quiet_only[i]` is case i's change over its quiet rounds (None when all were quiet);
-    it is significant when its p-value is within the grid's BH rejection level.
+    With `tests` (what `compare` passes): ⚠️/🟢 need BH at `fdr` to reject "within +-t"
+    (`tests.beyond`), 🔴 needs a second BH family to reject "at most the alert level"
+    (`tests.alert`), and a case with unquiet rounds is 🔴 only if its quiet rounds'
+    alert-level p-value is within that family's rejection level. The selected cases
+    (BH rejections of `beyond`) are shown with intervals at confidence 1 - R x fdr / m
+    (R selected of m tested): Benjamini and Yekutieli's (2005) false-coverage-rate
+    adjustment, so at most a share `fdr` of the shown intervals miss. Without `tests`
+    (a bare list of changes), BH runs on the changes' own p-values for "no change" and
+    the alert level on the intervals: the rule before interval nulls, kept for callers
+    that have no rounds.
     """
-    pvalues = [c.p if c.n >= max(needed, defaults.MIN_ROUNDS) else math.nan for c in changes]
-    rejected, q = stats.benjamini_hochberg(pvalues, fdr)
-    # The grid's BH rejection level, fdr x R / m: a quiet-rounds-only p at or below it
-    # would have been rejected too. (Not "the largest rejected p": exact p-values are
-    # discrete, and fewer quiet rounds can never reach the full run's smallest p.)
-    tested = sum(math.isfinite(p) for p in pvalues)
-    cutoff = fdr * sum(rejected) / tested if tested and any(rejected) else -1.0
+    floor_n = max(needed, defaults.MIN_ROUNDS)
+    testable = [c.n >= floor_n for c in changes]
     quiet_only = list(quiet_only) if quiet_only is not None else [None] * len(changes)
     dropped = list(dropped) if dropped is not None else [0] * len(changes)
-    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, dropped, strict=True)
-    return [
-        judge(c, sig, qv, th, u, n, qc, qc is not None and qc.p <= cutoff,
-              needed=needed, dropped=d, shared_load=shared_load)
-        for c, sig, qv, th, u, n, qc, d in rows
-    ]
+    if tests is None:
+        pvalues = [c.p if ok else math.nan for c, ok in zip(changes, testable, strict=True)]
+        rejected, q = stats.benjamini_hochberg(pvalues, fdr)
+        cutoff = _bh_cutoff(rejected, pvalues, fdr)
+        alert_sig: list[bool | None] = [None] * len(changes)
+        quiet_sig = [qc is not None and qc.p <= cutoff for qc in quiet_only]
+        shown: list[stats.Change | None] = [None] * len(changes)
+        level: float | None = None
+        n_selected = n_tested = 0
+    else:
+        pvalues = [p if ok else math.nan for p, ok in zip(tests.beyond, testable, strict=True)]
+        rejected, q = stats.benjamini_hochberg(pvalues, fdr)
+        alert_p = [p if ok else math.nan for p, ok in zip(tests.alert, testable, strict=True)]
+        alert_rejected, _ = stats.benjamini_hochberg(alert_p, fdr)
+        alert_cutoff = _bh_cutoff(alert_rejected, alert_p, fdr)
+        alert_sig = list(alert_rejected)
+        quiet_sig = [qc is not None and math.isfinite(p) and p <= alert_cutoff
+                     for qc, p in zip(quiet_only, tests.quiet_alert, strict=True)]
+        shown = [None] * len(changes)
+        level = None
+        selected = [i for i, r in enumerate(rejected) if r]
+        n_selected, n_tested = len(selected), sum(math.isfinite(p) for p in pvalues)
+        if selected and tests.at_level is not None:
+            level = 1.0 - fdr * n_selected / n_tested
+            for i, c in zip(selected, tests.at_level(selected, level), strict=True):
+                # An interval the adjusted level leaves unbounded (too few rounds for an
+                # exact interval that wide) is not shown: the judged one is.
+                if all(math.isfinite(x) for x in (c.ratio, c.lo, c.hi)):
+                    shown[i] = c
+    out = []
+    rows = zip(changes, rejected, q, thresholds, unquiet, rounds, quiet_only, quiet_sig,
+               alert_sig, shown, dropped, strict=True)
+    for c, sig, qv, th, u, n, qc, qs, asig, sh, d in rows:
+        j = judge(sh if sh is not None else c, sig, qv, th, u, n, qc, qs, needed=needed,
+                  dropped=d, shared_load=shared_load, alert_significant=asig)
+        if sh is not None and j.verdict in ("alert", "regression", "improvement"):
+            j = Judgement(j.verdict, f"{j.reason} (interval at {level:.2%}: adjusted for "
+                          f"the {n_selected} of {n_tested} cases selected, "
+                          "Benjamini-Yekutieli)", j.significant, j.q, sh, level, j.held_back)
+        out.append(j)
+    return out
+
+
+@dataclass(frozen=True)
+class GridSamples:
+    """The rounds every verdict of a grid reads: per measurable case, the PR side's log
+    ratios with their processes (PR / base in one run, PR / its control between two),
+    the base side's (two runs only), and the same over quiet rounds for the cases in
+    `quiet_index` (those with unquiet rounds). `extra_variance` (log scale) is added to
+    every t interval's squared standard error (twin_noise's tau^2)."""
+
+    pr: Sequence[stats.ProcessSample]
+    base: Sequence[stats.ProcessSample]
+    same_run: bool
+    quiet_pr: Sequence[stats.ProcessSample] = ()
+    quiet_base: Sequence[stats.ProcessSample] = ()
+    quiet_index: Sequence[int] = ()
+    extra_variance: float = 0.0
+    extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
+
+    def changes(self, shifts: Sequence[float] | None = None, *,
+                confidence: float = defaults.CONFIDENCE, quiet: bool = False,
+                cases: Sequence[int] | None = None) -> list[stats.Change]:
+        """The changes (of the quiet rounds, or of `cases` only), with `shifts` (log
+        scale) taken off the PR side: testing "shifted change <= 1" tests "change <=
+        exp(shift)" with the same kernel as the verdicts."""
+        pr, base = (self.quiet_pr, self.quiet_base) if quiet else (self.pr, self.base)
+        if cases is not None:
+            pr = [pr[i] for i in cases]
+            base = [base[i] for i in cases] if base else []
+        if shifts is not None:
+            pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
+        extra = {"extra_variance": self.extra_variance, "extra_df": self.extra_df}
+        if self.same_run:
+            return stats.nested_changes(pr, confidence=confidence, **extra)
+        return stats.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
+
+
+def interval_tests(grid: GridSamples, thresholds: Sequence[Threshold],
+                   confidence: float = defaults.CONFIDENCE) -> IntervalTests:
+    """The interval-null p-values of every case (IntervalTests), from its rounds shifted
+    to each null's edge."""
+    def doubled(changes: Sequence[stats.Change], upper: bool) -> list[float]:
+        return [min(1.0, 2.0 * stats.one_sided_p(c, upper)) for c in changes]
+
+    up = doubled(grid.changes([math.log1p(th.t) for th in thresholds]), True)
+    # A threshold of 100 % or more has no lower edge: nothing can be that much faster.
+    down = doubled(grid.changes([math.log1p(-min(th.t, 0.999999)) for th in thresholds]),
+                   False)
+    alert = doubled(grid.changes([math.log1p(th.alert) for th in thresholds]), True)
+    quiet = [math.nan] * len(thresholds)
+    if grid.quiet_index:
+        at = grid.changes([math.log1p(thresholds[i].alert) for i in grid.quiet_index],
+                          quiet=True)
+        for i, p in zip(grid.quiet_index, doubled(at, True), strict=True):
+            quiet[i] = p
+
+    def at_level(cases: Sequence[int], level: float) -> list[stats.Change]:
+        return grid.changes(confidence=level, cases=cases)
+
+    beyond = [min(u, d) for u, d in zip(up, down, strict=True)]
+    return IntervalTests(beyond, alert, quiet, at_level)
+
+
+def judge_samples(
+    grid: GridSamples,
+    thresholds: Sequence[Threshold],
+    unquiet: Sequence[int],
+    rounds: Sequence[int],
+    settings: Settings,
+    *,
+    dropped: Sequence[int] | None = None,
+    changes: Sequence[stats.Change] | None = None,
+) -> tuple[list[Judgement], IntervalTests]:
+    """Every case's verdict from its rounds: the changes (given, or computed), the quiet
+    rounds' changes, the interval-null tests, then judge_grid."""
+    if changes is None:
+        changes = grid.changes(confidence=settings.confidence)
+    quiet_changes: list[stats.Change | None] = [None] * len(changes)
+    if grid.quiet_index:
+        computed = grid.changes(confidence=settings.confidence, quiet=True)
+        for i, change in zip(grid.quiet_index, computed, strict=True):
+            quiet_changes[i] = change
+    tests = interval_tests(grid, thresholds, settings.confidence)
+    needed = stats.min_rounds(settings.confidence, 1 if grid.same_run else 2)
+    judgements = judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
+                            needed=needed, dropped=dropped, shared_load=grid.same_run,
+                            tests=tests)
+    return judgements, tests
 
 
 # --------------------------------------------------------------------------- documents
@@ -360,6 +559,12 @@ class CaseRow:
     unquiet: int
     control_drift: float | None
     drift_exceeds_threshold: bool = False
+    # The confidence of `ci`: the run's, or for a selected case (⚠️ 🔴 🟢) the
+    # Benjamini-Yekutieli FCR-adjusted level 1 - R x fdr / m. `p` and `q` are for the
+    # interval null "within +-threshold", not for "no change".
+    ci_level: float | None = None
+    # A ⚠️ that all rounds would make 🔴, held back by the idle gate.
+    held_back: bool = False
     # Two runs: how much longer the PR run's ORT control took a Run than the base run's
     # (negative: less); beyond CONTROL_SHIFT_LIMIT either way, see across_speed_change.
     control_shift: float | None = None
@@ -602,20 +807,20 @@ def compare(
                 quiet_base.append(stats.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
                 quiet_index.append(len(measurable))
         measurable.append(name)
-    opts = {"confidence": settings.confidence}
-    changes = (
-        stats.nested_changes(log_pr, **opts) if same_run
-        else stats.nested_double_ratio_changes(log_pr, log_base, **opts)
-    )
-    quiet_changes: list[stats.Change | None] = [None] * len(measurable)
-    if quiet_index:
-        computed = (
-            stats.nested_changes(quiet_pr, **opts) if same_run
-            else stats.nested_double_ratio_changes(quiet_pr, quiet_base, **opts)
-        )
-        for i, change in zip(quiet_index, computed, strict=True):
-            quiet_changes[i] = change
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
+    # The A/A variance no process spread shows (a library copy's own bias), from the
+    # twin's changes pooled over the grid: added to every case's standard error.
+    between: float | None = 0.0
+    between_source = "one run"
+    if not same_run:
+        between, between_source = between_run_variance(profile, base, pr, measurable, settings,
+                                                       medians)
+        if between is None:
+            warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
+    grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
+                       extra_variance=twins["tau2"] + (between or 0.0),
+                       extra_df=max(1.0, len(measurable) - 1.0))
+    changes = grid.changes(confidence=settings.confidence)
     thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []
     for name, change in zip(measurable, changes, strict=True):
         b_case, p_case = base_cases[name], pr_cases[name]
@@ -638,24 +843,29 @@ def compare(
         drifts.append(max(finite, key=abs) if finite else None)
         shifts.append(None if same_run else control_shift(
             medians(b_case, base.control), medians(p_case, pr.control)))
-    needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
-    judgements = judge_grid(changes, thresholds, unquiet, n_rounds, settings.fdr, quiet_changes,
-                            needed=needed, dropped=dropped, shared_load=same_run)
-    for name, change, th, j, u, r, drift, shift in zip(
+    judgements, tests = judge_samples(grid, thresholds, unquiet, n_rounds, settings,
+                                      dropped=dropped, changes=changes)
+    for name, change, th, j, u, r, drift, shift, p_beyond in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
-        strict=True,
+        tests.beyond, strict=True,
     ):
         j = across_speed_change(j, change, th, shift)
+        if between is None:
+            j = within_run_only(j, j.shown or change, settings)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
-        shown = change if j.verdict != "not_comparable" else stats.NAN_CHANGE
+        # A selected case shows its FCR-adjusted interval (judge_grid).
+        shown = (j.shown or change) if j.verdict != "not_comparable" else stats.NAN_CHANGE
+        level = j.level if j.shown is not None else settings.confidence
         rows.append(CaseRow(
             case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
             base_ns=_median_ns(b_vals), pr_ns=_median_ns(p_vals),
             change=stats.finite(shown.ratio - 1.0),
             ci=[stats.finite(shown.lo - 1.0), stats.finite(shown.hi - 1.0)],
-            p=stats.finite(shown.p), q=stats.finite(j.q), significant=j.significant,
+            p=stats.finite(p_beyond if j.verdict != "not_comparable" else math.nan),
+            q=stats.finite(j.q), significant=j.significant,
+            ci_level=level, held_back=j.held_back,
             threshold=th.t, alert=th.alert, noise=th.noise, noise_source=th.source,
             rounds=r, unquiet=u, control_drift=drift,
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
@@ -692,6 +902,8 @@ def compare(
         "schema": SCHEMA,
         "mode": mode,
         "twin": twins["info"],
+        "between_runs": {"sd": None if between is None else math.sqrt(between),
+                         "source": between_source},
         "base": _side_info(base),
         "pr": _side_info(pr),
         "settings": asdict(settings),
@@ -710,6 +922,81 @@ def compare(
         "threads": pr.doc.config.threads,
         "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
     }
+
+
+# Two runs with no estimate of what runs differ by (between_run_variance is None).
+WITHIN_ONLY_WARNING = (
+    "no estimate of how much two runs differ beyond their processes (no calibration "
+    "profile with separate-run A/A repeats, no arm measured in both runs): the intervals "
+    "cover within-run noise only, so a change below {cap:.0%} is ❔ whatever its interval; "
+    "run `epbench calibrate --repeats 2` or more on this host, or compare both commits in "
+    "one run (`compare-commits`)")
+
+
+def between_run_variance(
+    profile: Mapping[str, Any] | None, base: Side, pr: Side, cases: Sequence[str],
+    settings: Settings, medians: RoundMedians,
+) -> tuple[float | None, str]:
+    """The log-scale variance of what two runs differ by beyond their processes (a run's
+    own layout, build and machine state), and where it came from; None when neither
+    source exists.
+
+    - The calibration profile's separate-run A/A repeats: their pooled offset (the
+      95th percentile of |change| less the sampling part, calibrate.pooled_offset)
+      over the normal quantile that percentile sits at. It also holds what processes
+      differ by, which the interval already covers: an overestimate, on the safe side.
+      A profile with one repeat only guesses separate-run noise and does not count.
+    - Otherwise an arm measured in both runs (same key, same library hash, not the
+      control): its A/A double ratio between the runs, pooled over the grid by the
+      moment estimator of stats.unmodelled_variance.
+    """
+    from statistics import NormalDist
+
+    if profile is not None:
+        entries = [(c.get("separate-runs") or {}) for c in (profile.get("cases") or {}).values()]
+        if entries and not any(e.get("estimated") for e in entries):
+            offset = pooled_offset(profile, "separate-runs")
+            if offset > 0.0:
+                z = NormalDist().inv_cdf(0.5 + defaults.NOISE_PERCENTILE / 200.0)
+                return (math.log1p(offset) / z) ** 2, "calibration profile"
+    for key, arm in sorted(base.doc.arms.items()):
+        other = pr.doc.arms.get(key)
+        if (key in (base.control, pr.control, base.arm, pr.arm) or other is None
+                or arm.sha256 is None
+                or arm.sha256 != other.sha256):
+            continue
+        pr_s, base_s = [], []
+        for name in cases:
+            b_case, p_case = base.doc.cases.get(name), pr.doc.cases.get(name)
+            if b_case is None or p_case is None or key not in p_case.arms or (
+                    key not in b_case.arms):
+                continue
+            pr_s.append(stats.process_sample(medians(p_case, key), medians(p_case, pr.control),
+                                             stats.round_labels(p_case, "process")))
+            base_s.append(stats.process_sample(medians(b_case, key),
+                                               medians(b_case, base.control),
+                                               stats.round_labels(b_case, "process")))
+        aa = stats.nested_double_ratio_changes(pr_s, base_s, confidence=settings.confidence)
+        if sum(math.isfinite(c.se) for c in aa) >= 2:
+            return stats.unmodelled_variance(aa), f"arm {key} measured in both runs"
+    return None, "none"
+
+
+def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> Judgement:
+    """``j`` judged again when two runs' intervals cover within-run noise only: a ⚠️/🔴
+    (🟢) stands only when its whole interval clears twice the floor, else ❔. Monotone:
+    the interval's bound grows with the change."""
+    cap = 2.0 * settings.floor
+    lo, hi = change.lo - 1.0, change.hi - 1.0
+    if j.verdict in ("alert", "regression") and lo < cap or (
+            j.verdict == "improvement" and hi > -cap):
+        return Judgement(
+            "inconclusive",
+            f"{change.ratio - 1.0:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but "
+            f"the interval covers within-run noise only and does not clear {cap:.1%}; "
+            "calibrate this host or compare both commits in one run", j.significant, j.q,
+            j.shown, j.level)
+    return j
 
 
 def control_shift(base_control: Any, pr_control: Any) -> float | None:
@@ -828,16 +1115,23 @@ def _with_twin(noise: float | None, source: str,
 
 def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                medians: RoundMedians) -> dict[str, Any]:
-    """The A/A noise each run measured on itself: per case, |twin / its arm - 1|.
+    """The A/A noise each run measured on itself, from its twin (a copy of an arm).
 
-    With two runs, the larger of the two. A twin whose change would itself have been
-    flagged against the floor (significant, the whole interval beyond it) means the run
-    cannot tell two copies of one library apart from a regression: `flagged` names them.
-    The twin never gets a verdict of its own.
+    `noise[case]`: the standard error of the twin's change (as a fraction), the
+    larger of the two runs'; the threshold is k x that, not k x the change itself,
+    whose coefficient of variation is 0.75 and which shares the base arm with the PR's
+    change. `tau2`: the A/A variance the twins show beyond their own standard errors,
+    pooled over the grid (stats.unmodelled_variance; with two runs, their mean): a
+    bias of one library copy that no process spread sees, added to every case's
+    standard error. A twin whose change would itself have been flagged against the
+    floor (significant, the whole interval beyond it) means the run cannot tell two
+    copies of one library apart from a regression: `flagged` names them. The twin
+    never gets a verdict of its own.
     """
     noise: dict[str, float] = {}
     flagged: list[str] = []
     info = []
+    tau2: list[float] = []
     floor_only = threshold_for(settings.floor / settings.k, "floor", settings)
     for side in sides:
         twin = side.doc.twin
@@ -853,20 +1147,24 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 medians(case, twin.key), medians(case, twin.of),
                 stats.round_labels(case, "process")))
         changes = stats.nested_changes(samples, confidence=settings.confidence)
+        side_tau2 = stats.unmodelled_variance(changes)
+        tau2.append(side_tau2)
         per_case = {}
         for name, change in zip(names, changes, strict=True):
             if not math.isfinite(change.ratio):
                 continue
-            value = abs(change.ratio - 1.0)
-            noise[name] = max(noise.get(name, 0.0), value)
-            per_case[name] = {"change": change.ratio - 1.0, "ci": [change.lo - 1.0,
-                                                                   change.hi - 1.0]}
+            se = stats.standard_error(change)
+            if math.isfinite(se):
+                noise[name] = max(noise.get(name, 0.0), math.expm1(se))
+            per_case[name] = {"change": change.ratio - 1.0, "se": stats.finite(se),
+                              "ci": [change.lo - 1.0, change.hi - 1.0]}
             beyond = (change.lo - 1.0 >= floor_only.t) or (change.hi - 1.0 <= -floor_only.t)
             if change.p < 1.0 - settings.confidence and beyond and name not in flagged:
                 flagged.append(name)
         info.append({"side": side.label, "of": twin.of, "key": twin.key,
-                     "cases": per_case})
-    return {"noise": noise, "flagged": flagged, "info": info}
+                     "cases": per_case, "unmodelled_sd": math.sqrt(side_tau2)})
+    return {"noise": noise, "flagged": flagged, "info": info,
+            "tau2": sum(tau2) / len(tau2) if tau2 else 0.0}
 
 
 def _median_ns(values: Any) -> float | None:
@@ -988,12 +1286,17 @@ def named(cases: Sequence[str]) -> str:
 
 
 def held_back_by_gate(row: Mapping[str, Any]) -> bool:
-    """A ⚠️ whose change over all rounds reaches the alert level. Only unquiet rounds make
-    such a case ⚠️ (`judge`): its quiet rounds alone made a regression only, or were too
-    few to stand alone, so the idle gate, not the change, kept it from 🔴."""
-    return (row["verdict"] == "regression" and row["change"] is not None
-            and row["change"] >= row["alert"]
-            and not beyond_speed_limit(row.get("control_shift")))  # held by the speed rule
+    """A ⚠️ that all rounds would make 🔴, held back by the idle gate (`judge`): its quiet
+    rounds alone were too few to stand alone, or neither reached nor excluded the alert
+    level, so the gate, not the change, kept it from 🔴 and more quiet rounds can settle
+    it. A row without `held_back` (an older file) counts when its change reaches the
+    alert level with unquiet rounds."""
+    if row["verdict"] != "regression" or beyond_speed_limit(row.get("control_shift")):
+        return False  # a case held by the speed rule is not for a rerun of one side
+    if "held_back" in row:
+        return bool(row["held_back"])
+    return (row["change"] is not None and row["change"] >= row["alert"]
+            and bool(row.get("unquiet")))
 
 
 # --------------------------------------------------------------------------- counters
@@ -1186,8 +1489,8 @@ def cannot_catch(
     if any(r.unquiet for r in rows):
         notes.append(
             "Some rounds ran while other cores were busy (idle gate failed); such a case is an "
-            "alert only if its quiet rounds alone make one, so a real regression there may show "
-            "as ⚠️ or ❔ rather than 🔴."
+            "alert only if its quiet rounds alone make one, so a real alert there may show "
+            "as ⚠️ rather than 🔴."
         )
     return notes
 

@@ -554,6 +554,9 @@ class Finding:
     p: float  # the permutation test's p-value
     counters_changed: dict[str, tuple[Any, Any]]
     commits_between: int | None = None  # commits in before..after, when git knows them
+    # The interval was computed on the points that chose the split (too few without the
+    # split's neighbours): narrower than it should be.
+    selective: bool = False
 
     @property
     def regression(self) -> bool:
@@ -566,7 +569,7 @@ class Finding:
             "change": stats.finite(self.change.ratio - 1.0),
             "lo": stats.finite(self.change.lo - 1.0), "hi": stats.finite(self.change.hi - 1.0),
             "p": self.p, "direction": "regression" if self.regression else "improvement",
-            "commits_between": self.commits_between,
+            "commits_between": self.commits_between, "selective": self.selective,
             "counters_changed": {k: list(v) for k, v in self.counters_changed.items()},
         }
 
@@ -590,45 +593,73 @@ def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = ""
                  machine: str = "", weighted: bool = False,
                  significance: float = changepoints.SIGNIFICANCE,
                  permutations: int = changepoints.PERMUTATIONS) -> list[Finding]:
-    """Change points of one series (log ratios) as findings.
+    """Change points of one series (log ratios) as findings: `find_many` of one series.
 
     `weighted` weighs each point by 1 / its interval's half-width^2. Off by default: on
     synthetic series whose points' noise follows their intervals it lowered detection
     (docs/history.md has the figures), so it is an option, not the method.
+    """
+    if len(points) < changepoints.MIN_POINTS:
+        raise SeriesTooShort(_too_short(points, case, arm, machine))
+    (found,) = find_many([(points, case, arm, machine)], weighted=weighted,
+                         significance=significance, permutations=permutations)
+    return found
+
+
+def _too_short(points: Sequence[SeriesPoint], case: str, arm: str, machine: str) -> str:
+    return (f"{case}, {arm} on {machine}: {len(points)} commit(s) in the series, a "
+            f"change-point test needs at least {changepoints.MIN_POINTS}; add more runs")
+
+
+def find_many(series_list: Sequence[tuple[Sequence[SeriesPoint], str, str, str]], *,
+              weighted: bool = False, significance: float = changepoints.SIGNIFICANCE,
+              permutations: int = changepoints.PERMUTATIONS) -> list[list[Finding]]:
+    """Change points of several series at once, (points, case, arm, machine) each, with
+    the false-alarm rate held over all of them (changepoints.detect_many: pre-whitening,
+    BH across the series, a minimum change).
 
     Each change is the new level over the old, the median of the points after it (to
     the next change) over the median before it (from the previous change), with the
     distribution-free interval of a difference of two medians (stats.double_ratio_changes;
-    unbounded, shown as n/a, when a side has fewer than 7 points).
+    unbounded, shown as n/a, when a side has fewer than 7 points). The split's two
+    neighbours (the last old and the first new point) are left out of that interval:
+    they chose the split, and an interval on the data that chose it would be too narrow.
+    When too few points are left for a bounded interval, all are used and the finding
+    is marked `selective`.
     """
     import numpy as np
 
-    if len(points) < changepoints.MIN_POINTS:
-        raise SeriesTooShort(
-            f"{case}, {arm} on {machine}: {len(points)} commit(s) in the series, a change-point "
-            f"test needs at least {changepoints.MIN_POINTS}; add more runs"
-        )
-    logs = np.log([p.ratio for p in points])
-    weights = np.array([p.weight for p in points]) if weighted else None
-    cps = changepoints.e_divisive(logs, weights, significance=significance,
-                                  permutations=permutations)
-    edges = [0, *(c.index for c in cps), len(points)]
-    findings = []
-    for k, cp in enumerate(cps):
-        before_logs = logs[edges[k]:cp.index]
-        after_logs = logs[cp.index:edges[k + 2]]
-        (change,) = stats.double_ratio_changes([after_logs], [before_logs])
-        if not math.isfinite(change.ratio):
-            ratio = math.exp(float(np.median(after_logs) - np.median(before_logs)))
-            change = stats.Change(ratio, math.nan, math.nan, math.nan,
-                                  min(len(after_logs), len(before_logs)))
-        prev, nxt = points[cp.index - 1], points[cp.index]
-        findings.append(Finding(
-            case=case, arm=arm, machine=machine, before=prev.commit, after=nxt.commit,
-            index=cp.index, change=change, p=cp.p,
-            counters_changed=changed_counters(prev.counters, nxt.counters),
-        ))
-    return findings
+    logs = [np.log([p.ratio for p in points]) for points, *_ in series_list]
+    weights = ([np.array([p.weight for p in points]) for points, *_ in series_list]
+               if weighted else None)
+    found = changepoints.detect_many(logs, weights, significance=significance,
+                                     permutations=permutations)
+    out = []
+    for (points, case, arm, machine), z, cps in zip(series_list, logs, found, strict=True):
+        edges = [0, *(c.index for c in cps), len(points)]
+        findings = []
+        for k, cp in enumerate(cps):
+            before_logs = z[edges[k]:cp.index - 1]
+            after_logs = z[cp.index + 1:edges[k + 2]]
+            (change,) = stats.double_ratio_changes([after_logs], [before_logs])
+            selective = not math.isfinite(change.lo)
+            if selective:  # too few points left apart from the neighbours: all of them
+                before_logs, after_logs = z[edges[k]:cp.index], z[cp.index:edges[k + 2]]
+                (change,) = stats.double_ratio_changes([after_logs], [before_logs])
+            if not math.isfinite(change.ratio):
+                ratio = math.exp(float(np.median(z[cp.index:edges[k + 2]])
+                                       - np.median(z[edges[k]:cp.index])))
+                change = stats.Change(ratio, math.nan, math.nan, math.nan,
+                                      min(len(after_logs), len(before_logs)))
+            prev, nxt = points[cp.index - 1], points[cp.index]
+            findings.append(Finding(
+                case=case, arm=arm, machine=machine, before=prev.commit, after=nxt.commit,
+                index=cp.index, change=change, p=cp.p,
+                counters_changed=changed_counters(prev.counters, nxt.counters),
+                selective=selective,
+            ))
+        out.append(findings)
+    return out
 
 
 def series_with_changes(store: HistoryStore, case: str, arm: str, machine: str | None = None,
@@ -710,17 +741,17 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
         )
     findings: list[Finding] = []
     too_short: list[str] = []
-    tested = 0
+    testable = []
     for case, arm, machine in keys:
         points = series(store, case, arm, machine)
-        try:
-            found = find_changes(points, case=case, arm=arm, machine=machine, weighted=weighted)
-        except SeriesTooShort as exc:
-            too_short.append(exc.message)
+        if len(points) < changepoints.MIN_POINTS:
+            too_short.append(_too_short(points, case, arm, machine))
             continue
-        tested += 1
+        testable.append((points, case, arm, machine))
+    # One family: BH across the series, so a detect over many series is not many tests.
+    for found in find_many(testable, weighted=weighted):
         findings.extend(f for f in found if since_pos is None or order[f.after] >= since_pos)
-    return Detection(findings, tested, too_short)
+    return Detection(findings, len(testable), too_short)
 
 
 # --------------------------------------------------------------------------- files

@@ -68,6 +68,10 @@ class Change:
     p: float
     n: int  # rounds behind it (paired) or the smaller side (two runs)
     processes: int = 1  # processes behind it (the smaller side for two runs)
+    # Log-scale standard error and degrees of freedom of a t interval over processes
+    # (NaN for the order-statistic intervals of a single process).
+    se: float = math.nan
+    df: float = math.nan
 
     @property
     def pct(self) -> float:
@@ -424,6 +428,11 @@ class ProcessSample:
     def __len__(self) -> int:
         return len(self.logs)
 
+    def shifted(self, by: float) -> ProcessSample:
+        """The same rounds with `by` subtracted from every log ratio: testing the shifted
+        sample against 'no change' tests the original against a change of exp(by)."""
+        return ProcessSample(self.logs - by, self.processes)
+
 
 def process_sample(num: np.ndarray, den: np.ndarray, processes: np.ndarray,
                    keep: np.ndarray | None = None) -> ProcessSample:
@@ -443,20 +452,75 @@ def _t_change(point: float, se: float, df: float, confidence: float, n: int,
     if not (math.isfinite(se) and se > 0.0 and df >= 1.0):
         if math.isfinite(se) and se == 0.0 and df >= 1.0:  # identical processes
             return Change(math.exp(point), math.exp(point), math.exp(point),
-                          0.0 if point != 0.0 else 1.0, n, processes)
+                          0.0 if point != 0.0 else 1.0, n, processes, 0.0, df)
         return NAN_CHANGE
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * se
     p = min(1.0, 2.0 * t_sf(abs(point) / se, df))
     return Change(math.exp(point), math.exp(point - half), math.exp(point + half), p, n,
-                  processes)
+                  processes, se, df)
+
+
+def satterthwaite_df(sampled: float, df: float, extra: float, extra_df: float) -> float:
+    """The degrees of freedom of a variance sum `sampled` (df `df`) + `extra` (df
+    `extra_df`; inf when known), by Welch-Satterthwaite."""
+    if extra <= 0.0 or sampled + extra <= 0.0:
+        return df
+    tail = (sampled * sampled / df if sampled > 0.0 else 0.0) + (
+        extra * extra / extra_df if math.isfinite(extra_df) else 0.0)
+    return math.inf if tail <= 0.0 else (sampled + extra) ** 2 / tail
+
+
+def one_sided_p(change: Change, upper: bool = True) -> float:
+    """The one-sided p-value of H0: ratio <= 1 (`upper`) or ratio >= 1, from the change's
+    two-sided p. Every interval here is symmetric in its tails (t, sign test, the
+    equal-split two-run interval), so the tail the point lies in holds half of p."""
+    if not (math.isfinite(change.p) and math.isfinite(change.ratio)):
+        return math.nan
+    toward = change.ratio > 1.0 if upper else change.ratio < 1.0
+    return change.p / 2.0 if toward else 1.0 - change.p / 2.0
+
+
+def standard_error(change: Change) -> float:
+    """The log-scale standard error of a change: its t interval's, or for an
+    order-statistic interval the normal-equivalent half-width / 1.96 (NaN if unbounded)."""
+    if math.isfinite(change.se):
+        return change.se
+    if change.lo > 0 and math.isfinite(change.lo) and math.isfinite(change.hi):
+        return math.log(change.hi / change.lo) / (2.0 * 1.959963984540054)
+    return math.nan
+
+
+def unmodelled_variance(aa: Sequence[Change]) -> float:
+    """The A/A variance no interval models, pooled over a grid (method of moments).
+
+    Each A/A change y_i (log scale) has E[y_i^2] = s_i^2 + tau^2 when its own standard
+    error s_i covers only what its processes show and a component tau^2 (a bias of one
+    library copy, the same in every process) adds on top; the true change is 0. So
+    tau^2 = mean(y_i^2) - mean(s_i^2), truncated at 0: DerSimonian-Laird's moment
+    estimator with the mean known (0) and equal weights. Equal, not inverse-variance,
+    weights: s_i from 3-8 processes is itself noisy (y/s is t with 2-7 df, whose second
+    moment is df/(df-2), not 1), and weights 1/s_i^2 would bias tau^2 upwards.
+    Only t intervals over processes count (an order-statistic interval of one process
+    says nothing of what processes differ by); fewer than 2 such changes give 0.
+    """
+    pairs = [(math.log(c.ratio), c.se) for c in aa
+             if math.isfinite(c.ratio) and c.ratio > 0 and math.isfinite(c.se)]
+    if len(pairs) < 2:
+        return 0.0
+    return max(0.0, sum(y * y - s * s for y, s in pairs) / len(pairs))
 
 
 def nested_changes(samples: Sequence[ProcessSample], *,
-                   confidence: float = defaults.CONFIDENCE) -> list[Change]:
+                   confidence: float = defaults.CONFIDENCE,
+                   extra_variance: float = 0.0, extra_df: float = math.inf) -> list[Change]:
     """Changes of one run (PR / base, or arm / control), processes as the replication unit.
 
-    Two or more processes: Student's t over the per-process medians. One process:
-    the exact order-statistic interval over its rounds (`paired_changes`).
+    Two or more processes: Student's t over the per-process medians, with
+    `extra_variance` (log scale, e.g. `unmodelled_variance` of the run's twin) added to
+    the squared standard error. One process: the exact order-statistic interval over
+    its rounds (`paired_changes`), which has no standard error to add it to. The degrees
+    of freedom of the sum are Welch-Satterthwaite's, `extra_df` those of the extra term
+    (e.g. the number of cases it was pooled over).
     """
     import numpy as np
 
@@ -469,20 +533,26 @@ def nested_changes(samples: Sequence[ProcessSample], *,
         if sample.n_processes < 2:
             continue
         values = sample.per_process()
-        se = float(np.std(values, ddof=1)) / math.sqrt(len(values))
-        out[i] = _t_change(float(np.mean(values)), se, len(values) - 1.0, confidence,
-                           len(sample), len(values))
+        sampled = float(np.var(values, ddof=1)) / len(values)
+        df = satterthwaite_df(sampled, len(values) - 1.0, extra_variance, extra_df)
+        out[i] = _t_change(float(np.mean(values)), math.sqrt(sampled + extra_variance),
+                           min(df, 1e6), confidence, len(sample), len(values))
     return out
 
 
 def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[ProcessSample],
-                                *, confidence: float = defaults.CONFIDENCE) -> list[Change]:
+                                *, confidence: float = defaults.CONFIDENCE,
+                                extra_variance: float = 0.0,
+                                extra_df: float = math.inf) -> list[Change]:
     """Changes between two runs, (PR / its control) / (base / its control), per case.
 
     When both runs have two or more processes: Welch's interval for the difference of
     the two runs' mean per-process log ratios (Welch-Satterthwaite degrees of freedom),
-    so it covers what two processes really differ by. Otherwise the order-statistic
-    two-sample interval over rounds (`double_ratio_changes`).
+    so it covers what two processes really differ by; `extra_variance` (log scale: an
+    A/A component no process spread shows, or what two runs differ by) is added to the
+    squared standard error (Welch-Satterthwaite degrees of freedom, `extra_df` its
+    own). Otherwise the
+    order-statistic two-sample interval over rounds (`double_ratio_changes`).
     """
     import numpy as np
 
@@ -500,9 +570,10 @@ def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[Proc
         va, vb = a.per_process(), b.per_process()
         sa = float(np.var(va, ddof=1)) / len(va)
         sb = float(np.var(vb, ddof=1)) / len(vb)
-        se = math.sqrt(sa + sb)
+        se = math.sqrt(sa + sb + extra_variance)
         df = ((sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1))
               if sa + sb > 0 else float(len(va) + len(vb) - 2))
+        df = min(satterthwaite_df(sa + sb, df, extra_variance, extra_df), 1e6)
         out[i] = _t_change(float(np.mean(va) - np.mean(vb)), se, df, confidence,
                            min(len(a), len(b)), min(len(va), len(vb)))
     return out

@@ -50,14 +50,58 @@ def test_a_clear_step_is_found_where_it_is_and_equal_weights_change_nothing():
     assert cp.e_divisive(np.r_[np.zeros(cp.MIN_SEGMENT), np.ones(cp.MIN_SEGMENT - 1)]) == []
 
 
-def test_the_shortest_testable_series_can_show_a_clean_step_and_one_point_less_cannot():
+def test_the_shortest_testable_series_shows_a_clean_step_for_most_shuffle_seeds():
+    # Over 200 shuffle seeds, not one: 12 points show a clean step for ~94 % of them,
+    # 9 points for only ~19 % (possible, so "never" was wrong, but a matter of luck).
     n = cp.MIN_POINTS
     assert n == 12
     clean = np.r_[np.zeros(n // 2), np.full(n - n // 2, 0.05)] + np.linspace(0, 1e-4, n)
-    assert [c.index for c in cp.e_divisive(clean)] == [n // 2]
+    found = [cp.e_divisive(clean, seed=s) for s in range(200)]
+    assert all(not f or [c.index for c in f] == [n // 2] for f in found)
+    assert sum(map(bool, found)) >= 0.85 * 200
     shorter = np.r_[np.zeros(4), np.full(5, 0.05)] + np.linspace(0, 1e-4, 9)
-    # 9 points: a shuffle reproduces the step in ~1/63 draws, so p is ~0.016 > 0.01.
-    assert cp.e_divisive(shorter) == []
+    assert 0.05 * 200 <= sum(bool(cp.e_divisive(shorter, seed=s)) for s in range(200)) <= 0.35 * 200
+
+
+def _ar1(rng, rho, series=20, length=50, sd=synthetic.HISTORY_SIGMA):
+    eps = rng.normal(0.0, sd * np.sqrt(1.0 - rho * rho), (series, length))
+    z = np.empty_like(eps)
+    z[:, 0] = rng.normal(0.0, sd, series)
+    for t in range(1, length):
+        z[:, t] = rho * z[:, t - 1] + eps[:, t]
+    return z
+
+
+def test_one_detect_over_20_null_series_is_false_at_most_twice_the_level():
+    # 100 detects of 20 independent null series of 50 points (2000 series): BH across the
+    # series holds the share of detects with any change point near the level (0.01);
+    # per series, without it, 14.7 % of such detects reported one. Bound: 2 x nominal.
+    rng = np.random.default_rng(461)
+    false = sum(any(cp.detect_many(list(_ar1(rng, 0.0)))) for _ in range(100))
+    assert false <= 2
+
+
+def test_neighbouring_commits_sharing_noise_do_not_pass_for_a_change():
+    # AR(1) noise, rho 0.4: before pre-whitening 19 % of such series showed a change
+    # point; now at most 10 % of detects over 20 of them do.
+    rng = np.random.default_rng(462)
+    false = sum(any(cp.detect_many(list(_ar1(rng, 0.4)))) for _ in range(40))
+    assert false <= 4
+
+
+def test_detect_many_finds_a_3_percent_step_and_drops_one_below_the_minimum_change():
+    rng = np.random.default_rng(463)
+    found = 0
+    for _ in range(40):
+        z = np.median(rng.normal(0.0, synthetic.HISTORY_SIGMA, (2, 40)), axis=0)
+        z[20:] += np.log(1.03)
+        found += any(abs(c.index - 20) <= 5 for c in cp.detect_many([z])[0])
+    assert found >= 0.7 * 40
+    # A clean step of 0.5 % is as significant as any, and below the 1 % minimum.
+    tiny = np.r_[np.zeros(20), np.full(20, np.log(1.005))] + np.linspace(0, 1e-5, 40)
+    assert cp.e_divisive(tiny) and cp.detect_many([tiny]) == [[]]
+    big = np.r_[np.zeros(20), np.full(20, np.log(1.02))] + np.linspace(0, 1e-5, 40)
+    assert [c.index for c in cp.detect_many([big])[0]] == [20]
 
 
 def test_at_most_one_false_change_point_per_1000_points_at_default_settings():

@@ -72,6 +72,47 @@ def test_the_welch_double_ratio_covers_two_runs_with_their_own_offsets():
     assert {c.processes for c in changes} == {5}
 
 
+def test_the_welch_interval_matches_scipy_with_unequal_variances():
+    # Unequal variances and sizes, so pooled degrees of freedom (P_a + P_b - 2) would
+    # give another interval: scipy's Welch test, on the per-process medians, is the truth.
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(12)
+    pr = _samples(rng, 20, 7, 6, process_sd=0.03, effect=0.01)
+    base = _samples(rng, 20, 3, 6, process_sd=0.004)
+    for change, a, b in zip(stats.nested_double_ratio_changes(pr, base), pr, base, strict=True):
+        va, vb = a.per_process(), b.per_process()
+        ref = scipy_stats.ttest_ind(va, vb, equal_var=False)
+        lo, hi = ref.confidence_interval(CONFIDENCE)
+        assert change.p == pytest.approx(ref.pvalue, rel=1e-9)
+        assert change.df == pytest.approx(ref.df, rel=1e-9)
+        assert (math.log(change.lo), math.log(change.hi)) == (
+            pytest.approx(lo, rel=1e-9), pytest.approx(hi, rel=1e-9))
+
+
+def test_one_sided_interval_null_p_values_match_scipy():
+    # The p-value of "change <= 1 %" is the one-sided t test of the shifted sample.
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(13)
+    for sample in _samples(rng, 20, 6, 6, process_sd=0.01, effect=0.02):
+        shift = math.log1p(0.01)
+        (change,) = stats.nested_changes([sample.shifted(shift)])
+        ref = scipy_stats.ttest_1samp(sample.per_process() - shift, 0.0, alternative="greater")
+        assert stats.one_sided_p(change, upper=True) == pytest.approx(ref.pvalue, rel=1e-9)
+        assert stats.one_sided_p(change, upper=False) == pytest.approx(1.0 - ref.pvalue,
+                                                                       rel=1e-9)
+
+
+def test_the_unmodelled_variance_recovers_a_per_copy_bias():
+    # Twins with a per-copy bias of sd 1 % that every process shares: the processes'
+    # spread cannot see it, the moment estimator over 400 cases does (tau 1 %).
+    rng = np.random.default_rng(14)
+    aa = _samples(rng, 400, 6, 8, process_sd=0.004)
+    biased = [stats.ProcessSample(s.logs + rng.normal(0.0, 0.01), s.processes) for s in aa]
+    tau = math.sqrt(stats.unmodelled_variance(stats.nested_changes(biased)))
+    assert 0.008 <= tau <= 0.012
+    assert stats.unmodelled_variance(stats.nested_changes(aa)) <= 0.002**2
+
+
 def test_one_process_falls_back_to_the_exact_interval_over_its_rounds():
     rng = np.random.default_rng(3)
     (sample,) = _samples(rng, 1, 1, 12, process_sd=0.01)
@@ -118,9 +159,31 @@ def test_the_twin_sets_the_threshold_when_there_is_no_profile():
     for row in result["cases"]:
         twin = next(t for t in result["twin"] if t["side"] == "base")["cases"][row["case"]]
         assert row["noise_source"] == "in-run A/A twin"
-        assert row["noise"] == pytest.approx(abs(twin["change"]))
-        assert row["threshold"] == pytest.approx(max(0.01, 2.0 * abs(twin["change"])))
+        # k x the twin's standard error, not k x its change: one noisy draw (CV 0.75).
+        assert row["noise"] == pytest.approx(math.expm1(twin["se"]))
+        assert row["noise"] != pytest.approx(abs(twin["change"]), rel=1e-3)
+        assert row["threshold"] == pytest.approx(max(0.01, 2.0 * row["noise"]))
     assert not any("no A/A twin" in w for w in result["warnings"])
+
+
+def test_with_two_runs_the_noisier_twin_sets_the_threshold():
+    # The base run's twin is measured under 3 % round noise, the PR run's under 0.5 %:
+    # each case's noise is the larger of the two twins' standard errors.
+    quiet = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.005, spike_prob=0.0)
+    loud = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.03, spike_prob=0.0)
+    cases = {"relu_d10_w8": {**TRUTH, "base_twin": 800.0},
+             "relu_d1_w8": {**TRUTH, "base_twin": 800.0}}
+    twin = {"of": "base", "key": "base_twin"}
+    for first, second in ((loud, quiet), (quiet, loud)):
+        base = synthetic.results_doc(cases, rounds=48, processes=6, noise=first, seed=1,
+                                     twin=twin)
+        pr = synthetic.results_doc(cases, rounds=48, processes=6, noise=second, seed=2,
+                                   twin=twin)
+        result = compare.compare(Side("base", base, "base"), Side("pr", pr, "base"))
+        for row in result["cases"]:
+            se = [t["cases"][row["case"]]["se"] for t in result["twin"]]
+            assert len(se) == 2 and max(se) > 1.5 * min(se)
+            assert row["noise"] == pytest.approx(math.expm1(max(se)))
 
 
 def test_a_profile_and_a_twin_judge_by_the_larger_noise():
@@ -188,3 +251,49 @@ def test_an_instruction_change_gets_its_own_mark_and_never_a_red_alone(pr_instru
     text = render.render_markdown(result)
     assert (" ▲ |" in text) is flagged
     assert ("instructions per Run (exact" in text) is flagged
+
+
+def _two_runs(factor, arms=("ort", "pr"), seed=5):
+    quiet = synthetic.NoiseModel(machine_sigma=0.0, arm_sigma=0.003, spike_prob=0.0)
+    truth = {"ort": 1000.0, "pr": 800.0, "other": 600.0}
+    cases = {n: {a: truth[a] for a in arms} for n in ("relu_d1_w8", "relu_d10_w8")}
+    base = synthetic.results_doc(cases, rounds=36, processes=6, noise=quiet, seed=seed)
+    slower = {n: {**a, "pr": a["pr"] * factor} for n, a in cases.items()}
+    pr = synthetic.results_doc(slower, rounds=36, processes=6, noise=quiet, seed=seed + 1)
+    # k 0.5: the no-profile threshold max(1 %, 0.5 x 2 %) = 1 %, so +1.5 % clears it.
+    return compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+                           settings=Settings(k=0.5))
+
+
+def test_separate_runs_without_a_between_run_estimate_cap_below_twice_the_floor():
+    # +1.5 % measured to ±0.3 %: between two runs with nothing to say what runs differ
+    # by, the interval covers within-run noise only, so below 2 x floor it is ❔.
+    result = _two_runs(1.015)
+    assert result["between_runs"] == {"sd": None, "source": "none"}
+    assert any("cover within-run noise only" in w for w in result["warnings"])
+    for row in result["cases"]:
+        assert row["verdict"] == "inconclusive"
+        assert "the interval covers within-run noise only and does not clear 2.0%" in row["reason"]
+    assert {row["verdict"] for row in _two_runs(1.05)["cases"]} <= {"alert", "regression"}
+    # An arm measured in both runs (same library) measures what runs differ by.
+    result = _two_runs(1.015, arms=("ort", "pr", "other"))
+    assert result["between_runs"]["source"] == "arm other measured in both runs"
+    assert result["between_runs"]["sd"] is not None
+    assert not any("cover within-run noise only" in w for w in result["warnings"])
+
+
+def test_a_per_copy_bias_the_twins_show_widens_every_interval():
+    # The twin runs 1.5 % faster or slower than base in every process of a case (a
+    # copy's own layout, which no process spread shows): pooled over the grid, tau is
+    # about 1.5 %, and every case's interval is at least 2 x that wide each side.
+    names = [f"relu_d{d}_w8" for d in (1, 2, 4, 8, 16, 32)]
+    cases = {n: {**TRUTH, "base_twin": 800.0 * (1.015 if i % 2 else 1 / 1.015)}
+             for i, n in enumerate(names)}
+    doc = synthetic.results_doc(cases, rounds=48, processes=6, noise=NOISE, seed=3,
+                                twin={"of": "base", "key": "base_twin"})
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    (info,) = result["twin"]
+    assert 0.010 <= info["unmodelled_sd"] <= 0.020
+    for row in result["cases"]:
+        lo, hi = row["ci"]
+        assert math.log1p(hi) - math.log1p(lo) >= 2 * 2 * 0.010
