@@ -1020,7 +1020,7 @@ def _pin_by(ref: str) -> Callable[[Doc], bool]:
 
 def _add_to_the_push_job(step: dict[str, Any]) -> Callable[[Doc], bool]:
     def mutate(doc: Doc) -> bool:
-        job = _first(_contents_writers(doc))
+        job = _first([j for j in _contents_writers(doc) if "steps" in j])  # not a call
         if job is None:
             return False
         job["steps"].insert(1, step)
@@ -1040,7 +1040,7 @@ def _drop_the_git_push(doc: Doc) -> bool:
     job = _first(_contents_writers(doc))
     if job is None:
         return False
-    for step in job["steps"]:
+    for step in job.get("steps", []):
         if "run" in step:
             step["run"] = rules.GIT_PUSH.sub("true", step["run"])
     return True
