@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -43,6 +44,8 @@ from epbench.engine import build as engine_build
 from epbench.reports.artifact import PR_FILE
 from epbench.workflows.action import ActionInputs, PullRequest, compare_commits_argv, run_action
 from tests.support import workflow_rules as rules
+from tests.support.action_steps import run_step
+from tests.support.gitrepo import git, init_repo
 from tests.support.workflow_rules import Doc, load, workflow_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -759,6 +762,29 @@ def test_bench_measures_both_sides_with_the_base_commits_action(bench: Doc, acti
     argv = compare_commits_argv(inputs, PullRequest(base, head, 7), repo=".", out="OUT",
                                 known_options=known)
     assert argv == [base, head, "--repo", ".", "--out", "OUT"]
+
+
+def test_bench_runs_the_action_of_the_base_commit_as_the_runner_would(
+    bench: Doc, tmp_path: Path
+) -> None:
+    # The PR's checkout: the head commit's action.yml at the root. bench's own script puts
+    # the base commit's in the folder its action step uses, and leaves the root alone.
+    repo = init_repo(tmp_path / "repo")
+    (repo / "action.yml").write_text("base\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "action.yml").write_text("head\n")
+    git(repo, "commit", "-qam", "head")
+    all_steps = steps(bench)
+    made = run_step(_worktree(bench), {"github.event.pull_request.base.sha": base},
+                    env={"PATH": os.environ["PATH"]}, cwd=repo)
+    assert made.returncode == 0, made.stderr
+    used = repo / str(_local_action(bench)["uses"])
+    assert (used / "action.yml").read_text() == "base\n"
+    assert (repo / "action.yml").read_text() == "head\n"
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+    assert all_steps.index(_worktree(bench)) + 1 == all_steps.index(_local_action(bench))
 
 
 def test_bench_caches_the_headers_engine_build_fetches(
