@@ -1158,6 +1158,11 @@ def test_every_workflow_file_is_checked() -> None:
     on_disk = {*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")}
     assert on_disk == {p for p in FILES if p.parent == WORKFLOWS}
     assert {BENCH, COMMENT, TESTS, WORKFLOWS / "history.yml"} <= on_disk
+    # bench's job installs epbench through its local action: the rules on installing jobs
+    # (a checkout that keeps no token, no write scope) reach it.
+    assert rules.installing_steps(load(BENCH)["jobs"]["bench"]) == [
+        "step 3 (Measure base and head with the base commit's action): "
+        "./.base-harness (a local action)"]
     # Every mutation below is tried on at least one real file.
     assert {name for _, name in (c.values for c in PRIVILEGE_CASES)} == set(PRIVILEGE_MUTATIONS)
 
