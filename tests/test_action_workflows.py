@@ -25,6 +25,9 @@ from epbench.cli.action_command import action as action_command
 from epbench.workflows.action import INPUT_PREFIX
 from tests.support.action_steps import EXPRESSION, load
 from tests.test_workflows import (
+    as_default_branch_code,
+    caller_code_in_comment,
+    comment_caller_problems,
     has_write,
     pr_code_next_to_write_token,
     token_permissions,
@@ -40,9 +43,10 @@ CALLER_BENCH = EXAMPLE / ".github" / "workflows" / "bench.yml"
 CALLER_COMMENT = EXAMPLE / ".github" / "workflows" / "comment.yml"
 # How the example names this repository and the ref a user pins (a commit SHA, or a tag).
 PLACEHOLDER = "OWNER/epbench"
-OWN_CODE = {"repository": "${{ job.workflow_repository }}", "ref": "${{ job.workflow_sha }}"}
 PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s*([^@\s]+)@(\S+)(.*)$")
 CALLER_MAX_LINES = 25
+# Inputs the action's own steps use, not handed to the measuring step.
+ACTION_OWN_INPUTS = {"python-version", "checkout"}
 
 Doc = dict[str, Any]
 
@@ -128,35 +132,12 @@ def action_problems(doc: Doc) -> list[str]:
             problems.append(f"the measuring step runs {env.get('EPBENCH')!r}, not the "
                             "epbench the install step made")
         for name in doc["inputs"]:
-            if name == "python-version":
+            if name in ACTION_OWN_INPUTS:
                 continue
             variable = INPUT_PREFIX + name.upper().replace("-", "_")
             if env.get(variable) != f"${{{{ inputs.{name} }}}}":
                 problems.append(f"input {name} does not reach the measuring step as {variable}")
     return problems
-
-
-def caller_code_in_comment(doc: Doc) -> list[str]:
-    """comment.yml runs epbench's code at the caller's chosen commit, never the caller's."""
-    problems = []
-    for step in comment_job(doc)["steps"]:
-        if uses("actions/checkout")(step):
-            options = {k: (step.get("with") or {}).get(k) for k in OWN_CODE}
-            if options != OWN_CODE:
-                problems.append(f"checks out {options}, not {OWN_CODE}")
-    return problems
-
-
-def as_default_branch_code(doc: Doc) -> Doc:
-    """comment.yml with its checkout of epbench's own code written as the checks of
-    tests/test_workflows.py know it (the workflow's own repository), after checking it."""
-    assert caller_code_in_comment(doc) == []
-    doc = copy.deepcopy(doc)
-    for step in comment_job(doc)["steps"]:
-        if uses("actions/checkout")(step):
-            for key in OWN_CODE:
-                step["with"].pop(key)
-    return doc
 
 
 # -- the real files -------------------------------------------------------------------------
@@ -193,6 +174,10 @@ def test_every_third_party_action_is_pinned_by_sha_with_its_tag() -> None:
 def test_the_action_installs_its_own_files_and_hands_inputs_over_as_data(action: Doc) -> None:
     assert action["runs"]["using"] == "composite"
     assert action_problems(action) == []
+    # Its checkout runs unless a caller that checked out the PR itself says `false`.
+    assert action["inputs"]["checkout"]["default"] == "true"
+    assert one(action_steps(action), uses("actions/checkout"))["if"] == (
+        "inputs.checkout != 'false'")
     # Every input it passes on is an option of `epbench action`, read from that variable.
     envvars = {p.envvar for p in action_command.params if isinstance(p.envvar, str)}
     measure = one(action_steps(action), lambda s: "action --out" in str(s.get("run", "")))
@@ -320,18 +305,14 @@ def test_a_comment_workflow_that_runs_other_code_is_caught(reusable: Doc, mutati
     assert any(expected in p for p in check(doc)), check(doc)
 
 
-def test_the_comment_workflow_makes_every_check_bench_comment_makes(reusable: Doc) -> None:
-    # The same condition, and past the checkout the same steps: install, download, post.
-    ours, theirs = comment_job(reusable), comment_job(load(BENCH_COMMENT))
-    assert ours["if"] == theirs["if"]
-
-    def same(step: dict[str, Any]) -> dict[str, Any]:
-        return {**step, "uses": str(step.get("uses", "")).split("@")[0], "name": None}
-
-    def rest(job: dict[str, Any]) -> list[dict[str, Any]]:
-        return [same(s) for s in job["steps"] if not uses("actions/checkout")(s)]
-
-    assert rest(ours) == rest(theirs)
+def test_this_repositorys_bot_is_the_comment_workflow(reusable: Doc) -> None:
+    # bench-comment.yml makes every check comment.yml makes by being it: one job that calls
+    # it by its local path (the default branch's copy), with nothing of its own.
+    caller = load(BENCH_COMMENT)
+    assert comment_caller_problems(caller, reusable) == []
+    (job,) = caller["jobs"].values()
+    assert set(job) == {"permissions", "uses"}
+    assert ROOT / job["uses"] == COMMENT
 
 
 # -- the example's caller workflows -----------------------------------------------------------

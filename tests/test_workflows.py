@@ -14,11 +14,20 @@ guard the trust model of the PR bot (README, "Benchmark every pull request"):
 
 Each check is a function returning the problems it finds; every one is shown to
 catch a mutated copy of the real workflow (the parametrized tests below).
+
+bench.yml and bench-comment.yml are thin callers of the action (action.yml) and of the
+reusable comment.yml. Two more checks pin the calls themselves (bench runs the BASE
+commit's action, from a worktree of it; bench-comment calls the default branch's
+comment.yml with exactly the permissions its job asks for), and the checks above
+follow each call: they read the bot's steps in comment.yml and bench's in action.yml.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import os
 import re
 import subprocess
 import sys
@@ -29,9 +38,14 @@ from typing import Any
 import pytest
 
 from epbench.cli.comment_command import comment
+from epbench.cli.run_commands import compare_commits
+from epbench.core.paths import CACHE_DIR_ENV
 from epbench.engine import build as engine_build
 from epbench.reports.artifact import PR_FILE
+from epbench.workflows.action import ActionInputs, PullRequest, compare_commits_argv, run_action
 from tests.support import workflow_rules as rules
+from tests.support.action_steps import run_step
+from tests.support.gitrepo import git, init_repo
 from tests.support.workflow_rules import Doc, load, workflow_files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +53,8 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 BENCH = WORKFLOWS / "bench.yml"
 COMMENT = WORKFLOWS / "bench-comment.yml"
 TESTS = WORKFLOWS / "tests.yml"
+REUSABLE = WORKFLOWS / "comment.yml"
+ACTION_FILE = ROOT / "action.yml"
 
 
 def validate(
@@ -236,22 +252,136 @@ def more_than_contents_read(doc: Doc) -> list[str]:
     return problems
 
 
+# -- the calls: bench.yml runs the base commit's action, bench-comment.yml comment.yml --
+
+# comment.yml checks out epbench's own code at the commit its caller named.
+OWN_CODE = {"repository": "${{ job.workflow_repository }}", "ref": "${{ job.workflow_sha }}"}
+BASE_SHA_EXPR = "${{ github.event.pull_request.base.sha }}"
+
+
+def caller_code_in_comment(doc: Doc) -> list[str]:
+    """comment.yml runs epbench's code at the caller's chosen commit, never the caller's."""
+    problems = []
+    for step in doc["jobs"]["comment"]["steps"]:
+        if uses("actions/checkout")(step):
+            options = {k: (step.get("with") or {}).get(k) for k in OWN_CODE}
+            if options != OWN_CODE:
+                problems.append(f"checks out {options}, not {OWN_CODE}")
+    return problems
+
+
+def as_default_branch_code(doc: Doc) -> Doc:
+    """comment.yml with its checkout of epbench's own code written as the checks above know
+    it (the workflow's own repository and commit), after checking it."""
+    assert caller_code_in_comment(doc) == []
+    doc = copy.deepcopy(doc)
+    for step in doc["jobs"]["comment"]["steps"]:
+        if uses("actions/checkout")(step):
+            for key in OWN_CODE:
+                step["with"].pop(key)
+    return doc
+
+
+def follow_call(caller: Doc) -> Doc:
+    """What bench-comment.yml runs: the comment.yml its job calls by a local path, under the
+    caller's trigger. A `workflow_run` workflow's files are the default branch's, so the
+    local comment.yml and the commit it checks out (job.workflow_sha) are the default
+    branch's: its checkout is that of default-branch code."""
+    (job,) = caller["jobs"].values()
+    assert str(job["uses"]).startswith("./"), job["uses"]
+    return {**as_default_branch_code(load(ROOT / job["uses"])), "on": caller["on"]}
+
+
+def comment_caller_problems(doc: Doc, called: Doc | None = None) -> list[str]:
+    """bench-comment.yml: a `workflow_run` caller of the default branch's comment.yml that
+    grants its job exactly what that job asks for, and hands it no secret."""
+    called = load(REUSABLE) if called is None else called
+    local = "./" + REUSABLE.relative_to(ROOT).as_posix()
+    problems = []
+    if triggers(doc) != {"workflow_run"}:
+        problems.append(f"triggered by {sorted(triggers(doc))}, not workflow_run")
+    if doc.get("permissions") != {"contents": "read"}:
+        problems.append(f"workflow permissions are {doc.get('permissions')!r}")
+    for name, job in doc["jobs"].items():
+        if job.get("uses") != local:
+            problems.append(f"{name}: calls {job.get('uses')!r}, not the default branch's "
+                            f"{local}")
+            continue
+        if "secrets" in job:
+            problems.append(f"{name}: hands secrets ({job['secrets']!r}) to the called workflow")
+        inputs = ((called["on"].get("workflow_call") or {}).get("inputs") or {})
+        if set(job.get("with") or {}) - set(inputs):
+            problems.append(f"{name}: passes inputs comment.yml does not take")
+        asked = called["jobs"]["comment"]["permissions"]
+        if job.get("permissions") != asked:
+            problems.append(f"{name}: grants {job.get('permissions')!r}, not the {asked!r} "
+                            "the called job asks for")
+    return problems
+
+
+def base_harness_problems(doc: Doc, action: Doc | None = None) -> list[str]:
+    """bench.yml: the action that measures is the BASE commit's, run from a worktree of that
+    commit made right before it, and the action's own checkout (which would wipe that
+    folder) left to this job, which checks the PR out as the action would."""
+    action = load(ACTION_FILE) if action is None else action
+    problems = []
+    all_steps = steps(doc)
+    local = [i for i, s in enumerate(all_steps) if str(s.get("uses", "")).startswith("./")]
+    if len(local) != 1:
+        return [f"{len(local)} steps run a local action, not one"]
+    at = local[0]
+    folder = str(all_steps[at]["uses"])[2:].rstrip("/")
+    made = re.compile(rf'git worktree add --detach {re.escape(folder)} "\$BASE_SHA"')
+    if not (folder and at > 0 and made.fullmatch(str(all_steps[at - 1].get("run", "")).strip())
+            and (all_steps[at - 1].get("env") or {}).get("BASE_SHA") == BASE_SHA_EXPR):
+        problems.append(f"runs ./{folder}, not a worktree of the base commit made by the "
+                        "step before it")
+    ours = [s for s in action["runs"]["steps"] if uses("actions/checkout")(s)]
+    checkouts = [i for i, s in enumerate(all_steps) if uses("actions/checkout")(s)]
+    if checkouts != [0] or len(ours) != 1 or all_steps[0].get("with") != ours[0].get("with"):
+        problems.append("the job does not check the PR out first, once, as the action does")
+    options = all_steps[at].get("with") or {}
+    if str(options.get("checkout")).lower() != "false" or (
+            len(ours) == 1 and ours[0].get("if") != "inputs.checkout != 'false'"):
+        problems.append(f"the action's own checkout runs, and would wipe ./{folder}")
+    if set(options) - set(action["inputs"]):
+        problems.append(f"inputs the action does not take: {set(options) - set(action['inputs'])}")
+    return problems
+
+
 @pytest.fixture(scope="module")
 def bench() -> Doc:
     return load(BENCH)
 
 
 @pytest.fixture(scope="module")
-def bot() -> Doc:
+def caller() -> Doc:
     return load(COMMENT)
 
 
-def test_the_real_workflows_pass_the_three_checks(bench: Doc, bot: Doc) -> None:
+@pytest.fixture(scope="module")
+def bot(caller: Doc) -> Doc:
+    return follow_call(caller)
+
+
+@pytest.fixture(scope="module")
+def action() -> Doc:
+    return load(ACTION_FILE)
+
+
+def action_step(action: Doc, predicate: Callable[[Any], bool]) -> dict[str, Any]:
+    all_steps = action["runs"]["steps"]
+    return all_steps[step_index(all_steps, predicate)]
+
+
+def test_the_real_workflows_pass_the_three_checks(bench: Doc, caller: Doc, bot: Doc) -> None:
     assert pr_code_next_to_write_token(bench) == []
     assert pr_code_next_to_write_token(bot) == []
     assert pr_code_next_to_write_token(load(TESTS)) == []
     assert unconfirmed_pr_numbers(bot) == []
     assert more_than_contents_read(bench) == []
+    assert comment_caller_problems(caller) == []
+    assert base_harness_problems(bench) == []
     # The checks look at what they should: the bot's job writes, bench's does not.
     assert has_write(token_permissions(bot, bot["jobs"]["comment"]))
     assert not has_write(token_permissions(bench, bench["jobs"]["bench"]))
@@ -423,7 +553,8 @@ PERMISSION_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
         "pull_request_target runs with a write token",
     ),
     "a secret": (
-        lambda d: d["jobs"]["bench"]["env"].update(TOKEN="${{ secrets.BENCH_PAT }}"),
+        lambda d: d["jobs"]["bench"].setdefault("env", {}).update(
+            TOKEN="${{ secrets.BENCH_PAT }}"),
         "uses a secret",
     ),
 }
@@ -435,6 +566,118 @@ def test_bench_asking_for_more_than_contents_read_is_caught(bench: Doc, mutation
     doc = copy.deepcopy(bench)
     mutate(doc)
     problems = more_than_contents_read(doc)
+    assert any(expected in p for p in problems), problems
+
+
+def _bench_step(doc: Doc, predicate: Callable[[Any], bool]) -> dict[str, Any]:
+    return steps(doc)[step_index(steps(doc), predicate)]
+
+
+def _local_action(doc: Doc) -> dict[str, Any]:
+    return _bench_step(doc, lambda s: str(s.get("uses", "")).startswith("./"))
+
+
+def _worktree(doc: Doc) -> dict[str, Any]:
+    return _bench_step(doc, runs("git worktree add"))
+
+
+def _action_checkout(action: Doc) -> dict[str, Any]:
+    return action_step(action, uses("actions/checkout"))
+
+
+# mutation of bench.yml (or of the action, "action"), what the problem says
+BASE_HARNESS_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
+    "the PR's own action.yml (uses: ./)": (
+        "bench", lambda d: _local_action(d).update(uses="./"), "runs ./, not a worktree",
+    ),
+    "a worktree of the head commit": (
+        "bench", lambda d: _worktree(d)["env"].update(
+            BASE_SHA="${{ github.event.pull_request.head.sha }}"), "not a worktree of the base",
+    ),
+    "the action run from another folder": (
+        "bench", lambda d: _local_action(d).update(uses="./harness"), "runs ./harness, not",
+    ),
+    "a step between the worktree and the action": (
+        "bench", lambda d: steps(d).insert(step_index(steps(d), runs("git worktree add")) + 1, {
+            "env": {"HEAD_SHA": "${{ github.event.pull_request.head.sha }}"},
+            "run": 'git -C .base-harness checkout --quiet "$HEAD_SHA"'}),
+        "not a worktree of the base commit made by the step before it",
+    ),
+    "the action's checkout left on": (
+        "bench", lambda d: _local_action(d)["with"].pop("checkout"),
+        "the action's own checkout runs",
+    ),
+    "the action's checkout not skippable": (
+        "action", lambda d: _action_checkout(d).pop("if"), "the action's own checkout runs",
+    ),
+    "a shallow checkout of the PR": (
+        "bench", lambda d: _bench_step(d, uses("actions/checkout"))["with"].pop("fetch-depth"),
+        "does not check the PR out first, once, as the action does",
+    ),
+    "a checkout after the worktree": (
+        "bench", lambda d: steps(d).insert(step_index(steps(d), runs("git worktree add")),
+                                            copy.deepcopy(steps(d)[0])),
+        "does not check the PR out first, once",
+    ),
+    "an input the action does not take": (
+        "bench", lambda d: _local_action(d)["with"].update(harness="head"),
+        "inputs the action does not take",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(BASE_HARNESS_MUTATIONS))
+def test_bench_measuring_with_anything_but_the_base_commits_action_is_caught(
+    bench: Doc, action: Doc, mutation: str
+) -> None:
+    which, mutate, expected = BASE_HARNESS_MUTATIONS[mutation]
+    bench, action = copy.deepcopy(bench), copy.deepcopy(action)
+    mutate(bench if which == "bench" else action)
+    problems = base_harness_problems(bench, action)
+    assert any(expected in p for p in problems), problems
+
+
+# mutation of bench-comment.yml (or of comment.yml, "called"), what the problem says
+CALLER_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
+    "a comment.yml from a branch of another repository": (
+        "caller", lambda d: d["jobs"]["comment"].update(
+            uses="OWNER/epbench/.github/workflows/comment.yml@main"), "not the default branch's",
+    ),
+    "secrets: inherit": (
+        "caller", lambda d: d["jobs"]["comment"].update(secrets="inherit"), "hands secrets",
+    ),
+    "contents: write granted": (
+        "caller", lambda d: d["jobs"]["comment"]["permissions"].update(contents="write"),
+        "grants",
+    ),
+    "no job permissions (the workflow's read-only, too little)": (
+        "caller", lambda d: d["jobs"]["comment"].pop("permissions"), "grants None",
+    ),
+    "a called job that asks for more": (
+        "called", lambda d: d["jobs"]["comment"]["permissions"].update(checks="write"), "grants",
+    ),
+    "an input comment.yml does not take": (
+        "caller", lambda d: d["jobs"]["comment"].update({"with": {"pr": 7}}),
+        "passes inputs comment.yml does not take",
+    ),
+    "pull_request_target instead of workflow_run": (
+        "caller", lambda d: d.update(on={"pull_request_target": {}}), "not workflow_run",
+    ),
+    "pull-requests: write at workflow level": (
+        "caller", lambda d: d["permissions"].update({"pull-requests": "write"}),
+        "workflow permissions",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(CALLER_MUTATIONS))
+def test_a_comment_caller_that_calls_other_code_or_grants_more_is_caught(
+    caller: Doc, mutation: str
+) -> None:
+    which, mutate, expected = CALLER_MUTATIONS[mutation]
+    caller, called = copy.deepcopy(caller), load(REUSABLE)
+    mutate(caller if which == "caller" else called)
+    problems = comment_caller_problems(caller, called)
     assert any(expected in p for p in problems), problems
 
 
@@ -454,11 +697,11 @@ def test_workflows_validate_against_githubs_schema() -> None:
 
 def test_the_schema_check_does_catch_a_broken_workflow(tmp_path: Path) -> None:
     # The negative control: the same check refuses a misspelt key.
-    for original in (BENCH, COMMENT):
+    for original, key, typo in ((BENCH, "runs-on:", "run-on:"), (COMMENT, "    uses:", "    use:")):
+        text = original.read_text(encoding="utf-8")
+        assert text.count(key) == 1
         broken = tmp_path / original.name
-        broken.write_text(
-            original.read_text(encoding="utf-8").replace("runs-on:", "run-on:"), encoding="utf-8"
-        )
+        broken.write_text(text.replace(key, typo), encoding="utf-8")
         assert validate(broken).returncode != 0
 
 
@@ -494,50 +737,88 @@ def test_bench_concurrency_is_per_pr_and_cancels(bench: Doc) -> None:
     assert "github.event.pull_request.number" in concurrency["group"]
 
 
-def test_bench_measures_both_sides_with_the_base_commits_harness(bench: Doc) -> None:
-    job = bench["jobs"]["bench"]
-    assert job["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
-    assert job["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
+def test_bench_measures_both_sides_with_the_base_commits_action(bench: Doc, action: Doc) -> None:
+    assert base_harness_problems(bench, action) == []
+    # The PR's merge ref with full history (base and head both reachable), the base commit
+    # in a folder of its own, and that folder's action: nothing else.
     all_steps = steps(bench)
-    checkout = step_index(all_steps, uses("actions/checkout"))
-    # Full history of the merge ref: base and head are both reachable.
-    assert all_steps[checkout]["with"]["fetch-depth"] == 0
-    assert "ref" not in all_steps[checkout]["with"]
-    to_base = step_index(all_steps, runs('git checkout --quiet --detach "$BASE_SHA"'))
-    setup = step_index(all_steps, runs("make setup"))
-    compare = step_index(all_steps, runs("epbench compare-commits"))
-    assert checkout < to_base < setup < compare
-    # Nothing between switching to the base and measuring changes the checked-out code.
-    for step in all_steps[to_base + 1 : compare + 1]:
-        assert not FETCHES_CODE.search(str(step.get("run", ""))), step
-        assert not uses("actions/checkout")(step)
-    run = all_steps[compare]["run"]
-    assert run == '.venv/bin/epbench compare-commits "$BASE_SHA" "$HEAD_SHA" --out bench-out'
+    assert len(all_steps) == 3
+    assert all_steps[0]["with"] == {"fetch-depth": 0, "persist-credentials": False}
+    # The action installs epbench from its own folder (the base commit's) and runs it.
+    install = action_step(action, lambda s: s.get("id") == "install")
+    assert install["env"]["ACTION_PATH"] == "${{ github.action_path }}"
+    assert 'pip install --quiet "$ACTION_PATH"' in install["run"]
+    measure = action_step(action, runs("action --out"))
+    assert measure["run"] == '"$EPBENCH" action --out "$OUT"'
+    # What bench's inputs make of it: `compare-commits BASE HEAD`, each side's bundled
+    # engine on the default grid, base and head read from the pull_request event.
+    given = _local_action(bench)["with"]
+    fields = {f.name for f in dataclasses.fields(ActionInputs)}
+    inputs = ActionInputs(**{
+        k.replace("-", "_"): str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in given.items() if k.replace("-", "_") in fields})
+    known = {opt for param in compare_commits.params for opt in param.opts}
+    base, head = "a" * 40, "b" * 40
+    argv = compare_commits_argv(inputs, PullRequest(base, head, 7), repo=".", out="OUT",
+                                known_options=known)
+    assert argv == [base, head, "--repo", ".", "--out", "OUT"]
+
+
+def test_bench_runs_the_action_of_the_base_commit_as_the_runner_would(
+    bench: Doc, tmp_path: Path
+) -> None:
+    # The PR's checkout: the head commit's action.yml at the root. bench's own script puts
+    # the base commit's in the folder its action step uses, and leaves the root alone.
+    repo = init_repo(tmp_path / "repo")
+    (repo / "action.yml").write_text("base\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "action.yml").write_text("head\n")
+    git(repo, "commit", "-qam", "head")
+    all_steps = steps(bench)
+    made = run_step(_worktree(bench), {"github.event.pull_request.base.sha": base},
+                    env={"PATH": os.environ["PATH"]}, cwd=repo)
+    assert made.returncode == 0, made.stderr
+    used = repo / str(_local_action(bench)["uses"])
+    assert (used / "action.yml").read_text() == "base\n"
+    assert (repo / "action.yml").read_text() == "head\n"
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+    assert all_steps.index(_worktree(bench)) + 1 == all_steps.index(_local_action(bench))
 
 
 def test_bench_caches_the_headers_engine_build_fetches(
-    bench: Doc, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    bench: Doc, action: Doc, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    all_steps = steps(bench)
+    # bench asks the action for ORT's headers; it restores them before measuring.
+    assert _local_action(bench)["with"]["ort-headers"] is True
+    all_steps = action["runs"]["steps"]
     cache = step_index(all_steps, uses("actions/cache"))
-    assert cache < step_index(all_steps, runs("make setup"))  # restored before the build
+    assert all_steps[cache]["if"] == "inputs.ort-headers == 'true'"
+    assert cache < step_index(all_steps, runs("action --out"))
     options = all_steps[cache]["with"]
-    # The folder engine/build.py fills, as the runner's home spells it.
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    where = engine_build.cache_root().relative_to(tmp_path)
-    assert options["path"] == f"~/{where.as_posix()}"
-    # Keyed by the file that pins the npm package's version and integrity hash.
-    assert "hashFiles('engine/build.py')" in options["key"]
-    assert "NPM_VERSION" in (ROOT / "engine" / "build.py").read_text(encoding="utf-8")
+    assert options["path"] == "${{ steps.install.outputs.headers }}"
+    assert options["key"] == "${{ runner.os }}-${{ steps.install.outputs.headers-key }}"
+    # The install step names the folder engine/build.py fills, and a key made of the npm
+    # package's pinned version: its own snippet, run here.
+    install = action_step(action, lambda s: s.get("id") == "install")["run"]
+    snippet = re.search(r"-c '([^']*)'", install)
+    assert snippet
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path))
+    printed = subprocess.run([sys.executable, "-c", snippet[1]], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert printed == [
+        f"headers={engine_build.cache_root()}",
+        f"headers-key=epbench-ort-headers-{engine_build.NPM_PACKAGE}-"
+        f"{engine_build.NPM_VERSION}",
+    ]
+    assert engine_build.cache_root().is_relative_to(tmp_path)
 
 
-def test_bench_sets_up_python_with_pip_cache(bench: Doc, bot: Doc) -> None:
-    for doc in (bench, bot):
-        for step in doc["jobs"][next(iter(doc["jobs"]))]["steps"]:
-            if uses("actions/setup-python")(step):
-                assert step["with"]["cache"] == "pip"
-                assert step["with"]["cache-dependency-path"] == "pyproject.toml"
+def test_the_bot_sets_up_python_with_pip_cache(bot: Doc) -> None:
+    setup = _step(bot, uses("actions/setup-python"))
+    assert setup["with"]["cache"] == "pip"
+    assert setup["with"]["cache-dependency-path"] == "pyproject.toml"
 
 
 def make_prerequisites(target: str) -> list[str]:
@@ -547,40 +828,46 @@ def make_prerequisites(target: str) -> list[str]:
     return match.group(1).split()
 
 
-def test_bench_set_up_step_is_the_make_target_the_readme_uses(bench: Doc) -> None:
-    all_steps = steps(bench)
-    setup = all_steps[step_index(all_steps, runs("make "))]
-    assert setup["run"].strip() == "make setup"
+def test_the_readmes_two_make_commands_start_with_make_setup() -> None:
     make_prerequisites("setup")
-    # The README's two commands both start with this same set-up.
     assert "setup" in make_prerequisites("run")
     assert "setup" in make_prerequisites("test")
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make run" in text and "make test" in text
 
 
-def test_bench_uploads_its_results_even_when_the_comparison_fails(bench: Doc) -> None:
-    all_steps = steps(bench)
-    compare = step_index(all_steps, runs("epbench compare-commits"))
-    record = step_index(all_steps, runs(f"bench-out/{PR_FILE}"))
+def test_bench_uploads_its_results_even_when_the_comparison_fails(
+    action: Doc, tmp_path: Path
+) -> None:
+    all_steps = action["runs"]["steps"]
+    measure = step_index(all_steps, runs("action --out"))
     upload = step_index(all_steps, uses("actions/upload-artifact"))
-    summary = step_index(all_steps, runs("cat bench-out/report.md"))
-    assert compare < record < upload < summary
-    for index in (record, upload, summary):
-        # A regression exits non-zero; the artifact and the summary still happen.
-        assert "!cancelled()" in all_steps[index]["if"]
-    assert all_steps[upload]["with"]["path"].rstrip("/") == "bench-out"
+    assert measure < upload
+    assert all_steps[upload]["if"] == "${{ !cancelled() }}"  # a regression's exit still uploads
+    out = "${{ steps.install.outputs.out }}"
+    assert all_steps[measure]["env"]["OUT"] == out
+    assert all_steps[upload]["with"]["path"].rstrip("/") == out
     assert all_steps[upload]["with"]["overwrite"] is True  # a re-run may upload it again
-    assert '"number": %d' in all_steps[record]["run"] and '"$PR_NUMBER"' in all_steps[record]["run"]
-    assert bench["jobs"]["bench"]["env"]["PR_NUMBER"] == "${{ github.event.pull_request.number }}"
+    # The measuring step records the PR number and writes the job summary whatever
+    # compare-commits says: here it fails before writing anything.
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {
+        "number": 7, "base": {"sha": "a" * 40}, "head": {"sha": "b" * 40}}}))
+    summary = tmp_path / "summary.md"
+    code = run_action(ActionInputs(), event_path=event, out=tmp_path / "out", summary=summary,
+                      environ={}, runner=lambda argv, **_: subprocess.CompletedProcess(argv, 5))
+    assert code == 5
+    assert json.loads((tmp_path / "out" / PR_FILE).read_text()) == {"number": 7}
+    assert summary.read_text().startswith("epbench wrote no report")
 
 
-def test_no_checkout_keeps_the_token(bench: Doc, bot: Doc) -> None:
-    for doc in (bench, bot, load(TESTS)):
-        for job in doc["jobs"].values():
-            for step in job["steps"]:
-                if uses("actions/checkout")(step):
-                    assert step["with"]["persist-credentials"] is False
+def test_no_checkout_keeps_the_token(bench: Doc, bot: Doc, action: Doc) -> None:
+    checkouts = [
+        step for doc in (bench, bot, action, load(TESTS)) for job in rules.jobs(doc).values()
+        for step in job["steps"] if uses("actions/checkout")(step)
+    ]
+    assert len(checkouts) == 4
+    assert all(step["with"]["persist-credentials"] is False for step in checkouts)
 
 
 # -- bench-comment.yml: post, from default-branch code, the artifact as data -------------
@@ -596,16 +883,16 @@ def test_the_bot_follows_bench_runs_of_pull_requests(bench: Doc, bot: Doc) -> No
     assert "conclusion == 'success'" in condition and "conclusion == 'failure'" in condition
 
 
-def test_the_bot_asks_for_what_it_uses_and_no_more(bot: Doc) -> None:
-    # Read-only at workflow level; the one job that posts asks for its write scope.
-    assert bot["permissions"] == {"contents": "read"}
-    assert _comment_job(bot)["permissions"] == {
-        "contents": "read", "actions": "read", "pull-requests": "write",
-    }
+def test_the_bot_asks_for_what_it_uses_and_no_more(caller: Doc, bot: Doc) -> None:
+    # Read-only at workflow level; the one job that posts asks for its write scope, and
+    # the caller grants that job exactly that.
+    asked = {"contents": "read", "actions": "read", "pull-requests": "write"}
+    assert bot["permissions"] == caller["permissions"] == {"contents": "read"}
+    assert _comment_job(bot)["permissions"] == _comment_job(caller)["permissions"] == asked
 
 
-def test_the_bot_downloads_what_bench_uploads(bench: Doc, bot: Doc) -> None:
-    upload = steps(bench)[step_index(steps(bench), uses("actions/upload-artifact"))]
+def test_the_bot_downloads_what_bench_uploads(action: Doc, bot: Doc) -> None:
+    upload = action_step(action, uses("actions/upload-artifact"))
     download = _step(bot, uses("actions/download-artifact"))["with"]
     assert download["name"] == upload["with"]["name"]
     assert download["run-id"] == "${{ github.event.workflow_run.id }}"
@@ -759,7 +1046,7 @@ def _pin_by(ref: str) -> Callable[[Doc], bool]:
 
 def _add_to_the_push_job(step: dict[str, Any]) -> Callable[[Doc], bool]:
     def mutate(doc: Doc) -> bool:
-        job = _first(_contents_writers(doc))
+        job = _first([j for j in _contents_writers(doc) if "steps" in j])  # not a call
         if job is None:
             return False
         job["steps"].insert(1, step)
@@ -779,7 +1066,7 @@ def _drop_the_git_push(doc: Doc) -> bool:
     job = _first(_contents_writers(doc))
     if job is None:
         return False
-    for step in job["steps"]:
+    for step in job.get("steps", []):
         if "run" in step:
             step["run"] = rules.GIT_PUSH.sub("true", step["run"])
     return True
@@ -871,6 +1158,11 @@ def test_every_workflow_file_is_checked() -> None:
     on_disk = {*WORKFLOWS.glob("*.yml"), *WORKFLOWS.glob("*.yaml")}
     assert on_disk == {p for p in FILES if p.parent == WORKFLOWS}
     assert {BENCH, COMMENT, TESTS, WORKFLOWS / "history.yml"} <= on_disk
+    # bench's job installs epbench through its local action: the rules on installing jobs
+    # (a checkout that keeps no token, no write scope) reach it.
+    assert rules.installing_steps(load(BENCH)["jobs"]["bench"]) == [
+        "step 3 (Measure base and head with the base commit's action): "
+        "./.base-harness (a local action)"]
     # Every mutation below is tried on at least one real file.
     assert {name for _, name in (c.values for c in PRIVILEGE_CASES)} == set(PRIVILEGE_MUTATIONS)
 
@@ -890,11 +1182,11 @@ def test_write_is_held_only_by_the_push_job_and_the_comment_bot() -> None:
         ("history", "push"): {"contents"}, ("bench-comment", "comment"): {"pull-requests"},
         ("epbench-comment", "comment"): {"pull-requests"},
     }
-    # The one exemption from "installs nothing": the bot (this repository's, and the
-    # reusable one other repositories call), for pull-requests only.
+    # The one exemption from "installs nothing": the bot, comment.yml (which this
+    # repository's bench-comment.yml, a job with no steps of its own, and other
+    # repositories call), for pull-requests only.
     exempt = dict(rules.INSTALLING_WRITERS)
-    assert exempt == {("bench-comment", "comment"): {"pull-requests"},
-                      ("epbench-comment", "comment"): {"pull-requests"}}
+    assert exempt == {("epbench-comment", "comment"): {"pull-requests"}}
 
 
 @pytest.mark.parametrize(("path", "mutation"), PRIVILEGE_CASES)
@@ -939,9 +1231,10 @@ def test_each_action_is_pinned_at_one_commit_and_tag_everywhere() -> None:
     assert {"actions/checkout", "actions/setup-python", "actions/upload-artifact",
             "actions/download-artifact", "actions/cache"} <= set(found)
     # The negative control: one file moved to another commit is seen.
-    moved = texts[0].replace("11bd71901bbe5b1630ceea73d27597364c9af683", "0" * 40, 1)
-    assert moved != texts[0]
-    assert len(_pins_across([moved, *texts[1:]])["actions/checkout"]) == 2
+    checkout = "11bd71901bbe5b1630ceea73d27597364c9af683"
+    first = next(i for i, text in enumerate(texts) if checkout in text)
+    moved = texts[first].replace(checkout, "0" * 40, 1)
+    assert len(_pins_across([*texts[:first], moved, *texts[first + 1:]])["actions/checkout"]) == 2
 
 
 @pytest.mark.parametrize(

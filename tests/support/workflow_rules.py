@@ -39,12 +39,11 @@ TAG_COMMENT = re.compile(r"^\s+#\s*v\d+(\.\d+){0,2}\s*$")
 READ_ONLY = {"read", "none"}
 
 # Jobs allowed to install packages while holding a write scope, and the only scopes
-# they may write. The PR comment bot installs epbench from the default branch (the
-# `bot` extra) to check the artifact and post: `epbench comment` is Python, so this
-# job cannot avoid the registry until the checking and the posting are split. The
-# reusable comment workflow (comment.yml, called by other repositories) is the same job.
+# they may write. The PR comment bot, the reusable comment.yml (which this repository's
+# bench-comment.yml and other repositories call), installs epbench from its own commit
+# (the `bot` extra) to check the artifact and post: `epbench comment` is Python, so this
+# job cannot avoid the registry until the checking and the posting are split.
 INSTALLING_WRITERS: dict[tuple[str, str], frozenset[str]] = {
-    ("bench-comment", "comment"): frozenset({"pull-requests"}),
     ("epbench-comment", "comment"): frozenset({"pull-requests"}),
 }
 
@@ -95,10 +94,13 @@ def written_scopes(perms: Any) -> set[str]:
 
 
 def installs(step: Step) -> str | None:
-    """What in the step installs packages, or None."""
+    """What in the step installs packages, or None. A local action (`uses: ./…`) counts:
+    it is this repository's code, and its action.yml installs epbench."""
     uses = str(step.get("uses", ""))
     if uses.startswith(INSTALLING_ACTIONS):
         return uses.split("@")[0]
+    if uses.startswith("./"):
+        return f"{uses} (a local action)"
     found = INSTALLS.search(str(step.get("run", "")))
     return found[0] if found else None
 
