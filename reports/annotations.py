@@ -45,7 +45,7 @@ def workflow_command(command: str, message: str, **properties: str) -> str:
 
 def annotation_lines(comparison: Mapping[str, Any]) -> list[str]:
     """One workflow command per flagged case of a comparison, worst first."""
-    confidence = f"{comparison['settings']['confidence'] * 100:g} %"
+    run_level = comparison["settings"]["confidence"]
     lines = []
     for row in comparison["cases"]:
         command = COMMANDS.get(row["verdict"])
@@ -55,6 +55,8 @@ def annotation_lines(comparison: Mapping[str, Any]) -> list[str]:
         if row.get("change") is None:
             detail = row.get("reason") or "no measurement"
         else:
+            # A flagged case's interval is at its false-coverage-adjusted level (ci_level).
+            confidence = f"{(row.get('ci_level') or run_level) * 100:.4g} %"
             detail = (
                 f"{format_pct(row['change'])} ({confidence} CI {format_ci(row['ci'])}), "
                 f"threshold {format_share(row['threshold'])}"

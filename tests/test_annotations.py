@@ -30,8 +30,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 EXPECTED = [
     "::error title=epbench%3A add_d10_w8 failed::❌ add_d10_w8 failed: pr crashed: crashed: "
     "synthetic",
+    # A flagged case's interval is at its false-coverage-adjusted level, and says so.
     "::error title=epbench%3A relu_d100_w8 regressed (alert)::🔴 relu_d100_w8 regressed "
-    "(alert): +11.5%25 (95 %25 CI [+9.2%25, +14.7%25]), threshold 2.4%25",
+    "(alert): +11.5%25 (98.33 %25 CI [+8.1%25, +15.2%25]), threshold 2.4%25",
 ]
 
 
