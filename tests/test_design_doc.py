@@ -82,13 +82,13 @@ JSON_READERS = {
     "reports/artifact.py": "compare artifacts and their schema",
     "epbench/workflows/action.py": "the pull_request event GitHub writes ($GITHUB_EVENT_PATH)",
     "reports/github.py": "GitHub API responses",
-    "reports/html.py": "a file's schema, to tell a comparison from results (load_results reads "
-                       "the results)",
     "engine/__init__.py": "the engine library's info string",
     "docs/validation/variance_components.py": "kept samples (results.samples.jsonl.gz), "
                                               "which no command reads",
     "docs/validation/slice_replay.py": "kept samples (results.samples.jsonl.gz), which no "
                                        "command reads",
+    "docs/validation/statistics_sim.py": "its own measuring child's figures, before and "
+                                         "after (it reads no results file)",
     "docs/validation/rejudge.py": "the stored comparisons (compare.json), set beside their "
                                   "re-judgement (results files go through load_results)",
     "docs/validation/speed_shift.py": "validate's report (validation.json), set beside the "
