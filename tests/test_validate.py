@@ -208,11 +208,16 @@ def test_known_effects_give_known_rates_and_mde_on_both_paths():
         assert r["repeats"] == 3
         assert r["false_positive_rate"]["hits"] == 0
         assert r["false_positive_rate"]["n"] == 3 * 3
-        assert r["mde"] == {"relu_d1_w8": 0.05, "relu_d10_w8": 0.05, "matmul_64x64": None}
-        assert r["median_mde"] == 0.05
+        # Separate runs with no between-run estimate (no profile) hold a change below
+        # 2 x floor = 8 % at ❔ by design (issue 46), so there 5 % is ❔ and the MDE 10 %.
+        mde = 0.05 if path == val.SAME_PROCESS else 0.10
+        assert r["mde"] == {"relu_d1_w8": mde, "relu_d10_w8": mde, "matmul_64x64": None}
+        assert r["median_mde"] == mde
         relu = r["cases"]["relu_d1_w8"]
-        assert [relu["detection"][val.level_arm(v)]["hits"] for v in val.LEVELS] == [0, 0, 0, 3, 3]
-        assert relu["detection"]["d5"]["verdicts"] == ["regression"] * 3
+        hits = [0, 0, 0, 3, 3] if path == val.SAME_PROCESS else [0, 0, 0, 0, 3]
+        assert [relu["detection"][val.level_arm(v)]["hits"] for v in val.LEVELS] == hits
+        assert relu["detection"]["d5"]["verdicts"] == (
+            ["regression"] * 3 if path == val.SAME_PROCESS else ["inconclusive"] * 3)
         assert relu["detection"]["d10"]["verdicts"] == ["alert"] * 3
         assert relu["detection"]["d5"]["measured_change"] == pytest.approx(0.05, abs=0.004)
         # The twin measured the noise; t is the floor because the twin saw ~0.2 %.
@@ -298,8 +303,11 @@ def test_delays_are_the_levels_of_the_pilot_time():
 def test_false_positives_are_counted_per_path():
     # a2 slower in the same-process runs of relu_d1_w8 only; the second plain base run of
     # relu_d10_w8 slower only on the separate-runs path: each path sees its own.
-    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.06}, again_bias={"relu_d10_w8": 0.06})
-    result = fake.validate(small(max_repeats=2))
+    # No in-run twins: measured in both runs, a twin shares the A/A's offset and, as the
+    # between-run estimate, absorbs it (issue 46); without one, the separate-runs offset
+    # must clear 2 x floor = 8 % to be flagged, hence 12 % there.
+    fake = FakeRunner(twin_bias={"relu_d1_w8": 0.06}, again_bias={"relu_d10_w8": 0.12})
+    result = fake.validate(small(max_repeats=2, aa_twin=False))
     same, separate = (result_for(result, p) for p in PER_CASE_PATHS)
     assert same["cases"]["relu_d1_w8"]["false_positives"]["hits"] == 2
     assert same["cases"]["relu_d10_w8"]["false_positives"]["hits"] == 0
@@ -611,10 +619,12 @@ def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
     """docs/validation re-judges a validation from its kept runs (with a profile, say):
     read back by kept_repeats, in the order they ran, they give validate's own results
     again; a counted repeat not whole on disk is an error."""
-    fake = FakeRunner(again_bias={"relu_d10_w8": 0.06})  # an A/A flag whose sign is checked
+    # An A/A flag whose sign is checked; no in-run twin and 12 %, as in
+    # test_false_positives_are_counted_per_path, so that the new rules still flag it.
+    fake = FakeRunner(again_bias={"relu_d10_w8": 0.12})
     runs_dir = val.prepare_runs_dir(tmp_path)
-    result = fake.validate(small(max_repeats=2, position_test=False, loads=("none", "bursty")),
-                           runs_dir=runs_dir)
+    result = fake.validate(small(max_repeats=2, position_test=False, loads=("none", "bursty"),
+                                 aa_twin=False), runs_dir=runs_dir)
     result = json.loads(to_json(result))  # as validation.json holds it
     engine_ns = {name: case["engine_ns"] for name, case in result["cases"].items()}
     repeats = val.kept_repeats(runs_dir, result)
@@ -623,7 +633,7 @@ def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
                           profile=None, loads=["none", "bursty"], levels=val.LEVELS)
     assert json.loads(to_json(again))["results"] == result["results"]
     separate = result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]["false_positives"]
-    assert separate["verdicts"] == ["regression", "regression"]
+    assert separate["verdicts"] == ["alert", "alert"]
     last = max(runs_dir.glob("*.json"))
     # A repeat validate did not count (cut short, however whole its runs) is not read.
     counted = {**result, "plan": {**result["plan"], "repeats": {"none": 2, "bursty": 1}}}
