@@ -322,13 +322,14 @@ def test_false_positives_are_counted_per_path():
 def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
     # Every second plain base run on a machine 30 % slower for every arm: the A/A pair's
     # double ratio cancels it here (synthetic data), but compare's rule makes those ❔, and
-    # validate says so once for the path, not once per comparison.
+    # validate says so once for the path, not once per comparison. The level is 10 %: with
+    # no between-run estimate 5 % would be ❔ anyway (below 2 x floor, issue 46).
     fake = FakeRunner(again_machine=1.3)
-    result = fake.validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,), levels=(0.05,)))
+    result = fake.validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,), levels=(0.10,)))
     separate = result_for(result, val.SEPARATE_RUNS)
     for name in CASES:
         assert separate["cases"][name]["false_positives"]["verdicts"] == ["inconclusive"] * 2
-        assert "inconclusive" not in separate["cases"][name]["detection"]["d5"]["verdicts"]
+        assert "inconclusive" not in separate["cases"][name]["detection"]["d10"]["verdicts"]
     moved = [n for n in result["notes"] if "longer a Run" in n]
     assert moved == [
         "separate-runs, none load, without profile: the two runs' ORT controls took more "
@@ -336,7 +337,7 @@ def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
         "machine changed speed between runs, so those were ❔ unless their interval cleared "
         "the threshold by more than 7% (`compare`'s rule for two runs)"]
     same_speed = FakeRunner().validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,),
-                                             levels=(0.05,)))
+                                             levels=(0.10,)))
     assert not [n for n in same_speed["notes"] if "longer a Run" in n]
     assert "no_change" in result_for(same_speed, val.SEPARATE_RUNS)["cases"]["relu_d1_w8"][
         "false_positives"]["verdicts"]
@@ -427,8 +428,17 @@ def test_profile_results_with_and_without(tmp_path, monkeypatch):
         *((p, label) for p in PER_CASE_PATHS for label in ("without", "with")),
         (val.COMMITS, "without")]
     for path in PER_CASE_PATHS:
-        assert result_for(result, path)["mde"]["relu_d1_w8"] == 0.05
-        assert result_for(result, path, profile="with")["mde"]["relu_d1_w8"] == 0.10
+        without = result_for(result, path)["cases"]["relu_d1_w8"]
+        with_profile = result_for(result, path, profile="with")["cases"]["relu_d1_w8"]
+        assert without["threshold"] == pytest.approx(0.04)
+        assert with_profile["threshold"] == pytest.approx(0.06)
+        assert with_profile["detection"]["d5"]["verdicts"] == ["no_change"] * 2
+    assert result_for(result, val.SAME_PROCESS)["mde"]["relu_d1_w8"] == 0.05
+    assert result_for(result, val.SAME_PROCESS, profile="with")["mde"]["relu_d1_w8"] == 0.10
+    # Separate runs with no between-run estimate flag only beyond 2 x floor (issue 46): 8 %
+    # without the profile, 12 % with its 6 %, so there 10 % is the MDE, then none is.
+    assert result_for(result, val.SEPARATE_RUNS)["mde"]["relu_d1_w8"] == 0.10
+    assert result_for(result, val.SEPARATE_RUNS, profile="with")["mde"]["relu_d1_w8"] is None
     assert "Each comparison was judged twice" in val.render_markdown(result)
     # The compare-commits path alone: nothing is judged with the profile, and both files say so.
     result = FakeRunner().validate(small(max_repeats=1, paths=(val.COMMITS,)))
@@ -1408,10 +1418,18 @@ def test_fewer_levels_run_and_judge_only_those(tmp_path):
     assert list(result["plan"]["commit_heads"]) == ["aa", "d2", "d5"]
     for r in result["results"]:
         assert list(r["detection"]) == ["d2", "d5"]
-        assert r["detection"]["d5"]["hits"] == 2 * 2  # the relu cases; matmul ignores it
+        # the relu cases; matmul ignores it. Separate runs with no between-run estimate
+        # hold 5 % (below 2 x floor = 8 %) at ❔ by design (issue 46).
+        d5 = r["detection"]["d5"]
+        assert (d5["hits"], d5["n"]) == ((0, 3 * 2) if r["path"] == val.SEPARATE_RUNS
+                                         else (2 * 2, 3 * 2))
         assert r["mde"]["matmul_64x64"] is None
-    # The median case, relu_d10_w8, gets its levels exactly on every path: 5 % is flagged.
-    assert {r["mde"]["relu_d10_w8"] for r in result["results"]} == {0.05}
+    separate = result_for(result, val.SEPARATE_RUNS)
+    assert [separate["cases"][n]["detection"]["d5"]["inconclusive"] for n in CASES] == [2, 2, 0]
+    assert separate["mde"]["relu_d10_w8"] is None
+    # The median case, relu_d10_w8, gets its levels exactly on the other paths: 5 % is flagged.
+    assert {r["mde"]["relu_d10_w8"] for r in result["results"]
+            if r["path"] != val.SEPARATE_RUNS} == {0.05}
     md = val.render_markdown(result)
     header = next(line for line in md.splitlines() if line.startswith("| Path |"))
     assert " 2 % | 5 % | median MDE |" in header and "1 %" not in header
