@@ -84,6 +84,7 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     """The thin command: options reach the plan, files are written, the numbers printed."""
     from epbench.cli import validate_commands
     from epbench.workflows import validate as val
+    from epbench.workflows import validate_plan as vplan
     from tests.test_validate import FakeRunner
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -107,8 +108,8 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     assert (p.budget_s, p.rounds, p.processes, p.sessions) == (100.0, 10, 2, 1)
     assert p.loads == ("none", "sustained") and p.aa_twin is True
     assert [c.name for c in p.cases] == ["relu_d1_w8"]
-    assert p.paths == val.PATHS and p.commit_instructions == "valgrind"
-    for path in val.PATHS:
+    assert p.paths == vplan.PATHS and p.commit_instructions == "valgrind"
+    for path in vplan.PATHS:
         for load in ("none", "sustained"):
             assert f"{path}, {load} load, without profile: 0/1 A/A flagged" in out.output
     # One case is its own median: no other case's share to give.
