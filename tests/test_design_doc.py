@@ -76,7 +76,7 @@ def test_the_after_graph_is_as_described():
 JSON_READERS = {
     "epbench/core/results.py": "results files: the one loader, and its JSON Schema",
     "harness/worker.py": "the request on its stdin",
-    "harness/runner.py": "the worker's events",
+    "harness/worker_process.py": "the worker's events",
     "reports/history.py": "the store's own JSON columns",
     "reports/calibrate.py": "noise profiles",
     "reports/artifact.py": "compare artifacts and their schema",

@@ -71,7 +71,8 @@ def test_every_results_file_records_the_overhead(tmp_path):
     from epbench.cases.grids import case_by_name
     from epbench.core.results import load_results
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
                   warmup_ms=5.0, gate_policy="off", out_dir=tmp_path / "o"))

@@ -30,7 +30,7 @@ from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
 from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.reports.render import to_json
 from epbench.workflows import validate as val

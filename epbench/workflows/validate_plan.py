@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
 from epbench.harness.load import LOAD_KINDS
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.workflows.compare_commits import (
     COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,

@@ -21,7 +21,7 @@ from epbench.core.numbers import median
 from epbench.core.results import load_results, write_results
 from epbench.harness.arms import ArmSpec, copy_library, parse_arm, resolve_library
 from epbench.harness.load import LOAD_KINDS, BackgroundLoad
-from epbench.harness.runner import RunConfig
+from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import stats
 from epbench.workflows.compare_commits import rerun_ambiguous
