@@ -23,14 +23,9 @@ from epbench.core.results import dumps
 from epbench.engine.probe import read_counters
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
 from epbench.harness.conformance import run_in_worker
-from epbench.harness.gate import (
-    IdleGate,
-    InterferenceMeter,
-    carried_from_meter,
-    format_gate_reading,
-    quietest_core,
-)
+from epbench.harness.gate import IdleGate, format_gate_reading, quietest_core
 from epbench.harness.instructions import count_in_worker
+from epbench.harness.interference import InterferenceMeter, carried_from_meter
 from epbench.harness.overhead import measure_overhead
 from epbench.harness.sessions import (
     CPU_EP,

@@ -13,18 +13,22 @@ from epbench.core.errors import EXIT_GATE, GateError
 from epbench.harness.gate import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
-    MAX_METER_MARKS,
-    CoreUsage,
-    CpuTimes,
     GateReading,
     IdleGate,
-    InterferenceMeter,
-    carried_from_meter,
     current_gate_state,
     format_gate_reading,
-    longest_window_one_busy_tick_fails,
-    parse_proc_stat,
     quietest_core,
+)
+from epbench.harness.interference import (
+    MAX_METER_MARKS,
+    InterferenceMeter,
+    carried_from_meter,
+    longest_window_one_busy_tick_fails,
+)
+from epbench.harness.proc_stat import (
+    CoreUsage,
+    CpuTimes,
+    parse_proc_stat,
     read_proc_stat,
     usage_between,
 )
