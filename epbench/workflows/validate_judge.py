@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from epbench.core.model import Results
@@ -188,24 +189,47 @@ def _has_path(rep: Repeat, path: str) -> bool:
     return (rep.same_process if path == SAME_PROCESS else rep.base) is not None
 
 
+@dataclass
+class _Seen:
+    """What the comparisons of one (path, load, profile) said, per case and comparison
+    ("aa", a level's arm key, the per-node arm)."""
+
+    verdicts: dict[str, dict[str, list[str]]]
+    changes: dict[str, dict[str, list[float | None]]]
+    thresholds: dict[str, list[float]]  # of the A/A comparisons
+    sources: dict[str, set[str]]  # where those thresholds came from
+    # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
+    # threshold seen in each: a repeat's comparisons share its runs (on the
+    # compare-commits path each has its own, whose drifts are pooled per case-repeat),
+    # so counting comparisons would count one run's drift many times.
+    pairs: set[tuple[int, str]] = field(default_factory=set)
+    drifted: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    judged: int = 0  # case comparisons
+    moved: int = 0  # ... of those, whose runs ran at different speeds
+
+
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 profile: Mapping[str, Any] | None, names: Sequence[str],
                 engine_ns: Mapping[str, float], settings: Any,
                 warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
-    whats = [what for what, _, _ in comparisons(repeats[0], path, levels)] if repeats else []
-    verdicts = {n: {w: [] for w in whats} for n in names}
-    changes = {n: {w: [] for w in whats} for n in names}
-    thresholds: dict[str, list[float]] = {n: [] for n in names}
-    sources: dict[str, set[str]] = {n: set() for n in names}
     prefix = f"{path}, {load} load, {label} profile: "
-    # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
-    # threshold seen in each: a repeat's comparisons share its runs (on the
-    # compare-commits path each has its own, whose drifts are pooled per case-repeat),
-    # so counting comparisons would count one run's drift many times.
-    pairs: set[tuple[int, str]] = set()
-    drifted: dict[tuple[int, str], list[float]] = {}
-    judged, moved = 0, 0  # case comparisons, and those whose runs ran at different speeds
+    seen = _compare_repeats(repeats, path, profile, names, settings, warnings, prefix, levels)
+    _note_speed_changes(seen, prefix, warnings)
+    cases = {n: _case_result(seen, n, engine_ns[n], levels) for n in names}
+    return _path_result(repeats, path, load, label, names, seen, cases, levels)
+
+
+def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
+                     names: Sequence[str], settings: Any, warnings: set[str], prefix: str,
+                     levels: Sequence[float]) -> _Seen:
+    """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
+    into ``warnings`` but for the drift and speed ones, which `_note_speed_changes` sums."""
+    whats = [what for what, _, _ in comparisons(repeats[0], path, levels)] if repeats else []
+    seen = _Seen(verdicts={n: {w: [] for w in whats} for n in names},
+                 changes={n: {w: [] for w in whats} for n in names},
+                 thresholds={n: [] for n in names}, sources={n: set() for n in names})
+    verdicts = seen.verdicts
     for index, rep in enumerate(repeats):
         for what, base, pr in comparisons(rep, path, levels):
             comparison = cmp.compare(base, pr, settings=settings, profile=profile)
@@ -215,75 +239,93 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
             said = {cmp.drift_warning(comparison["cases"]), cmp.speed_warning(comparison["cases"])}
             warnings.update(prefix + w for w in comparison.get("warnings", []) if w not in said)
             shown = [r for r in comparison["cases"] if r["case"] in verdicts]
-            judged += len(shown)
-            moved += sum(cmp.beyond_speed_limit(r["control_shift"])
-                         and r["verdict"] not in ("failed", "not_comparable") for r in shown)
+            seen.judged += len(shown)
+            seen.moved += sum(cmp.beyond_speed_limit(r["control_shift"])
+                              and r["verdict"] not in ("failed", "not_comparable")
+                              for r in shown)
             for r in comparison["cases"]:
                 if r["control_drift"] is None or r["case"] not in verdicts:
                     continue  # a failed case, too few rounds to tell a drift, or not shown
-                pairs.add((index, r["case"]))
+                seen.pairs.add((index, r["case"]))
                 if r["drift_exceeds_threshold"]:
-                    drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
+                    seen.drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
             rows = {r["case"]: r for r in comparison["cases"]}
             for n in names:
                 row = rows.get(n)
                 verdicts[n][what].append(row["verdict"] if row else "failed")
-                changes[n][what].append(row["change"] if row else None)
+                seen.changes[n][what].append(row["change"] if row else None)
                 if what == "aa" and row:
-                    thresholds[n].append(row["threshold"])
-                    sources[n].add(row["noise_source"])
-    if drifted:
-        seen = [d for ds in drifted.values() for d in ds]
-        lo, hi = f"{min(seen):+.1%}", f"{max(seen):+.1%}"
+                    seen.thresholds[n].append(row["threshold"])
+                    seen.sources[n].add(row["noise_source"])
+    return seen
+
+
+def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
+    """One note each, for the path, of the control's drifts and of the runs' changes of
+    speed that its comparisons saw."""
+    if seen.drifted:
+        drifts = [d for ds in seen.drifted.values() for d in ds]
+        lo, hi = f"{min(drifts):+.1%}", f"{max(drifts):+.1%}"
         spread = f"a drift of {lo}" if lo == hi else f"drifts between {lo} and {hi}"
         warnings.add(
             f"{prefix}the ORT control drifted from the first round to the last by more than "
-            f"the case's threshold in {len(drifted)} of {len(pairs)} case-repeats (a case's "
-            f"runs in one repeat; {spread}): the machine changed speed during the runs. "
+            f"the case's threshold in {len(seen.drifted)} of {len(seen.pairs)} case-repeats (a "
+            f"case's runs in one repeat; {spread}): the machine changed speed during the runs. "
             f"{cmp.DRIFT_CANCELS}, but {cmp.DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
             "machine to be sure")
-    if moved:
+    if seen.moved:
         warnings.add(
             f"{prefix}the two runs' ORT controls took more than "
             f"{verdict_defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run in one than in the other in "
-            f"{moved} of {judged} case comparisons: the machine changed speed between runs, "
-            "so those were ❔ unless their interval cleared the threshold by more than "
+            f"{seen.moved} of {seen.judged} case comparisons: the machine changed speed between "
+            "runs, so those were ❔ unless their interval cleared the threshold by more than "
             f"{verdict_defaults.SPEED_CHANGE_ALLOWANCE:.0%} (`compare`'s rule for two runs)")
-    cases = {}
-    for n in names:
-        aa = verdicts[n]["aa"]
-        detection = {}
-        for level in levels:
-            got = verdicts[n][level_arm(level)]
-            detection[level_arm(level)] = {
-                "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
-                "measured_change": finite_median(changes[n][level_arm(level)]),
-                # ❔ is not a detection: e.g. an interval that straddles the threshold.
-                "inconclusive": sum(v == "inconclusive" for v in got),
-                "verdicts": got,
-            }
-        mde = next((lvl for lvl in levels
-                    if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
-        cases[n] = {
-            "engine_ns": engine_ns[n],
-            "threshold": finite_median(thresholds[n]),
-            "noise_sources": sorted(sources[n]),
-            "false_positives": {**proportion(sum(v in FLAGGED for v in aa), len(aa)),
-                                "verdicts": aa, "changes": changes[n]["aa"]},
-            "detection": detection,
-            "mde": mde,
-            # What the comparator saw at that level: the effect the injected delay really had.
-            "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
+
+
+def _case_result(seen: _Seen, n: str, engine_ns: float,
+                 levels: Sequence[float]) -> dict[str, Any]:
+    """One case's false positives, detection per level, MDE and per-node detection."""
+    verdicts, changes = seen.verdicts[n], seen.changes[n]
+    aa = verdicts["aa"]
+    detection = {}
+    for level in levels:
+        got = verdicts[level_arm(level)]
+        detection[level_arm(level)] = {
+            "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
+            "measured_change": finite_median(changes[level_arm(level)]),
+            # ❔ is not a detection: e.g. an interval that straddles the threshold.
+            "inconclusive": sum(v == "inconclusive" for v in got),
+            "verdicts": got,
         }
-        if PER_NODE_ARM in verdicts[n]:
-            got = verdicts[n][PER_NODE_ARM]
-            cases[n]["per_node"] = {"level": PER_NODE_LEVEL,
-                                    **proportion(sum(v in FLAGGED for v in got), len(got)),
-                                    "measured_change": finite_median(changes[n][PER_NODE_ARM])}
+    mde = next((lvl for lvl in levels
+                if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
+    case = {
+        "engine_ns": engine_ns,
+        "threshold": finite_median(seen.thresholds[n]),
+        "noise_sources": sorted(seen.sources[n]),
+        "false_positives": {**proportion(sum(v in FLAGGED for v in aa), len(aa)),
+                            "verdicts": aa, "changes": changes["aa"]},
+        "detection": detection,
+        "mde": mde,
+        # What the comparator saw at that level: the effect the injected delay really had.
+        "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
+    }
+    if PER_NODE_ARM in verdicts:
+        got = verdicts[PER_NODE_ARM]
+        case["per_node"] = {"level": PER_NODE_LEVEL,
+                            **proportion(sum(v in FLAGGED for v in got), len(got)),
+                            "measured_change": finite_median(changes[PER_NODE_ARM])}
+    return case
+
+
+def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
+                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, Any]],
+                 levels: Sequence[float]) -> dict[str, Any]:
+    """The path's totals over its cases, and the cases."""
     fp_hits = sum(c["false_positives"]["hits"] for c in cases.values())
     fp_n = sum(c["false_positives"]["n"] for c in cases.values())
     # Family-wise: a repeat counts once if any case of the grid was flagged.
-    any_fp = sum(any(verdicts[n]["aa"][r] in FLAGGED for n in names)
+    any_fp = sum(any(seen.verdicts[n]["aa"][r] in FLAGGED for n in names)
                  for r in range(len(repeats)))
     detection = {}
     for level in levels:
