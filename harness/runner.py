@@ -211,6 +211,35 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
                        f"the harness's overhead case ({OVERHEAD_CASE})")
 
 
+def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
+                  probed: dict[str, dict], twin: ArmSpec | None,
+                  per_process: int) -> dict[str, Any]:
+    """The results document before any case is in: this host, the config, the arms."""
+    host = host_fingerprint()
+    host["key"] = fingerprint_key(host)
+    return {
+        "schema": SCHEMA, "epbench_version": epbench_version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host, "config": _config_record(config, per_process),
+        "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
+        "twin": ({"of": config.aa_twin, "key": twin.key} if twin is not None else None),
+        "cases": {}, "interrupted": True,  # until the last case is in
+        "overhead": None,  # the harness's own cost, from the first process that measured it
+    }
+
+
+def _worker_config(config: RunConfig, doc: dict[str, Any],
+                   overhead_case: dict[str, Any]) -> dict[str, Any]:
+    """What every worker of the run is told, before its process's own fields."""
+    return {"threads": config.threads, "allow_fallback": config.allow_fallback,
+            "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
+            "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
+            "silence_timeout_s": config.silence_timeout_s,
+            "instructions": config.instructions, "sessions": config.sessions,
+            "keep_samples": config.keep_samples,
+            "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+
+
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
               cases_dir: Path) -> dict[str, Any]:
@@ -226,27 +255,11 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
               for name, record in saved.items() if "error" not in record}
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
-    host = host_fingerprint()
-    host["key"] = fingerprint_key(host)
     keys = [a.key for a in arms]
     per_process = (config.rounds if config.fixed_order
                    else rounds_per_process(config.rounds, len(keys), config.processes))
-    doc: dict[str, Any] = {
-        "schema": SCHEMA, "epbench_version": epbench_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": host, "config": _config_record(config, per_process),
-        "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
-        "twin": ({"of": config.aa_twin, "key": twin.key} if twin is not None else None),
-        "cases": {}, "interrupted": True,  # until the last case is in
-        "overhead": None,  # the harness's own cost, from the first process that measured it
-    }
-    worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
-                     "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
-                     "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
-                     "silence_timeout_s": config.silence_timeout_s,
-                     "instructions": config.instructions, "sessions": config.sessions,
-                     "keep_samples": config.keep_samples,
-                     "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+    doc = _new_document(config, arms, libraries, probed, twin, per_process)
+    worker_config = _worker_config(config, doc, overhead_case)
     jsonl = samples_out = samples_file = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
