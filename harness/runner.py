@@ -13,28 +13,17 @@ everything measured so far.
 from __future__ import annotations
 
 import gzip
-import os
 import random
-import signal
-import subprocess
-import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import epbench
 from epbench.cases.built import load_built_case, save_built_case
 from epbench.cases.grids import case_by_name
 from epbench.cases.spec import CaseSpec
-from epbench.core.errors import (
-    ArmError,
-    CaseError,
-    EpbenchError,
-    scratch_remedy,
-)
+from epbench.core.errors import ArmError, CaseError, EpbenchError, scratch_remedy
 from epbench.core.results import (
     SCHEMA,
     JsonlWriter,
@@ -60,290 +49,28 @@ from epbench.harness.arms import (
 )
 from epbench.harness.gate import (
     DEFAULT_BUDGET_S,
-    DEFAULT_MAX_WAIT_S,
-    DEFAULT_THRESHOLD,
     DEFAULT_WINDOW_S,
     FUTILE_ROUNDS_BEFORE_NO_WAIT,
-    POLICIES,
     RunWaitBudget,
 )
 from epbench.harness.host import fingerprint_key, host_fingerprint
-from epbench.harness.isolation import credential
 from epbench.harness.overhead import OVERHEAD_CASE
+from epbench.harness.run_config import (
+    Progress,
+    RunConfig,
+    counterbalanced_order,
+    fixed_order,
+    rounds_per_process,
+)
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
-
-# The module each worker process runs; tests point it at a worker that crashes.
-WORKER_MODULE = "epbench.harness.worker"
-# How much of a dead worker's stderr is kept for the error message.
-STDERR_TAIL_BYTES = 4000
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run needs; recorded whole in the results file.
-
-    These defaults are the CLI's defaults too (epbench.cli.run_commands reads them).
-    """
-
-    cases: tuple[CaseSpec, ...]
-    arms: tuple[ArmSpec, ...]
-    rounds: int = 30  # in all, spread over the processes
-    # Worker processes per case, and sessions per arm inside each (rotated over rounds).
-    processes: int = 3
-    sessions: int = 2
-    # The key of an arm to run twice, the second time as an A/A twin from its own copy
-    # of the library under its own registration name: the run's own noise measurement.
-    aa_twin: str | None = None
-    # Raw per-iteration samples into results.samples.jsonl.gz (the results file keeps
-    # per-block summaries only).
-    keep_samples: bool = False
-    block_target_ms: float = 20.0
-    # Each arm's block is cut into this many slices, run alternately in the round's order,
-    # so every arm samples the same millisecond-scale noise of the machine. On this
-    # project's 2-core VM (quick grid, 3 alternated runs of 6 arms each, 72 rounds) the
-    # A/A interval's median half-width went 1.34 % -> 0.58 % (16 slices) -> 0.59 % (64),
-    # a ~2.7 % slowdown was flagged in 7 -> 17 -> 18 of 18 case comparisons
-    # (docs/validation/summaries.tar.xz:slices.txt).
-    block_slices: int = 64
-    # Bounds the raw samples kept per block: fast cases get shorter blocks.
-    max_block_iters: int = 2000
-    warmup_ms: float = 100.0
-    seed: int = 0
-    threads: int = 1
-    gate_policy: str = "wait"
-    gate_threshold: float = DEFAULT_THRESHOLD
-    gate_max_wait_s: float = DEFAULT_MAX_WAIT_S
-    # Rounds in a row with no passing gate look before this run began (RunWaitBudget):
-    # a re-run of some cases continues its first pass's count.
-    futile_rounds_before: int = 0
-    # A worker silent this long is taken for hung and killed (its case: crashed).
-    silence_timeout_s: float = 300.0
-    allow_fallback: bool = False
-    fixed_order: bool = False
-    # Instruction counts per Run in one extra untimed pass after the timed processes:
-    # None, "perf" or "valgrind".
-    instructions: str | None = None
-    out_dir: Path | None = None
-    overwrite: bool = False
-    progress: Progress | None = None
-    grids: tuple[str, ...] = field(default_factory=tuple)
-    # "K/N" when the cases are the K-th of N slices of the grids (`run --shard`).
-    shard: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1:
-            raise EpbenchError("--rounds must be at least 1; rounds are the unit of replication")
-        if self.processes < 1:
-            raise EpbenchError("--processes must be at least 1 (3 or more let the interval "
-                               "cover what two processes differ by)")
-        if self.sessions < 1:
-            raise EpbenchError("--sessions must be at least 1 (2 or more let the interval "
-                               "cover what two sessions differ by)")
-        if not self.cases:
-            raise EpbenchError("no cases to run: pass --grid NAME, --case NAME or --model PATH")
-        if self.gate_policy not in POLICIES:
-            raise EpbenchError(f"--gate must be one of {', '.join(POLICIES)}")
-        if not 0.0 < self.gate_threshold <= 1.0:
-            raise EpbenchError("--gate-threshold is a fraction of idle time, in (0, 1]")
-        if (self.threads < 1 or self.block_target_ms <= 0 or self.max_block_iters < 1
-                or self.silence_timeout_s <= 0 or self.block_slices < 1):
-            raise EpbenchError("--threads, --block-ms, --max-block-iters, --slices and "
-                               "--case-timeout must be positive")
-
-
-def defaults() -> dict[str, Any]:
-    """RunConfig's defaults by field name (the CLI shows and uses these)."""
-    from dataclasses import MISSING, fields
-
-    return {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
-
-
-def williams_rows(n: int) -> list[list[int]]:
-    """A Williams design for n arms: every arm in every position equally often, and
-    every arm preceding every other equally often (n rows if n is even, 2n if odd)."""
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        first.append(low)
-        low += 1
-        if len(first) < n:
-            first.append(high)
-            high -= 1
-    rows = [[(x + r) % n for x in first] for r in range(n)]
-    if n % 2:
-        rows += [list(reversed(row)) for row in rows]
-    return rows
-
-
-def rounds_per_process(rounds: int, n_arms: int, processes: int) -> int:
-    """Each process's share of ``rounds``, rounded up to whole counterbalanced designs."""
-    return balanced_rounds(-(-rounds // processes), n_arms)
-
-
-def balanced_rounds(rounds: int, n_arms: int) -> int:
-    """Rounds rounded up to whole Williams designs: n rows for an even number of
-    arms, 2n for an odd one (position and first-order carry-over balance)."""
-    block = n_arms if n_arms % 2 == 0 else 2 * n_arms
-    return -(-rounds // block) * block
-
-
-def counterbalanced_order(keys: list[str], rounds: int, rng: random.Random) -> list[list[str]]:
-    """One order of ``keys`` per round, shuffled and counterbalanced.
-
-    Built from Williams designs with the arms relabelled at random per design and
-    the rows shuffled within each n-row Latin square: every arm takes every
-    position exactly ``rounds / n`` times when ``rounds`` is a multiple of n.
-    """
-    n = len(keys)
-    orders: list[list[str]] = []
-    while len(orders) < rounds:
-        labels = list(keys)
-        rng.shuffle(labels)
-        rows = williams_rows(n)
-        for start in range(0, len(rows), n):
-            square = rows[start:start + n]
-            rng.shuffle(square)
-            orders.extend([labels[i] for i in row] for row in square)
-    return orders[:rounds]
-
-
-def fixed_order(keys: list[str], rounds: int) -> list[list[str]]:
-    """The same order every round: only for measuring the position bias it leaks."""
-    return [list(keys) for _ in range(rounds)]
-
-
-def _worker_env() -> dict[str, str]:
-    # The folder that holds the `epbench` package (the checkout, or site-packages);
-    # not resolved, since the package's parts are links in a checkout.
-    root = str(Path(epbench.__file__).parent.parent)
-    # The worker loads the libraries under test: it gets no credential (a token, the
-    # history's URL) that the harness's environment may hold.
-    env = {k: v for k, v in os.environ.items() if not credential(k)}
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-class Progress(Protocol):
-    """What the runner tells whoever shows progress (the command layer decides how)."""
-
-    def start(self, total_rounds: int) -> None: ...
-
-    def event(self, case: str, process: int, event: dict[str, Any]) -> None: ...
-
-    def process_done(self, case: str, process: int, record: dict[str, Any],
-                     skipped_rounds: int) -> None: ...
-
-    def status(self, text: str) -> None: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass
-class WorkerOutcome:
-    events: list[dict[str, Any]]
-    returncode: int
-    stderr_tail: str
-    timed_out: bool = False
-
-
-OnEvent = Callable[[dict[str, Any]], None]
-
-
-def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
-               silence_timeout_s: float | None = None,
-               prefix: tuple[str, ...] | list[str] = ()) -> WorkerOutcome:
-    """Run one worker process to the end.
-
-    A worker that reports nothing for ``silence_timeout_s`` (a hung EP) is killed
-    and reported as such; a KeyboardInterrupt kills it and propagates. ``prefix``
-    runs the worker under another program (valgrind, for instruction counts).
-    """
-    import json
-    import selectors
-
-    read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile(mode="w+b") as err:
-        proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", WORKER_MODULE, str(write_fd)],
-            stdin=subprocess.PIPE, stdout=err, stderr=err, pass_fds=(write_fd,),
-            env=_worker_env(), start_new_session=True,
-        )
-        os.close(write_fd)
-        events: list[dict[str, Any]] = []
-        timed_out = False
-        try:
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(dumps(request).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass  # the worker died at start; its exit status says why
-            # Raw reads, split here: a buffered readline could keep a second line that
-            # arrived in the same read out of select()'s sight, so an event written just
-            # before a hang was lost with the killed worker (and noticed only at the next
-            # write, or never).
-            with os.fdopen(read_fd, "rb", buffering=0) as pipe, \
-                    selectors.DefaultSelector() as selector:
-                selector.register(pipe, selectors.EVENT_READ)
-                pending = b""
-                while True:
-                    if not selector.select(silence_timeout_s):
-                        timed_out = True
-                        proc.kill()
-                        break
-                    chunk = pipe.read(1 << 16)
-                    if not chunk:
-                        break
-                    *lines, pending = (pending + chunk).split(b"\n")
-                    for line in lines:
-                        try:
-                            event = json.loads(line)
-                        except ValueError:
-                            continue  # a line cut by a crash mid-write
-                        events.append(event)
-                        if on_event is not None:
-                            on_event(event)
-            returncode = proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        size = err.seek(0, os.SEEK_END)
-        err.seek(max(0, size - STDERR_TAIL_BYTES))
-        tail = err.read().decode("utf-8", "replace")
-    return WorkerOutcome(events, returncode, tail, timed_out)
-
-
-def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[str, dict]:
-    """Load and register every arm in a throw-away worker; report each EP's name.
-
-    A library that cannot be loaded, is not a plugin EP, or crashes while loading
-    is reported here, before any case runs.
-    """
-    request = {"mode": "probe", "config": {},
-               "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    outcome = run_worker(request)
-    found = {e["key"]: e for e in outcome.events if e.get("event") == "arm"}
-    for event in outcome.events:
-        if event.get("event") == "error":
-            raise ArmError(event["message"])
-    if outcome.returncode < 0:
-        loading = [a.spec for a in arms if a.kind != "ort" and a.key not in found]
-        raise ArmError(
-            f"arm {loading[0] if loading else '?'!r} crashed the process while loading "
-            f"({_signal_name(-outcome.returncode)}); the library is broken or built for "
-            "another ONNX Runtime"
-        )
-    if not any(e.get("event") == "done" for e in outcome.events):
-        raise ArmError(f"loading the arms failed: {outcome.stderr_tail.strip()[-500:]}")
-    return found
+from epbench.harness.worker_process import (
+    ProcessInterrupted,
+    count_instructions,
+    empty_case,
+    probe_arms,
+    run_process,
+)
 
 
 def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
@@ -361,143 +88,6 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
             "options": dict(arm.options),
         }
     return records
-
-
-def _empty_case(spec: CaseSpec) -> dict[str, Any]:
-    return {"spec": spec.to_dict(), "definition_sha256": None, "status": "ok", "error": None,
-            "error_kind": None, "signal": None, "core": None, "overhead": None, "arms": {},
-            "rounds": [], "processes": []}
-
-
-def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
-                orders: list[list[str]], worker_config: dict[str, Any],
-                built: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
-    """Run one process of a case in a worker; return what it measured, crash or not.
-
-    ``built`` is where the case was saved (cases.built): the worker reads it, and also
-    ``overhead_case`` from ``worker_config`` when it measures the harness's overhead.
-
-    The record has the case record's fields (status, error, core, arms, rounds, ...);
-    ``merge_process`` adds it to the case.
-    """
-    result = _empty_case(spec)
-    del result["processes"]
-
-    def collect(event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "pinned":
-            result["core"] = event["core"]
-        elif kind == "overhead":
-            result["overhead"] = event["overhead"]
-        elif kind in ("verified", "sized"):
-            result["arms"] = event["arms"]
-        elif kind == "round":
-            result["rounds"].append(event["round"])
-        elif kind == "error":
-            result["status"] = "failed"
-            result["error"] = event["message"]
-            result["error_kind"] = event.get("kind", "internal")
-        if on_event is not None:
-            on_event(event)
-
-    request = {"mode": "case", "case": spec.to_dict(), "built": built, "orders": orders,
-               "config": worker_config,
-               "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    try:
-        outcome = run_worker(request, collect, worker_config["silence_timeout_s"])
-    except KeyboardInterrupt:
-        result["status"] = "interrupted"
-        result["error_kind"] = "interrupted"
-        result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
-        raise _Interrupted(result) from None
-    done = any(e.get("event") == "done" for e in outcome.events)
-    tail = outcome.stderr_tail.strip()[-300:]
-    measured = f"after {len(result['rounds'])} round(s)"
-    if outcome.timed_out:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker stopped: nothing reported for "
-                           f"{worker_config['silence_timeout_s']:g} s {measured} (a hung EP?); "
-                           "raise --case-timeout if a step is legitimately that slow")
-    elif outcome.returncode < 0:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["signal"] = -outcome.returncode
-        result["error"] = f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}"
-    elif not done and result["status"] == "ok":
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
-                           f"before finishing: {tail}")
-    return result
-
-
-def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
-                       cases: dict[str, dict[str, Any]],
-                       on_case: Callable[[str], None] = lambda _: None) -> None:
-    """Run the instruction-count pass of ``cases`` (one worker) and add their counts.
-
-    A failed pass does not fail a case (its times stand); the reason is kept in
-    the case's ``instructions["error"]``: its own error; the crash, for the case the
-    worker was counting when it died; "ended before this case" for those after it;
-    "interrupted" when Ctrl-C stopped the pass (which then propagates). ``on_case``
-    hears of each case as soon as its record is final, counted or not.
-    """
-    method = worker_config["instructions"]
-    for case in cases.values():
-        case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
-                                "error": None}
-    finished: set[str] = set()
-    current: list[str] = []  # the case the worker said it is counting
-
-    def finish(name: str, error: str | None) -> None:
-        if error is not None:
-            cases[name]["instructions"]["error"] = error
-        finished.add(name)
-        on_case(name)
-
-    def finish_rest(reason: str) -> None:
-        for name in cases:
-            if name not in finished:
-                finish(name, reason)
-
-    with tempfile.TemporaryDirectory(prefix="epbench-cg-") as dump_dir:
-        try:
-            pass_request, prefix = instructions.worker_request(request, method, Path(dump_dir))
-        except instructions.InstructionsError as exc:
-            finish_rest(str(exc))
-            return
-        errors: list[str] = []
-
-        def collect(event: dict[str, Any]) -> None:
-            kind, name = event.get("event"), event.get("case")
-            if kind == "counting" and name in cases:
-                current[:] = [name]
-            elif kind == "instructions" and name in cases:
-                if not event.get("error"):
-                    instructions.add_counts(cases[name]["arms"], event["per_run"])
-                finish(name, event.get("error"))
-            elif kind == "error":
-                errors.append(event["message"])
-
-        try:
-            outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"],
-                                 prefix)
-        except KeyboardInterrupt:
-            finish_rest("interrupted before this case was counted")
-            raise
-    ended = (errors[0] if errors else
-             f"the {method} pass ended with status {outcome.returncode}: "
-             f"{outcome.stderr_tail.strip()[-300:]}")
-    if current and current[0] not in finished:
-        finish(current[0], f"{ended} (while counting this case)")
-    finish_rest(f"{ended} (before this case)")
-
-
-class _Interrupted(Exception):
-    def __init__(self, partial: dict[str, Any]) -> None:
-        super().__init__("interrupted")
-        self.partial = partial
 
 
 def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
@@ -621,6 +211,35 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
                        f"the harness's overhead case ({OVERHEAD_CASE})")
 
 
+def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
+                  probed: dict[str, dict], twin: ArmSpec | None,
+                  per_process: int) -> dict[str, Any]:
+    """The results document before any case is in: this host, the config, the arms."""
+    host = host_fingerprint()
+    host["key"] = fingerprint_key(host)
+    return {
+        "schema": SCHEMA, "epbench_version": epbench_version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host, "config": _config_record(config, per_process),
+        "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
+        "twin": ({"of": config.aa_twin, "key": twin.key} if twin is not None else None),
+        "cases": {}, "interrupted": True,  # until the last case is in
+        "overhead": None,  # the harness's own cost, from the first process that measured it
+    }
+
+
+def _worker_config(config: RunConfig, doc: dict[str, Any],
+                   overhead_case: dict[str, Any]) -> dict[str, Any]:
+    """What every worker of the run is told, before its process's own fields."""
+    return {"threads": config.threads, "allow_fallback": config.allow_fallback,
+            "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
+            "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
+            "silence_timeout_s": config.silence_timeout_s,
+            "instructions": config.instructions, "sessions": config.sessions,
+            "keep_samples": config.keep_samples,
+            "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+
+
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
               cases_dir: Path) -> dict[str, Any]:
@@ -636,27 +255,11 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
               for name, record in saved.items() if "error" not in record}
     if config.out_dir is not None:
         prepare_out_dir(Path(config.out_dir), overwrite=config.overwrite)
-    host = host_fingerprint()
-    host["key"] = fingerprint_key(host)
     keys = [a.key for a in arms]
     per_process = (config.rounds if config.fixed_order
                    else rounds_per_process(config.rounds, len(keys), config.processes))
-    doc: dict[str, Any] = {
-        "schema": SCHEMA, "epbench_version": epbench_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": host, "config": _config_record(config, per_process),
-        "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
-        "twin": ({"of": config.aa_twin, "key": twin.key} if twin is not None else None),
-        "cases": {}, "interrupted": True,  # until the last case is in
-        "overhead": None,  # the harness's own cost, from the first process that measured it
-    }
-    worker_config = {"threads": config.threads, "allow_fallback": config.allow_fallback,
-                     "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
-                     "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
-                     "silence_timeout_s": config.silence_timeout_s,
-                     "instructions": config.instructions, "sessions": config.sessions,
-                     "keep_samples": config.keep_samples,
-                     "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+    doc = _new_document(config, arms, libraries, probed, twin, per_process)
+    worker_config = _worker_config(config, doc, overhead_case)
     jsonl = samples_out = samples_file = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
@@ -668,7 +271,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             samples_out = gzip.open(samples_file, "wt", encoding="utf-8")  # noqa: SIM115 -- closed in finally
     rng = random.Random(config.seed)
     for spec in specs:
-        doc["cases"][spec.name] = _empty_case(spec)
+        doc["cases"][spec.name] = empty_case(spec)
         if spec.name in hashes:
             doc["cases"][spec.name]["definition_sha256"] = hashes[spec.name]
         else:
@@ -704,7 +307,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                     record = run_process(
                         spec, arms, libraries, orders, process_config, saved[spec.name],
                         lambda e, n=spec.name, p=process: progress.event(n, p, e))
-                except _Interrupted as stop:
+                except ProcessInterrupted as stop:
                     record, stopped = stop.partial, True
                 if samples_out is not None:
                     _write_samples(samples_out, spec.name, process, record["rounds"])

@@ -1,6 +1,6 @@
 """The worker: runs one case, all its arms, round by round, in its own process.
 
-The parent (harness.runner) starts ``python -m harness.worker EVENTS_FD``, writes one
+The parent (harness.worker_process) starts ``python -m harness.worker EVENTS_FD``, writes one
 JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
 *process* of a case: the runner starts several per case, each with its own memory layout.
 """
@@ -23,14 +23,9 @@ from epbench.core.results import dumps
 from epbench.engine.probe import read_counters
 from epbench.harness.arms import CONTROL_KEY, ArmSpec
 from epbench.harness.conformance import run_in_worker
-from epbench.harness.gate import (
-    IdleGate,
-    InterferenceMeter,
-    carried_from_meter,
-    format_gate_reading,
-    quietest_core,
-)
+from epbench.harness.gate import IdleGate, format_gate_reading, quietest_core
 from epbench.harness.instructions import count_in_worker
+from epbench.harness.interference import InterferenceMeter, carried_from_meter
 from epbench.harness.overhead import measure_overhead
 from epbench.harness.sessions import (
     CPU_EP,

@@ -173,7 +173,7 @@ def test_compare_commits_measures_copies_that_outlive_no_run(repo, tmp_path,
     removed when the comparison ends."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.arms import file_sha256
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
 
@@ -290,7 +290,7 @@ def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
     """A library under test runs in the worker as the harness's user: should it (or what it
     left running) rewrite epbench's code, no verdict is written, and the run is kept."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support import synthetic
@@ -346,7 +346,7 @@ def test_the_guarded_code_is_every_part_where_it_really_lives() -> None:
 
 
 def test_the_worker_that_loads_the_libraries_gets_no_credential(monkeypatch) -> None:
-    from epbench.harness import runner
+    from epbench.harness import worker_process
 
     secrets = {"GITHUB_TOKEN": "ghs_x", "EPBENCH_DB": "postgresql://u:pw@h/db",
                "AWS_SECRET_ACCESS_KEY": "s", "DATABASE_URL": "postgres://u:pw@h/d",
@@ -354,7 +354,7 @@ def test_the_worker_that_loads_the_libraries_gets_no_credential(monkeypatch) -> 
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    env = runner._worker_env()
+    env = worker_process._worker_env()
     assert not set(secrets) & set(env)
     assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == os.environ["PATH"]
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(PACKAGE.parent)

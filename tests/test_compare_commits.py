@@ -148,7 +148,7 @@ def _fake_commits(monkeypatch, fake_run) -> None:
 def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -> None:
     """The re-run loop against a fake runner: ❔ cases get more rounds, others do not."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
@@ -285,7 +285,7 @@ def test_a_rerun_goes_on_from_the_gate_count_of_the_pass_before_it(tmp_path,
     """Rounds with no passing gate look at the end of each pass reach the next re-run,
     so a sustained load is not waited out again by every re-run's first processes."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
@@ -327,7 +327,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     few to stand alone); it is re-run like a ❔ while the budget lasts, and the note names
     it when it is left so."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
@@ -368,7 +368,7 @@ def test_a_held_back_warning_with_no_quiet_round_is_not_rerun(tmp_path, monkeypa
     load cannot make it 🔴: re-runs pass it by, with or without a budget, and a warning of
     its own says to rerun on a quiet machine, beside the budget's for a ❔ left."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
@@ -525,7 +525,7 @@ def _compare_with_clock(monkeypatch, tmp_path, readings: list[float],
     """compare_commits over relu_d1_w8 and relu_d10_w8, 12 rounds, with time.monotonic
     returning ``readings`` in turn."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
 
@@ -618,7 +618,7 @@ def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(t
                                                                               monkeypatch):
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
     from epbench.reports.compare import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc

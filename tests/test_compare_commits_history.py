@@ -20,7 +20,7 @@ from epbench.cases.grids import case_by_name
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.harness.commits import is_ancestor
-from epbench.harness.runner import RunConfig
+from epbench.harness.run_config import RunConfig
 from epbench.reports import history as hist
 from epbench.reports import render
 from epbench.reports.artifact import comment_body, comparison_schema

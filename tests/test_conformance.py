@@ -150,7 +150,8 @@ def test_engine_nodes_inside_subgraphs_keep_the_model_valid(partition: str) -> N
 # ---- failures and crashes ---------------------------------------------------------------------
 
 def _faulty(monkeypatch, fault: str) -> None:
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.conformance_faults")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.conformance_faults")
     monkeypatch.setenv("EPBENCH_CONFORMANCE_FAULT", fault)
 
 

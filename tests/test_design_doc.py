@@ -10,6 +10,7 @@ import grimp
 import tomllib
 
 from epbench.harness import gate
+from epbench.harness.interference import MIN_JUDGED_TICKS, longest_window_one_busy_tick_fails
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 from epbench.reports import defaults
 from epbench.reports.stats import MIN_DRIFT_ROUNDS, min_rounds
@@ -50,8 +51,8 @@ def test_the_quoted_numbers_are_the_code():
         f"at least {gate.DEFAULT_THRESHOLD:g} idle",
         f"{gate.DEFAULT_WINDOW_S * 1000:g} ms window",
         f"up to {gate.DEFAULT_MAX_WAIT_S:g} s per round and {gate.DEFAULT_BUDGET_S:g} s per case",
-        f"at least {gate.MIN_JUDGED_TICKS} ticks",
-        f"but never beyond {gate.longest_window_one_busy_tick_fails(gate.DEFAULT_THRESHOLD)} "
+        f"at least {MIN_JUDGED_TICKS} ticks",
+        f"but never beyond {longest_window_one_busy_tick_fails(gate.DEFAULT_THRESHOLD)} "
         "ticks on any judged core",
         f"compare-commits {COMMITS_GATE_MAX_WAIT_S:g}: it looks but does not wait",
         f"Once {gate.FUTILE_ROUNDS_BEFORE_NO_WAIT} rounds in a row",
@@ -76,7 +77,7 @@ def test_the_after_graph_is_as_described():
 JSON_READERS = {
     "epbench/core/results.py": "results files: the one loader, and its JSON Schema",
     "harness/worker.py": "the request on its stdin",
-    "harness/runner.py": "the worker's events",
+    "harness/worker_process.py": "the worker's events",
     "reports/history.py": "the store's own JSON columns",
     "reports/calibrate.py": "noise profiles",
     "reports/artifact.py": "compare artifacts and their schema",

@@ -13,18 +13,22 @@ from epbench.core.errors import EXIT_GATE, GateError
 from epbench.harness.gate import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
-    MAX_METER_MARKS,
-    CoreUsage,
-    CpuTimes,
     GateReading,
     IdleGate,
-    InterferenceMeter,
-    carried_from_meter,
     current_gate_state,
     format_gate_reading,
-    longest_window_one_busy_tick_fails,
-    parse_proc_stat,
     quietest_core,
+)
+from epbench.harness.interference import (
+    MAX_METER_MARKS,
+    InterferenceMeter,
+    carried_from_meter,
+    longest_window_one_busy_tick_fails,
+)
+from epbench.harness.proc_stat import (
+    CoreUsage,
+    CpuTimes,
+    parse_proc_stat,
     read_proc_stat,
     usage_between,
 )
@@ -820,10 +824,10 @@ def test_a_case_s_processes_share_one_gate_budget(monkeypatch):
     """A busy machine costs a bounded wait per case however many processes it has: the
     runner records each process's share, and the worker's gate is built with it."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness import runner, worker
+    from epbench.harness import run_config, runner, worker
     from epbench.harness.gate import DEFAULT_BUDGET_S
 
-    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), processes=4)
+    config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), processes=4)
     gate_cfg = runner._config_record(config, 8)["gate"]
     assert gate_cfg["budget_s"] == DEFAULT_BUDGET_S / 4
 
@@ -1055,24 +1059,24 @@ def test_each_process_gets_the_budget_the_rounds_before_it_leave(monkeypatch, tm
     results.json and results.jsonl alike, and says when waiting stops and resumes."""
     from epbench.cases.grids import case_by_name
     from epbench.core.results import load_results
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner, worker_process
 
     script = iter(WAIT_SCRIPT)
     sent = []
 
     def fake_worker(request, on_event=None, silence_timeout_s=None, prefix=()):
         if request["mode"] != "case":  # the arms' probe
-            return runner.WorkerOutcome(events=[{"event": "done"}], returncode=0,
-                                        stderr_tail="")
+            return worker_process.WorkerOutcome(events=[{"event": "done"}], returncode=0,
+                                                stderr_tail="")
         sent.append(request["config"]["gate"]["budget_s"])
         pattern, _ = next(script)
         if not pattern:  # killed before its first round
-            return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="")
+            return worker_process.WorkerOutcome(events=[], returncode=-11, stderr_tail="")
         events = [*({"event": "round", "round": r} for r in _rounds(pattern)),
                   {"event": "done"}]
         for e in events:
             on_event(e)
-        return runner.WorkerOutcome(events=events, returncode=0, stderr_tail="")
+        return worker_process.WorkerOutcome(events=events, returncode=0, stderr_tail="")
 
     said = []
 
@@ -1080,10 +1084,10 @@ def test_each_process_gets_the_budget_the_rounds_before_it_leave(monkeypatch, tm
         def status(self, text: str) -> None:
             said.append(text)
 
-    monkeypatch.setattr(runner, "run_worker", fake_worker)
+    monkeypatch.setattr(worker_process, "run_worker", fake_worker)
     names = ("relu_d1_w8", "relu_d10_w8", "add_d10_w8")
-    config = runner.RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(),
-                              rounds=4, processes=3, progress=Said(), out_dir=tmp_path / "o")
+    config = run_config.RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(),
+                                  rounds=4, processes=3, progress=Said(), out_dir=tmp_path / "o")
     doc = runner.run(config)
     full = doc["config"]["gate"]["budget_s"]
     assert full > 0 and doc["config"]["gate"]["stops_waiting_after_rounds"] == 16

@@ -72,7 +72,8 @@ def test_valgrind_prefix_collects_nothing_until_asked(tmp_path):
 def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeypatch):
     from epbench.cases.grids import case_by_name
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
     from epbench.reports import compare as cmp
 
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -139,16 +140,16 @@ def test_helper_library_is_built_once_and_cached(tmp_path):
 
 
 def _pass_with(monkeypatch, worker):
-    from epbench.harness import runner
+    from epbench.harness import worker_process
 
-    monkeypatch.setattr(runner, "run_worker", worker)
+    monkeypatch.setattr(worker_process, "run_worker", worker)
     monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (request, []))
     cases = {name: {"arms": {"ort": {}, "x": {"counters_per_run": {"heap_allocs": 0.0}}}}
              for name in ("a", "b", "c", "d")}
     seen = []
     def count() -> None:
-        runner.count_instructions({"cases": list(cases)}, {"instructions": "perf",
-                                  "silence_timeout_s": 5.0}, cases, seen.append)
+        worker_process.count_instructions({"cases": list(cases)}, {"instructions": "perf",
+                                          "silence_timeout_s": 5.0}, cases, seen.append)
 
     return cases, seen, count
 
@@ -156,7 +157,7 @@ def _pass_with(monkeypatch, worker):
 def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch):
     """The runner side of the batched pass: one worker for all cases; a case's error is its
     own; a crash is pinned on the case being counted, not on those after it."""
-    from epbench.harness import runner
+    from epbench.harness import worker_process
 
     started = []
 
@@ -168,7 +169,8 @@ def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch)
         on_event({"event": "counting", "case": "b"})
         on_event({"event": "instructions", "case": "b", "error": "CaseError: outputs differ"})
         on_event({"event": "counting", "case": "c"})
-        return runner.WorkerOutcome(events=[], returncode=-11, stderr_tail="Segmentation fault")
+        return worker_process.WorkerOutcome(events=[], returncode=-11,
+                                            stderr_tail="Segmentation fault")
 
     cases, seen, count = _pass_with(monkeypatch, crashing_worker)
     count()

@@ -71,7 +71,8 @@ def test_every_results_file_records_the_overhead(tmp_path):
     from epbench.cases.grids import case_by_name
     from epbench.core.results import load_results
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
 
     run(RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),), rounds=1,
                   warmup_ms=5.0, gate_policy="off", out_dir=tmp_path / "o"))
@@ -84,6 +85,7 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     """The thin command: options reach the plan, files are written, the numbers printed."""
     from epbench.cli import validate_commands
     from epbench.workflows import validate as val
+    from epbench.workflows import validate_plan as vplan
     from tests.test_validate import FakeRunner
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -107,8 +109,8 @@ def test_validate_command_writes_both_files(tmp_path, monkeypatch):
     assert (p.budget_s, p.rounds, p.processes, p.sessions) == (100.0, 10, 2, 1)
     assert p.loads == ("none", "sustained") and p.aa_twin is True
     assert [c.name for c in p.cases] == ["relu_d1_w8"]
-    assert p.paths == val.PATHS and p.commit_instructions == "valgrind"
-    for path in val.PATHS:
+    assert p.paths == vplan.PATHS and p.commit_instructions == "valgrind"
+    for path in vplan.PATHS:
         for load in ("none", "sustained"):
             assert f"{path}, {load} load, without profile: 0/1 A/A flagged" in out.output
     # One case is its own median: no other case's share to give.

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from epbench.cases.grids import case_by_name
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
-from epbench.harness.runner import RunConfig
+from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import html, plots, render
 from epbench.reports.summary import gate_rounds

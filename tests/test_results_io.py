@@ -157,7 +157,8 @@ def test_a_twin_of_an_arm_the_run_lacks_is_refused_before_anything_runs(tmp_path
     from epbench.cases.grids import case_by_name
     from epbench.core.errors import ArmError
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
 
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("engine"),),
                        aa_twin="plugin:other", out_dir=tmp_path / "out")
@@ -223,7 +224,7 @@ def test_the_runner_opens_its_streams_without_following_links(tmp_path, monkeypa
     """Links planted between the check of --out and the first write: the run stops
     before measuring, and nothing is written through them."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner
     from epbench.harness.arms import parse_arm
 
     out = tmp_path / "out"
@@ -235,9 +236,9 @@ def test_the_runner_opens_its_streams_without_following_links(tmp_path, monkeypa
             (out_dir / name).symlink_to(tmp_path / f"stolen-{name}")
 
     monkeypatch.setattr(runner, "prepare_out_dir", prepare_then_plant)
-    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
-                              rounds=2, keep_samples=True, gate_policy="off", out_dir=out,
-                              overwrite=True)
+    config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                                  rounds=2, keep_samples=True, gate_policy="off", out_dir=out,
+                                  overwrite=True)
     for name in ("results.jsonl", SAMPLES_FILE):
         planted[:] = [name]
         with pytest.raises(ResultsError, match=f"{name} is a symbolic link"):

@@ -27,7 +27,7 @@ from epbench.core.model import (
     json_path,
 )
 from epbench.core.results import ResultsError, load_results, migrate_to_2, read_document
-from epbench.harness import runner
+from epbench.harness import worker_process
 from epbench.reports import compare
 from tests.support import synthetic
 
@@ -247,10 +247,10 @@ def test_a_null_where_readers_need_a_value_is_refused_at_load(tmp_path, cls, key
 
 def test_nulls_the_writers_do_write_still_load(tmp_path) -> None:
     """What a run legitimately leaves null: a case that never started (the runner's
-    _empty_case), an interrupted run's stream, a schema-1 file after migration."""
+    empty_case), an interrupted run's stream, a schema-1 file after migration."""
     doc = json.loads((FIXTURES / "run_v2.json").read_text())
     doc["cases"]["never_started"] = {
-        **runner._empty_case(case_by_name("relu_d10_w8")), "status": "interrupted"}
+        **worker_process.empty_case(case_by_name("relu_d10_w8")), "status": "interrupted"}
     doc["interrupted"] = True
     (tmp_path / "results.json").write_text(json.dumps(doc))
     assert load_results(tmp_path).cases["never_started"].rounds == []

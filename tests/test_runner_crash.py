@@ -9,7 +9,8 @@ import pytest
 from epbench.cases.grids import case_by_name
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
-from epbench.harness.runner import RunConfig, run
+from epbench.harness.run_config import RunConfig
+from epbench.harness.runner import run
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,8 @@ def _config(tmp_path, **kw) -> RunConfig:
 
 @pytest.mark.parametrize("signame", ["SIGSEGV", "SIGABRT"])
 def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypatch, signame):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", f"crash:relu_d10_w8:2:{signame}")
     doc = run(_config(tmp_path))
     import signal
@@ -52,7 +54,8 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
 
 
 def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "crashp:relu_d10_w8:1:1:SIGSEGV")
     # 4 rounds over 3 processes: 2 each (whole designs of the 2 arms), 6 in all.
     doc = run(_config(tmp_path, processes=3))
@@ -79,7 +82,9 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
 
     from epbench.cli.main import cli
 
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "crash:relu_d1_w8:1:SIGSEGV")
     result = CliRunner().invoke(cli, [
         "run", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--arm", "ort:name=ort_b",
@@ -92,7 +97,8 @@ def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
 
 
 def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "exit:relu_d10_w8:1:7")
     doc = run(_config(tmp_path))
     case = doc["cases"]["relu_d10_w8"]
@@ -101,7 +107,8 @@ def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch)
 
 
 def test_a_hung_worker_is_killed_after_the_silence_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "hang:relu_d10_w8:3")
     # Long enough for a loaded machine's worker start-up between two events (seen to
     # take more than 5 s with both cores busy).

@@ -18,7 +18,8 @@ ARGS = ["run", "--case", "relu_d1_w8", "--arm", "ort:name=ort_b", "--rounds", "2
 
 @pytest.fixture
 def busy_machine(monkeypatch):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "busy:steal_vm")
 
 

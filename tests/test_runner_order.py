@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from epbench.harness.runner import (
+from epbench.harness.run_config import (
     balanced_rounds,
     counterbalanced_order,
     fixed_order,

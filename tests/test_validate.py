@@ -30,10 +30,14 @@ from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
 from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.reports.render import to_json
 from epbench.workflows import validate as val
+from epbench.workflows import validate_judge as vjudge
+from epbench.workflows import validate_plan as vplan
+from epbench.workflows import validate_report as vreport
+from epbench.workflows import validate_run as vrun
 from epbench.workflows.compare_commits import (
     COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,
@@ -104,7 +108,7 @@ class FakeRunner:
             base = BASE_NS[spec.name]
             nodes = spec.depth or 1
             again = False
-            if keys == [val.BASE_ARM] and config.rounds != val.PILOT_ROUNDS:
+            if keys == [vplan.BASE_ARM] and config.rounds != vrun.PILOT_ROUNDS:
                 self.plain_runs[spec.name] = self.plain_runs.get(spec.name, 0) + 1
                 again = self.plain_runs[spec.name] % 2 == 0
             true = {"ort": base * 0.8 * (self.again_machine if again else 1.0)}
@@ -115,7 +119,7 @@ class FakeRunner:
                 if spec.name not in self.ignore_delay:
                     ns += opts.get("inject_delay_ns_per_run", 0.0)
                     ns += nodes * opts.get("inject_delay_ns_per_node", 0.0)
-                if arm.key == val.TWIN_ARM:
+                if arm.key == vplan.TWIN_ARM:
                     ns *= 1.0 + self.twin_bias.get(spec.name, 0.0)
                     if config.fixed_order:
                         ns *= 1.0 + self.fixed_order_bias
@@ -148,7 +152,7 @@ class FakeRunner:
                            "case": "relu_d1_w8", "loop": "python"}
         return doc
 
-    def validate(self, the_plan: val.Plan, **kw: Any) -> dict[str, Any]:
+    def validate(self, the_plan: vplan.Plan, **kw: Any) -> dict[str, Any]:
         return val.validate(the_plan, run=self, clock=self.clock, load_factory=self.load,
                             settings=SETTINGS, **kw)
 
@@ -175,12 +179,12 @@ def _no_host_profile(tmp_path, monkeypatch):
 
 
 # The paths whose runs are per case; the compare-commits path has tests of its own below.
-PER_CASE_PATHS = (val.SAME_PROCESS, val.SEPARATE_RUNS)
+PER_CASE_PATHS = (vplan.SAME_PROCESS, vplan.SEPARATE_RUNS)
 
 
-def plan(**kw: Any) -> val.Plan:
-    return val.Plan(cases=tuple(case_by_name(n) for n in CASES),
-                    **{"budget_s": 600.0, "paths": PER_CASE_PATHS, **kw})
+def plan(**kw: Any) -> vplan.Plan:
+    return vplan.Plan(cases=tuple(case_by_name(n) for n in CASES),
+                      **{"budget_s": 600.0, "paths": PER_CASE_PATHS, **kw})
 
 
 def result_for(result: dict[str, Any], path: str, load: str = "none",
@@ -190,7 +194,7 @@ def result_for(result: dict[str, Any], path: str, load: str = "none",
     return found
 
 
-def small(**kw: Any) -> val.Plan:
+def small(**kw: Any) -> vplan.Plan:
     """Fewer processes and rounds than compare-commits' defaults: the same logic, faster."""
     return plan(**{"processes": 3, "rounds": 12, **kw})
 
@@ -210,24 +214,24 @@ def test_known_effects_give_known_rates_and_mde_on_both_paths():
         assert r["false_positive_rate"]["n"] == 3 * 3
         # Separate runs with no between-run estimate (no profile) hold a change below
         # 2 x floor = 8 % at ❔ by design (issue 46), so there 5 % is ❔ and the MDE 10 %.
-        mde = 0.05 if path == val.SAME_PROCESS else 0.10
+        mde = 0.05 if path == vplan.SAME_PROCESS else 0.10
         assert r["mde"] == {"relu_d1_w8": mde, "relu_d10_w8": mde, "matmul_64x64": None}
         assert r["median_mde"] == mde
         relu = r["cases"]["relu_d1_w8"]
-        hits = [0, 0, 0, 3, 3] if path == val.SAME_PROCESS else [0, 0, 0, 0, 3]
-        assert [relu["detection"][val.level_arm(v)]["hits"] for v in val.LEVELS] == hits
+        hits = [relu["detection"][vplan.level_arm(v)]["hits"] for v in vplan.LEVELS]
+        assert hits == ([0, 0, 0, 3, 3] if path == vplan.SAME_PROCESS else [0, 0, 0, 0, 3])
         assert relu["detection"]["d5"]["verdicts"] == (
-            ["regression"] * 3 if path == val.SAME_PROCESS else ["inconclusive"] * 3)
+            ["regression"] * 3 if path == vplan.SAME_PROCESS else ["inconclusive"] * 3)
         assert relu["detection"]["d10"]["verdicts"] == ["alert"] * 3
         assert relu["detection"]["d5"]["measured_change"] == pytest.approx(0.05, abs=0.004)
         # The twin measured the noise; t is the floor because the twin saw ~0.2 %.
         assert relu["threshold"] == pytest.approx(0.04)
         assert relu["noise_sources"] == ["in-run A/A twin"]
         assert r["detection"]["d10"]["hits"] == 2 * 3 and r["detection"]["d10"]["n"] == 3 * 3
-    same = result_for(result, val.SAME_PROCESS)
+    same = result_for(result, vplan.SAME_PROCESS)
     # The per-node arm spreads 5 % over 10 nodes of relu_d10_w8 and is seen like d5.
     assert same["cases"]["relu_d10_w8"]["per_node"]["hits"] == 3
-    assert "per_node" not in result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]
+    assert "per_node" not in result_for(result, vplan.SEPARATE_RUNS)["cases"]["relu_d10_w8"]
     assert result["counters"] == {"exact": 3 * 3, "n": 3 * 3, "all_exact": True}
     assert result["profile"] == {"path": None, "used": False, "judged": ["without"]}
 
@@ -245,26 +249,26 @@ def test_each_path_compares_what_users_compare():
     assert pr == ["d1", "d2", "d3", "d5", "d10"]
     assert [c.aa_twin for c in runs] == ["a", "a", "a", "d1"]
     assert len({c.seed for c in runs}) == 4  # four separate runs, not one run reused
-    rep = val.Repeat("none", *(fake(c) for c in runs))
-    same_pairs = val.comparisons(rep, val.SAME_PROCESS)
+    rep = vrun.Repeat("none", *(fake(c) for c in runs))
+    same_pairs = vjudge.comparisons(rep, vplan.SAME_PROCESS)
     # Each run is read into the model once: both sides of a same-process pair are one run.
     assert [(w, b.doc is p.doc, b.doc.to_dict() == rep.same_process, b.arm, p.arm)
             for w, b, p in same_pairs][:2] == [("aa", True, True, "a", "a2"),
                                                ("d1", True, True, "a", "d1")]
     assert [w for w, _, _ in same_pairs] == ["aa", "d1", "d2", "d3", "d5", "d10", "n5"]
-    separate = val.comparisons(rep, val.SEPARATE_RUNS)
+    separate = vjudge.comparisons(rep, vplan.SEPARATE_RUNS)
     assert [(w, b.doc.to_dict() == rep.base, p.doc.to_dict() == rep.base_again,
              p.doc.to_dict() == rep.pr, b.arm, p.arm)
             for w, b, p in separate] == [
         ("aa", True, True, False, "a", "a"),
-        *((val.level_arm(v), True, False, True, "a", val.level_arm(v)) for v in val.LEVELS)]
+        *((vplan.level_arm(v), True, False, True, "a", vplan.level_arm(v)) for v in vplan.LEVELS)]
 
 
 def test_runs_use_compare_commits_defaults():
     fake = FakeRunner()
     fake.validate(plan(max_repeats=1, position_test=False))
     pilot, *measured = fake.configs
-    assert (pilot.processes, pilot.rounds) == (1, val.PILOT_ROUNDS)
+    assert (pilot.processes, pilot.rounds) == (1, vrun.PILOT_ROUNDS)
     assert {(c.processes, c.sessions, c.rounds, c.block_target_ms, c.gate_max_wait_s)
             for c in measured} == {
         (COMMITS_PROCESSES, run_defaults()["sessions"], COMMITS_ROUNDS,
@@ -293,7 +297,7 @@ def test_delays_are_the_levels_of_the_pilot_time():
         assert got[key] == pytest.approx(level * 4000, rel=0.01)
     assert int(relu10["n5"]["inject_delay_ns_per_node"]) == pytest.approx(0.05 * 4000 / 10,
                                                                           rel=0.01)
-    assert relu10["c"] == {"inject_api_calls_per_run": str(val.API_CALLS)}
+    assert relu10["c"] == {"inject_api_calls_per_run": str(vplan.API_CALLS)}
     assert relu10["a"] == {} and relu10["a2"] == {}
     # The separate-runs PR side gets the very same delays.
     assert result["plan"]["pr_arms"]["relu_d10_w8"] == result["plan"]["arms"][
@@ -325,8 +329,8 @@ def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
     # validate says so once for the path, not once per comparison. The level is 10 %: with
     # no between-run estimate 5 % would be ❔ anyway (below 2 x floor, issue 46).
     fake = FakeRunner(again_machine=1.3)
-    result = fake.validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,), levels=(0.10,)))
-    separate = result_for(result, val.SEPARATE_RUNS)
+    result = fake.validate(small(max_repeats=2, paths=(vplan.SEPARATE_RUNS,), levels=(0.10,)))
+    separate = result_for(result, vplan.SEPARATE_RUNS)
     for name in CASES:
         assert separate["cases"][name]["false_positives"]["verdicts"] == ["inconclusive"] * 2
         assert "inconclusive" not in separate["cases"][name]["detection"]["d10"]["verdicts"]
@@ -336,10 +340,10 @@ def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
         "than 5% longer a Run in one than in the other in 6 of 12 case comparisons: the "
         "machine changed speed between runs, so those were ❔ unless their interval cleared "
         "the threshold by more than 7% (`compare`'s rule for two runs)"]
-    same_speed = FakeRunner().validate(small(max_repeats=2, paths=(val.SEPARATE_RUNS,),
+    same_speed = FakeRunner().validate(small(max_repeats=2, paths=(vplan.SEPARATE_RUNS,),
                                              levels=(0.10,)))
     assert not [n for n in same_speed["notes"] if "longer a Run" in n]
-    assert "no_change" in result_for(same_speed, val.SEPARATE_RUNS)["cases"]["relu_d1_w8"][
+    assert "no_change" in result_for(same_speed, vplan.SEPARATE_RUNS)["cases"]["relu_d1_w8"][
         "false_positives"]["verdicts"]
 
 
@@ -359,7 +363,7 @@ def test_budget_is_shared_between_loads():
     # the shares worked out above from the plan and FakeRunner's clock (its runs' seconds).
     max_repeats, run_s = result["plan"]["max_repeats"], fake.seconds_per_run
     assert max_repeats > 2
-    left = result["plan"]["budget_s"] - val.RESERVE_S
+    left = result["plan"]["budget_s"] - vrun.RESERVE_S
     none_share = (left - run_s) / 2  # after the pilot
     sustained_share = left - run_s * (1 + 2 * 4 * len(CASES) + 1)  # after none's runs
     assert [n for n in result["notes"] if "repeats, as one more" in n] == [
@@ -419,32 +423,32 @@ def test_profile_results_with_and_without(tmp_path, monkeypatch):
     # 5 % level is no longer flagged; without it, t comes from the twin (the floor, 4 %).
     fake = FakeRunner()
     profile = {"path": str(tmp_path / "p.json"), "cases": {}}
-    monkeypatch.setattr(val.cmp, "load_profile_for", lambda key, path: profile)
-    monkeypatch.setattr(val.cmp, "compare", _compare_with_noise(0.03))
-    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS))
+    monkeypatch.setattr(cmp, "load_profile_for", lambda key, path: profile)
+    monkeypatch.setattr(cmp, "compare", _compare_with_noise(0.03))
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=vplan.PATHS))
     assert result["profile"]["judged"] == ["without", "with"]
     # The compare-commits path's re-runs were chosen without the profile: judged so only.
     assert [(r["path"], r["profile"]) for r in result["results"]] == [
         *((p, label) for p in PER_CASE_PATHS for label in ("without", "with")),
-        (val.COMMITS, "without")]
+        (vplan.COMMITS, "without")]
     for path in PER_CASE_PATHS:
         without = result_for(result, path)["cases"]["relu_d1_w8"]
         with_profile = result_for(result, path, profile="with")["cases"]["relu_d1_w8"]
         assert without["threshold"] == pytest.approx(0.04)
         assert with_profile["threshold"] == pytest.approx(0.06)
         assert with_profile["detection"]["d5"]["verdicts"] == ["no_change"] * 2
-    assert result_for(result, val.SAME_PROCESS)["mde"]["relu_d1_w8"] == 0.05
-    assert result_for(result, val.SAME_PROCESS, profile="with")["mde"]["relu_d1_w8"] == 0.10
+    assert result_for(result, vplan.SAME_PROCESS)["mde"]["relu_d1_w8"] == 0.05
+    assert result_for(result, vplan.SAME_PROCESS, profile="with")["mde"]["relu_d1_w8"] == 0.10
     # Separate runs with no between-run estimate flag only beyond 2 x floor (issue 46): 8 %
     # without the profile, 12 % with its 6 %, so there 10 % is the MDE, then none is.
-    assert result_for(result, val.SEPARATE_RUNS)["mde"]["relu_d1_w8"] == 0.10
-    assert result_for(result, val.SEPARATE_RUNS, profile="with")["mde"]["relu_d1_w8"] is None
-    assert "Each comparison was judged twice" in val.render_markdown(result)
+    assert result_for(result, vplan.SEPARATE_RUNS)["mde"]["relu_d1_w8"] == 0.10
+    assert result_for(result, vplan.SEPARATE_RUNS, profile="with")["mde"]["relu_d1_w8"] is None
+    assert "Each comparison was judged twice" in vreport.render_markdown(result)
     # The compare-commits path alone: nothing is judged with the profile, and both files say so.
-    result = FakeRunner().validate(small(max_repeats=1, paths=(val.COMMITS,)))
+    result = FakeRunner().validate(small(max_repeats=1, paths=(vplan.COMMITS,)))
     assert result["profile"]["judged"] == ["without"]
     assert [r["profile"] for r in result["results"]] == ["without"]
-    md = val.render_markdown(result)
+    md = vreport.render_markdown(result)
     assert "Each comparison was judged twice" not in md
     assert f"so this host's profile (`{tmp_path / 'p.json'}`) was not used" in md
 
@@ -505,30 +509,30 @@ def test_counter_miscount_is_reported_not_hidden():
 
 def test_counter_check_rules():
     row = {"case": "x", "counter": "ort_api_calls", "base": 5.0, "pr": 10.0}
-    assert val.counter_check([row], "x") == (True, "ort_api_calls/Run 5 -> 10")
-    assert not val.counter_check([], "x")[0]
-    assert not val.counter_check([{**row, "pr": 11.0}], "x")[0]
+    assert vjudge.counter_check([row], "x") == (True, "ort_api_calls/Run 5 -> 10")
+    assert not vjudge.counter_check([], "x")[0]
+    assert not vjudge.counter_check([{**row, "pr": 11.0}], "x")[0]
     other = {"case": "x", "counter": "heap_allocs", "base": 0.0, "pr": 1.0}
-    assert val.counter_check([row, other], "x") == (False,
-                                                    "other counters changed too: heap_allocs")
+    assert vjudge.counter_check([row, other], "x") == (False,
+                                                       "other counters changed too: heap_allocs")
 
 
 def test_wilson_interval():
-    assert val.wilson_interval(0, 0) == [None, None]
-    lo, hi = val.wilson_interval(0, 30)
+    assert vjudge.wilson_interval(0, 0) == [None, None]
+    lo, hi = vjudge.wilson_interval(0, 30)
     assert lo == 0.0 and hi == pytest.approx(0.1135, abs=1e-3)
-    lo, hi = val.wilson_interval(30, 30)
+    lo, hi = vjudge.wilson_interval(30, 30)
     assert hi == 1.0 and lo == pytest.approx(0.8865, abs=1e-3)
-    lo, hi = val.wilson_interval(5, 100)
+    lo, hi = vjudge.wilson_interval(5, 100)
     assert (lo, hi) == (pytest.approx(0.0215, abs=1e-3), pytest.approx(0.1118, abs=1e-3))
 
 
 def test_outputs_written_and_rendered(tmp_path):
     fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
-    json_path, md_path = val.write_outputs(result, tmp_path / "out")
+    json_path, md_path = vreport.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == val.VALIDATION_SCHEMA == "epbench.validation/6"
+    assert doc["schema"] == vjudge.VALIDATION_SCHEMA == "epbench.validation/6"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -540,15 +544,15 @@ def test_outputs_written_and_rendered(tmp_path):
     assert "other change, in every repeat: 12/12 exact." in md
     assert "judged **without** one" in md
     assert "Every arm but the base `a` (the second plain run of the separate-runs A/A and " in md
-    old = val.render_markdown({**result, "plan": {**result["plan"], "own_builds": None}})
+    old = vreport.render_markdown({**result, "plan": {**result["plan"], "own_builds": None}})
     assert "loaded the base arm's own library file (reports before\nepbench.validation/5)" in old
     # The report lists the first notes and counts the rest, which the JSON keeps.
-    notes = [f"note {i:02d}" for i in range(val.NOTES_SHOWN + 3)]
-    md = val.render_markdown({**result, "notes": notes})
+    notes = [f"note {i:02d}" for i in range(vreport.NOTES_SHOWN + 3)]
+    md = vreport.render_markdown({**result, "notes": notes})
     assert [ln for ln in md.splitlines() if ln.startswith("- note ")] == [
-        f"- {n}" for n in notes[:val.NOTES_SHOWN]]
+        f"- {n}" for n in notes[:vreport.NOTES_SHOWN]]
     assert "- … and 3 more, all in validation.json (`notes`)." in md
-    md = val.render_markdown({**result, "notes": notes[:val.NOTES_SHOWN]})
+    md = vreport.render_markdown({**result, "notes": notes[:vreport.NOTES_SHOWN]})
     assert "more, all in validation.json" not in md
 
 
@@ -558,14 +562,15 @@ def test_report_says_how_long_the_gate_waited():
     result = FakeRunner().validate(small(max_repeats=1, loads=("none",)))
     assert result["plan"]["gate_max_wait_s"] == COMMITS_GATE_MAX_WAIT_S == 0.0
     assert "idle gate `wait` (never waiting for quiet cores)." in \
-        val.render_markdown(result)
+        vreport.render_markdown(result)
     waited = {**result, "plan": {**result["plan"], "gate_max_wait_s": 1.5}}
-    assert "idle gate `wait` (waiting up to 1.5 s for quiet cores)." in val.render_markdown(waited)
+    assert ("idle gate `wait` (waiting up to 1.5 s for quiet cores)."
+            in vreport.render_markdown(waited))
     older = {**result, "plan": {k: v for k, v in result["plan"].items()
                                 if k != "gate_max_wait_s"}}
-    assert "idle gate `wait`.\n" in val.render_markdown(older)
+    assert "idle gate `wait`.\n" in vreport.render_markdown(older)
     off = {**result, "plan": {**result["plan"], "gate_policy": "off"}}
-    assert "idle gate `off`.\n" in val.render_markdown(off)  # no wait without a gate
+    assert "idle gate `off`.\n" in vreport.render_markdown(off)  # no wait without a gate
 
 
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
@@ -592,7 +597,7 @@ def test_plan_refuses_nonsense():
     with pytest.raises(EpbenchError, match="--load"):
         plan(loads=("heavy",))
     with pytest.raises(EpbenchError, match="no cases"):
-        val.Plan(cases=())
+        vplan.Plan(cases=())
 
 
 def test_a_would_be_alert_on_a_loaded_machine_is_detected_but_not_as_an_alert():
@@ -602,7 +607,7 @@ def test_a_would_be_alert_on_a_loaded_machine_is_detected_but_not_as_an_alert():
     # (a regression) is detected as before.
     fake = FakeRunner(unquiet={"relu_d1_w8": list(range(10))})
     result = fake.validate(small(max_repeats=2, position_test=False))
-    d = result_for(result, val.SAME_PROCESS)["cases"]["relu_d1_w8"]["detection"]
+    d = result_for(result, vplan.SAME_PROCESS)["cases"]["relu_d1_w8"]["detection"]
     assert (d["d10"]["hits"], d["d10"]["inconclusive"]) == (2, 0)
     assert d["d10"]["verdicts"] == ["regression", "regression"]
     assert (d["d5"]["hits"], d["d5"]["inconclusive"]) == (2, 0)
@@ -613,16 +618,16 @@ def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
     from epbench.core.results import load_results
 
     fake = FakeRunner()
-    runs_dir = val.prepare_runs_dir(tmp_path)
+    runs_dir = vrun.prepare_runs_dir(tmp_path)
     fake.validate(small(max_repeats=1, position_test=False), runs_dir=runs_dir)
     kept = sorted(p.name for p in runs_dir.glob("*.json"))
     assert len(kept) == len(fake.configs) - 1  # every run but the unloaded pilot
     assert kept[0] == f"0002-none-r1-{CASES[0]}-same.json"
     same = load_results(runs_dir / kept[0])
-    assert set(same.cases) == {CASES[0]} and val.TWIN_ARM in same.arms
+    assert set(same.cases) == {CASES[0]} and vplan.TWIN_ARM in same.arms
     # A second validation into the same folder keeps only its own runs.
     (runs_dir / "9999-none-r9-old-same.json").write_text("{}")
-    assert not any(val.prepare_runs_dir(tmp_path).glob("*.json"))
+    assert not any(vrun.prepare_runs_dir(tmp_path).glob("*.json"))
 
 
 def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
@@ -632,54 +637,54 @@ def test_the_kept_runs_read_back_are_the_repeats_validate_judged(tmp_path):
     # An A/A flag whose sign is checked; no in-run twin and 12 %, as in
     # test_false_positives_are_counted_per_path, so that the new rules still flag it.
     fake = FakeRunner(again_bias={"relu_d10_w8": 0.12})
-    runs_dir = val.prepare_runs_dir(tmp_path)
+    runs_dir = vrun.prepare_runs_dir(tmp_path)
     result = fake.validate(small(max_repeats=2, position_test=False, loads=("none", "bursty"),
                                  aa_twin=False), runs_dir=runs_dir)
     result = json.loads(to_json(result))  # as validation.json holds it
     engine_ns = {name: case["engine_ns"] for name, case in result["cases"].items()}
-    repeats = val.kept_repeats(runs_dir, result)
+    repeats = vrun.kept_repeats(runs_dir, result)
     assert list(repeats) == [("none", 1), ("none", 2), ("bursty", 1), ("bursty", 2)]
-    again = val.summarize(list(repeats.values()), None, engine_ns, settings=SETTINGS,
-                          profile=None, loads=["none", "bursty"], levels=val.LEVELS)
+    again = vjudge.summarize(list(repeats.values()), None, engine_ns, settings=SETTINGS,
+                             profile=None, loads=["none", "bursty"], levels=vplan.LEVELS)
     assert json.loads(to_json(again))["results"] == result["results"]
-    separate = result_for(result, val.SEPARATE_RUNS)["cases"]["relu_d10_w8"]["false_positives"]
+    separate = result_for(result, vplan.SEPARATE_RUNS)["cases"]["relu_d10_w8"]["false_positives"]
     assert separate["verdicts"] == ["alert", "alert"]
     last = max(runs_dir.glob("*.json"))
     # A repeat validate did not count (cut short, however whole its runs) is not read.
     counted = {**result, "plan": {**result["plan"], "repeats": {"none": 2, "bursty": 1}}}
-    assert list(val.kept_repeats(runs_dir, counted)) == [("none", 1), ("none", 2), ("bursty", 1)]
+    assert list(vrun.kept_repeats(runs_dir, counted)) == [("none", 1), ("none", 2), ("bursty", 1)]
     # A counted repeat missing a run, or holding an interrupted one, is an error.
     doc = json.loads(last.read_text())
     last.unlink()
     with pytest.raises(ValueError, match="repeat 2 of the bursty load"):
-        val.kept_repeats(runs_dir, result)
+        vrun.kept_repeats(runs_dir, result)
     last.write_text(json.dumps({**doc, "interrupted": True}))
     with pytest.raises(ValueError, match="repeat 2 of the bursty load"):
-        val.kept_repeats(runs_dir, result)
+        vrun.kept_repeats(runs_dir, result)
     # A counted repeat with no run on disk at all, and a validation of no per-case path.
     for path in runs_dir.glob("*-bursty-r2-*.json"):
         path.unlink()
     with pytest.raises(ValueError, match="3 whole repeats"):
-        val.kept_repeats(runs_dir, result)
-    commands_only = {**counted, "plan": {**counted["plan"], "paths": [val.COMMITS]}}
+        vrun.kept_repeats(runs_dir, result)
+    commands_only = {**counted, "plan": {**counted["plan"], "paths": [vplan.COMMITS]}}
     with pytest.raises(ValueError, match="no per-case runs"):
-        val.kept_repeats(runs_dir, commands_only)
+        vrun.kept_repeats(runs_dir, commands_only)
 
 
 def test_kept_runs_are_read_in_the_order_they_ran_past_run_9999(tmp_path):
     """The kept files are numbered %04d, five digits from run 10000: read by number, not
     by name, or a repeat numbered from 10000 would come before one numbered from 9002."""
     fake = FakeRunner()
-    runs_dir = val.prepare_runs_dir(tmp_path)
+    runs_dir = vrun.prepare_runs_dir(tmp_path)
     result = json.loads(to_json(fake.validate(
-        small(max_repeats=2, position_test=False, paths=(val.SAME_PROCESS,)),
+        small(max_repeats=2, position_test=False, paths=(vplan.SAME_PROCESS,)),
         runs_dir=runs_dir)))
     for path in runs_dir.glob("*.json"):  # repeat 1 renumbered 9002.., repeat 2 10026..
         number, rest = path.name.split("-", 1)
         offset = 10000 if "-r2-" in rest else 9000
         path.rename(path.with_name(f"{int(number) + offset:04d}-{rest}"))
     assert min(p.name for p in runs_dir.glob("*.json")).startswith("10")  # by name, r2 first
-    repeats = val.kept_repeats(runs_dir, result)
+    repeats = vrun.kept_repeats(runs_dir, result)
     assert list(repeats) == [("none", 1), ("none", 2)]
 
 
@@ -687,16 +692,16 @@ def test_a_repeat_that_ran_one_kind_of_a_path_but_not_the_next_is_not_whole(tmp_
     """One case, cut between its same-process run and its separate-runs base run: every
     file on disk holds every case, yet the repeat lacks a kind its paths run."""
     fake = FakeRunner()
-    runs_dir = val.prepare_runs_dir(tmp_path)
+    runs_dir = vrun.prepare_runs_dir(tmp_path)
     result = json.loads(to_json(fake.validate(
-        val.Plan(cases=(case_by_name(CASES[0]),), budget_s=600.0, paths=PER_CASE_PATHS,
-                 processes=3, rounds=12, max_repeats=1, position_test=False),
+        vplan.Plan(cases=(case_by_name(CASES[0]),), budget_s=600.0, paths=PER_CASE_PATHS,
+                   processes=3, rounds=12, max_repeats=1, position_test=False),
         runs_dir=runs_dir)))
-    assert len(val.kept_repeats(runs_dir, result)) == 1
+    assert len(vrun.kept_repeats(runs_dir, result)) == 1
     for kind in ("base", "again", "pr"):
         next(runs_dir.glob(f"*-{kind}.json")).unlink()
     with pytest.raises(ValueError, match="repeat 1 of the none load"):
-        val.kept_repeats(runs_dir, result)
+        vrun.kept_repeats(runs_dir, result)
 
 
 def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monkeypatch):
@@ -737,14 +742,14 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monk
 
     # One outside any run, while repeat 2 copies a build: the same, and no load is running.
     fake = FakeRunner()
-    real_copy = val.copy_library
+    real_copy = vrun.copy_library
 
     def copy_cut_in_repeat_2(path: str, folder: Path, **kw: Any) -> str | None:
         if len(fake.configs) == 1 + per_repeat:
             raise KeyboardInterrupt
         return real_copy(path, folder, **kw)
 
-    monkeypatch.setattr(val, "copy_library", copy_cut_in_repeat_2)
+    monkeypatch.setattr(vrun, "copy_library", copy_cut_in_repeat_2)
     result = val.validate(small(max_repeats=5, position_test=False), run=fake,
                           clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
     assert len(fake.configs) == 1 + per_repeat
@@ -775,7 +780,7 @@ def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypa
     real_validate = val.validate
 
     def interrupted(plan, **kw):
-        assert kw["runs_dir"] == tmp_path / "out" / val.RUNS_DIR and kw["runs_dir"].is_dir()
+        assert kw["runs_dir"] == tmp_path / "out" / vrun.RUNS_DIR and kw["runs_dir"].is_dir()
         raise KeyboardInterrupt
 
     monkeypatch.setattr(val, "validate", interrupted)
@@ -852,7 +857,7 @@ def test_every_committed_validation_report_still_renders():
                     continue
                 doc = json.loads(tar.extractfile(member).read())
                 schemas.add(doc["schema"])
-                md = val.render_markdown(doc)
+                md = vreport.render_markdown(doc)
                 assert md.startswith("# epbench validation: how often it cries wolf, and what "
                                      "it can see\n\nMeasured on this machine"), member.name
                 rendered += 1
@@ -894,11 +899,11 @@ def test_an_error_in_a_later_repeat_keeps_the_report_of_the_finished_ones(tmp_pa
     assert result["plan"]["repeat_s"] == fake.seconds_per_run * per_repeat
 
 
-def failing_writes(monkeypatch: pytest.MonkeyPatch, name: str, fails: Any,
+def failing_writes(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, fails: Any,
                    error: OSError | Exception) -> list[Path]:
-    """Make ``val.NAME`` (a writer taking a path) raise ``error`` where ``fails(path)``;
+    """Make ``MODULE.NAME`` (a writer taking a path) raise ``error`` where ``fails(path)``;
     the paths it was asked to write, in order."""
-    real, asked = getattr(val, name), []
+    real, asked = getattr(module, name), []
 
     def write(path: Path, content: Any) -> None:
         asked.append(path)
@@ -906,7 +911,7 @@ def failing_writes(monkeypatch: pytest.MonkeyPatch, name: str, fails: Any,
             raise error
         real(path, content)
 
-    monkeypatch.setattr(val, name, write)
+    monkeypatch.setattr(module, name, write)
     return asked
 
 
@@ -918,7 +923,7 @@ def test_a_run_that_cannot_be_kept_stops_validate_with_the_finished_repeats(tmp_
     per_repeat = 4 * len(CASES)
     number = 1 + per_repeat + 2  # the pilot is not kept
     lost = tmp_path / f"{number:04d}-none-r2-{CASES[0]}-base.json"
-    asked = failing_writes(monkeypatch, "write_results", lambda path: path == lost,
+    asked = failing_writes(monkeypatch, vrun, "write_results", lambda path: path == lost,
                            OSError(errno.ENOSPC, "No space left on device"))
     result = val.validate(small(max_repeats=3, position_test=False), run=fake, clock=fake.clock,
                           load_factory=fake.load, settings=SETTINGS, runs_dir=tmp_path)
@@ -937,9 +942,9 @@ def test_a_command_run_that_cannot_be_kept_stops_validate_too(tmp_path, monkeypa
     """compare-commits' runs are kept inside the command (first pass and re-runs): a refused
     write there is the same one error, and not a full disk's remedy."""
     fake = FakeRunner()
-    asked = failing_writes(monkeypatch, "write_results", lambda path: "-r2-" in path.name,
+    asked = failing_writes(monkeypatch, vrun, "write_results", lambda path: "-r2-" in path.name,
                            PermissionError(errno.EACCES, "Permission denied"))
-    result = val.validate(small(max_repeats=3, position_test=False, paths=(val.COMMITS,)),
+    result = val.validate(small(max_repeats=3, position_test=False, paths=(vplan.COMMITS,)),
                           run=fake, clock=fake.clock, load_factory=fake.load,
                           settings=SETTINGS, runs_dir=tmp_path)
     lost = asked[-1]
@@ -953,7 +958,7 @@ def test_a_command_run_that_cannot_be_kept_stops_validate_too(tmp_path, monkeypa
 
 
 def test_an_error_that_is_not_the_disks_is_not_hidden_as_one(tmp_path, monkeypatch):
-    failing_writes(monkeypatch, "write_results", lambda path: True, TypeError("a bug"))
+    failing_writes(monkeypatch, vrun, "write_results", lambda path: True, TypeError("a bug"))
     with pytest.raises(TypeError, match="a bug"):
         FakeRunner().validate(small(max_repeats=1, position_test=False), runs_dir=tmp_path)
 
@@ -978,8 +983,8 @@ def test_a_report_that_cannot_be_written_is_one_error_line(tmp_path, monkeypatch
                              runs_dir=kw["runs_dir"])
 
     monkeypatch.setattr(val, "validate", validate)
-    failing_writes(monkeypatch, "atomic_write_text", lambda path: path.name == name, full)
-    kept = failing_writes(monkeypatch, "write_results",
+    failing_writes(monkeypatch, vreport, "atomic_write_text", lambda path: path.name == name, full)
+    kept = failing_writes(monkeypatch, vrun, "write_results",
                           lambda path: keep_fails and "-r2-" in path.name, full)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(out)])
@@ -1004,7 +1009,7 @@ def test_the_command_writes_the_finished_repeats_then_fails_with_the_error(tmp_p
 
     from epbench.cli.main import cli
 
-    real_validate, real_copy = val.validate, val.copy_library
+    real_validate, real_copy = val.validate, vrun.copy_library
     fake = FakeRunner()
     copies = []
 
@@ -1018,12 +1023,12 @@ def test_the_command_writes_the_finished_repeats_then_fails_with_the_error(tmp_p
         return real_copy(path, folder, **kw)
 
     def validate(plan: Any, **kw: Any) -> dict[str, Any]:
-        return real_validate(small(max_repeats=3, position_test=False, paths=(val.COMMITS,)),
+        return real_validate(small(max_repeats=3, position_test=False, paths=(vplan.COMMITS,)),
                              run=fake, clock=fake.clock, load_factory=fake.load,
                              settings=SETTINGS, runs_dir=kw["runs_dir"])
 
     monkeypatch.setattr(val, "validate", validate)
-    monkeypatch.setattr(val, "copy_library", copy_failing_in_repeat_2)
+    monkeypatch.setattr(vrun, "copy_library", copy_failing_in_repeat_2)
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(out)])
     message = f"cannot copy {copies[-1]} for a test (No space left on device)"
@@ -1092,7 +1097,7 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
                             "differs") for n in result["notes"])
 
 
-COMMANDS = ("aa", *(val.level_arm(v) for v in val.LEVELS))
+COMMANDS = ("aa", *(vplan.level_arm(v) for v in vplan.LEVELS))
 
 
 def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, monkeypatch):
@@ -1100,10 +1105,10 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     to its deadline, all under the repeat's load. relu_d1_w8's A/A stays ❔, so that case
     alone is re-run. (Its delays are ignored: 120 ns, d3 of the median case's 4000 ns, is
     4 % of its 3000 ns, at t = 4 %.)"""
-    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    monkeypatch.setattr(cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
     fake = FakeRunner(twin_bias={"relu_d1_w8": 0.02}, ignore_delay=frozenset({"relu_d1_w8"}))
     # The "none" load (validate's, not None: no load at all) lets the position test run.
-    result = fake.validate(small(max_repeats=1, paths=(val.COMMITS,), loads=("none",),
+    result = fake.validate(small(max_repeats=1, paths=(vplan.COMMITS,), loads=("none",),
                                  commit_instructions="valgrind"), runs_dir=tmp_path)
     first_passes = [c for c in fake.configs[1:] if len(c.cases) == len(CASES)]
     # compare-commits' instruction count is in its first pass only.
@@ -1114,7 +1119,7 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     delays = [int(dict(c.arms[1].options).get("inject_delay_ns_per_run", 0))
               for c in first_passes]
     # One delay per level for every case: the level of the median case's time (4000 ns).
-    assert delays == pytest.approx([0] + [v * 4000 for v in val.LEVELS], rel=0.01)
+    assert delays == pytest.approx([0] + [v * 4000 for v in vplan.LEVELS], rel=0.01)
     reruns = [c for c in fake.configs[1:] if len(c.cases) < len(CASES)]
     assert {(c.cases, c.arms[1].key) for c in reruns} == {((case_by_name("relu_d1_w8"),), "a2")}
     # The re-runs load the first pass's build of the head, still there when they run.
@@ -1131,7 +1136,7 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     # Every run of every command ran under the load, started once per command.
     assert fake.loads_seen == [None] + ["none"] * (len(fake.configs) - 1)
     assert fake.load_starts == ["none"] * len(COMMANDS)
-    r = result_for(result, val.COMMITS)
+    r = result_for(result, vplan.COMMITS)
     aa = r["cases"]["relu_d1_w8"]["false_positives"]
     assert aa["verdicts"] == ["inconclusive"] and aa["changes"][0] == pytest.approx(0.02, abs=0.004)
     assert r["commands"]["n"] == len(COMMANDS)
@@ -1150,13 +1155,13 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     assert (len(merged["rounds"]), merged["reruns"]) == (12 * 9, 8)
     # Only the compare-commits path was asked for: no same-process runs, so no position test
     # (whose counterbalanced side is the same-process runs).
-    assert [x["path"] for x in result["results"]] == [val.COMMITS]
+    assert [x["path"] for x in result["results"]] == [vplan.COMMITS]
     assert not any(c.fixed_order for c in fake.configs)
-    assert result["counters"]["n"] == 0 and result["plan"]["paths"] == [val.COMMITS]
+    assert result["counters"]["n"] == 0 and result["plan"]["paths"] == [vplan.COMMITS]
     # Not checked, so not "all exact".
     assert result["counters"]["all_exact"] is None
     assert {c["counters"]["all_exact"] for c in result["cases"].values()} == {None}
-    md = val.render_markdown(result)
+    md = vreport.render_markdown(result)
     assert "Not measured: the same-process path was not run." in md
     assert "| Counters exact |" not in md
     assert (f"{len(COMMANDS)} commands took 10 s each at the median,\n90 s at most") in md
@@ -1164,7 +1169,7 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
     assert "(with its instruction count, `valgrind`)" in md
     assert "The other paths\nre-run nothing" not in md  # none ran
     result["plan"]["commit_instructions"] = None
-    assert "instruction count" not in val.render_markdown(result)
+    assert "instruction count" not in vreport.render_markdown(result)
     assert "no position test: its counterbalanced side is the same-process runs" in " ".join(
         result["notes"])
 
@@ -1172,31 +1177,31 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
 def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
     # Delays ignored but in relu_d10_w8, the median case (4000 ns), whose levels are exact.
     fake = FakeRunner(ignore_delay=frozenset({"relu_d1_w8", "matmul_64x64"}))
-    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS),
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=vplan.PATHS),
                            runs_dir=tmp_path)
-    assert [x["path"] for x in result["results"]] == list(val.PATHS)
+    assert [x["path"] for x in result["results"]] == list(vplan.PATHS)
     p = result["plan"]
     assert list(p["commit_heads"]) == list(COMMANDS) and p["commit_heads"]["aa"] == "engine:name=a2"
     assert p["commit_median_case"] == "relu_d10_w8"
     assert p["commit_shares"] == pytest.approx(
         {"relu_d1_w8": 4 / 3, "relu_d10_w8": 1.0, "matmul_64x64": 4 / 9}, rel=0.01)
     # What validate judged: each command's base and head, from the documents it kept.
-    rep = val.Repeat("none", commits={
+    rep = vrun.Repeat("none", commits={
         what: json.loads(next(tmp_path.glob(f"*-r1-commits-{what}.json")).read_text())
         for what in COMMANDS})
-    pairs = val.comparisons(rep, val.COMMITS)
+    pairs = vjudge.comparisons(rep, vplan.COMMITS)
     assert [(w, b.arm, p.arm, b.doc is p.doc) for w, b, p in pairs] == [
         (w, "a", "a2" if w == "aa" else w, True) for w in COMMANDS]
-    r = result_for(result, val.COMMITS)
+    r = result_for(result, vplan.COMMITS)
     assert r["false_positive_rate"]["hits"] == 0 and r["false_positive_rate"]["n"] == 2 * 3
     relu = r["cases"]["relu_d10_w8"]["detection"]
     # 5 % of 4000 ns is a regression; 3 % is within t = 4 %; each level's own change.
     assert [relu[k]["hits"] for k in COMMANDS[1:]] == [0, 0, 0, 2, 2]
     assert [relu[k]["measured_change"] for k in COMMANDS[1:]] == pytest.approx(
-        list(val.LEVELS), abs=0.004)
+        list(vplan.LEVELS), abs=0.004)
     assert r["mde"] == {"relu_d1_w8": None, "relu_d10_w8": 0.05, "matmul_64x64": None}
     assert "per_node" not in r["cases"]["relu_d10_w8"]
-    md = val.render_markdown(result)
+    md = vreport.render_markdown(result)
     assert "without a profile. The other paths\nre-run nothing" in md
     # The pilot's times (0.2 % noise) set the shares: 4/3 and 4/9 to two decimals.
     assert re.search(r"\(`relu_d10_w8`\):\s+as a share of their own time, the others got "
@@ -1208,11 +1213,11 @@ def test_every_pr_side_arm_loads_a_fresh_build_of_its_own():
     """A PR's head is another build, another file: on every path each arm but the base
     loads its own copy of the engine library, one per arm and repeat, gone after it."""
     fake = FakeRunner()
-    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS,
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=vplan.PATHS,
                                  levels=(0.02, 0.03)))
     assert result["plan"]["own_builds"] is True
     # The pilot times the engine's own file.
-    assert fake.configs[0].rounds == val.PILOT_ROUNDS and fake.libraries[0] == {"a": None}
+    assert fake.configs[0].rounds == vrun.PILOT_ROUNDS and fake.libraries[0] == {"a": None}
     by_repeat: list[dict[str, set[str]]] = [{}, {}]
     seen_base_runs = 0
     for config, libs in list(zip(fake.configs, fake.libraries, strict=True))[1:]:
@@ -1228,7 +1233,7 @@ def test_every_pr_side_arm_loads_a_fresh_build_of_its_own():
         else:
             assert keys == ["d2", "d3"], keys  # the separate-runs PR side: levels only
         assert libs and all(v not in (None, "not a copy") for v in libs.values()), libs
-        repeat = 0 if config.seed < val.REPEAT_SEED_STRIDE * 2 else 1
+        repeat = 0 if config.seed < vplan.REPEAT_SEED_STRIDE * 2 else 1
         for key, path in libs.items():
             by_repeat[repeat].setdefault(key, set()).add(path)
     # Each case's arm keeps its own options (its delay is a share of its own time), the
@@ -1247,7 +1252,7 @@ def test_every_pr_side_arm_loads_a_fresh_build_of_its_own():
 def test_a_build_that_cannot_be_copied_is_one_clear_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    builds = val.OwnBuilds(blocker)  # a file where the folder should be
+    builds = vrun.OwnBuilds(blocker)  # a file where the folder should be
     with pytest.raises(EpbenchError) as error:
         builds.of(parse_arm("engine:name=a2"))
     assert re.fullmatch(r"cannot copy \S+ for validate's arm a2, a stand-in for a PR's build "
@@ -1259,9 +1264,9 @@ def test_a_build_that_cannot_be_copied_is_one_clear_line(tmp_path):
 
 def test_every_run_has_its_own_seed_and_load_seed(monkeypatch):
     # Two repeats of every path: a seed shared by two runs would replay one arm order.
-    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    monkeypatch.setattr(cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
     fake = FakeRunner()
-    result = fake.validate(small(max_repeats=2, paths=val.PATHS, budget_s=10_000.0,
+    result = fake.validate(small(max_repeats=2, paths=vplan.PATHS, budget_s=10_000.0,
                                  loads=("none", "bursty")))
     assert result["plan"]["repeats"] == {"none": 2, "bursty": 2}
     seeds = [c.seed for c in fake.configs[1:]]
@@ -1271,7 +1276,7 @@ def test_every_run_has_its_own_seed_and_load_seed(monkeypatch):
 
 
 def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, monkeypatch):
-    monkeypatch.setattr(val.cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
+    monkeypatch.setattr(cmp, "compare", _compare_leaving_ambiguous("relu_d1_w8", "a2"))
     fake = FakeRunner()
     cut = []
 
@@ -1283,7 +1288,7 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, 
             doc["interrupted"] = len(cut) == 3
         return doc
 
-    result = val.validate(small(max_repeats=3, paths=(val.COMMITS,), position_test=False),
+    result = val.validate(small(max_repeats=3, paths=(vplan.COMMITS,), position_test=False),
                           run=run, clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
                           runs_dir=tmp_path)
     assert len(cut) == 3 and result["interrupted"] is True
@@ -1311,7 +1316,7 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, 
     runs_dir = tmp_path / "raised"
     runs_dir.mkdir()
     with pytest.raises(EpbenchError, match="interrupted before the first repeat finished"):
-        val.validate(small(paths=(val.COMMITS,), position_test=False), run=raising,
+        val.validate(small(paths=(vplan.COMMITS,), position_test=False), run=raising,
                      clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
                      runs_dir=runs_dir)
     assert fake.active_load is None
@@ -1321,21 +1326,22 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, 
 
 
 def test_paths_are_checked_and_ordered():
-    assert val.parse_paths(" compare-commits,same-process ") == (val.SAME_PROCESS, val.COMMITS)
+    ordered = (vplan.SAME_PROCESS, vplan.COMMITS)
+    assert vplan.parse_paths(" compare-commits,same-process ") == ordered
     for bad in ("", "same", "same-process,nope"):
         with pytest.raises(EpbenchError, match="--path takes a comma list"):
-            val.parse_paths(bad)
+            vplan.parse_paths(bad)
     for bad in ((), ("nope",)):
         with pytest.raises(EpbenchError, match="--path takes a comma list"):
             plan(paths=bad)
-    assert plan(paths=(val.COMMITS, val.SAME_PROCESS)).paths == (val.SAME_PROCESS, val.COMMITS)
+    assert plan(paths=(vplan.COMMITS, vplan.SAME_PROCESS)).paths == ordered
 
 
-def plans_the_command_makes(monkeypatch: pytest.MonkeyPatch) -> list[val.Plan]:
+def plans_the_command_makes(monkeypatch: pytest.MonkeyPatch) -> list[vplan.Plan]:
     """The Plans `epbench validate` builds, each recorded and then the run cut short."""
-    seen: list[val.Plan] = []
+    seen: list[vplan.Plan] = []
 
-    def recorded(plan: val.Plan, **kw: Any) -> dict[str, Any]:
+    def recorded(plan: vplan.Plan, **kw: Any) -> dict[str, Any]:
         seen.append(plan)
         raise KeyboardInterrupt
 
@@ -1353,35 +1359,35 @@ def test_the_command_takes_paths_and_compare_commits_instruction_default(tmp_pat
     monkeypatch.setattr(validate_commands, "default_instructions", lambda: (None, "no valgrind"))
     result = CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path",
                                       "compare-commits", "--out", str(tmp_path / "o")])
-    assert (seen[-1].paths, seen[-1].commit_instructions) == ((val.COMMITS,), None)
+    assert (seen[-1].paths, seen[-1].commit_instructions) == ((vplan.COMMITS,), None)
     assert "the compare-commits path counts no instructions (no valgrind)" in result.output
     monkeypatch.setattr(validate_commands, "default_instructions", lambda: ("valgrind", "ok"))
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(tmp_path / "o")])
-    assert (seen[-1].paths, seen[-1].commit_instructions) == (val.PATHS, "valgrind")
+    assert (seen[-1].paths, seen[-1].commit_instructions) == (vplan.PATHS, "valgrind")
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "separate-runs",
                              "--out", str(tmp_path / "o")])
-    assert (seen[-1].paths, seen[-1].commit_instructions) == ((val.SEPARATE_RUNS,), None)
+    assert (seen[-1].paths, seen[-1].commit_instructions) == ((vplan.SEPARATE_RUNS,), None)
     bad = CliRunner().invoke(cli, ["validate", "--path", "same,nope", "--out",
                                    str(tmp_path / "o")])
     assert bad.exit_code != 0 and len(seen) == 3
     assert bad.output.strip().splitlines() == [
-        f"Error: {val.PATHS_HELP} (not 'same,nope')"]
+        f"Error: {vplan.PATHS_HELP} (not 'same,nope')"]
 
 
 def test_median_case_is_a_real_case():
     # An even count takes the lower middle, so one case gets the nominal levels exactly.
-    assert val.median_case({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == "d"
-    assert val.commit_shares({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == {
+    assert vplan.median_case({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == "d"
+    assert vplan.commit_shares({"a": 4.0, "b": 1.0, "c": 3.0, "d": 2.0}) == {
         "a": 0.5, "b": 2.0, "c": 2 / 3, "d": 1.0}
 
 
 def test_levels_are_whole_percents_in_ascending_order():
-    assert val.parse_levels("3, 2,3") == (0.02, 0.03)
-    assert val.parse_levels("1,2,3,5,10") == val.LEVELS
+    assert vplan.parse_levels("3, 2,3") == (0.02, 0.03)
+    assert vplan.parse_levels("1,2,3,5,10") == vplan.LEVELS
     for bad in ("0", "51", "2.5", "2,x", "", " , "):
         with pytest.raises(EpbenchError) as raised:
-            val.parse_levels(bad)
-        assert str(raised.value) == f"{val.LEVELS_HELP} (not {bad!r})"
+            vplan.parse_levels(bad)
+        assert str(raised.value) == f"{vplan.LEVELS_HELP} (not {bad!r})"
     # A Plan made in code is held to the same: its levels name arms d1..d50, one level each.
     for bad_levels in ((), (0.025,), (0.0,), (0.51,)):
         with pytest.raises(EpbenchError, match="--levels takes a comma list"):
@@ -1393,19 +1399,19 @@ def test_levels_are_whole_percents_in_ascending_order():
         with pytest.raises(EpbenchError, match="--levels takes a comma list"):
             plan(levels=bad_levels)
     # Every command of a repeat keeps seeds of its own: at most MAX_LEVELS levels.
-    most = ",".join(str(p) for p in range(1, val.MAX_LEVELS + 1))
-    assert len(val.parse_levels(most)) == val.MAX_LEVELS == 8
+    most = ",".join(str(p) for p in range(1, vplan.MAX_LEVELS + 1))
+    assert len(vplan.parse_levels(most)) == vplan.MAX_LEVELS == 8
     with pytest.raises(EpbenchError, match="at most 8 whole percents"):
-        val.parse_levels(f"{most},{val.MAX_LEVELS + 1}")
+        vplan.parse_levels(f"{most},{vplan.MAX_LEVELS + 1}")
     with pytest.raises(EpbenchError, match="at most 8 whole percents"):
-        plan(levels=tuple(p / 100 for p in range(1, val.MAX_LEVELS + 2)))
+        plan(levels=tuple(p / 100 for p in range(1, vplan.MAX_LEVELS + 2)))
 
 
 def test_fewer_levels_run_and_judge_only_those(tmp_path):
     """--levels 2,5: every path runs and judges d2 and d5 alone, the MDE is the first of them
     reached, and the report says "> 5 %" of a case that reached neither."""
     fake = FakeRunner(ignore_delay=frozenset({"matmul_64x64"}))
-    result = fake.validate(small(max_repeats=2, position_test=False, paths=val.PATHS,
+    result = fake.validate(small(max_repeats=2, position_test=False, paths=vplan.PATHS,
                                  levels=(0.05, 0.02)), runs_dir=tmp_path)
     assert result["plan"]["levels"] == [0.02, 0.05]
     same = [c for c in fake.configs if len(c.cases) == 1 and len(c.arms) > 2]
@@ -1421,23 +1427,23 @@ def test_fewer_levels_run_and_judge_only_those(tmp_path):
         # the relu cases; matmul ignores it. Separate runs with no between-run estimate
         # hold 5 % (below 2 x floor = 8 %) at ❔ by design (issue 46).
         d5 = r["detection"]["d5"]
-        assert (d5["hits"], d5["n"]) == ((0, 3 * 2) if r["path"] == val.SEPARATE_RUNS
+        assert (d5["hits"], d5["n"]) == ((0, 3 * 2) if r["path"] == vplan.SEPARATE_RUNS
                                          else (2 * 2, 3 * 2))
         assert r["mde"]["matmul_64x64"] is None
-    separate = result_for(result, val.SEPARATE_RUNS)
+    separate = result_for(result, vplan.SEPARATE_RUNS)
     assert [separate["cases"][n]["detection"]["d5"]["inconclusive"] for n in CASES] == [2, 2, 0]
     assert separate["mde"]["relu_d10_w8"] is None
     # The median case, relu_d10_w8, gets its levels exactly on the other paths: 5 % is flagged.
     assert {r["mde"]["relu_d10_w8"] for r in result["results"]
-            if r["path"] != val.SEPARATE_RUNS} == {0.05}
-    md = val.render_markdown(result)
+            if r["path"] != vplan.SEPARATE_RUNS} == {0.05}
+    md = vreport.render_markdown(result)
     header = next(line for line in md.splitlines() if line.startswith("| Path |"))
     assert " 2 % | 5 % | median MDE |" in header and "1 %" not in header
     assert "(> 5 % when no level reached it)" in md
     assert re.search(r"\| `matmul_64x64` \| [^|]+ \| [^|]+ \| [^|]+ \| > 5 % \|", md)
     # A report of before --levels (schema 2 or 3, all five levels) renders its own five.
     del result["plan"]["levels"]
-    assert "(> 10 % when no level reached it)" in val.render_markdown({
+    assert "(> 10 % when no level reached it)" in vreport.render_markdown({
         **result, "results": []})
 
 
@@ -1450,10 +1456,10 @@ def test_the_command_passes_levels_and_refuses_bad_ones_in_one_line(tmp_path, mo
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--levels", "3,2", "--out",
                              str(tmp_path / "o")])
     CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--out", str(tmp_path / "o")])
-    assert [p.levels for p in seen] == [(0.02, 0.03), val.LEVELS]
+    assert [p.levels for p in seen] == [(0.02, 0.03), vplan.LEVELS]
     bad = CliRunner().invoke(cli, ["validate", "--levels", "2.5", "--out", str(tmp_path / "b")])
     assert bad.exit_code != 0 and len(seen) == 2 and not (tmp_path / "b").exists()
-    assert bad.output.strip().splitlines() == [f"Error: {val.LEVELS_HELP} (not '2.5')"]
+    assert bad.output.strip().splitlines() == [f"Error: {vplan.LEVELS_HELP} (not '2.5')"]
 
 
 def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path, monkeypatch):
@@ -1466,9 +1472,9 @@ def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path
     real_validate = val.validate
     fake = FakeRunner()
 
-    def faster(plan: val.Plan, **kw: Any) -> dict[str, Any]:
+    def faster(plan: vplan.Plan, **kw: Any) -> dict[str, Any]:
         return real_validate(replace(plan, processes=3, rounds=12, max_repeats=1,
-                                     paths=(val.SAME_PROCESS,), position_test=False),
+                                     paths=(vplan.SAME_PROCESS,), position_test=False),
                              run=fake, clock=fake.clock, load_factory=fake.load,
                              settings=SETTINGS)
 

@@ -6,7 +6,8 @@ import pytest
 
 from epbench.cases.grids import case_by_name
 from epbench.harness.arms import parse_arm
-from epbench.harness.runner import RunConfig, run
+from epbench.harness.run_config import RunConfig
+from epbench.harness.runner import run
 
 pytestmark = pytest.mark.slow
 nxrt = pytest.importorskip("nxrt_ep_cpu")
@@ -64,7 +65,8 @@ def test_allow_fallback_records_the_split(tmp_path):
 
 
 def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.25")
     doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out"))
     case = doc["cases"]["relu_d10_w8"]
@@ -78,7 +80,8 @@ def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeyp
 
 def test_outputs_are_judged_against_the_control_whatever_the_arm_order(tmp_path, monkeypatch):
     # The plugin arm is named first; the reference must still be ORT's outputs.
-    monkeypatch.setattr("epbench.harness.runner.WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
+                        "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.5")
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
                        arms=(parse_arm("plugin:nxrt_ep_cpu"), parse_arm("ort")), rounds=2,

@@ -27,7 +27,8 @@ os._exit(97)
 def test_timed_workers_never_import_onnx(tmp_path, monkeypatch) -> None:
     from epbench.cases.grids import case_by_name
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
 
     (tmp_path / "poison" / "onnx").mkdir(parents=True)
     (tmp_path / "poison" / "onnx" / "__init__.py").write_text(POISON)
@@ -105,13 +106,13 @@ def test_a_case_that_cannot_be_saved_leaves_the_output_folder_as_it_was(
 
     from epbench.cases.grids import case_by_name
     from epbench.core.errors import EpbenchError
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner
     from epbench.harness.arms import parse_arm
 
     monkeypatch.setattr(runner, "save_built_case", full_disk)
-    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
-                              rounds=2, processes=1, sessions=1, gate_policy="off",
-                              out_dir=tmp_path / "out")
+    config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                                  rounds=2, processes=1, sessions=1, gate_policy="off",
+                                  out_dir=tmp_path / "out")
     with pytest.raises(EpbenchError, match="cannot save case relu_d1_w8"):
         runner.run(config)
     assert not (tmp_path / "out").exists()
@@ -138,7 +139,7 @@ def test_a_refused_output_folder_is_said_before_any_case_is_built(tmp_path, monk
     from epbench.cases.grids import case_by_name
     from epbench.cases.spec import CaseSpec
     from epbench.core.errors import ResultsError
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner
     from epbench.harness.arms import parse_arm
 
     def never(self):
@@ -147,9 +148,9 @@ def test_a_refused_output_folder_is_said_before_any_case_is_built(tmp_path, monk
     monkeypatch.setattr(CaseSpec, "build", never)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "results.jsonl").write_text("earlier")
-    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
-                              rounds=2, processes=1, sessions=1, gate_policy="off",
-                              out_dir=tmp_path / "out")
+    config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(parse_arm("ort"),),
+                                  rounds=2, processes=1, sessions=1, gate_policy="off",
+                                  out_dir=tmp_path / "out")
     with pytest.raises(ResultsError, match=r"results\.jsonl already exists; choose another "
                        r"--out or pass --overwrite"):
         runner.run(config)
@@ -215,7 +216,7 @@ def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
     from epbench.cases.grids import case_by_name
     from epbench.cases.spec import CaseSpec
     from epbench.core.errors import CaseError
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner
     from epbench.harness.arms import parse_arm
 
     build = CaseSpec.build
@@ -226,7 +227,7 @@ def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
         return build(self)
 
     monkeypatch.setattr(CaseSpec, "build", build_but_one)
-    doc = runner.run(runner.RunConfig(
+    doc = runner.run(run_config.RunConfig(
         cases=(case_by_name("add_d10_w8"), case_by_name("relu_d1_w8")), arms=(parse_arm("ort"),),
         rounds=2, processes=1, sessions=1, warmup_ms=5.0, gate_policy="off"))
     failed, ok = doc["cases"]["add_d10_w8"], doc["cases"]["relu_d1_w8"]

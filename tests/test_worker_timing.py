@@ -139,17 +139,18 @@ def test_slices_reach_every_worker_and_the_results_file(monkeypatch, tmp_path) -
     """`--slices` is recorded in the file and sent to each process's worker (were it lost
     on the way, the worker would time whole blocks while the file said otherwise)."""
     from epbench.cases.grids import case_by_name
-    from epbench.harness import runner
+    from epbench.harness import run_config, runner, worker_process
 
     sent = []
 
     def fake_worker(request, on_event=None, silence_timeout_s=None, prefix=()):
         sent.append(request)
-        return runner.WorkerOutcome(events=[{"event": "done"}], returncode=0, stderr_tail="")
+        return worker_process.WorkerOutcome(events=[{"event": "done"}], returncode=0,
+                                            stderr_tail="")
 
-    monkeypatch.setattr(runner, "run_worker", fake_worker)
-    config = runner.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), rounds=4,
-                              processes=2, block_slices=8, out_dir=tmp_path / "out")
+    monkeypatch.setattr(worker_process, "run_worker", fake_worker)
+    config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), rounds=4,
+                                  processes=2, block_slices=8, out_dir=tmp_path / "out")
     doc = runner.run(config)
     assert doc["config"]["block_slices"] == 8
     cases = [r for r in sent if r.get("mode") == "case"]
@@ -159,7 +160,7 @@ def test_slices_reach_every_worker_and_the_results_file(monkeypatch, tmp_path) -
 def test_slices_below_one_are_refused() -> None:
     from epbench.cases.grids import case_by_name
     from epbench.core.errors import EpbenchError
-    from epbench.harness.runner import RunConfig
+    from epbench.harness.run_config import RunConfig
 
     with pytest.raises(EpbenchError, match="--slices"):
         RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), block_slices=0)

@@ -84,7 +84,7 @@ import collections, glob, json, os, statistics, sys
 
 from epbench.reports.compare import FAIL_ON
 from epbench.reports.defaults import FAIL_ON as DEFAULT_FAIL_ON
-from epbench.workflows.validate import wilson_interval
+from epbench.workflows.validate_judge import wilson_interval
 
 out, runs = sys.argv[1], int(sys.argv[2])
 with_profile = len(sys.argv) > 3 and bool(sys.argv[3])

@@ -46,7 +46,8 @@ def measure(out: Path, runs: int, labels: list[str]) -> None:
     from epbench.cases.grids import load_grid
     from epbench.core.results import write_results
     from epbench.harness.arms import parse_arm
-    from epbench.harness.runner import RunConfig, run
+    from epbench.harness.run_config import RunConfig
+    from epbench.harness.runner import run
 
     out.mkdir(parents=True, exist_ok=True)
     arms = (parse_arm("engine"), parse_arm("plugin:nxrt_ep_cpu"))

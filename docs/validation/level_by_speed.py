@@ -25,14 +25,9 @@ from pathlib import Path
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
-from epbench.workflows.validate import (
-    COMMITS,
-    FLAGGED,
-    RUNS_DIR,
-    SAME_PROCESS,
-    comparisons,
-    kept_repeats,
-)
+from epbench.workflows.validate_judge import FLAGGED, comparisons
+from epbench.workflows.validate_plan import COMMITS, SAME_PROCESS
+from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
 
 COMMANDS = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r\d+-commits-")
 

@@ -24,7 +24,8 @@ from typing import Any
 from epbench.cases.grids import load_grid
 from epbench.engine.library import library_path
 from epbench.harness.arms import parse_arm
-from epbench.harness.runner import RunConfig, run
+from epbench.harness.run_config import RunConfig
+from epbench.harness.runner import run
 
 
 class EventClock:

@@ -55,7 +55,7 @@ done
 # per case how often it was flagged and the change the comparator measured.
 import collections, glob, json, re, statistics, sys
 
-from epbench.workflows.validate import wilson_interval
+from epbench.workflows.validate_judge import wilson_interval
 
 out, last = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10**6
 for arm in ("head", "d2", "d3"):

@@ -51,7 +51,7 @@ done
 "$py" - "$out" "$pairs" "$profile" <<'PY'
 import collections, json, os, sys
 
-from epbench.workflows.validate import wilson_interval
+from epbench.workflows.validate_judge import wilson_interval
 
 out, pairs = sys.argv[1], int(sys.argv[2])
 profile = len(sys.argv) > 3 and bool(sys.argv[3])

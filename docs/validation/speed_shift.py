@@ -26,13 +26,9 @@ from pathlib import Path
 
 from epbench.reports import compare as cmp
 from epbench.reports import defaults
-from epbench.workflows.validate import (
-    FLAGGED,
-    RUNS_DIR,
-    SEPARATE_RUNS,
-    comparisons,
-    kept_repeats,
-)
+from epbench.workflows.validate_judge import FLAGGED, comparisons
+from epbench.workflows.validate_plan import SEPARATE_RUNS
+from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
 
 
 def main(out: Path, profile: dict | None = None) -> None:

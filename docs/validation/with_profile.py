@@ -21,14 +21,10 @@ from pathlib import Path
 
 from epbench.reports import compare as cmp
 from epbench.reports.render import to_json
-from epbench.workflows.validate import (
-    COMMITS,
-    RUNS_DIR,
-    kept_repeats,
-    level_arm,
-    render_markdown,
-    summarize,
-)
+from epbench.workflows.validate_judge import summarize
+from epbench.workflows.validate_plan import COMMITS, level_arm
+from epbench.workflows.validate_report import render_markdown
+from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
 
 
 def flagged(entry: dict, what: str) -> tuple[int, int]:

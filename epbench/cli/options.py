@@ -31,7 +31,7 @@ import click
 from epbench.core.errors import EpbenchError
 from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
 from epbench.harness.gate import FUTILE_ROUNDS_BEFORE_NO_WAIT, POLICIES
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import defaults
 
 F = Callable[..., Any]

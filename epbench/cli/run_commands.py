@@ -47,8 +47,8 @@ from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.merge import Shard, merge_shards
-from epbench.harness.runner import RunConfig
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import RunConfig
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
 from epbench.reports import history as hist
 from epbench.reports import render

@@ -23,6 +23,9 @@ from epbench.harness.load import LOAD_KINDS, parse_loads
 from epbench.harness.overhead import measure_overhead
 from epbench.reports.render import format_overhead, to_json
 from epbench.workflows import validate as val
+from epbench.workflows import validate_plan as vplan
+from epbench.workflows import validate_report as vreport
+from epbench.workflows import validate_run as vrun
 from epbench.workflows.compare_commits import default_instructions
 
 
@@ -30,12 +33,12 @@ from epbench.workflows.compare_commits import default_instructions
 @grid_option
 @case_option
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True),
-              default=val.Plan.budget_s, show_default=True,
+              default=vplan.Plan.budget_s, show_default=True,
               help="Seconds the whole validation may take; the number of repeats is planned "
                    "from it (every load gets at least one).")
-@rounds_option(val.Plan.rounds)
-@processes_option(val.Plan.processes)
-@sessions_option(val.Plan.sessions)
+@rounds_option(vplan.Plan.rounds)
+@processes_option(vplan.Plan.processes)
+@sessions_option(vplan.Plan.sessions)
 @click.option("--aa-twin/--no-aa-twin", "aa_twin", default=True, show_default=True,
               help="An A/A twin in every run, as compare-commits has (its noise sets the "
                    "thresholds when no profile does).")
@@ -43,20 +46,21 @@ from epbench.workflows.compare_commits import default_instructions
               help=f"Background load validate creates while each run measures: a comma "
                    f"list of {', '.join(LOAD_KINDS)} (bursty: random 50-400 ms busy/sleep "
                    "bursts; sustained: one core kept busy).")
-@click.option("--path", "path_text", default=",".join(val.PATHS), show_default=True,
+@click.option("--path", "path_text", default=",".join(vplan.PATHS), show_default=True,
               metavar="PATHS",
               help="What to validate, a comma list: same-process (arms of one run), "
                    "separate-runs (two runs and `compare a.json b.json`), compare-commits "
                    "(the whole command per comparison, re-runs included: the slowest).")
-@click.option("--levels", "levels_text", default=",".join(f"{round(v * 100)}" for v in val.LEVELS),
+@click.option("--levels", "levels_text",
+              default=",".join(f"{round(v * 100)}" for v in vplan.LEVELS),
               show_default=True, metavar="PERCENTS",
               help="The injected slowdowns, a comma list of whole percents of a case's time per "
                    "Run. Fewer make a repeat shorter (the compare-commits path runs one command "
                    "per level), e.g. --levels 2,3 to check a 2 % MDE over more repeats.")
 @click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
-              default=val.Plan.block_target_ms, show_default=True,
+              default=vplan.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
-@click.option("--max-repeats", type=click.IntRange(min=1, max=val.MAX_REPEATS), default=50,
+@click.option("--max-repeats", type=click.IntRange(min=1, max=vplan.MAX_REPEATS), default=50,
               show_default=True,
               help="Stop a load after this many repeats even if the budget allows more.")
 @click.option("--position-test/--no-position-test", default=True, show_default=True,
@@ -93,21 +97,21 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
 
     if not grids and not case_names:
         grids = ("quick",)
-    paths = val.parse_paths(path_text)
-    levels = val.parse_levels(levels_text)
+    paths = vplan.parse_paths(path_text)
+    levels = vplan.parse_levels(levels_text)
     commit_instructions = None
-    if val.COMMITS in paths:
+    if vplan.COMMITS in paths:
         # As compare-commits counts by default: its first pass includes the count.
         commit_instructions, why = default_instructions()
         if commit_instructions is None:
             click.echo(f"note: the compare-commits path counts no instructions ({why}), as "
                        "compare-commits would not here", err=True)
-    plan = val.Plan(cases=tuple(select_cases(grids, case_names)), budget_s=budget, rounds=rounds,
-                    processes=processes, sessions=sessions, aa_twin=aa_twin,
-                    loads=parse_loads(load_text), block_target_ms=block_ms,
-                    max_repeats=max_repeats, seed=seed, position_test=position_test,
-                    gate_policy=gate_policy, grids=tuple(grids), paths=paths,
-                    commit_instructions=commit_instructions, levels=levels)
+    plan = vplan.Plan(cases=tuple(select_cases(grids, case_names)), budget_s=budget, rounds=rounds,
+                      processes=processes, sessions=sessions, aa_twin=aa_twin,
+                      loads=parse_loads(load_text), block_target_ms=block_ms,
+                      max_repeats=max_repeats, seed=seed, position_test=position_test,
+                      gate_policy=gate_policy, grids=tuple(grids), paths=paths,
+                      commit_instructions=commit_instructions, levels=levels)
 
     def status(text: str) -> None:
         if not quiet:
@@ -115,14 +119,14 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
 
     # Every run is kept as it ends: a Ctrl-C, even while the repeats are compared, loses
     # no measurement (each file is a results document `epbench compare` reads).
-    runs_dir = val.prepare_runs_dir(out)
+    runs_dir = vrun.prepare_runs_dir(out)
     try:
         result = val.validate(plan, profile_path=profile_path, on_status=status,
                               runs_dir=runs_dir)
     except KeyboardInterrupt:
         click.echo(f"interrupted; every run measured so far is in {runs_dir}", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    json_path, md_path = val.write_outputs(result, out)
+    json_path, md_path = vreport.write_outputs(result, out)
     beyond = f"> {round(max(levels) * 100)} %"  # as validation.md says it
     for r in result["results"]:
         fp = r["false_positive_rate"]

@@ -30,7 +30,7 @@ from epbench.cli.options import (
 )
 from epbench.cli.progress import progress_for
 from epbench.core.results import load_results
-from epbench.harness.runner import defaults as run_defaults
+from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, render

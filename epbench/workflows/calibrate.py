@@ -11,7 +11,7 @@ from typing import Any
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.model import Results
-from epbench.harness import runner
+from epbench.harness import run_config, runner
 from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.reports import calibrate as noise
 from epbench.reports import defaults as noise_defaults
@@ -47,7 +47,7 @@ def calibrate(
 
     `run` is harness.runner.run unless a test injects a fake.
     """
-    rounds = runner.defaults()["rounds"] if rounds is None else rounds
+    rounds = run_config.defaults()["rounds"] if rounds is None else rounds
     if repeats < 1:
         raise noise.ProfileError(
             "--repeats must be at least 1 (5 or more gives a steadier profile)")
@@ -60,7 +60,7 @@ def calibrate(
     for i in range(repeats):
         if on_repeat is not None:
             on_repeat(i, total)
-        config = runner.RunConfig(
+        config = run_config.RunConfig(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + i,
             fixed_order=False, out_dir=None, **options,
         )
@@ -69,7 +69,7 @@ def calibrate(
     if position_test:
         if on_repeat is not None:
             on_repeat(repeats, total)
-        fixed_doc = run(runner.RunConfig(
+        fixed_doc = run(run_config.RunConfig(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
             fixed_order=True, out_dir=None, **options,
         ))

@@ -52,7 +52,8 @@ from epbench.harness.commits import (
 from epbench.harness.commits import uncommitted_changes as has_uncommitted_changes
 from epbench.harness.instructions import valgrind_available
 from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_snapshot
-from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
+from epbench.harness.run_config import RunConfig
+from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import history as hist
 from epbench.reports import html, render

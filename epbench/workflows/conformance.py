@@ -27,7 +27,7 @@ from epbench.harness.conformance import (
     case_from_dict,
     load_cases,
 )
-from epbench.harness.runner import run_worker
+from epbench.harness.worker_process import run_worker
 
 
 def _signal_name(number: int) -> str:

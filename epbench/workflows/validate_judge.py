@@ -1,0 +1,364 @@
+"""Judges a validation's repeats: false positives, detection and MDE per path and load.
+
+Every comparison is `reports.compare.compare` itself; nothing here measures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from epbench.core.model import Results
+from epbench.core.numbers import median
+from epbench.reports import calibrate as cal
+from epbench.reports import compare as cmp
+from epbench.reports import defaults as verdict_defaults
+from epbench.workflows.validate_plan import (
+    API_CALLS,
+    BASE_ARM,
+    COMMITS,
+    COUNTER_ARM,
+    LEVELS,
+    PATHS,
+    PER_NODE_ARM,
+    PER_NODE_LEVEL,
+    SAME_PROCESS,
+    TWIN_ARM,
+    commit_head_arm,
+    level_arm,
+)
+from epbench.workflows.validate_run import Repeat, finite_median
+
+# 2: results per (path, load, profile); compare-commits' replication settings.
+# 3: the compare-commits path (the whole command, re-runs included), plan.paths.
+# 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
+# 5: plan.own_builds: every arm but the base loads its own copy of the library (OwnBuilds).
+# 6: stopped: the error that ended the validation after some repeats, else null.
+VALIDATION_SCHEMA = "epbench.validation/6"
+
+
+# Verdicts that count as "flagged a slowdown": a false positive in A/A, a detection otherwise.
+FLAGGED = frozenset({"regression", "alert"})
+# A level is detectable when flagged in at least this share of repeats.
+POWER_TARGET = 0.95
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None]:
+    """95 % Wilson score interval of a proportion (sane at 0 and at n, unlike the normal one)."""
+    if n == 0:
+        return [None, None]
+    p = hits / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def proportion(hits: int, n: int) -> dict[str, Any]:
+    return {"hits": hits, "n": n, "rate": hits / n if n else None, "ci": wilson_interval(hits, n)}
+
+
+
+def counter_check(rows: Sequence[Mapping[str, Any]], case: str) -> tuple[bool, str]:
+    """Did the counter table show exactly API_CALLS more ORT calls per Run, and nothing else?"""
+    mine = [r for r in rows if r["case"] == case]
+    calls = [r for r in mine if r["counter"] == "ort_api_calls"]
+    others = [r["counter"] for r in mine if r["counter"] != "ort_api_calls"]
+    if not calls:
+        return False, "no ort_api_calls change in the counter table"
+    base, pr = calls[0]["base"], calls[0]["pr"]
+    if base is None or pr is None or pr - base != API_CALLS:
+        return False, f"ort_api_calls/Run {base} -> {pr}, expected +{API_CALLS}"
+    if others:
+        return False, f"other counters changed too: {', '.join(others)}"
+    return True, f"ort_api_calls/Run {base:g} -> {pr:g}"
+
+
+def comparisons(rep: Repeat, path: str,
+                levels: Sequence[float] = LEVELS) -> list[tuple[str, cmp.Side, cmp.Side]]:
+    """What one repeat compares on one path: (what, base side, PR side).
+
+    ``what`` is "aa", a level's arm key, or the per-node arm. Same-process: arms of
+    one run. Separate runs: the A/A pair is two runs of ``a``; a level is the plain
+    base run against the PR run's delayed arm (the double ratio). compare-commits: each
+    command's ``a`` against its head arm, re-runs merged.
+    """
+    if path == COMMITS:
+        out = []
+        for what, doc in rep.commits.items():
+            results = Results.from_dict(doc, source="a compare-commits run")
+            head = commit_head_arm(what)
+            out.append((what, cmp.Side("base", results, BASE_ARM), cmp.Side("pr", results, head)))
+        return out
+    if path == SAME_PROCESS:
+        doc = Results.from_dict(rep.same_process, source="a same-process run")
+        base = cmp.Side("base", doc, BASE_ARM)
+        out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
+        out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in levels]
+        return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
+    base = cmp.Side("base", Results.from_dict(rep.base, source="a base run"), BASE_ARM)
+    again = Results.from_dict(rep.base_again, source="a base run")
+    pr = Results.from_dict(rep.pr, source="a PR run")
+    out = [("aa", base, cmp.Side("pr", again, BASE_ARM))]
+    return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in levels]
+
+
+def summarize(
+    repeats: Sequence[Repeat],
+    fixed_doc: Mapping[str, Any] | None,
+    engine_ns: Mapping[str, float],
+    *,
+    settings: Any,
+    profile: Mapping[str, Any] | None,
+    loads: Sequence[str],
+    levels: Sequence[float] = LEVELS,
+) -> dict[str, Any]:
+    """The validation statistics from the repeats' documents (no measuring here)."""
+
+    names = [n for n in engine_ns
+             if all(n in d.get("cases", {}) for r in repeats for d in r.documents())]
+    warnings: set[str] = set()
+    judged = [("without", None)] + ([("with", profile)] if profile is not None else [])
+    results = []
+    ran = [p for p in PATHS if any(_has_path(r, p) for r in repeats)]
+    for path in ran:
+        for load in loads:
+            mine = [r for r in repeats if r.load == load]
+            # The compare-commits path's re-runs were chosen without a profile: judged with
+            # one, its rows would be of a command that never ran.
+            for label, prof in judged[:1] if path == COMMITS else judged:
+                results.append(_judge_path(mine, path, load, label, prof, names, engine_ns,
+                                           settings, warnings, levels))
+    counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
+    for rep in repeats:
+        if rep.same_process is None:
+            continue
+        doc = Results.from_dict(rep.same_process, source="a same-process run")
+        rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
+                                   cmp.Side("pr", doc, COUNTER_ARM), names)
+        for n in names:
+            counters[n].append(counter_check(rows, n))
+    position = None
+    unloaded = [r.same_process for r in repeats
+                if r.load == "none" and r.same_process is not None]
+    if fixed_doc is not None and unloaded:
+        ran = [n for n in names if (fixed_doc.get("cases", {}).get(n) or {}).get("status") == "ok"]
+        if ran:
+            trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in unloaded]
+            fixed = {**fixed_doc, "cases": {n: fixed_doc["cases"][n] for n in ran}}
+            position = cal.profile_from_runs(
+                [Results.from_dict(d, source="a same-process run") for d in trimmed],
+                Results.from_dict(fixed, source="the fixed-order run"), BASE_ARM, TWIN_ARM,
+                arm_spec="engine", seed=settings.seed)
+    cases: dict[str, Any] = {}
+    for n in names:
+        exact = [ok for ok, _ in counters[n]]
+        calibrated = (position or {}).get("cases", {}).get(n, {})
+        cases[n] = {
+            "engine_ns": engine_ns[n],
+            "counters": {"exact": sum(exact), "n": len(exact), "all_exact": all(exact),
+                         "details": sorted({why for _, why in counters[n]})},
+            "position_bias": calibrated.get("position_bias"),
+            # The unloaded same-process A/A noise (as `calibrate` computes it): what a
+            # profile from this run would set t from.
+            "aa_noise": (calibrated.get("same-run") or {}).get("noise"),
+        }
+    counters_n = sum(c["counters"]["n"] for c in cases.values())
+    counters_exact = sum(c["counters"]["exact"] for c in cases.values())
+    if not counters_n:  # the same-process path did not run: nothing was checked
+        for c in cases.values():
+            c["counters"]["all_exact"] = None
+    return {
+        "schema": VALIDATION_SCHEMA,
+        "results": results,
+        "cases": cases,
+        "counters": {"exact": counters_exact, "n": counters_n,
+                     "all_exact": counters_exact == counters_n if counters_n else None},
+        "position_bias": (position or {}).get("position_bias"),
+        "settings": {"floor": settings.floor, "k": settings.k, "fdr": settings.fdr,
+                     "confidence": settings.confidence},
+        "notes": sorted(warnings),
+    }
+
+
+def _has_path(rep: Repeat, path: str) -> bool:
+    if path == COMMITS:
+        return bool(rep.commits)
+    return (rep.same_process if path == SAME_PROCESS else rep.base) is not None
+
+
+@dataclass
+class _Seen:
+    """What the comparisons of one (path, load, profile) said, per case and comparison
+    ("aa", a level's arm key, the per-node arm)."""
+
+    verdicts: dict[str, dict[str, list[str]]]
+    changes: dict[str, dict[str, list[float | None]]]
+    thresholds: dict[str, list[float]]  # of the A/A comparisons
+    sources: dict[str, set[str]]  # where those thresholds came from
+    # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
+    # threshold seen in each: a repeat's comparisons share its runs (on the
+    # compare-commits path each has its own, whose drifts are pooled per case-repeat),
+    # so counting comparisons would count one run's drift many times.
+    pairs: set[tuple[int, str]] = field(default_factory=set)
+    drifted: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    judged: int = 0  # case comparisons
+    moved: int = 0  # ... of those, whose runs ran at different speeds
+
+
+def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
+                profile: Mapping[str, Any] | None, names: Sequence[str],
+                engine_ns: Mapping[str, float], settings: Any,
+                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
+    """False positives, detection and MDE of one (path, load, profile) over its repeats."""
+    prefix = f"{path}, {load} load, {label} profile: "
+    seen = _compare_repeats(repeats, path, profile, names, settings, warnings, prefix, levels)
+    _note_speed_changes(seen, prefix, warnings)
+    cases = {n: _case_result(seen, n, engine_ns[n], levels) for n in names}
+    return _path_result(repeats, path, load, label, names, seen, cases, levels)
+
+
+def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
+                     names: Sequence[str], settings: Any, warnings: set[str], prefix: str,
+                     levels: Sequence[float]) -> _Seen:
+    """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
+    into ``warnings`` but for the drift and speed ones, which `_note_speed_changes` sums."""
+    whats = [what for what, _, _ in comparisons(repeats[0], path, levels)] if repeats else []
+    seen = _Seen(verdicts={n: {w: [] for w in whats} for n in names},
+                 changes={n: {w: [] for w in whats} for n in names},
+                 thresholds={n: [] for n in names}, sources={n: set() for n in names})
+    verdicts = seen.verdicts
+    for index, rep in enumerate(repeats):
+        for what, base, pr in comparisons(rep, path, levels):
+            comparison = cmp.compare(base, pr, settings=settings, profile=profile)
+            # The control's drift and the runs' change of speed are summed up below, once
+            # for the path: one warning per comparison, each naming other cases, made most
+            # of a drifting VM's report.
+            said = {cmp.drift_warning(comparison["cases"]), cmp.speed_warning(comparison["cases"])}
+            warnings.update(prefix + w for w in comparison.get("warnings", []) if w not in said)
+            shown = [r for r in comparison["cases"] if r["case"] in verdicts]
+            seen.judged += len(shown)
+            seen.moved += sum(cmp.beyond_speed_limit(r["control_shift"])
+                              and r["verdict"] not in ("failed", "not_comparable")
+                              for r in shown)
+            for r in comparison["cases"]:
+                if r["control_drift"] is None or r["case"] not in verdicts:
+                    continue  # a failed case, too few rounds to tell a drift, or not shown
+                seen.pairs.add((index, r["case"]))
+                if r["drift_exceeds_threshold"]:
+                    seen.drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
+            rows = {r["case"]: r for r in comparison["cases"]}
+            for n in names:
+                row = rows.get(n)
+                verdicts[n][what].append(row["verdict"] if row else "failed")
+                seen.changes[n][what].append(row["change"] if row else None)
+                if what == "aa" and row:
+                    seen.thresholds[n].append(row["threshold"])
+                    seen.sources[n].add(row["noise_source"])
+    return seen
+
+
+def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
+    """One note each, for the path, of the control's drifts and of the runs' changes of
+    speed that its comparisons saw."""
+    if seen.drifted:
+        drifts = [d for ds in seen.drifted.values() for d in ds]
+        lo, hi = f"{min(drifts):+.1%}", f"{max(drifts):+.1%}"
+        spread = f"a drift of {lo}" if lo == hi else f"drifts between {lo} and {hi}"
+        warnings.add(
+            f"{prefix}the ORT control drifted from the first round to the last by more than "
+            f"the case's threshold in {len(seen.drifted)} of {len(seen.pairs)} case-repeats (a "
+            f"case's runs in one repeat; {spread}): the machine changed speed during the runs. "
+            f"{cmp.DRIFT_CANCELS}, but {cmp.DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
+            "machine to be sure")
+    if seen.moved:
+        warnings.add(
+            f"{prefix}the two runs' ORT controls took more than "
+            f"{verdict_defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run in one than in the other in "
+            f"{seen.moved} of {seen.judged} case comparisons: the machine changed speed between "
+            "runs, so those were ❔ unless their interval cleared the threshold by more than "
+            f"{verdict_defaults.SPEED_CHANGE_ALLOWANCE:.0%} (`compare`'s rule for two runs)")
+
+
+def _case_result(seen: _Seen, n: str, engine_ns: float,
+                 levels: Sequence[float]) -> dict[str, Any]:
+    """One case's false positives, detection per level, MDE and per-node detection."""
+    verdicts, changes = seen.verdicts[n], seen.changes[n]
+    aa = verdicts["aa"]
+    detection = {}
+    for level in levels:
+        got = verdicts[level_arm(level)]
+        detection[level_arm(level)] = {
+            "level": level, **proportion(sum(v in FLAGGED for v in got), len(got)),
+            "measured_change": finite_median(changes[level_arm(level)]),
+            # ❔ is not a detection: e.g. an interval that straddles the threshold.
+            "inconclusive": sum(v == "inconclusive" for v in got),
+            "verdicts": got,
+        }
+    mde = next((lvl for lvl in levels
+                if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
+    case = {
+        "engine_ns": engine_ns,
+        "threshold": finite_median(seen.thresholds[n]),
+        "noise_sources": sorted(seen.sources[n]),
+        "false_positives": {**proportion(sum(v in FLAGGED for v in aa), len(aa)),
+                            "verdicts": aa, "changes": changes["aa"]},
+        "detection": detection,
+        "mde": mde,
+        # What the comparator saw at that level: the effect the injected delay really had.
+        "mde_measured": detection[level_arm(mde)]["measured_change"] if mde else None,
+    }
+    if PER_NODE_ARM in verdicts:
+        got = verdicts[PER_NODE_ARM]
+        case["per_node"] = {"level": PER_NODE_LEVEL,
+                            **proportion(sum(v in FLAGGED for v in got), len(got)),
+                            "measured_change": finite_median(changes[PER_NODE_ARM])}
+    return case
+
+
+def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
+                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, Any]],
+                 levels: Sequence[float]) -> dict[str, Any]:
+    """The path's totals over its cases, and the cases."""
+    fp_hits = sum(c["false_positives"]["hits"] for c in cases.values())
+    fp_n = sum(c["false_positives"]["n"] for c in cases.values())
+    # Family-wise: a repeat counts once if any case of the grid was flagged.
+    any_fp = sum(any(seen.verdicts[n]["aa"][r] in FLAGGED for n in names)
+                 for r in range(len(repeats)))
+    detection = {}
+    for level in levels:
+        key = level_arm(level)
+        hits = sum(c["detection"][key]["hits"] for c in cases.values())
+        total = sum(c["detection"][key]["n"] for c in cases.values())
+        detection[key] = {"level": level, **proportion(hits, total),
+                          "inconclusive": sum(c["detection"][key]["inconclusive"]
+                                              for c in cases.values())}
+    mdes = [cases[n]["mde"] for n in names]
+    known = sorted(m for m in mdes if m is not None)
+    return {
+        "path": path, "load": load, "profile": label,
+        "repeats": len(repeats),
+        "false_positive_rate": proportion(fp_hits, fp_n),
+        "familywise_false_positive_rate": proportion(any_fp, len(repeats)),
+        "detection": detection,
+        "mde": {n: cases[n]["mde"] for n in names},
+        # The median case's MDE, None (above the top level) when half the cases or more saw
+        # no level.
+        "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
+                       else None) if mdes else None,
+        "cases": cases,
+        **({"commands": _commands(repeats, names)} if path == COMMITS else {}),
+    }
+
+
+def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]:
+    """What the compare-commits commands took: seconds each, and the re-runs and rounds their
+    cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
+    took = [s for r in repeats for s in r.commits_s.values()]
+    ended = [r.commits[what]["cases"][n] for r in repeats for what in r.commits for n in names]
+    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
+            "case_reruns": sum(c.get("reruns", 0) for c in ended),
+            "rerun_cases": sum(bool(c.get("reruns")) for c in ended), "case_runs": len(ended),
+            "median_rounds": median(len(c.get("rounds", [])) for c in ended)}
