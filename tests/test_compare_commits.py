@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.reports import html, render
-from epbench.reports.artifact import comparison_schema
+from epbench.reports.bot.artifact import comparison_schema
 from epbench.workflows.compare_commits import merge_rounds
 from tests.support.gitrepo import git, init_repo
 

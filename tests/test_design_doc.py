@@ -79,9 +79,9 @@ JSON_READERS = {
     "harness/runner.py": "the worker's events",
     "reports/history.py": "the store's own JSON columns",
     "reports/calibrate.py": "noise profiles",
-    "reports/artifact.py": "compare artifacts and their schema",
+    "reports/bot/artifact.py": "compare artifacts and their schema",
     "epbench/workflows/action.py": "the pull_request event GitHub writes ($GITHUB_EVENT_PATH)",
-    "reports/github.py": "GitHub API responses",
+    "reports/bot/github.py": "GitHub API responses",
     "reports/html.py": "a file's schema, to tell a comparison from results (load_results reads "
                        "the results)",
     "engine/__init__.py": "the engine library's info string",

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EpbenchError
-from epbench.reports import github
-from epbench.reports.github import (
+from epbench.reports.bot import github
+from epbench.reports.bot.github import (
     COMMENT_LIMIT,
     STICKY_MARKER,
     GitHubClient,

@@ -35,7 +35,7 @@ from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
-from epbench.reports.annotations import annotation_lines
+from epbench.reports.bot.annotations import annotation_lines
 from epbench.workflows.calibrate import calibrate as run_calibration
 
 

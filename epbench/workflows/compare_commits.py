@@ -56,7 +56,7 @@ from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import history as hist
 from epbench.reports import html, render
-from epbench.reports.artifact import COMPARE_FILE
+from epbench.reports.bot.artifact import COMPARE_FILE
 
 BASE_ARM = "base"
 HEAD_ARM = "head"

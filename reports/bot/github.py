@@ -45,9 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from epbench.core.errors import EpbenchError
-
-# The one definition of the marker; the comment templates import it from here.
-STICKY_MARKER = "<!-- epbench:sticky-comment -->"
+from epbench.reports.sticky import STICKY_MARKER  # written by the renderer, searched for here
 
 # GitHub refuses issue comments longer than this ("body is too long (maximum is
 # 65536 characters)", HTTP 422).
