@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from epbench.reports import defaults, stats
-from epbench.reports.compare import VERDICTS, beyond_speed_limit
+from epbench.reports.comparison import VERDICTS
+from epbench.reports.findings import beyond_speed_limit
 from epbench.reports.sticky import STICKY_MARKER
 
 

@@ -24,7 +24,7 @@ from epbench.harness.runner import RunConfig
 from epbench.reports import history as hist
 from epbench.reports import render
 from epbench.reports.bot.artifact import comment_body, comparison_schema
-from epbench.reports.compare import Settings
+from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits as cc
 from tests.support import synthetic
 from tests.support.fakebuild import fake_build_commit, fake_side

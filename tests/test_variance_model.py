@@ -12,15 +12,16 @@ import math
 import numpy as np
 import pytest
 
-from epbench.reports import compare, stats
-from epbench.reports.compare import Settings
+from epbench.reports import compare, comparison, stats
+from epbench.reports.findings import with_twin
+from epbench.reports.verdicts import Settings
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
 
-def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
-    """compare.Side of a test's document: the tests build dicts, read into the model once."""
-    return compare.Side(label, as_results(doc), arm, path)
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for comparison.Side
+    """comparison.Side of a test's document: the tests build dicts, read into the model once."""
+    return comparison.Side(label, as_results(doc), arm, path)
 
 CONFIDENCE = 0.95
 
@@ -187,9 +188,9 @@ def test_with_two_runs_the_noisier_twin_sets_the_threshold():
 
 
 def test_a_profile_and_a_twin_judge_by_the_larger_noise():
-    noise, source = compare._with_twin(0.004, "profile", 0.009)
+    noise, source = with_twin(0.004, "profile", 0.009)
     assert (noise, source) == (0.009, "in-run A/A twin (larger than the profile's)")
-    noise, source = compare._with_twin(0.012, "profile", 0.009)
+    noise, source = with_twin(0.012, "profile", 0.009)
     assert noise == 0.012 and source.startswith("profile (larger than")
 
 

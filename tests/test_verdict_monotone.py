@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epbench.reports import compare, stats
+from epbench.reports.comparison import Side
+from epbench.reports.verdicts import GridSamples, Settings, judge_grid, judge_samples, threshold_for
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
@@ -46,12 +48,12 @@ def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others
         if not same_run:  # the load on the PR run only
             quiet_base = [base[0]]
         quiet_index = [0]
-    grid = compare.GridSamples(pr, base, same_run, quiet_pr, quiet_base, quiet_index)
-    th = compare.threshold_for(t / 2.0, "profile", compare.Settings())
+    grid = GridSamples(pr, base, same_run, quiet_pr, quiet_base, quiet_index)
+    th = threshold_for(t / 2.0, "profile", Settings())
     n = len(pr)
     rounds = [len(s) for s in pr]
-    judgements, _ = compare.judge_samples(grid, [th] * n, [unquiet_rounds] + [0] * (n - 1),
-                                          rounds, compare.Settings())
+    judgements, _ = judge_samples(grid, [th] * n, [unquiet_rounds] + [0] * (n - 1),
+                                          rounds, Settings())
     return judgements[0]
 
 
@@ -95,7 +97,7 @@ def _loaded_grid(seed, effect):
                                 unquiet_rounds={n: range(24) for n in cases},
                                 twin={"of": "base", "key": "twin"})
     doc = as_results(doc)
-    return compare.compare(compare.Side("base", doc, "base"), compare.Side("pr", doc, "pr"))
+    return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
 
 
 def test_twelve_percent_with_four_of_six_processes_unquiet_is_flagged():
@@ -111,15 +113,15 @@ def test_bh_on_interval_nulls_holds_claims_of_at_least_t_across_a_grid():
     # p-values for "no change" plus an unadjusted "lower bound above t" made some case
     # ⚠️ in about a fifth of grids; BH on the p-values of "at most t" holds it near 5 %.
     rng = np.random.default_rng(464)
-    th = compare.threshold_for(0.0, "profile", compare.Settings())
+    th = threshold_for(0.0, "profile", Settings())
     assert th.t == 0.01
     false_grids = false_grids_zero_null = 0
     for _ in range(150):
         pr = [_sample(rng, 6, 8, 0.01, 0.003, effect=0.009) for _ in range(20)]
-        grid = compare.GridSamples(pr, [], True)
-        js, _ = compare.judge_samples(grid, [th] * 20, [0] * 20, [48] * 20, compare.Settings())
+        grid = GridSamples(pr, [], True)
+        js, _ = judge_samples(grid, [th] * 20, [0] * 20, [48] * 20, Settings())
         false_grids += any(j.verdict in RANK for j in js)
-        old = compare.judge_grid(grid.changes(), [th] * 20, [0] * 20, [48] * 20, 0.05)
+        old = judge_grid(grid.changes(), [th] * 20, [0] * 20, [48] * 20, 0.05)
         false_grids_zero_null += any(j.verdict in RANK for j in old)
     assert false_grids <= 0.05 * 150
     assert false_grids_zero_null >= 0.10 * 150  # the old rule, on the same grids

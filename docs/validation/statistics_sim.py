@@ -82,7 +82,11 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
     variance (None: not known)."""
     from epbench.reports import compare, stats
 
-    settings = compare.Settings()
+    try:  # since compare.py was split: judging in reports.verdicts, rules in findings
+        from epbench.reports import findings, verdicts
+    except ImportError:
+        findings = verdicts = compare
+    settings = verdicts.Settings()
     n = len(pr)
     unquiet = unquiet or [0] * n
     quiet = quiet or [None] * n
@@ -95,17 +99,17 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
     else:
         noise = [max(abs(c[i].ratio - 1.0) for c in twin_changes) for i in range(n)]
         tau2 = 0.0
-    thresholds = [compare.threshold_for(x, "twin", settings) for x in noise]
+    thresholds = [verdicts.threshold_for(x, "twin", settings) for x in noise]
     index = [i for i in range(n) if quiet[i] is not None]
     if _new_api():
-        grid = compare.GridSamples(pr, base, same_run, [quiet[i][0] for i in index],
+        grid = verdicts.GridSamples(pr, base, same_run, [quiet[i][0] for i in index],
                                    [quiet[i][1] for i in index] if not same_run else [],
                                    index, extra_variance=tau2 + (between or 0.0),
                                    extra_df=max(1.0, n - 1.0))
-        js, _ = compare.judge_samples(grid, thresholds, unquiet, rounds, settings)
+        js, _ = verdicts.judge_samples(grid, thresholds, unquiet, rounds, settings)
         changes = grid.changes(confidence=settings.confidence)
         if not same_run and between is None:
-            js = [compare.within_run_only(j, j.shown or c, settings)
+            js = [findings.within_run_only(j, j.shown or c, settings)
                   for j, c in zip(js, changes, strict=True)]
         return [j.verdict for j in js], changes
     changes = (stats.nested_changes(pr) if same_run
@@ -118,7 +122,7 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
         for i, c in zip(index, qs, strict=True):
             quiet_changes[i] = c
     needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
-    js = compare.judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
+    js = verdicts.judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
                             needed=needed, shared_load=same_run)
     return [j.verdict for j in js], changes
 

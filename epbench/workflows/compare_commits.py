@@ -57,6 +57,8 @@ from epbench.reports import compare as cmp
 from epbench.reports import history as hist
 from epbench.reports import html, render
 from epbench.reports.bot.artifact import COMPARE_FILE
+from epbench.reports.comparison import Side
+from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -208,7 +210,7 @@ def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     below the alert level (picked at it, most fell back; still ⚠️); in the series with no
     load or a bursty one no first pass had one (docs/validation/README.md).
     """
-    return cmp.held_back_by_gate(row) and row["unquiet"] == row["rounds"]
+    return held_back_by_gate(row) and row["unquiet"] == row["rounds"]
 
 
 def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
@@ -228,10 +230,10 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
     rows = {row["case"]: row for row in comparison["cases"]}
-    settle = [name for name in cmp.ambiguous_cases(comparison)
+    settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
     return sorted(settle,  # a stable sort: compare's order in ties
-                  key=lambda name: (cmp.held_back_by_gate(rows[name]), attempts.get(name, 0)))
+                  key=lambda name: (held_back_by_gate(rows[name]), attempts.get(name, 0)))
 
 
 def rerun_seconds_per_case(seconds_per_case: float) -> int:
@@ -261,17 +263,17 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
     """The warnings for the cases left ambiguous after the re-runs: those the default budget
     ran out on (``budget_ran_out``), with what re-running one costs; and, always, the
     held-back ⚠️ with no quiet round, which re-runs pass by, with what can settle them. Two
-    warnings, not one: each names its cases within ``cmp.named``'s bound, which fits the
+    warnings, not one: each names its cases within ``named``'s bound, which fits the
     schema's bound on one warning once."""
     rows = {row["case"]: row for row in comparison["cases"]}
-    left_over = cmp.ambiguous_cases(comparison)
+    left_over = ambiguous_cases(comparison)
     unquiet_held = [name for name in left_over if held_back_with_no_quiet_round(rows[name])]
     unsettled = [name for name in left_over if name not in unquiet_held]
     warnings = []
     if budget_ran_out and unsettled:
-        held = any(cmp.held_back_by_gate(rows[name]) for name in unsettled)
+        held = any(held_back_by_gate(rows[name]) for name in unsettled)
         warnings.append(
-            f"{cmp.named(unsettled)} left ❔"
+            f"{named(unsettled)} left ❔"
             f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
             f"budget (until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) "
             f"ran out; a case's re-run takes about {rerun_seconds_per_case(seconds_per_case)} s "
@@ -280,7 +282,7 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
     if unquiet_held:
         it, its = ("them", "their") if len(unquiet_held) > 1 else ("it", "its")
         warnings.append(
-            f"{cmp.named(unquiet_held)}: ⚠️ held back from 🔴 by the idle gate, none of {its} "
+            f"{named(unquiet_held)}: ⚠️ held back from 🔴 by the idle gate, none of {its} "
             f"rounds quiet: rounds under this load cannot make {it} 🔴, so re-runs pass {it} "
             "by; rerun on a quiet machine")
     return warnings
@@ -424,8 +426,8 @@ def compare_commits(
             # for both sides, so they are one run.
             results = Results.from_dict(doc, source="the run")
             comparison = cmp.compare(
-                cmp.Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
-                cmp.Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
+                Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
+                Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
                 settings=settings, profile=profile,
             )
             comparison["reruns"] = {

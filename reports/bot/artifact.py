@@ -48,7 +48,7 @@ from epbench.reports.bot.github import (
     UpsertResult,
     upsert_sticky_comment,
 )
-from epbench.reports.compare import HEADLINES, VERDICTS
+from epbench.reports.comparison import HEADLINES, VERDICTS
 
 COMPARE_FILE = "compare.json"  # the verdicts, written by `epbench compare-commits`
 PR_FILE = "pull-request.json"  # {"number": N}, written by the bench workflow
