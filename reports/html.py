@@ -24,7 +24,7 @@ from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
-from epbench.reports import defaults, history, plots, render, stats
+from epbench.reports import defaults, plots, render, stats
 from epbench.reports.comparison import SCHEMA, VERDICTS, Side
 from epbench.reports.summary import family_of, gate_rounds, summarize
 
@@ -368,26 +368,6 @@ def history_rows(
     return rows
 
 
-def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
-    """Every series of a history store with its change points, for `report --history DB`."""
-    out = []
-    with history.HistoryStore.open(db) as store:
-        for case, arm, machine in store.series_keys():
-            found = history.series_with_changes(store, case, arm, machine)
-            series = plots.HistorySeries(
-                case=case, arm=f"{arm} ({machine})" if machine else arm,
-                commits=[p.commit for p in found.points], ratio=[p.ratio for p in found.points],
-                lo=[p.lo for p in found.points], hi=[p.hi for p in found.points])
-            changes = [plots.ChangePoint(index=f.index, change=f.change.ratio - 1.0,
-                                         lo=f.change.lo - 1.0, hi=f.change.hi - 1.0)
-                       for f in found.findings]
-            out.append((series, changes))
-    if not out:
-        raise ReportError(f"the history at {history.redact(db)} holds no series yet; add runs with "
-                          "`epbench history add RESULTS.json`")
-    return out
-
-
 # --------------------------------------------------------------------------- page
 
 
@@ -453,13 +433,6 @@ def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
     text = render_html(doc=source.doc, comparison=source.comparison, source=source.label,
                        notes=source.notes)
     return write_page(text, out_dir)
-
-
-def write_history_report(db: str, out_dir: str | Path) -> Path:
-    """`epbench report --history DB --html OUT`: the history store's series as a page."""
-    entries = load_history(db)
-    make_out_dir(out_dir)
-    return write_page(render_html(history=entries, source=history.redact(db)), out_dir)
 
 
 def environment() -> Any:

@@ -674,7 +674,7 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
         raise KeyboardInterrupt  # the command's own way out; nothing else is needed
 
     monkeypatch.setattr(cc, "valgrind_available", fake_probe)
-    monkeypatch.setattr(run_commands.hist, "history_to_check", fake_history_check)
+    monkeypatch.setattr(run_commands, "history_to_check", fake_history_check)
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
                                       "--out", str(tmp_path / "o")])

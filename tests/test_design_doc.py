@@ -77,7 +77,7 @@ JSON_READERS = {
     "epbench/core/results.py": "results files: the one loader, and its JSON Schema",
     "harness/worker.py": "the request on its stdin",
     "harness/runner.py": "the worker's events",
-    "reports/history.py": "the store's own JSON columns",
+    "reports/history/store.py": "the store's own JSON columns",
     "reports/calibrate.py": "noise profiles",
     "reports/bot/artifact.py": "compare artifacts and their schema",
     "epbench/workflows/action.py": "the pull_request event GitHub writes ($GITHUB_EVENT_PATH)",

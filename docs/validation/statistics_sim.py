@@ -255,7 +255,10 @@ def history(trials: int, seed: int, rho: float) -> float:
     """Share of `detect` runs over 20 null series of 50 points that report a change."""
     import numpy as np
 
-    from epbench.reports import changepoints
+    try:  # since the history became a wing of reports
+        from epbench.reports.history import changepoints
+    except ImportError:
+        from epbench.reports import changepoints
 
     many = getattr(changepoints, "detect_many", None)
     hits = 0

@@ -12,7 +12,7 @@ form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
 (the same with plots, reports.html). With a history store (`history_db`), all
 three also say whether the base commit sits in a known change point of the cases'
-series (reports.history.base_report), or why the history could not say. There is no
+series (reports.history.changes.base_report), or why the history could not say. There is no
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
@@ -54,11 +54,13 @@ from epbench.harness.instructions import valgrind_available
 from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_snapshot
 from epbench.harness.runner import RunConfig, futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports import history as hist
 from epbench.reports import html, render
 from epbench.reports.bot.artifact import COMPARE_FILE
 from epbench.reports.comparison import Side
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
+from epbench.reports.history.changes import base_report, base_report_error
+from epbench.reports.history.db import HistoryError
+from epbench.reports.history.store import HistoryStore
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -375,7 +377,7 @@ def compare_commits(
     path now, hashed, and held to that hash in every pass (`pin_models`).
 
     ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL), as
-    reports.history.history_to_check returns it (the caller checks it before calling,
+    reports.history.changes.history_to_check returns it (the caller checks it before calling,
     so a bad one fails before anything is built); after the run the comparison gets
     ``base_history``: whether the base commit sits in a change point of the run's
     cases in the series of ``history_machine`` (a machine key or class; default the
@@ -454,14 +456,14 @@ def compare_commits(
             on_status("checking the base commit against the history's change points")
             machine = history_machine or str(host_key)
             try:
-                with hist.HistoryStore.open_for_reading(history_db) as store:
-                    comparison["base_history"] = hist.base_report(
+                with HistoryStore.open_for_reading(history_db) as store:
+                    comparison["base_history"] = base_report(
                         store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
-            except hist.HistoryError as exc:
+            except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
                 # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
-                comparison["base_history"] = hist.base_report_error(
+                comparison["base_history"] = base_report_error(
                     shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
                 notes.append(f"the base commit was not checked against the history: {exc}")
         if config.out_dir is not None:
