@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from epbench.reports.stats import benjamini_hochberg
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -278,8 +280,6 @@ def detect_many(
     Series shorter than 2 x min_segment get []. The shuffles are seeded from each series.
     """
     import numpy as np
-
-    from epbench.reports.stats import benjamini_hochberg
 
     zs = [np.asarray(v, dtype=np.float64) for v in series]
     ws = list(weights) if weights is not None else [None] * len(zs)
