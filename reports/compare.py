@@ -43,7 +43,7 @@ from typing import Any
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
-from epbench.reports import defaults, stats
+from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
 from epbench.reports.comparison import (
     SCHEMA,
@@ -279,11 +279,11 @@ def compare(
 
     rows: list[CaseRow] = []
     measurable: list[str] = []
-    log_pr: list[stats.ProcessSample] = []
-    log_base: list[stats.ProcessSample] = []
+    log_pr: list[nested.ProcessSample] = []
+    log_base: list[nested.ProcessSample] = []
     # The same over quiet rounds only, for cases with unquiet ones.
-    quiet_pr: list[stats.ProcessSample] = []
-    quiet_base: list[stats.ProcessSample] = []
+    quiet_pr: list[nested.ProcessSample] = []
+    quiet_base: list[nested.ProcessSample] = []
     quiet_index: list[int] = []
     dropped: list[int] = []  # rounds without a usable time (zero, negative, missing), per case
     for name in common:
@@ -298,20 +298,20 @@ def compare(
         p_proc = stats.round_labels(p_case, "process")
         b_proc = stats.round_labels(b_case, "process")
         if same_run:
-            log_pr.append(stats.process_sample(p_vals, b_vals, p_proc))
+            log_pr.append(nested.process_sample(p_vals, b_vals, p_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():
-                quiet_pr.append(stats.process_sample(p_vals, b_vals, p_proc, p_quiet))
+                quiet_pr.append(nested.process_sample(p_vals, b_vals, p_proc, p_quiet))
                 quiet_index.append(len(measurable))
         else:
             p_ctrl = medians(p_case, pr.control)
             b_ctrl = medians(b_case, base.control)
-            log_pr.append(stats.process_sample(p_vals, p_ctrl, p_proc))
-            log_base.append(stats.process_sample(b_vals, b_ctrl, b_proc))
+            log_pr.append(nested.process_sample(p_vals, p_ctrl, p_proc))
+            log_base.append(nested.process_sample(b_vals, b_ctrl, b_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]) + len(b_vals) - len(log_base[-1]))
             if not (p_quiet.all() and b_quiet.all()):
-                quiet_pr.append(stats.process_sample(p_vals, p_ctrl, p_proc, p_quiet))
-                quiet_base.append(stats.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
+                quiet_pr.append(nested.process_sample(p_vals, p_ctrl, p_proc, p_quiet))
+                quiet_base.append(nested.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
                 quiet_index.append(len(measurable))
         measurable.append(name)
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)

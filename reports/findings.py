@@ -13,7 +13,7 @@ from typing import Any
 
 from epbench.core.model import Case, changed_counters
 from epbench.core.numbers import median
-from epbench.reports import defaults, stats
+from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import pooled_offset
 from epbench.reports.comparison import VERDICTS, CaseRow, RoundMedians, Side
 from epbench.reports.summary import family_of
@@ -43,7 +43,7 @@ def between_run_variance(
       A profile with one repeat only guesses separate-run noise and does not count.
     - Otherwise an arm measured in both runs (same key, same library hash, not the
       control): its A/A double ratio between the runs, pooled over the grid by the
-      moment estimator of stats.unmodelled_variance.
+      moment estimator of nested.unmodelled_variance.
     """
     from statistics import NormalDist
 
@@ -66,14 +66,14 @@ def between_run_variance(
             if b_case is None or p_case is None or key not in p_case.arms or (
                     key not in b_case.arms):
                 continue
-            pr_s.append(stats.process_sample(medians(p_case, key), medians(p_case, pr.control),
+            pr_s.append(nested.process_sample(medians(p_case, key), medians(p_case, pr.control),
                                              stats.round_labels(p_case, "process")))
-            base_s.append(stats.process_sample(medians(b_case, key),
+            base_s.append(nested.process_sample(medians(b_case, key),
                                                medians(b_case, base.control),
                                                stats.round_labels(b_case, "process")))
-        aa = stats.nested_double_ratio_changes(pr_s, base_s, confidence=settings.confidence)
+        aa = nested.nested_double_ratio_changes(pr_s, base_s, confidence=settings.confidence)
         if sum(math.isfinite(c.se) for c in aa) >= 2:
-            return stats.unmodelled_variance(aa), f"arm {key} measured in both runs"
+            return nested.unmodelled_variance(aa), f"arm {key} measured in both runs"
     return None, "none"
 
 
@@ -216,7 +216,7 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
     larger of the two runs'; the threshold is k x that, not k x the change itself,
     whose coefficient of variation is 0.75 and which shares the base arm with the PR's
     change. `tau2`: the A/A variance the twins show beyond their own standard errors,
-    pooled over the grid (stats.unmodelled_variance; with two runs, their mean): a
+    pooled over the grid (nested.unmodelled_variance; with two runs, their mean): a
     bias of one library copy that no process spread sees, added to every case's
     standard error. A twin whose change would itself have been flagged against the
     floor (significant, the whole interval beyond it) means the run cannot tell two
@@ -238,17 +238,17 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
             if case is None or not case.ok:
                 continue
             names.append(name)
-            samples.append(stats.process_sample(
+            samples.append(nested.process_sample(
                 medians(case, twin.key), medians(case, twin.of),
                 stats.round_labels(case, "process")))
-        changes = stats.nested_changes(samples, confidence=settings.confidence)
-        side_tau2 = stats.unmodelled_variance(changes)
+        changes = nested.nested_changes(samples, confidence=settings.confidence)
+        side_tau2 = nested.unmodelled_variance(changes)
         tau2.append(side_tau2)
         per_case = {}
         for name, change in zip(names, changes, strict=True):
             if not math.isfinite(change.ratio):
                 continue
-            se = stats.standard_error(change)
+            se = nested.standard_error(change)
             if math.isfinite(se):
                 noise[name] = max(noise.get(name, 0.0), math.expm1(se))
             per_case[name] = {"change": change.ratio - 1.0, "se": stats.finite(se),

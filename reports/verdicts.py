@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from epbench.reports import defaults, stats
+from epbench.reports import defaults, nested, stats
 from epbench.reports.comparison import HEADLINES, CaseRow, CompareError
 
 
@@ -348,11 +348,11 @@ class GridSamples:
     `quiet_index` (those with unquiet rounds). `extra_variance` (log scale) is added to
     every t interval's squared standard error (twin_noise's tau^2)."""
 
-    pr: Sequence[stats.ProcessSample]
-    base: Sequence[stats.ProcessSample]
+    pr: Sequence[nested.ProcessSample]
+    base: Sequence[nested.ProcessSample]
     same_run: bool
-    quiet_pr: Sequence[stats.ProcessSample] = ()
-    quiet_base: Sequence[stats.ProcessSample] = ()
+    quiet_pr: Sequence[nested.ProcessSample] = ()
+    quiet_base: Sequence[nested.ProcessSample] = ()
     quiet_index: Sequence[int] = ()
     extra_variance: float = 0.0
     extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
@@ -371,8 +371,8 @@ class GridSamples:
             pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
         extra = {"extra_variance": self.extra_variance, "extra_df": self.extra_df}
         if self.same_run:
-            return stats.nested_changes(pr, confidence=confidence, **extra)
-        return stats.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
+            return nested.nested_changes(pr, confidence=confidence, **extra)
+        return nested.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
 
 
 def interval_tests(grid: GridSamples, thresholds: Sequence[Threshold],
@@ -380,7 +380,7 @@ def interval_tests(grid: GridSamples, thresholds: Sequence[Threshold],
     """The interval-null p-values of every case (IntervalTests), from its rounds shifted
     to each null's edge."""
     def doubled(changes: Sequence[stats.Change], upper: bool) -> list[float]:
-        return [min(1.0, 2.0 * stats.one_sided_p(c, upper)) for c in changes]
+        return [min(1.0, 2.0 * nested.one_sided_p(c, upper)) for c in changes]
 
     up = doubled(grid.changes([math.log1p(th.t) for th in thresholds]), True)
     # A threshold of 100 % or more has no lower edge: nothing can be that much faster.

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epbench.reports import compare, stats
+from epbench.reports import compare, nested
 from epbench.reports.comparison import Side
 from epbench.reports.verdicts import GridSamples, Settings, judge_grid, judge_samples, threshold_for
 from tests.support import synthetic
@@ -28,7 +28,7 @@ def _sample(rng, processes, per_process, sigma, offset_sigma, effect=0.0):
     labels = np.repeat(np.arange(processes), per_process)
     offsets = rng.normal(0.0, offset_sigma, processes)[labels]
     logs = rng.normal(0.0, sigma, len(labels)) + offsets + math.log1p(effect)
-    return stats.ProcessSample(logs, labels)
+    return nested.ProcessSample(logs, labels)
 
 
 def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others, load=0.0):
@@ -37,13 +37,13 @@ def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others
     load that slows the PR arm more than what it is compared with)."""
     shift = math.log1p(effect)
     loaded = np.isin(base_pr.processes, list(unquiet_processes)) * math.log1p(load)
-    pr = [stats.ProcessSample(base_pr.logs + shift + loaded, base_pr.processes), *others[0]]
+    pr = [nested.ProcessSample(base_pr.logs + shift + loaded, base_pr.processes), *others[0]]
     base = [] if same_run else [base_base, *others[1]]
     quiet_pr, quiet_base, quiet_index = [], [], []
     unquiet_rounds = 0
     if unquiet_processes:
         keep = ~np.isin(pr[0].processes, list(unquiet_processes))
-        quiet_pr = [stats.ProcessSample(pr[0].logs[keep], pr[0].processes[keep])]
+        quiet_pr = [nested.ProcessSample(pr[0].logs[keep], pr[0].processes[keep])]
         unquiet_rounds = int((~keep).sum())
         if not same_run:  # the load on the PR run only
             quiet_base = [base[0]]
