@@ -24,7 +24,8 @@ from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
-from epbench.reports import defaults, history, plots, render, stats
+from epbench.reports import defaults, plots, render, stats
+from epbench.reports.comparison import SCHEMA, VERDICTS, Side
 from epbench.reports.summary import family_of, gate_rounds, summarize
 
 PAGE_NAME = "index.html"
@@ -80,7 +81,7 @@ def load_source(path: str | Path) -> Source:
         if path.suffix == ".jsonl":  # a run's stream: results, never a comparison
             return Source(str(path), doc=load_results(path))
         text = _read_json(path)
-        if str(text.get("schema", "")).startswith(cmp.SCHEMA.split("/")[0] + "/"):
+        if str(text.get("schema", "")).startswith(SCHEMA.split("/")[0] + "/"):
             return Source(str(path), comparison=_comparison(text, path))
         return Source(str(path), doc=load_results(path))
     comparison = None
@@ -100,8 +101,8 @@ def load_source(path: str | Path) -> Source:
     if comparison is None and doc is not None and all(a in doc.arms for a in COMMITS_ARMS):
         base, head = COMMITS_ARMS
         profile = cmp.load_profile_for(doc.host.key, None)
-        source.comparison = cmp.compare(cmp.Side("base", doc, base, str(path)),
-                                        cmp.Side("pr", doc, head, str(path)), profile=profile)
+        source.comparison = cmp.compare(Side("base", doc, base, str(path)),
+                                        Side("pr", doc, head, str(path)), profile=profile)
         source.notes.append(
             f"No comparison file in {path}: the verdicts below were judged again from its "
             f"results.json ({base} -> {head}) with the default settings."
@@ -122,7 +123,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _comparison(doc: dict[str, Any], path: Path) -> dict[str, Any]:
-    name, current = cmp.SCHEMA.split("/")
+    name, current = SCHEMA.split("/")
     schema_version(doc.get("schema"), name, int(current), path, "comparison", ReportError,
                    remedy=" to draw it")
     return doc
@@ -277,7 +278,7 @@ def forest_plot(comparison: Mapping[str, Any]) -> Plot:
                "interval in the verdict's colour (▲ slower, ▼ faster); grey band: ±t.")
     rows = [
         plots.ForestRow(
-            case=r["case"], verdict=r["verdict"], label=cmp.VERDICTS[r["verdict"]][1],
+            case=r["case"], verdict=r["verdict"], label=VERDICTS[r["verdict"]][1],
             change=_number(r.get("change")), lo=_number(r["ci"][0]), hi=_number(r["ci"][1]),
             threshold=_number(r.get("threshold")), alert=_number(r.get("alert")),
         )
@@ -295,13 +296,13 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
     """The comparison's headline, tables and forest plot."""
     rows = list(comparison["cases"])
     counts = comparison["counts"]
-    styles = {v: plots.VERDICT_STYLE[v][0] for v in cmp.VERDICTS}
+    styles = {v: plots.VERDICT_STYLE[v][0] for v in VERDICTS}
     return {
         "c": comparison,
         "rows": rows,
-        "verdicts": cmp.VERDICTS,
+        "verdicts": VERDICTS,
         "colours": styles,
-        "tally": [(v, cmp.VERDICTS[v][1], counts[v]) for v in cmp.VERDICTS if counts.get(v)],
+        "tally": [(v, VERDICTS[v][1], counts[v]) for v in VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
@@ -365,26 +366,6 @@ def history_rows(
                 "last": plots.short_commit(series.commits[cp.index]),
             })
     return rows
-
-
-def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
-    """Every series of a history store with its change points, for `report --history DB`."""
-    out = []
-    with history.HistoryStore.open(db) as store:
-        for case, arm, machine in store.series_keys():
-            found = history.series_with_changes(store, case, arm, machine)
-            series = plots.HistorySeries(
-                case=case, arm=f"{arm} ({machine})" if machine else arm,
-                commits=[p.commit for p in found.points], ratio=[p.ratio for p in found.points],
-                lo=[p.lo for p in found.points], hi=[p.hi for p in found.points])
-            changes = [plots.ChangePoint(index=f.index, change=f.change.ratio - 1.0,
-                                         lo=f.change.lo - 1.0, hi=f.change.hi - 1.0)
-                       for f in found.findings]
-            out.append((series, changes))
-    if not out:
-        raise ReportError(f"the history at {history.redact(db)} holds no series yet; add runs with "
-                          "`epbench history add RESULTS.json`")
-    return out
 
 
 # --------------------------------------------------------------------------- page
@@ -454,13 +435,6 @@ def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
     return write_page(text, out_dir)
 
 
-def write_history_report(db: str, out_dir: str | Path) -> Path:
-    """`epbench report --history DB --html OUT`: the history store's series as a page."""
-    entries = load_history(db)
-    make_out_dir(out_dir)
-    return write_page(render_html(history=entries, source=history.redact(db)), out_dir)
-
-
 def environment() -> Any:
     """jinja2 over reports/templates with HTML autoescaping and the reports' number formats."""
     import jinja2
@@ -484,8 +458,8 @@ def environment() -> Any:
 # Inline SVG outlines of the forest plot's markers (plots.VERDICT_STYLE) in a 10x10 box:
 # a verdict reads the same in the table as in the plot, with no emoji font needed.
 _EMOJI_VERDICTS = {
-    **{cmp.VERDICTS[v][0]: v for v in cmp.VERDICTS},
-    **{cmp.VERDICTS[v][0].rstrip("\ufe0f"): v for v in cmp.VERDICTS},
+    **{VERDICTS[v][0]: v for v in VERDICTS},
+    **{VERDICTS[v][0].rstrip("\ufe0f"): v for v in VERDICTS},
 }
 _MARK_SHAPES = {
     "^": '<polygon points="5,0 10,10 0,10"/>',
@@ -517,7 +491,7 @@ def verdict_mark(verdict: str) -> Any:
     import markupsafe
 
     colour, marker = plots.VERDICT_STYLE[verdict]
-    emoji = cmp.VERDICTS[verdict][0]
+    emoji = VERDICTS[verdict][0]
     return markupsafe.Markup(
         f'<svg class="mark" width="10" height="10" viewBox="0 0 10 10" role="img" '
         f'aria-label="{emoji}" fill="{colour}"><title>{emoji}</title>'

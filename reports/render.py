@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from epbench.reports import defaults, stats
-from epbench.reports.compare import VERDICTS, beyond_speed_limit
-from epbench.reports.github import STICKY_MARKER
+from epbench.reports.comparison import VERDICTS
+from epbench.reports.findings import beyond_speed_limit
+from epbench.reports.sticky import STICKY_MARKER
 
 
 def sticky_marker() -> str:
@@ -185,7 +186,7 @@ def base_history_lines(comparison: Mapping[str, Any],
     from the comparison (`inert` for markdown, <code> for HTML, which also escapes).
 
     A change point that touches the base gives a line each; none gives one short line
-    (the PR comment leaves that one out: reports.artifact.comment_body), as does a
+    (the PR comment leaves that one out: reports.bot.artifact.comment_body), as does a
     history that could not be read after the run (`error`). `change_points` and
     `unplaced` are optional (compare.json files written before them still render).
     """

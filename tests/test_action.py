@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
-from epbench.reports.artifact import PR_FILE
+from epbench.reports.bot.artifact import PR_FILE
 from epbench.workflows import action as act
 
 BASE, HEAD = "a" * 40, "b" * 40

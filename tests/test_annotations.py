@@ -14,7 +14,7 @@ from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.harness.commits import BuiltSide
 from epbench.reports import render
-from epbench.reports.annotations import (
+from epbench.reports.bot.annotations import (
     annotation_lines,
     escape_data,
     escape_property,

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EXIT_USER_ERROR
-from epbench.reports import artifact, render
-from epbench.reports.artifact import (
+from epbench.reports import render
+from epbench.reports.bot import artifact
+from epbench.reports.bot.artifact import (
     COMPARE_FILE,
     MAX_BYTES,
     MAX_ENTRIES,
@@ -32,7 +33,7 @@ from epbench.reports.artifact import (
     comparison_schema,
     read_artifact,
 )
-from epbench.reports.github import STICKY_MARKER
+from epbench.reports.bot.github import STICKY_MARKER
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_reports_render import _same_run, _separate, _verdicts
 

@@ -174,7 +174,7 @@ def test_compare_commits_measures_copies_that_outlive_no_run(repo, tmp_path,
     from epbench.cases.grids import case_by_name
     from epbench.harness.arms import file_sha256
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
 
     _commit(repo, {"build.sh": BENIGN}, "base")
@@ -291,7 +291,7 @@ def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
     left running) rewrite epbench's code, no verdict is written, and the run is kept."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support import synthetic
 

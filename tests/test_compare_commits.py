@@ -14,8 +14,9 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
-from epbench.reports import html, render
-from epbench.reports.artifact import comparison_schema
+from epbench.reports import findings, html, render
+from epbench.reports.bot.artifact import comparison_schema
+from epbench.reports.findings import ambiguous_cases, held_back_by_gate
 from epbench.workflows.compare_commits import merge_rounds
 from tests.support.gitrepo import git, init_repo
 
@@ -149,7 +150,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     """The re-run loop against a fake runner: ❔ cases get more rounds, others do not."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -209,7 +210,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # the re-runs, not their start. A --budget given is the user's: no note about it.
     result = with_clock(range(0, 10_000, 50), budget_s=60)
     assert calls == [list(names)]
-    assert cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
+    assert ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
     # No --budget: until the deadline, 60 - 5 s after the command's start for 2 cases. The
     # loop looks 10 s into it (25 s left): both 10 s re-runs fit, where the first pass's 20 s
@@ -218,7 +219,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # case is left for a warning to name.
     result = with_clock([0, 0, 20, 20, 30] + [40] * 100, budget_s=None)
     assert calls == [list(names), rerun] and len(rerun) == 2  # the first pass's ❔, settled
-    assert not cc.cmp.ambiguous_cases(result.comparison) and budget_warnings(result) == []
+    assert not ambiguous_cases(result.comparison) and budget_warnings(result) == []
 
     # The same first pass after 30 s of builds: the deadline (55 s) leaves 5 s, less than
     # one case's 10 s, so nothing is re-run, and a warning names the cases left and what
@@ -228,7 +229,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     out.mkdir()  # the runner makes it; the fake run does not
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None, out_dir=out)
     assert calls == [list(names)]
-    left = cc.cmp.ambiguous_cases(result.comparison)
+    left = ambiguous_cases(result.comparison)
     assert left  # the first pass's noise left some ❔
     warning = (
         f"{', '.join(left)} left ❔: the default re-run budget (until 30 s per case after the "
@@ -246,7 +247,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         encoding="utf-8")
     assert f"warning: {warning}" in render.render_terminal(result.comparison)
     # A long list is cut: the comment job refuses a warning over 4000 characters.
-    monkeypatch.setattr(cc.cmp, "NAMED_CASES", 1)
+    monkeypatch.setattr(findings, "NAMED_CASES", 1)
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert len(left) == 2
     assert result.comparison["warnings"][-1].startswith(f"{left[0]} and 1 more left ❔: ")
@@ -255,7 +256,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).
     result = with_clock([0, 50, 70, 70] + [70] * 100, budget_s=None)
     assert calls == [list(names)]
-    assert cc.cmp.ambiguous_cases(result.comparison) == list(names)
+    assert ambiguous_cases(result.comparison) == list(names)
 
     # Interrupted: nothing is re-run, and no note offers a budget.
     def interrupted_run(config):
@@ -276,7 +277,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
 
     monkeypatch.setattr(cc, "run", settled_run)
     result = with_clock([0, 0, 20, 20] + [20] * 100, budget_s=None)
-    assert calls == [list(names)] and not cc.cmp.ambiguous_cases(result.comparison)
+    assert calls == [list(names)] and not ambiguous_cases(result.comparison)
     assert budget_warnings(result) == []
 
 
@@ -286,7 +287,7 @@ def test_a_rerun_goes_on_from_the_gate_count_of_the_pass_before_it(tmp_path,
     so a sustained load is not waited out again by every re-run's first processes."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -328,7 +329,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     it when it is left so."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -358,7 +359,7 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
     rows = {r["case"]: r for r in result.comparison["cases"]}
     assert (rows["relu_d1_w8"]["verdict"], rows["relu_d10_w8"]["verdict"]) == (
         "regression", "no_change")
-    assert cc.cmp.held_back_by_gate(rows["relu_d1_w8"])
+    assert held_back_by_gate(rows["relu_d1_w8"])
     assert result.comparison["warnings"][-1].startswith(
         "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
@@ -369,7 +370,7 @@ def test_a_held_back_warning_with_no_quiet_round_is_not_rerun(tmp_path, monkeypa
     its own says to rerun on a quiet machine, beside the budget's for a ❔ left."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -526,7 +527,7 @@ def _compare_with_clock(monkeypatch, tmp_path, readings: list[float],
     returning ``readings`` in turn."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
 
     names = ("relu_d1_w8", "relu_d10_w8")
@@ -543,7 +544,6 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
     """When a pass fits fewer cases than are ambiguous, those tried least go first, a
     failed re-run counting as a try: the +10 % is not starved by the +20 %, which
     compare's order puts first, even when the +20 %'s re-runs fail (and so add nothing)."""
-    from epbench.reports import compare as cmp
 
     calls = _two_held_back_cases(monkeypatch, fail_reruns_of=("relu_d1_w8",))
     # The command's start, the first pass's start and end (10 s a case), the budget's start
@@ -556,7 +556,7 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
     cases = result.doc["cases"]
     assert len(cases["relu_d1_w8"]["rerun_errors"]) == 2 and "reruns" not in cases["relu_d1_w8"]
     assert cases["relu_d10_w8"]["reruns"] == 1
-    assert all(cmp.held_back_by_gate(row) for row in result.comparison["cases"])
+    assert all(held_back_by_gate(row) for row in result.comparison["cases"])
 
 
 def test_a_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path, monkeypatch) -> None:
@@ -619,7 +619,7 @@ def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(t
     """compare.json is `compare --format json`'s form; report.md its one markdown render."""
     from epbench.cases.grids import case_by_name
     from epbench.harness.run_config import RunConfig
-    from epbench.reports.compare import Settings
+    from epbench.reports.verdicts import Settings
     from epbench.workflows import compare_commits as cc
     from tests.support.synthetic import NoiseModel, results_doc
 
@@ -674,7 +674,7 @@ def test_the_command_times_its_deadline_from_before_its_own_checks(tmp_path, mon
         raise KeyboardInterrupt  # the command's own way out; nothing else is needed
 
     monkeypatch.setattr(cc, "valgrind_available", fake_probe)
-    monkeypatch.setattr(run_commands.hist, "history_to_check", fake_history_check)
+    monkeypatch.setattr(run_commands, "history_to_check", fake_history_check)
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     result = CliRunner().invoke(cli, ["compare-commits", "a", "b", "--case", "relu_d1_w8",
                                       "--out", str(tmp_path / "o")])

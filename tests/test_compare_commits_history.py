@@ -19,12 +19,27 @@ from click.testing import CliRunner
 from epbench.cases.grids import case_by_name
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.paths import DB_ENV
 from epbench.harness.commits import is_ancestor
 from epbench.harness.run_config import RunConfig
-from epbench.reports import history as hist
-from epbench.reports import render
-from epbench.reports.artifact import comment_body, comparison_schema
-from epbench.reports.compare import Settings
+from epbench.reports import render, stats
+from epbench.reports.bot.artifact import comment_body, comparison_schema
+from epbench.reports.history import changepoints
+from epbench.reports.history.changes import (
+    BASE_AFTER,
+    BASE_AFTER_COMMITS,
+    BASE_INSIDE,
+    BASE_UNKNOWN,
+    Finding,
+    SeriesPoint,
+    base_report,
+    base_touches,
+    history_to_check,
+    series_with_changes,
+)
+from epbench.reports.history.db import redact
+from epbench.reports.history.store import HistoryStore, run_record
+from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits as cc
 from tests.support import synthetic
 from tests.support.fakebuild import fake_build_commit, fake_side
@@ -49,7 +64,7 @@ def history(tmp_path_factory) -> tuple[Path, list[str], str]:
         git(repo, "commit", "-qm", f"change {i}")
         shas.append(git(repo, "rev-parse", "HEAD"))
     db = root / "history.sqlite"
-    with hist.HistoryStore.open(str(db)) as store:
+    with HistoryStore.open(str(db)) as store:
         for i, sha in enumerate(shas):
             if i == STEP_AT:
                 continue
@@ -58,33 +73,33 @@ def history(tmp_path_factory) -> tuple[Path, list[str], str]:
                                         seed=i, noise=QUIET, host_key=HOST)
             doc["host"]["git_commit"] = sha
             doc["created"] = f"2026-03-01T00:00:{i:02d}Z"
-            store.add(hist.run_record(synthetic.as_results(doc), source=f"run {i}"))
+            store.add(run_record(synthetic.as_results(doc), source=f"run {i}"))
     return repo, shas, str(db)
 
 
 def _report(history, base: int, **kw) -> dict:
     repo, shas, db = history
-    with hist.HistoryStore.open(db) as store:
-        return hist.base_report(store, shas[base], cases=[CASE], machine=HOST,
+    with HistoryStore.open(db) as store:
+        return base_report(store, shas[base], cases=[CASE], machine=HOST,
                                 is_ancestor=lambda a, b: is_ancestor(repo, a, b), **kw)
 
 
 def test_the_history_finds_the_step_between_the_last_old_and_the_first_new_measured_commit(
         history):
     _, shas, db = history
-    with hist.HistoryStore.open(db) as store:
-        (found,) = hist.series_with_changes(store, CASE, "engine", HOST).findings
+    with HistoryStore.open(db) as store:
+        (found,) = series_with_changes(store, CASE, "engine", HOST).findings
     assert (found.before, found.after) == (shas[STEP_AT - 1], shas[STEP_AT + 1])
     assert found.regression and found.change.ratio == pytest.approx(1.10, abs=0.02)
 
 
 @pytest.mark.parametrize(("base", "kind", "measured"), [
-    (STEP_AT, hist.BASE_INSIDE, False),  # not measured: git places it inside the range
-    (STEP_AT + 1, hist.BASE_INSIDE, True),  # the first new-level commit: the range's end
-    (STEP_AT + 2, hist.BASE_AFTER, True),  # early on the slower level, after the change
+    (STEP_AT, BASE_INSIDE, False),  # not measured: git places it inside the range
+    (STEP_AT + 1, BASE_INSIDE, True),  # the first new-level commit: the range's end
+    (STEP_AT + 2, BASE_AFTER, True),  # early on the slower level, after the change
     # The last of the new level's first BASE_AFTER_COMMITS measured commits (8 is not one).
-    (STEP_AT + hist.BASE_AFTER_COMMITS, hist.BASE_AFTER, True),
-    (STEP_AT + hist.BASE_AFTER_COMMITS + 1, None, True),  # the level is established by now
+    (STEP_AT + BASE_AFTER_COMMITS, BASE_AFTER, True),
+    (STEP_AT + BASE_AFTER_COMMITS + 1, None, True),  # the level is established by now
     (COMMITS - 1, None, True),  # the newest commit is not told of an old, accepted change
     (STEP_AT - 1, None, True),  # the last old-level commit: the range starts after it
     (2, None, True),
@@ -104,30 +119,30 @@ def test_where_the_base_sits_against_the_change_point(history, base, kind, measu
 
 def test_an_unmeasured_base_inside_the_range_is_not_placed_without_git(history):
     repo, shas, db = history
-    with hist.HistoryStore.open(db) as store:
-        report = hist.base_report(store, shas[STEP_AT], cases=[CASE], machine=HOST)
+    with HistoryStore.open(db) as store:
+        report = base_report(store, shas[STEP_AT], cases=[CASE], machine=HOST)
     assert report["findings"] == [] and not report["placed_by_git"]
     (line,) = render.base_history_lines({"base_history": report})
     assert "has no run in the history and nothing placed it" in line
 
 
 def test_after_is_the_latest_change_point_and_only_early_on_its_level():
-    points = [hist.SeriesPoint(f"{i:040x}", "", 1.0, None, None, 1, None) for i in range(30)]
+    points = [SeriesPoint(f"{i:040x}", "", 1.0, None, None, 1, None) for i in range(30)]
 
-    def finding(index: int, ratio: float) -> hist.Finding:
-        change = hist.stats.Change(ratio, ratio - 0.01, ratio + 0.01, 0.0, 8)
-        return hist.Finding("c", "a", "m", points[index - 1].commit, points[index].commit,
+    def finding(index: int, ratio: float) -> Finding:
+        change = stats.Change(ratio, ratio - 0.01, ratio + 0.01, 0.0, 8)
+        return Finding("c", "a", "m", points[index - 1].commit, points[index].commit,
                             index, change, 0.001, {})
 
     up, down = finding(10, 1.05), finding(20, 0.95)
-    early = 10 + hist.BASE_AFTER_COMMITS - 1  # the last of the new level's first commits
-    assert hist.BASE_AFTER_COMMITS == hist.changepoints.MIN_SEGMENT
-    assert hist.base_touches(points, [up, down], points[11].commit) == [(hist.BASE_AFTER, up)]
-    assert hist.base_touches(points, [up, down], points[early].commit) == [(hist.BASE_AFTER, up)]
-    assert hist.base_touches(points, [up, down], points[early + 1].commit) == []
-    assert hist.base_touches(points, [up, down], points[20].commit) == [(hist.BASE_INSIDE, down)]
-    assert hist.base_touches(points, [up, down], points[21].commit) == []  # an improvement
-    assert hist.base_touches(points, [up, down], points[25].commit) == []
+    early = 10 + BASE_AFTER_COMMITS - 1  # the last of the new level's first commits
+    assert BASE_AFTER_COMMITS == changepoints.MIN_SEGMENT
+    assert base_touches(points, [up, down], points[11].commit) == [(BASE_AFTER, up)]
+    assert base_touches(points, [up, down], points[early].commit) == [(BASE_AFTER, up)]
+    assert base_touches(points, [up, down], points[early + 1].commit) == []
+    assert base_touches(points, [up, down], points[20].commit) == [(BASE_INSIDE, down)]
+    assert base_touches(points, [up, down], points[21].commit) == []  # an improvement
+    assert base_touches(points, [up, down], points[25].commit) == []
 
 
 # A linear git history for base_touches' git path: measured commits p00..p29 and an
@@ -143,20 +158,20 @@ def git_order(a: str, b: str) -> bool:
     return GIT_ORDER.index(a) <= GIT_ORDER.index(b)
 
 
-def _git_findings() -> tuple[list[hist.SeriesPoint], hist.Finding, hist.Finding]:
-    points = [hist.SeriesPoint(f"p{i:02d}", "", 1.0, None, None, 1, None) for i in range(30)]
+def _git_findings() -> tuple[list[SeriesPoint], Finding, Finding]:
+    points = [SeriesPoint(f"p{i:02d}", "", 1.0, None, None, 1, None) for i in range(30)]
 
-    def finding(index: int, ratio: float) -> hist.Finding:
-        change = hist.stats.Change(ratio, ratio - 0.01, ratio + 0.01, 0.0, 8)
-        return hist.Finding("c", "a", "m", points[index - 1].commit, points[index].commit,
+    def finding(index: int, ratio: float) -> Finding:
+        change = stats.Change(ratio, ratio - 0.01, ratio + 0.01, 0.0, 8)
+        return Finding("c", "a", "m", points[index - 1].commit, points[index].commit,
                             index, change, 0.001, {})
 
     return points, finding(10, 0.95), finding(20, 1.05)  # an improvement, then a regression
 
 
 @pytest.mark.parametrize(("base", "kind"), [
-    ("u21", hist.BASE_AFTER),  # after the regression's first slower commit: reached, early
-    ("p20", hist.BASE_INSIDE),  # the first slower commit itself
+    ("u21", BASE_AFTER),  # after the regression's first slower commit: reached, early
+    ("p20", BASE_INSIDE),  # the first slower commit itself
     ("p19", None),  # the last old-level commit: the range starts after it
     ("u25", None),  # past the new level's first commits (p20..p23)
     ("p05", None),  # before both
@@ -168,21 +183,21 @@ def test_an_unmeasured_base_is_placed_by_git(base, kind):
     # from itself), `is_ancestor(base, f.after)` as True (u21 would be inside), and the
     # earlier improvement ending the later regression (u21).
     expected = [(kind, up)] if kind else []
-    assert hist.base_touches(points, [down, up], base, git_order) == expected
+    assert base_touches(points, [down, up], base, git_order) == expected
 
 
 def test_a_base_git_does_not_know_is_unplaced_not_cleared():
     points, down, up = _git_findings()
-    unknown = hist.base_touches(points, [down, up], "u21", lambda a, b: None)
-    assert unknown == [(hist.BASE_UNKNOWN, down), (hist.BASE_UNKNOWN, up)]
+    unknown = base_touches(points, [down, up], "u21", lambda a, b: None)
+    assert unknown == [(BASE_UNKNOWN, down), (BASE_UNKNOWN, up)]
 
 
 def test_a_base_git_cannot_place_makes_no_claim_either_way(history):
     repo, shas, db = history
-    with hist.HistoryStore.open(db) as store:
-        report = hist.base_report(store, shas[STEP_AT], cases=[CASE], machine=HOST,
+    with HistoryStore.open(db) as store:
+        report = base_report(store, shas[STEP_AT], cases=[CASE], machine=HOST,
                                   is_ancestor=lambda a, b: None)
-        measured = hist.base_report(store, shas[STEP_AT + 1], cases=[CASE], machine=HOST,
+        measured = base_report(store, shas[STEP_AT + 1], cases=[CASE], machine=HOST,
                                     is_ancestor=lambda a, b: None)
     assert report["findings"] == [] and not report["measured"]
     assert report["placed_by_git"] is False and report["unplaced"] == 1
@@ -279,14 +294,14 @@ def test_a_missing_history_file_is_one_line_and_exit_1_before_anything_is_built(
 
 def test_epbench_db_naming_a_missing_file_is_a_note_and_no_check(tmp_path, monkeypatch):
     missing = tmp_path / "gone.sqlite"
-    monkeypatch.setenv(hist.DB_ENV, str(missing))
-    url, note = hist.history_to_check(None)
+    monkeypatch.setenv(DB_ENV, str(missing))
+    url, note = history_to_check(None)
     assert url is None and note.startswith(
-        f"the base commit is not checked against the history: ${hist.DB_ENV} names {missing}, "
+        f"the base commit is not checked against the history: ${DB_ENV} names {missing}, "
         f"which cannot be read (no history database at {missing};")
     assert not missing.exists()
-    monkeypatch.delenv(hist.DB_ENV)
-    assert hist.history_to_check(None) == (None, None)
+    monkeypatch.delenv(DB_ENV)
+    assert history_to_check(None) == (None, None)
 
 
 # ------------------------------------------------------------ the store cannot be read
@@ -321,7 +336,7 @@ def _cli(history, tmp_path, *extra: str):
 
 
 def _schema_version(db: Path) -> int:
-    store = hist.HistoryStore.open(str(db), migrate=False)
+    store = HistoryStore.open(str(db), migrate=False)
     try:
         return store.schema_version()
     finally:
@@ -329,7 +344,7 @@ def _schema_version(db: Path) -> int:
 
 
 def _bump_schema(db: Path, version: int = 99) -> None:
-    store = hist.HistoryStore.open(str(db), migrate=False)
+    store = HistoryStore.open(str(db), migrate=False)
     store._db.execute("INSERT INTO schema_version (version, applied) VALUES (?, 'x')",
                       (version,))
     store.close()
@@ -337,7 +352,7 @@ def _bump_schema(db: Path, version: int = 99) -> None:
 
 def _old_store(path: Path) -> Path:
     """A history of schema version 1, as an older epbench wrote it."""
-    store = hist.HistoryStore.open(str(path), migrate=False)
+    store = HistoryStore.open(str(path), migrate=False)
     store._migrate(target=1)
     store.close()
     assert _schema_version(path) == 1
@@ -356,9 +371,9 @@ def _assert_reports_written(out: Path) -> dict:
 def test_a_history_that_fails_after_the_run_costs_the_check_not_the_reports(
         history, tmp_path, monkeypatch):
     # The store is upgraded by a newer epbench while the run goes on: the check after the
-    # run cannot read it. Checked: without the `except hist.HistoryError` in the workflow
+    # run cannot read it. Checked: without the `except HistoryError` in the workflow
     # this exits 1 with no compare.json, report.md or report.html.
-    monkeypatch.delenv(hist.DB_ENV, raising=False)
+    monkeypatch.delenv(DB_ENV, raising=False)
     db = shutil.copy(history[2], tmp_path / "history.sqlite")
     _stub_run(monkeypatch, during_run=lambda: _bump_schema(db))
     result = _cli(history, tmp_path, "--history", str(db))
@@ -395,13 +410,13 @@ def test_an_epbench_db_that_cannot_be_read_is_a_note_and_the_run_goes_on(
     # Checked: with history_to_check raising for $EPBENCH_DB (the old code's open in
     # the workflow) each of these exits 1 before anything is built.
     url, why = _unreadable(kind, tmp_path, history[2])
-    monkeypatch.setenv(hist.DB_ENV, url)
+    monkeypatch.setenv(DB_ENV, url)
     built = _stub_run(monkeypatch)
     result = _cli(history, tmp_path)
     assert result.exit_code == EXIT_REGRESSION, result.output
     (note,) = [ln for ln in result.output.splitlines() if ln.startswith("note:")]
     assert note.startswith(f"note: the base commit is not checked against the history: "
-                           f"${hist.DB_ENV} names {hist.redact(url)}, which cannot be read (")
+                           f"${DB_ENV} names {redact(url)}, which cannot be read (")
     assert why in note
     assert built == ["base", "head"]
     assert "base_history" not in _assert_reports_written(tmp_path / "out")
@@ -412,7 +427,7 @@ def test_an_epbench_db_that_cannot_be_read_is_a_note_and_the_run_goes_on(
 @pytest.mark.parametrize("kind", ["newer", "not-a-database", "unreachable"])
 def test_a_history_given_that_cannot_be_read_is_one_line_and_exit_1_before_anything_is_built(
         history, tmp_path, monkeypatch, kind):
-    monkeypatch.delenv(hist.DB_ENV, raising=False)
+    monkeypatch.delenv(DB_ENV, raising=False)
     url, why = _unreadable(kind, tmp_path, history[2])
     built = _stub_run(monkeypatch)
     result = _cli(history, tmp_path, "--history", url)
@@ -429,10 +444,10 @@ def test_an_older_store_is_never_upgraded_by_the_check_but_named_with_how_to(
     # schema version 2.
     db = _old_store(tmp_path / "old.sqlite")
     if given:
-        monkeypatch.delenv(hist.DB_ENV, raising=False)
+        monkeypatch.delenv(DB_ENV, raising=False)
         extra: tuple[str, ...] = ("--history", str(db))
     else:
-        monkeypatch.setenv(hist.DB_ENV, str(db))
+        monkeypatch.setenv(DB_ENV, str(db))
         extra = ()
     _stub_run(monkeypatch)
     result = _cli(history, tmp_path, *extra)
@@ -445,8 +460,8 @@ def test_an_older_store_is_never_upgraded_by_the_check_but_named_with_how_to(
 
 
 def test_epbench_db_is_the_history_when_no_history_is_given(history, tmp_path, monkeypatch):
-    # Checked: deleting `hist.history_to_check(history_db)` in run_commands.py fails this.
-    monkeypatch.setenv(hist.DB_ENV, history[2])
+    # Checked: deleting `history_to_check(history_db)` in run_commands.py fails this.
+    monkeypatch.setenv(DB_ENV, history[2])
     _stub_run(monkeypatch)
     result = _cli(history, tmp_path)
     assert result.exit_code == EXIT_REGRESSION, result.output

@@ -17,15 +17,13 @@ from click.testing import CliRunner
 
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EpbenchError
-from epbench.reports import github
-from epbench.reports.github import (
-    COMMENT_LIMIT,
+from epbench.reports.bot import github
+from epbench.reports.bot.body import COMMENT_LIMIT, comment_length, fit_comment_body
+from epbench.reports.bot.github import (
     STICKY_MARKER,
     GitHubClient,
     GitHubError,
     RetryPolicy,
-    comment_length,
-    fit_comment_body,
     parse_link_header,
     upsert_sticky_comment,
 )

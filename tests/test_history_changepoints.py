@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from epbench.cli.history_commands import history
-from epbench.reports import changepoints as cp
+from epbench.reports.history import changepoints as cp
 from tests.support import synthetic
 
 

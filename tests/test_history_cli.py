@@ -217,7 +217,7 @@ def test_list_and_show_print_json_that_validates_against_their_schemas(history_r
     _, measured, runs = history_repo
     db = tmp_path / "h.sqlite"
     invoke("import", runs, "--db", db, "--branch", "main")
-    reports = Path(__file__).resolve().parent.parent / "reports"
+    reports = Path(__file__).resolve().parent.parent / "reports" / "history"
     schemas = {name: json.loads((reports / f"{name}.schema.json").read_text())
                for name in ("history_list", "history_series")}
     listed = json.loads(invoke("list", "--db", db, "--format", "json").output)

@@ -15,8 +15,11 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_USER_ERROR
+from epbench.core.paths import DB_ENV
 from epbench.core.results import write_results
-from epbench.reports import history as hist
+from epbench.reports.history.changes import history_to_check
+from epbench.reports.history.db import HistoryError, redact
+from epbench.reports.history.store import HistoryStore, run_record
 from tests.support import postgres
 from tests.support.synthetic import as_results
 from tests.test_history_store import make_doc
@@ -66,7 +69,7 @@ def test_every_spelling_of_the_scheme_names_postgresql_and_nothing_lands_on_disk
     monkeypatch.chdir(tmp_path)
     name = "h_" + uuid.uuid4().hex[:12]
     pg_server.createdb(name)
-    with hist.HistoryStore.open(_pg(pg_server, scheme, database=name)) as store:
+    with HistoryStore.open(_pg(pg_server, scheme, database=name)) as store:
         assert store.kind == "postgresql"
         assert store.url == f"{scheme}://{postgres.USER}:***@127.0.0.1:{pg_server.port}/{name}"
     assert list(tmp_path.iterdir()) == []
@@ -79,7 +82,7 @@ def test_sqlite_urls_and_plain_paths_stay_sqlite(tmp_path, monkeypatch):
                         ("sqlite:rel/c.sqlite", tmp_path / "rel" / "c.sqlite"),
                         ("d.sqlite", tmp_path / "d.sqlite"),
                         ("odd:name.sqlite", tmp_path / "odd:name.sqlite")):
-        with hist.HistoryStore.open(given) as store:
+        with HistoryStore.open(given) as store:
             assert store.kind == "sqlite"
         assert path.is_file(), given
 
@@ -112,12 +115,12 @@ def test_the_password_is_never_shown_wherever_the_url_holds_it(user_info, query)
     assert line.startswith("Error: cannot reach the PostgreSQL server at postgresql://epbench")
     assert SECRET not in line and "hunter" not in line and "@x" not in line
     assert "127.0.0.1" in line
-    assert SECRET not in hist.redact(url) and "hunter" not in hist.redact(url)
+    assert SECRET not in redact(url) and "hunter" not in redact(url)
 
 
 def test_a_password_in_the_query_reaches_the_server(pg_server):
     url = _pg(pg_server, user_info=postgres.USER, query=f"?password={postgres.PASSWORD}")
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         assert store.kind == "postgresql" and store.url.endswith("?password=***")
     wrong = _pg(pg_server, user_info=postgres.USER, query=f"?password={SECRET}")
     line = one_error_line(invoke("history", "list", "--db", wrong))
@@ -149,7 +152,7 @@ def test_driver_text_is_scrubbed_of_every_spelling_of_the_password(pg_server):
     line = one_error_line(invoke("history", "list", "--db",
                                  _pg(pg_server, database=postgres.PASSWORD)))
     assert 'database "***" does not exist' in line and postgres.PASSWORD not in line
-    from epbench.reports.history_db import parse_db_url
+    from epbench.reports.history.db import parse_db_url
 
     parsed = parse_db_url("postgresql://u:a%2Fb%40c@h/d?sslpassword=x%20y")
     assert parsed.secrets == {"password": "a/b@c", "sslpassword": "x y"}
@@ -160,11 +163,11 @@ def test_driver_text_is_scrubbed_of_every_spelling_of_the_password(pg_server):
 def test_an_unknown_scheme_in_epbench_db_is_a_note_and_given_is_an_error(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     url = f"Postgres+asyncpg://u:{SECRET}@h/db"
-    monkeypatch.setenv(hist.DB_ENV, url)
-    checked, note = hist.history_to_check(None)
+    monkeypatch.setenv(DB_ENV, url)
+    checked, note = history_to_check(None)
     assert checked is None and SECRET not in note and "Postgres+asyncpg://***" in note
-    with pytest.raises(hist.HistoryError, match="names no known scheme") as err:
-        hist.history_to_check(url)
+    with pytest.raises(HistoryError, match="names no known scheme") as err:
+        history_to_check(url)
     assert SECRET not in err.value.message
     assert list(tmp_path.iterdir()) == []
 
@@ -175,13 +178,13 @@ def test_the_html_report_of_a_history_never_holds_the_password(pg_server, tmp_pa
     pg_server.createdb(name)
     url = pg_server.url(database=name)
     empty = one_error_line(invoke("report", "--history", url, "--html", tmp_path / "none"))
-    assert empty.startswith(f"Error: the history at {hist.redact(url)} holds no series yet")
+    assert empty.startswith(f"Error: the history at {redact(url)} holds no series yet")
     assert postgres.PASSWORD not in empty
     write_results(tmp_path / "results.json", make_doc(1))
     assert invoke("history", "add", tmp_path / "results.json", "--db", url).exit_code == 0
     assert invoke("report", "--history", url, "--html", tmp_path / "page").exit_code == 0
     page = (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
-    assert hist.redact(url) in page and postgres.PASSWORD not in page
+    assert redact(url) in page and postgres.PASSWORD not in page
 
 
 # --------------------------------------------------------------------------- driver errors
@@ -206,7 +209,7 @@ def test_a_name_the_history_cannot_store_is_one_line_and_nothing_is_stored(
                     f"character {code}, which the history cannot store (no control "
                     "characters); correct it in the results file (or --commit/--branch/"
                     "--machine-class) and add the run again")
-    with hist.HistoryStore.open(db_url) as store:
+    with HistoryStore.open(db_url) as store:
         assert store.runs() == []
     branch = one_error_line(invoke("history", "add", _results_file(tmp_path, "ok"), "--db",
                                    db_url, "--branch", "main\x00"))
@@ -214,18 +217,18 @@ def test_a_name_the_history_cannot_store_is_one_line_and_nothing_is_stored(
 
 
 def test_the_driver_refusing_a_value_is_one_line(db_url):
-    with hist.HistoryStore.open(db_url) as store:
-        with pytest.raises(hist.HistoryError, match="refused a value") as err:
+    with HistoryStore.open(db_url) as store:
+        with pytest.raises(HistoryError, match="refused a value") as err:
             store._db.execute("INSERT INTO schema_version VALUES (?, ?)", (9, "a\udc80"))
         assert "\n" not in err.value.message
         if store.kind == "postgresql":
-            with pytest.raises(hist.HistoryError, match="refused a value .*NUL"):
+            with pytest.raises(HistoryError, match="refused a value .*NUL"):
                 store._db.execute("INSERT INTO schema_version VALUES (?, ?)", (9, "a\x00"))
 
 
 def test_any_other_driver_error_is_one_line(db_url):
     # A store whose table went missing: psycopg's UndefinedTable was a traceback.
-    with hist.HistoryStore.open(db_url) as store:
+    with HistoryStore.open(db_url) as store:
         store._db.execute("DROP TABLE points")
     line = one_error_line(invoke("history", "list", "--db", db_url))
     assert "points" in line
@@ -238,7 +241,7 @@ def test_a_full_disk_on_the_server_is_named_and_nothing_is_stored(when, pg_serve
     name = f"full_{when.lower()}_{os.getpid()}"
     pg_server.createdb(name)
     url = pg_server.url(database=name)
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         store._db.execute(
             "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             "RAISE EXCEPTION 'could not extend file: No space left on device' "
@@ -248,11 +251,11 @@ def test_a_full_disk_on_the_server_is_named_and_nothing_is_stored(when, pg_serve
             f"DEFERRABLE INITIALLY {when} FOR EACH ROW EXECUTE FUNCTION disk_full()")
     write_results(tmp_path / "results.json", make_doc(1))
     line = one_error_line(invoke("history", "add", tmp_path / "results.json", "--db", url))
-    assert line.startswith(f"Error: the PostgreSQL server at {hist.redact(url)} is out of "
+    assert line.startswith(f"Error: the PostgreSQL server at {redact(url)} is out of "
                            "disk space (could not extend file: No space left on device")
     assert line.endswith("free space on the server and run the command again")
     assert postgres.PASSWORD not in line
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         assert store.runs() == []
 
 
@@ -260,12 +263,12 @@ def test_a_full_sqlite_file_is_named_and_nothing_is_half_written(tmp_path):
     # SQLite's own limit on the file's pages returns SQLITE_FULL, the code it gives for
     # ENOSPC: the same path through the driver as a full disk, without root.
     db = tmp_path / "h.sqlite"
-    records = [hist.run_record(as_results(make_doc(seed)), source="test") for seed in range(40)]
-    with hist.HistoryStore.open(str(db)) as store:
+    records = [run_record(as_results(make_doc(seed)), source="test") for seed in range(40)]
+    with HistoryStore.open(str(db)) as store:
         (pages,), = store._db.execute("PRAGMA page_count")
         store._db.execute(f"PRAGMA max_page_count = {pages + 2}")
         added = 0
-        with pytest.raises(hist.HistoryError) as err:
+        with pytest.raises(HistoryError) as err:
             for record in records:  # until the file may grow no more
                 store.add(record)
                 added += 1
@@ -310,7 +313,7 @@ def test_history_add_on_a_full_disk_is_one_line(tiny_fs, tmp_path):
     # A real full disk. Before: two tracebacks, the last "cannot rollback - no
     # transaction is active".
     db = tiny_fs / "h.sqlite"
-    with hist.HistoryStore.open(str(db)):
+    with HistoryStore.open(str(db)):
         pass
     _fill(tiny_fs)
     write_results(tmp_path / "results.json", make_doc(1))
@@ -318,7 +321,7 @@ def test_history_add_on_a_full_disk_is_one_line(tiny_fs, tmp_path):
     assert line.startswith(f"Error: the disk holding {db} is full (")
     assert "rollback" not in line
     (tiny_fs / "filler").unlink()
-    with hist.HistoryStore.open(str(db)) as store:
+    with HistoryStore.open(str(db)) as store:
         assert store.runs() == []
     assert invoke("history", "add", tmp_path / "results.json", "--db", db).exit_code == 0
 
@@ -341,6 +344,6 @@ def test_a_results_path_that_is_not_utf8_is_stored_escaped(db_url, tmp_path):
     folder.mkdir()
     write_results(folder / "results.json", make_doc(1))
     assert invoke("history", "add", folder / "results.json", "--db", db_url).exit_code == 0
-    with hist.HistoryStore.open(db_url) as store:
+    with HistoryStore.open(db_url) as store:
         (run,) = store.runs()
     assert run["source"] == str(folder / "results.json").replace("\udcff", "\\udcff")

@@ -27,7 +27,8 @@ import pytest
 from epbench.cases.grids import load_grid
 from epbench.cases.shards import shard_cases
 from epbench.core.results import write_results
-from epbench.reports import history as hist
+from epbench.reports.history.changes import series
+from epbench.reports.history.store import HistoryStore
 from tests.support import synthetic
 from tests.support.postgres import PgServer
 from tests.test_workflows import load
@@ -205,13 +206,13 @@ def test_record_merges_each_class_and_adds_it_under_its_class(doc, tmp_path, pg_
         assert {s["machine"] for s in merged["shards"]} == {
             f"{runner[-3:]}-vm{k}" for k in range(1, n + 1)}
         assert merged["merge_forced"]  # the VMs differed, and the file says so
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         runs = store.runs()
         assert sorted((r["machine_class"], r["commit"], r["branch"], r["points"]) for r in runs) \
             == sorted((f"github-{r}", SHA, "main", 12) for r in RUNNERS for _ in (1, 2))
         for runner in RUNNERS:
             # One point per commit: the median of the class's two runs, at its own level.
-            (point,) = hist.series(store, "relu_d10_w8", "engine", f"github-{runner}")
+            (point,) = series(store, "relu_d10_w8", "engine", f"github-{runner}")
             assert point.runs == 2
             assert point.ratio == pytest.approx(ENGINE_RATIO[runner], rel=0.1)
 
@@ -268,7 +269,7 @@ def test_real_shards_measured_merged_and_added(doc, tmp_path, pg_server):
     url = _fresh_db(pg_server)
     added, _ = _record(doc, record, url)
     assert added.stdout.count("added run ") == 2
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         runs = store.runs()
         quick = len(load_grid("quick"))
         assert [(r["machine_class"], r["commit"], r["points"]) for r in runs] == [

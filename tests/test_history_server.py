@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.results import write_results
 from epbench.harness.merge import Shard, merge_shards
-from epbench.reports import history as hist
-from epbench.reports.history_db import MIGRATION_LOCK
+from epbench.reports.history.db import MIGRATION_LOCK
+from epbench.reports.history.store import SCHEMA_VERSION, HistoryStore
 from tests.support import synthetic
 from tests.support.postgres import PASSWORD, USER, PgServer, server_bin_dir
 from tests.support.synthetic import as_results
@@ -44,20 +44,20 @@ def _migrate(db_url: str) -> str:
 
 
 def test_migrate_creates_the_schema_once_and_then_has_nothing_to_do(db_url):
-    shown = hist.HistoryStore.open(db_url, migrate=False)
+    shown = HistoryStore.open(db_url, migrate=False)
     where = shown.url
     shown.close()
-    v = hist.SCHEMA_VERSION
+    v = SCHEMA_VERSION
     assert _migrate(db_url) == f"upgraded {where} from schema version 0 to {v}\n"
     assert _migrate(db_url) == f"{where} is at schema version {v}; nothing to do\n"
-    with hist.HistoryStore.open(db_url, migrate=False) as store:
+    with HistoryStore.open(db_url, migrate=False) as store:
         rows = store._db.execute("SELECT version FROM schema_version ORDER BY version")
         assert [r for (r,) in rows] == list(range(1, v + 1))  # each step applied once
         assert store.runs() == []
 
 
 def test_migrate_upgrades_an_old_store_in_place_keeping_its_runs(db_url):
-    store = hist.HistoryStore.open(db_url, migrate=False)
+    store = HistoryStore.open(db_url, migrate=False)
     store._migrate(target=1)
     store._db.execute(
         "INSERT INTO runs (run_key, commit_sha, branch, created, added, machine, "
@@ -66,20 +66,20 @@ def test_migrate_upgrades_an_old_store_in_place_keeping_its_runs(db_url):
     where = store.url
     store.close()
     assert _migrate(db_url) == (f"upgraded {where} from schema version 1 to "
-                                f"{hist.SCHEMA_VERSION}\n")
-    with hist.HistoryStore.open_for_reading(db_url) as store:
+                                f"{SCHEMA_VERSION}\n")
+    with HistoryStore.open_for_reading(db_url) as store:
         (run,) = store.runs()
         assert (run["commit"], run["machine_class"]) == ("abc1234", None)
 
 
 def test_migrate_refuses_a_newer_store_and_leaves_it_alone(db_url):
     _migrate(db_url)
-    with hist.HistoryStore.open(db_url, migrate=False) as store:
+    with HistoryStore.open(db_url, migrate=False) as store:
         store._db.execute("INSERT INTO schema_version (version, applied) VALUES (99, 'x')")
     result = CliRunner().invoke(cli, ["history", "migrate", "--db", db_url])
     assert result.exit_code == 1
     assert "schema version 99, newer than this epbench understands" in result.output
-    with hist.HistoryStore.open(db_url, migrate=False) as store:
+    with HistoryStore.open(db_url, migrate=False) as store:
         assert store.schema_version() == 99
 
 
@@ -187,9 +187,9 @@ def test_four_concurrent_adds_store_every_run(pg_server: PgServer, tmp_path, mig
     assert [w.returncode for w in writers] == [0] * 4, outputs
     assert [err for _, err in outputs] == [""] * 4
     assert all(out.startswith("added run ") for out, _ in outputs), outputs
-    with hist.HistoryStore.open(url) as store:
+    with HistoryStore.open(url) as store:
         runs = store.runs()
         assert sorted((r["commit"], r["machine_class"], r["points"]) for r in runs) == sorted(
             (c, f"github-{m}", 8) for c, m in WRITERS)
         assert len({r["id"] for r in runs}) == 4
-        assert store.schema_version() == hist.SCHEMA_VERSION
+        assert store.schema_version() == SCHEMA_VERSION

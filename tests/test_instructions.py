@@ -74,7 +74,8 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     from epbench.harness.arms import parse_arm
     from epbench.harness.run_config import RunConfig
     from epbench.harness.runner import run
-    from epbench.reports import compare as cmp
+    from epbench.reports.comparison import Side
+    from epbench.reports.findings import counter_changes
 
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -115,8 +116,7 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     # (617 more were counted; over 4 a call is well clear of the +-70.)
     assert all(count["c"] - count["a"] > 200 for count in counts), counts
     run = as_results(doc)
-    rows = cmp.counter_changes(cmp.Side("base", run, "a"), cmp.Side("pr", run, "c"),
-                               ["relu_d1_w8"])
+    rows = counter_changes(Side("base", run, "a"), Side("pr", run, "c"), ["relu_d1_w8"])
     shown = {r["counter"]: (r["base"], r["pr"]) for r in rows}
     assert shown["instructions"] == (counts[1]["a"], counts[1]["c"])
     assert shown["ort_api_calls"][1] - shown["ort_api_calls"][0] == 50

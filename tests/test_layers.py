@@ -58,6 +58,30 @@ def test_the_import_graph_has_no_cycle_and_no_upward_import():
     assert cyclic == []
 
 
+WINGS = ("epbench.reports.bot", "epbench.reports.history")
+
+
+def _wing_of(module: str) -> str | None:
+    return next((w for w in WINGS if module == w or module.startswith(w + ".")), None)
+
+
+def test_the_wings_of_reports_are_imported_by_nothing_else_in_reports():
+    # docs/design.md: the bot and the history read the reports; the rest of reports (render,
+    # html, ...) knows neither, and neither wing knows the other.
+    graph = grimp.build_graph("epbench")
+    assert {m for m in graph.modules if _wing_of(m)} >= {"epbench.reports.bot.github",
+                                                         "epbench.reports.history.store"}
+    into_wing = []
+    for importer in graph.modules:
+        if not importer.startswith("epbench.reports."):
+            continue
+        for imported in graph.find_modules_directly_imported_by(importer):
+            wing = _wing_of(imported)
+            if wing and _wing_of(importer) != wing:
+                into_wing.append((importer, imported))
+    assert into_wing == []
+
+
 def _imported_names(node: ast.AST) -> list[str]:
     if isinstance(node, ast.ImportFrom) and not node.level:
         return [node.module or ""]

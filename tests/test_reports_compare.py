@@ -20,15 +20,35 @@ import pytest
 
 from epbench.cli.exit_codes import exit_code_for
 from epbench.core.numbers import block_summary
-from epbench.reports import calibrate, compare, defaults, render, stats
-from epbench.reports.compare import CompareError, Settings
+from epbench.reports import calibrate, compare, comparison, defaults, findings, render, stats
+from epbench.reports.comparison import CaseRow, CompareError
+from epbench.reports.findings import (
+    NAMED_CASES,
+    NAMED_CHARS,
+    across_speed_change,
+    ambiguous_cases,
+    beyond_speed_limit,
+    control_shift,
+    held_back_by_gate,
+    longer_run,
+    named,
+)
+from epbench.reports.verdicts import (
+    Judgement,
+    Settings,
+    Threshold,
+    judge,
+    judge_grid,
+    overall_verdict,
+    threshold_for,
+)
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
 
-def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
-    """compare.Side of a test's document: the tests build dicts, read into the model once."""
-    return compare.Side(label, as_results(doc), arm, path)
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for comparison.Side
+    """comparison.Side of a test's document: the tests build dicts, read into the model once."""
+    return comparison.Side(label, as_results(doc), arm, path)
 
 GRID = 20
 ROUNDS = 30
@@ -50,7 +70,7 @@ def _calibrated_thresholds(rng, settings, noise, rounds, calibration_rounds=ROUN
                   for i in range(GRID)},
     }
     return [
-        compare.threshold_for(
+        threshold_for(
             calibrate.profile_noise(profile, str(i), None, rounds, "same-run")[0],
             "profile", settings,
         )
@@ -71,7 +91,7 @@ def _flags(effect=0.0, noise=synthetic.REALISTIC, rounds=ROUNDS):
     verdicts = []
     for trial in range(TRIALS):
         part = changes[trial * GRID : (trial + 1) * GRID]
-        js = compare.judge_grid(part, thresholds, [0] * GRID, [rounds] * GRID, settings.fdr)
+        js = judge_grid(part, thresholds, [0] * GRID, [rounds] * GRID, settings.fdr)
         verdicts.append([j.verdict for j in js])
     return verdicts, thresholds
 
@@ -127,7 +147,7 @@ def _change(ratio, lo, hi, p=0.001, n=30):
     return stats.Change(ratio, lo, hi, p, n)
 
 
-TH = compare.Threshold(noise=0.01, source="profile", t=0.02, alert=0.04)
+TH = Threshold(noise=0.01, source="profile", t=0.02, alert=0.04)
 
 
 @pytest.mark.parametrize(
@@ -147,11 +167,11 @@ TH = compare.Threshold(noise=0.01, source="profile", t=0.02, alert=0.04)
     ],
 )
 def test_verdict_rules(change, significant, unquiet, verdict):
-    assert compare.judge(change, significant, 0.01, TH, unquiet, 30).verdict == verdict
+    assert judge(change, significant, 0.01, TH, unquiet, 30).verdict == verdict
 
 
 def test_unquiet_alert_reason_names_the_gate():
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 4, 30)
+    j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 4, 30)
     assert "4 of 30 rounds failed the idle gate" in j.reason
 
 
@@ -177,7 +197,7 @@ def test_unquiet_alert_reason_names_the_gate():
 )
 def test_a_would_be_alert_with_unquiet_rounds_stands_on_its_quiet_rounds(
         quiet_only, quiet_significant, verdict):
-    j = compare.judge(_change(1.05, 1.045, 1.055), True, 0.01, TH, 4, 30, quiet_only,
+    j = judge(_change(1.05, 1.045, 1.055), True, 0.01, TH, 4, 30, quiet_only,
                       quiet_significant, needed=6)
     if verdict == "alert":
         assert (j.verdict, j.held_back) == ("alert", False)
@@ -197,17 +217,17 @@ def test_a_would_be_alert_with_unquiet_rounds_stands_on_its_quiet_rounds(
 
 def test_threshold_is_floor_or_k_times_noise_and_default_without_profile():
     s = Settings()
-    assert compare.threshold_for(0.001, "profile", s).t == defaults.FLOOR
-    assert compare.threshold_for(0.02, "profile", s).t == pytest.approx(defaults.K * 0.02)
-    assert compare.threshold_for(0.02, "profile", s).alert == pytest.approx(
+    assert threshold_for(0.001, "profile", s).t == defaults.FLOOR
+    assert threshold_for(0.02, "profile", s).t == pytest.approx(defaults.K * 0.02)
+    assert threshold_for(0.02, "profile", s).alert == pytest.approx(
         defaults.ALERT_FACTOR * defaults.K * 0.02
     )
-    no_profile = compare.threshold_for(None, "no profile", s)
+    no_profile = threshold_for(None, "no profile", s)
     expected = max(defaults.FLOOR, defaults.K * defaults.NOISE_WITHOUT_PROFILE)
     assert no_profile.t == pytest.approx(expected)
-    assert compare.threshold_for(0.02, "profile", Settings(alert=0.10)).alert == 0.10
+    assert threshold_for(0.02, "profile", Settings(alert=0.10)).alert == 0.10
     # An --alert below t is raised to t: an alert is never weaker than a regression.
-    low = compare.threshold_for(0.02, "profile", Settings(alert=0.005))
+    low = threshold_for(0.02, "profile", Settings(alert=0.005))
     assert low.alert == low.t == pytest.approx(0.04)
 
 
@@ -369,9 +389,9 @@ def test_a_change_beyond_the_allowance_keeps_its_verdict_across_a_speed_change()
 
 
 def _judged(verdict, ratio, lo, hi, t=0.01, alert=0.02):
-    j = compare.Judgement(verdict, "why", True, 0.01)
-    th = compare.Threshold(noise=t / 2, source="twin", t=t, alert=alert)
-    return compare.across_speed_change(j, _change(ratio, lo, hi), th, 0.5)
+    j = Judgement(verdict, "why", True, 0.01)
+    th = Threshold(noise=t / 2, source="twin", t=t, alert=alert)
+    return across_speed_change(j, _change(ratio, lo, hi), th, 0.5)
 
 
 def test_across_a_speed_change_only_what_clears_the_allowance_stands():
@@ -392,10 +412,10 @@ def test_across_a_speed_change_only_what_clears_the_allowance_stands():
     assert was_unsure.reason == (
         "why; also the ORT control took 50.0% longer a Run in the PR run than in the base "
         "one: rerun both sides back to back, more rounds alone may not settle it")
-    j = compare.Judgement("inconclusive", "the interval straddles ±1.0%; rerun with more "
+    j = Judgement("inconclusive", "the interval straddles ±1.0%; rerun with more "
                           "--rounds", False, 0.5)
-    th = compare.Threshold(noise=0.005, source="twin", t=0.01, alert=0.02)
-    reason = compare.across_speed_change(j, _change(1.0, 0.98, 1.02), th, -0.5).reason
+    th = Threshold(noise=0.005, source="twin", t=0.01, alert=0.02)
+    reason = across_speed_change(j, _change(1.0, 0.98, 1.02), th, -0.5).reason
     assert reason == ("the interval straddles ±1.0%; also the ORT control took 100.0% "
                       "longer a Run in the base run than in the PR one: rerun both sides "
                       "back to back, more rounds alone may not settle it")
@@ -415,24 +435,24 @@ def test_cases_held_by_the_speed_rule_are_not_for_a_rerun_of_one_side():
                                          ("held", "regression", None),
                                          ("moved", "inconclusive", 0.3),
                                          ("moved_held", "regression", -0.3))]
-    assert compare.ambiguous_cases({"cases": rows}) == ["unsure", "held"]
-    assert [compare.held_back_by_gate(r) for r in rows] == [False, True, False, False]
+    assert ambiguous_cases({"cases": rows}) == ["unsure", "held"]
+    assert [held_back_by_gate(r) for r in rows] == [False, True, False, False]
 
 
 def test_the_speed_limit_is_on_the_ratio_of_the_controls_either_way():
     limit = defaults.CONTROL_SHIFT_LIMIT
-    assert not compare.beyond_speed_limit(None)
+    assert not beyond_speed_limit(None)
     for inside in (0.0, limit * 0.99, 1.0 / (1.0 + limit * 0.99) - 1.0):
-        assert not compare.beyond_speed_limit(inside)
+        assert not beyond_speed_limit(inside)
     for beyond in (limit * 1.01, 1.0 / (1.0 + limit * 1.01) - 1.0):
-        assert compare.beyond_speed_limit(beyond)
-    assert compare.control_shift(np.array([100.0, 100.0, 0.0]), np.array([130.0])) == (
+        assert beyond_speed_limit(beyond)
+    assert control_shift(np.array([100.0, 100.0, 0.0]), np.array([130.0])) == (
         pytest.approx(0.3))
-    assert compare.control_shift(np.array([0.0]), np.array([130.0])) is None
+    assert control_shift(np.array([0.0]), np.array([130.0])) is None
     # What a file may hold instead of a number is no shift, never a crash.
     for junk in ("x", True, -1.0, -2.0, math.nan, math.inf, [0.5]):
-        assert not compare.beyond_speed_limit(junk)
-    assert compare.longer_run(-0.5) == ("base", pytest.approx(1.0))
+        assert not beyond_speed_limit(junk)
+    assert longer_run(-0.5) == ("base", pytest.approx(1.0))
 
 
 def test_the_speed_limit_is_quoted_as_the_constant():
@@ -702,17 +722,17 @@ def test_profile_noise_scales_with_rounds_and_checks_definitions():
     )
     noise, source = calibrate.profile_noise(profile, "relu_d1_w8", "other", 30, "same-run")
     assert noise is None and "another definition" in source
-    assert math.isfinite(compare.threshold_for(noise, source, Settings()).t)
+    assert math.isfinite(threshold_for(noise, source, Settings()).t)
 
 
 def test_judge_grid_controls_the_fdr_across_the_grid():
     # One case with p = 0.01 alone would be significant at 0.05, but among 20 tests
     # BH needs p <= 0.05 / 20 for the smallest: it is ❔, not ⚠️.
     changes = [_change(1.05, 1.03, 1.07, p=0.01)] + [_change(1.0, 0.99, 1.01, p=0.9)] * 19
-    js = compare.judge_grid(changes, [TH] * 20, [0] * 20, [30] * 20, fdr=0.05)
+    js = judge_grid(changes, [TH] * 20, [0] * 20, [30] * 20, fdr=0.05)
     assert js[0].verdict == "inconclusive" and not js[0].significant
     assert "not significant" in js[0].reason
-    js = compare.judge_grid(changes[:1], [TH], [0], [30], fdr=0.05)
+    js = judge_grid(changes[:1], [TH], [0], [30], fdr=0.05)
     # Alone it is significant; its interval starts at 3 %, below the alert level 4 %.
     assert js[0].verdict == "regression"
 
@@ -720,11 +740,11 @@ def test_judge_grid_controls_the_fdr_across_the_grid():
 def test_quiet_rounds_whose_interval_reaches_exactly_the_alert_level():
     # Binary-exact numbers: a lower bound of exactly the alert level makes an alert
     # ("at least"), an upper bound of exactly it does not exclude one.
-    th = compare.Threshold(noise=0.25, source="profile", t=0.5, alert=1.0)
+    th = Threshold(noise=0.25, source="profile", t=0.5, alert=1.0)
     whole = _change(2.25, 2.0, 2.5)
-    at = compare.judge(whole, True, 0.01, th, 4, 30, _change(2.25, 2.0, 2.5, n=26), True)
+    at = judge(whole, True, 0.01, th, 4, 30, _change(2.25, 2.0, 2.5, n=26), True)
     assert at.verdict == "alert"
-    up_to = compare.judge(whole, True, 0.01, th, 4, 30, _change(1.75, 1.5, 2.0, n=26), True)
+    up_to = judge(whole, True, 0.01, th, 4, 30, _change(1.75, 1.5, 2.0, n=26), True)
     assert (up_to.verdict, up_to.held_back) == ("regression", True)
 
 
@@ -738,37 +758,37 @@ def test_quiet_rounds_need_three_degrees_of_freedom_to_stand_for_a_case_of_sever
                            (3, "too few quiet ones stand alone"),
                            (4, "the 20 quiet rounds alone put it below the alert level")):
         quiet = stats.Change(1.03, 1.025, 1.035, 0.001, 20, processes=processes)
-        j = compare.judge(whole, True, 0.01, TH, 4, 30, quiet, True)
+        j = judge(whole, True, 0.01, TH, 4, 30, quiet, True)
         assert j.verdict == "regression" and why in j.reason
     # The degrees of freedom recorded win over the count (Welch's for two runs).
     quiet = stats.Change(1.03, 1.025, 1.035, 0.001, 20, processes=4, df=2.5)
-    assert compare.judge(whole, True, 0.01, TH, 4, 30, quiet, True).held_back
+    assert judge(whole, True, 0.01, TH, 4, 30, quiet, True).held_back
     quiet = stats.Change(1.05, 1.045, 1.055, 0.001, 20, processes=1)
-    j = compare.judge(whole, True, 0.01, TH, 4, 30, quiet, True)
+    j = judge(whole, True, 0.01, TH, 4, 30, quiet, True)
     assert j.verdict == "regression" and "too few quiet ones stand alone" in j.reason
 
 
 def test_unquiet_rounds_never_make_an_alert_but_quiet_rounds_alone_can():
     quiet = _change(1.10, 1.07, 1.13)
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, True)
+    j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, True)
     assert j.verdict == "alert" and "on the 30 quiet rounds alone (3 unquiet set aside)" in j.reason
     # Too few quiet rounds to stand on: the load takes the alert only, in one run or two.
     for quiet_only, shared_load in itertools.product(
             (_change(1.10, 1.07, 1.13, n=4), None), (True, False)):
-        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet_only, True,
+        j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet_only, True,
                           shared_load=shared_load)
         assert j.verdict == "regression" and j.held_back
         assert ("rerun both runs" in j.reason) is not shared_load
     # Quiet rounds that stand alone and show no regression make it ⚠️, never ❔: a
     # +3 % with the same unquiet rounds is ⚠️, and +10 % may not read weaker.
     for shared_load in (True, False):
-        j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+        j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
                           _change(1.01, 0.99, 1.03), True, shared_load=shared_load)
         assert (j.verdict, j.held_back) == ("regression", False)
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
+    j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30,
                       _change(1.03, 1.025, 1.035), True)
     assert j.verdict == "regression"  # the quiet rounds make a regression, not an alert
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, False)
+    j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, quiet, False)
     assert (j.verdict, j.held_back) == ("regression", True)
 
 
@@ -810,7 +830,7 @@ def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
     doc["interrupted"] = True
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert any("the pr run was interrupted" in w for w in result["warnings"])
-    assert compare.ambiguous_cases(result) == [
+    assert ambiguous_cases(result) == [
         r["case"] for r in result["cases"] if r["verdict"] == "inconclusive"
     ]
 
@@ -827,15 +847,15 @@ def test_a_warning_the_idle_gate_held_back_from_an_alert_is_worth_a_rerun():
     verdicts = {r["case"]: r["verdict"] for r in result["cases"]}
     assert verdicts == {"relu_d1_w8": "no_change", "relu_d10_w8": "alert",
                         "relu_d100_w8": "regression", "matmul_128x128": "regression"}
-    assert compare.ambiguous_cases(result) == ["relu_d100_w8"]
+    assert ambiguous_cases(result) == ["relu_d100_w8"]
 
 
 def test_held_back_is_a_warning_whose_change_reaches_the_alert_level() -> None:
     row = {"verdict": "regression", "change": 0.04, "alert": 0.04, "unquiet": 3}
-    assert compare.held_back_by_gate(row)  # at the alert level exactly: held back
-    assert not compare.held_back_by_gate({**row, "change": 0.0399})
-    assert not compare.held_back_by_gate({**row, "verdict": "alert"})
-    assert not compare.held_back_by_gate({**row, "change": None})
+    assert held_back_by_gate(row)  # at the alert level exactly: held back
+    assert not held_back_by_gate({**row, "change": 0.0399})
+    assert not held_back_by_gate({**row, "verdict": "alert"})
+    assert not held_back_by_gate({**row, "change": None})
 
 
 def test_documented_defaults_match_the_constants():
@@ -868,7 +888,7 @@ def test_a_grid_with_no_judged_case_is_inconclusive_not_no_regression():
     # A ➖ row shows no change or interval, and its remedy names the rounds it needs.
     assert row["change"] is None and row["ci"] == [None, None]
     assert "need 6" in row["reason"] and "--rounds 6 or more" in row["reason"]
-    assert compare.ambiguous_cases(result) == []  # ➖ is not something a re-run settles
+    assert ambiguous_cases(result) == []  # ➖ is not something a re-run settles
 
 
 def test_every_base_case_crashed_is_inconclusive_and_failures_head_the_headline():
@@ -880,13 +900,13 @@ def test_every_base_case_crashed_is_inconclusive_and_failures_head_the_headline(
     # A failed PR case with everything else within noise: ❌, not ✅.
     result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
     assert result["overall"] == {"key": "failed", "headline": "❌ Failed"}
-    rows = [compare.CaseRow(case="x", verdict=v, emoji="", reason="", base_ns=None, pr_ns=None,
+    rows = [CaseRow(case="x", verdict=v, emoji="", reason="", base_ns=None, pr_ns=None,
                             change=None, ci=[None, None], p=None, q=None, significant=False,
                             threshold=0.0, alert=0.0, noise=0.0, noise_source="", rounds=0,
                             unquiet=0, control_drift=None)
             for v in ("no_change", "failed")]
-    assert compare.overall_verdict(rows)["key"] == "failed"
-    assert compare.overall_verdict(rows[:1])["key"] == "no_change"
+    assert overall_verdict(rows)["key"] == "failed"
+    assert overall_verdict(rows[:1])["key"] == "no_change"
 
 
 def test_rounds_without_a_usable_time_are_named_in_the_reason():
@@ -911,14 +931,14 @@ def test_rounds_without_a_usable_time_are_named_in_the_reason():
 
 def test_quiet_rounds_alone_need_their_lower_bound_above_the_alert_and_significance():
     weak_lo = _change(1.10, 1.01, 1.13)  # a big change whose interval reaches below t = 2 %
-    j = compare.judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, weak_lo, True)
+    j = judge(_change(1.10, 1.07, 1.13), True, 0.01, TH, 3, 30, weak_lo, True)
     assert (j.verdict, j.held_back) == ("regression", True)
     # judge_grid: a quiet-only p above the grid's BH level (0.05 x 2 / 2) is not significant,
     # one at or below it is, even when it is larger than every rejected p of the grid.
     full = [_change(1.10, 1.07, 1.13, p=1e-9), _change(1.10, 1.07, 1.13, p=1e-9)]
     for quiet_p, verdict in ((0.5, "regression"), (0.01, "alert")):
         quiet = [_change(1.10, 1.07, 1.13, p=quiet_p), None]
-        js = compare.judge_grid(full, [TH, TH], [3, 0], [30, 30], 0.05, quiet)
+        js = judge_grid(full, [TH, TH], [3, 0], [30, 30], 0.05, quiet)
         assert [j.verdict for j in js] == [verdict, "alert"]
 
 
@@ -945,7 +965,7 @@ def test_a_falling_control_warns_like_a_rising_one(monkeypatch):
         assert row["drift_exceeds_threshold"]
         assert f"{row['case']} ({row['control_drift']:+.1%})" in warning
     # A long list is cut: the comment job refuses a warning over 4000 characters.
-    monkeypatch.setattr(compare, "NAMED_CASES", 1)
+    monkeypatch.setattr(findings, "NAMED_CASES", 1)
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     (warning,) = [w for w in result["warnings"] if "control drifted" in w]
     first = result["cases"][0]
@@ -994,15 +1014,15 @@ def test_min_rounds_for_one_and_two_runs():
 
 def test_a_warning_names_at_most_so_many_cases():
     # The comment job refuses a warning over 4000 characters; a grid can have thousands.
-    names = [f"case_{i:04d}" for i in range(compare.NAMED_CASES + 5)]
-    assert compare.named(names[:compare.NAMED_CASES]) == ", ".join(names[:compare.NAMED_CASES])
-    assert compare.named(names) == ", ".join(names[:compare.NAMED_CASES]) + " and 5 more"
-    assert compare.named(names[:1]) == "case_0000"
+    names = [f"case_{i:04d}" for i in range(NAMED_CASES + 5)]
+    assert named(names[:NAMED_CASES]) == ", ".join(names[:NAMED_CASES])
+    assert named(names) == ", ".join(names[:NAMED_CASES]) + " and 5 more"
+    assert named(names[:1]) == "case_0000"
     # Names of 200 characters (the schema's most): cut by length before the count.
-    long = [f"{i:03d}" + "x" * 197 for i in range(compare.NAMED_CASES)]
-    text = compare.named(long)
-    fit = compare.NAMED_CHARS // 202  # ", " between names
+    long = [f"{i:03d}" + "x" * 197 for i in range(NAMED_CASES)]
+    text = named(long)
+    fit = NAMED_CHARS // 202  # ", " between names
     assert text == ", ".join(long[:fit]) + f" and {len(long) - fit} more"
-    assert len(text) <= compare.NAMED_CHARS + len(" and 99 more")
+    assert len(text) <= NAMED_CHARS + len(" and 99 more")
     # One name is always shown, however long.
-    assert compare.named(["y" * 3000]) == "y" * 3000
+    assert named(["y" * 3000]) == "y" * 3000

@@ -24,7 +24,9 @@ from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
 from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import html, plots, render
+from epbench.reports.comparison import VERDICTS
 from epbench.reports.summary import gate_rounds
+from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits
 from tests.support import synthetic
 from tests.support.fakebuild import fake_build_commit
@@ -235,7 +237,7 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     assert "no change measured: failed" in forest
     # The table's rows carry the plot's colour of their verdict.
     for verdict in verdicts:
-        emoji, words = cmp.VERDICTS[verdict]
+        emoji, words = VERDICTS[verdict]
         colour = plots.VERDICT_STYLE[verdict][0]
         cell = re.search(rf'style="border-left-color: {colour}">(<svg class="mark".*?</svg>) '
                          rf'{re.escape(words)}</td>', text)
@@ -244,7 +246,7 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     # No verdict is left to an emoji font: outside the tab title and the marks' accessible
     # names, every verdict emoji of the page is drawn as an inline SVG mark.
     visible = re.sub(r'<title>.*?</title>|aria-label="[^"]*"', "", text, flags=re.S)
-    for emoji, _ in cmp.VERDICTS.values():
+    for emoji, _ in VERDICTS.values():
         assert emoji.rstrip("\ufe0f") not in visible, emoji
     # The tables of the markdown come along: every case, with its reason.
     for row in comparison["cases"]:
@@ -310,7 +312,7 @@ def test_compare_commits_writes_report_html_beside_report_md(tmp_path, monkeypat
     config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=8,
                        progress=False, out_dir=tmp_path)
     cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
-                       settings=cmp.Settings(), profile_path=None, budget_s=0)
+                       settings=Settings(), profile_path=None, budget_s=0)
     page = check_page((tmp_path / "report.html").read_text(encoding="utf-8"))
     assert [f["id"] for f in page.drawn()] == ["forest", "rounds-0", "gate"]
     assert (tmp_path / "report.md").is_file()

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 
 from epbench.core.results import load_results
-from epbench.reports import calibrate, compare, html, render, run_report, summary
+from epbench.reports import calibrate, compare, comparison, html, render, run_report, summary
+from epbench.reports.comparison import SCHEMA
+from epbench.reports.verdicts import Settings
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
 
-def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
-    """compare.Side of a test's document: the tests build dicts, read into the model once."""
-    return compare.Side(label, as_results(doc), arm, path)
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for comparison.Side
+    """comparison.Side of a test's document: the tests build dicts, read into the model once."""
+    return comparison.Side(label, as_results(doc), arm, path)
 
 ROOT = Path(__file__).resolve().parent
 FIXTURES = ROOT / "fixtures" / "results"
@@ -111,14 +113,14 @@ def test_golden(name, make):
 def test_json_format_is_stable_and_strict():
     text = render.to_json(_separate())
     doc = json.loads(text)
-    assert doc["schema"] == compare.SCHEMA
+    assert doc["schema"] == SCHEMA
     assert "NaN" not in text  # NaN thresholds of failed rows become null
     failed = next(r for r in doc["cases"] if r["verdict"] == "failed")
     assert failed["threshold"] is None
 
 
 def test_comment_starts_with_the_sticky_marker_of_the_github_client():
-    from epbench.reports.github import STICKY_MARKER
+    from epbench.reports.bot.github import STICKY_MARKER
 
     text = render.render_markdown(_separate())
     assert text.splitlines()[0] == STICKY_MARKER
@@ -285,7 +287,7 @@ def test_the_sentence_says_which_undecided_cases_more_rounds_cannot_help():
 def test_wording_follows_the_settings_and_the_thresholds():
     doc = _load("same_run.json")
     result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
-                             settings=compare.Settings(alert=0.01))
+                             settings=Settings(alert=0.01))
     text = render.render_markdown(result)
     # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
     assert "threshold (4.0% here)" in text

@@ -28,7 +28,7 @@ from epbench.core.model import (
 )
 from epbench.core.results import ResultsError, load_results, migrate_to_2, read_document
 from epbench.harness import worker_process
-from epbench.reports import compare
+from epbench.reports.comparison import Side
 from tests.support import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,8 +270,8 @@ def test_migrating_a_schema_1_document_gives_every_case_its_lost_rounds() -> Non
 def test_a_comparison_side_takes_the_model_not_a_dict() -> None:
     doc = _synthetic()
     with pytest.raises(TypeError, match="Side takes a Results .* not dict"):
-        compare.Side("base", doc, "ep")
-    assert compare.Side("base", Results.from_dict(doc), "ep").control == "ort"
+        Side("base", doc, "ep")
+    assert Side("base", Results.from_dict(doc), "ep").control == "ort"
 
 
 def test_records_are_frozen_at_the_top_level_and_share_the_documents_nested_values() -> None:

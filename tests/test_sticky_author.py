@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EXIT_USER_ERROR
 from epbench.reports import render
-from epbench.reports.github import ACTIONS_BOT_LOGIN, STICKY_MARKER, upsert_sticky_comment
+from epbench.reports.bot.github import ACTIONS_BOT_LOGIN, STICKY_MARKER, upsert_sticky_comment
 from tests.support.github_stub import (
     BOT_LOGIN,
     HEAD_SHA,

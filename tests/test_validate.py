@@ -33,6 +33,7 @@ from epbench.harness.load import BackgroundLoad
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.reports.render import to_json
+from epbench.reports.verdicts import Settings
 from epbench.workflows import validate as val
 from epbench.workflows import validate_judge as vjudge
 from epbench.workflows import validate_plan as vplan
@@ -48,7 +49,7 @@ from tests.support.synthetic import NoiseModel, results_doc
 CASES = ("relu_d1_w8", "relu_d10_w8", "matmul_64x64")
 BASE_NS = {"relu_d1_w8": 3000.0, "relu_d10_w8": 4000.0, "matmul_64x64": 9000.0}
 QUIET = NoiseModel(machine_sigma=0.0, arm_sigma=0.002, spike_prob=0.0)
-SETTINGS = cmp.Settings(floor=0.04)
+SETTINGS = Settings(floor=0.04)
 
 
 @dataclass
@@ -460,7 +461,7 @@ def _compare_with_noise(noise: float):
     def compare(base, pr, *, settings=None, profile=None):
         if profile is None:
             return real(base, pr, settings=settings, profile=None)
-        return real(base, pr, settings=cmp.Settings(floor=2 * noise), profile=None)
+        return real(base, pr, settings=Settings(floor=2 * noise), profile=None)
 
     return compare
 

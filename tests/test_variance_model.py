@@ -12,15 +12,25 @@ import math
 import numpy as np
 import pytest
 
-from epbench.reports import compare, stats
-from epbench.reports.compare import Settings
+from epbench.reports import compare, comparison, stats
+from epbench.reports.findings import with_twin
+from epbench.reports.nested import (
+    ProcessSample,
+    nested_changes,
+    nested_double_ratio_changes,
+    one_sided_p,
+    t_quantile,
+    t_sf,
+    unmodelled_variance,
+)
+from epbench.reports.verdicts import Settings
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
 
-def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for compare.Side
-    """compare.Side of a test's document: the tests build dicts, read into the model once."""
-    return compare.Side(label, as_results(doc), arm, path)
+def Side(label, doc, arm, path=None):  # noqa: N802 -- stands in for comparison.Side
+    """comparison.Side of a test's document: the tests build dicts, read into the model once."""
+    return comparison.Side(label, as_results(doc), arm, path)
 
 CONFIDENCE = 0.95
 
@@ -36,7 +46,7 @@ def _samples(rng, cases, processes, rounds_per_process, *, process_sd, session_s
         session_of = np.tile(np.arange(rounds_per_process) % 2, processes)
         logs = (math.log1p(effect) + offsets[labels] + sessions[labels, session_of]
                 + rng.normal(0.0, round_sd, processes * rounds_per_process))
-        out.append(stats.ProcessSample(logs, labels))
+        out.append(ProcessSample(logs, labels))
     return out
 
 
@@ -48,7 +58,7 @@ def _coverage(changes, effect):
 def test_the_nested_interval_covers_at_the_nominal_level(processes, process_sd):
     rng = np.random.default_rng([processes, int(process_sd * 1e4)])
     samples = _samples(rng, 2000, processes, 8, process_sd=process_sd, effect=0.02)
-    coverage = _coverage(stats.nested_changes(samples, confidence=CONFIDENCE), 0.02)
+    coverage = _coverage(nested_changes(samples, confidence=CONFIDENCE), 0.02)
     # 2000 intervals: the standard error of a 95 % coverage is 0.49 %.
     assert abs(coverage - CONFIDENCE) <= 0.02, coverage
 
@@ -60,14 +70,14 @@ def test_the_rounds_of_one_process_alone_do_not_cover_process_offsets():
     samples = _samples(rng, 2000, 6, 8, process_sd=0.01, effect=0.0)
     naive = stats.paired_changes([s.logs for s in samples], confidence=CONFIDENCE)
     assert _coverage(naive, 0.0) < 0.80
-    assert abs(_coverage(stats.nested_changes(samples), 0.0) - CONFIDENCE) <= 0.02
+    assert abs(_coverage(nested_changes(samples), 0.0) - CONFIDENCE) <= 0.02
 
 
 def test_the_welch_double_ratio_covers_two_runs_with_their_own_offsets():
     rng = np.random.default_rng(11)
     pr = _samples(rng, 2000, 6, 8, process_sd=0.012, effect=0.03)
     base = _samples(rng, 2000, 5, 8, process_sd=0.012)
-    changes = stats.nested_double_ratio_changes(pr, base, confidence=CONFIDENCE)
+    changes = nested_double_ratio_changes(pr, base, confidence=CONFIDENCE)
     assert abs(_coverage(changes, 0.03) - CONFIDENCE) <= 0.02
     assert {c.processes for c in changes} == {5}
 
@@ -79,7 +89,7 @@ def test_the_welch_interval_matches_scipy_with_unequal_variances():
     rng = np.random.default_rng(12)
     pr = _samples(rng, 20, 7, 6, process_sd=0.03, effect=0.01)
     base = _samples(rng, 20, 3, 6, process_sd=0.004)
-    for change, a, b in zip(stats.nested_double_ratio_changes(pr, base), pr, base, strict=True):
+    for change, a, b in zip(nested_double_ratio_changes(pr, base), pr, base, strict=True):
         va, vb = a.per_process(), b.per_process()
         ref = scipy_stats.ttest_ind(va, vb, equal_var=False)
         lo, hi = ref.confidence_interval(CONFIDENCE)
@@ -95,10 +105,10 @@ def test_one_sided_interval_null_p_values_match_scipy():
     rng = np.random.default_rng(13)
     for sample in _samples(rng, 20, 6, 6, process_sd=0.01, effect=0.02):
         shift = math.log1p(0.01)
-        (change,) = stats.nested_changes([sample.shifted(shift)])
+        (change,) = nested_changes([sample.shifted(shift)])
         ref = scipy_stats.ttest_1samp(sample.per_process() - shift, 0.0, alternative="greater")
-        assert stats.one_sided_p(change, upper=True) == pytest.approx(ref.pvalue, rel=1e-9)
-        assert stats.one_sided_p(change, upper=False) == pytest.approx(1.0 - ref.pvalue,
+        assert one_sided_p(change, upper=True) == pytest.approx(ref.pvalue, rel=1e-9)
+        assert one_sided_p(change, upper=False) == pytest.approx(1.0 - ref.pvalue,
                                                                        rel=1e-9)
 
 
@@ -107,16 +117,16 @@ def test_the_unmodelled_variance_recovers_a_per_copy_bias():
     # spread cannot see it, the moment estimator over 400 cases does (tau 1 %).
     rng = np.random.default_rng(14)
     aa = _samples(rng, 400, 6, 8, process_sd=0.004)
-    biased = [stats.ProcessSample(s.logs + rng.normal(0.0, 0.01), s.processes) for s in aa]
-    tau = math.sqrt(stats.unmodelled_variance(stats.nested_changes(biased)))
+    biased = [ProcessSample(s.logs + rng.normal(0.0, 0.01), s.processes) for s in aa]
+    tau = math.sqrt(unmodelled_variance(nested_changes(biased)))
     assert 0.008 <= tau <= 0.012
-    assert stats.unmodelled_variance(stats.nested_changes(aa)) <= 0.002**2
+    assert unmodelled_variance(nested_changes(aa)) <= 0.002**2
 
 
 def test_one_process_falls_back_to_the_exact_interval_over_its_rounds():
     rng = np.random.default_rng(3)
     (sample,) = _samples(rng, 1, 1, 12, process_sd=0.01)
-    (nested,) = stats.nested_changes([sample])
+    (nested,) = nested_changes([sample])
     (exact,) = stats.paired_changes([sample.logs])
     assert (nested.ratio, nested.lo, nested.hi, nested.processes) == (
         exact.ratio, exact.lo, exact.hi, 1)
@@ -126,15 +136,15 @@ def test_student_t_matches_scipy():
     scipy_stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 3, 5, 9, 30, 250):
         for t in (-4.0, -1.0, 0.0, 0.5, 2.0, 3.5, 12.0):
-            assert stats.t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), abs=1e-12)
+            assert t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), abs=1e-12)
         for q in (0.6, 0.95, 0.975, 0.995):
-            assert stats.t_quantile(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), rel=1e-9)
+            assert t_quantile(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), rel=1e-9)
 
 
 def test_p_value_and_interval_agree():
     rng = np.random.default_rng(5)
     samples = _samples(rng, 500, 5, 6, process_sd=0.01, effect=0.01)
-    for change in stats.nested_changes(samples):
+    for change in nested_changes(samples):
         excludes = change.lo > 1.0 or change.hi < 1.0
         assert excludes == (change.p < 1.0 - CONFIDENCE)
 
@@ -187,9 +197,9 @@ def test_with_two_runs_the_noisier_twin_sets_the_threshold():
 
 
 def test_a_profile_and_a_twin_judge_by_the_larger_noise():
-    noise, source = compare._with_twin(0.004, "profile", 0.009)
+    noise, source = with_twin(0.004, "profile", 0.009)
     assert (noise, source) == (0.009, "in-run A/A twin (larger than the profile's)")
-    noise, source = compare._with_twin(0.012, "profile", 0.009)
+    noise, source = with_twin(0.012, "profile", 0.009)
     assert noise == 0.012 and source.startswith("profile (larger than")
 
 

@@ -15,7 +15,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from epbench.reports import compare, stats
+from epbench.reports import compare, nested
+from epbench.reports.comparison import Side
+from epbench.reports.verdicts import GridSamples, Settings, judge_grid, judge_samples, threshold_for
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
@@ -26,7 +28,7 @@ def _sample(rng, processes, per_process, sigma, offset_sigma, effect=0.0):
     labels = np.repeat(np.arange(processes), per_process)
     offsets = rng.normal(0.0, offset_sigma, processes)[labels]
     logs = rng.normal(0.0, sigma, len(labels)) + offsets + math.log1p(effect)
-    return stats.ProcessSample(logs, labels)
+    return nested.ProcessSample(logs, labels)
 
 
 def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others, load=0.0):
@@ -35,23 +37,23 @@ def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others
     load that slows the PR arm more than what it is compared with)."""
     shift = math.log1p(effect)
     loaded = np.isin(base_pr.processes, list(unquiet_processes)) * math.log1p(load)
-    pr = [stats.ProcessSample(base_pr.logs + shift + loaded, base_pr.processes), *others[0]]
+    pr = [nested.ProcessSample(base_pr.logs + shift + loaded, base_pr.processes), *others[0]]
     base = [] if same_run else [base_base, *others[1]]
     quiet_pr, quiet_base, quiet_index = [], [], []
     unquiet_rounds = 0
     if unquiet_processes:
         keep = ~np.isin(pr[0].processes, list(unquiet_processes))
-        quiet_pr = [stats.ProcessSample(pr[0].logs[keep], pr[0].processes[keep])]
+        quiet_pr = [nested.ProcessSample(pr[0].logs[keep], pr[0].processes[keep])]
         unquiet_rounds = int((~keep).sum())
         if not same_run:  # the load on the PR run only
             quiet_base = [base[0]]
         quiet_index = [0]
-    grid = compare.GridSamples(pr, base, same_run, quiet_pr, quiet_base, quiet_index)
-    th = compare.threshold_for(t / 2.0, "profile", compare.Settings())
+    grid = GridSamples(pr, base, same_run, quiet_pr, quiet_base, quiet_index)
+    th = threshold_for(t / 2.0, "profile", Settings())
     n = len(pr)
     rounds = [len(s) for s in pr]
-    judgements, _ = compare.judge_samples(grid, [th] * n, [unquiet_rounds] + [0] * (n - 1),
-                                          rounds, compare.Settings())
+    judgements, _ = judge_samples(grid, [th] * n, [unquiet_rounds] + [0] * (n - 1),
+                                          rounds, Settings())
     return judgements[0]
 
 
@@ -95,7 +97,7 @@ def _loaded_grid(seed, effect):
                                 unquiet_rounds={n: range(24) for n in cases},
                                 twin={"of": "base", "key": "twin"})
     doc = as_results(doc)
-    return compare.compare(compare.Side("base", doc, "base"), compare.Side("pr", doc, "pr"))
+    return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
 
 
 def test_twelve_percent_with_four_of_six_processes_unquiet_is_flagged():
@@ -111,15 +113,15 @@ def test_bh_on_interval_nulls_holds_claims_of_at_least_t_across_a_grid():
     # p-values for "no change" plus an unadjusted "lower bound above t" made some case
     # ⚠️ in about a fifth of grids; BH on the p-values of "at most t" holds it near 5 %.
     rng = np.random.default_rng(464)
-    th = compare.threshold_for(0.0, "profile", compare.Settings())
+    th = threshold_for(0.0, "profile", Settings())
     assert th.t == 0.01
     false_grids = false_grids_zero_null = 0
     for _ in range(150):
         pr = [_sample(rng, 6, 8, 0.01, 0.003, effect=0.009) for _ in range(20)]
-        grid = compare.GridSamples(pr, [], True)
-        js, _ = compare.judge_samples(grid, [th] * 20, [0] * 20, [48] * 20, compare.Settings())
+        grid = GridSamples(pr, [], True)
+        js, _ = judge_samples(grid, [th] * 20, [0] * 20, [48] * 20, Settings())
         false_grids += any(j.verdict in RANK for j in js)
-        old = compare.judge_grid(grid.changes(), [th] * 20, [0] * 20, [48] * 20, 0.05)
+        old = judge_grid(grid.changes(), [th] * 20, [0] * 20, [48] * 20, 0.05)
         false_grids_zero_null += any(j.verdict in RANK for j in old)
     assert false_grids <= 0.05 * 150
     assert false_grids_zero_null >= 0.10 * 150  # the old rule, on the same grids

@@ -41,7 +41,7 @@ from epbench.cli.comment_command import comment
 from epbench.cli.run_commands import compare_commits
 from epbench.core.paths import CACHE_DIR_ENV
 from epbench.engine import build as engine_build
-from epbench.reports.artifact import PR_FILE
+from epbench.reports.bot.artifact import PR_FILE
 from epbench.workflows.action import ActionInputs, PullRequest, compare_commits_argv, run_action
 from tests.support import workflow_rules as rules
 from tests.support.action_steps import run_step

@@ -15,7 +15,8 @@ import sys
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
-from epbench.reports.compare import Settings
+from epbench.reports.comparison import Side
+from epbench.reports.verdicts import Settings
 
 
 def main(paths: list[str]) -> None:
@@ -23,7 +24,7 @@ def main(paths: list[str]) -> None:
     for path in paths:
         doc = load_results(path)
         base, head = (k for k in doc.arms if k != "ort" and not k.endswith("_twin"))
-        out = cmp.compare(cmp.Side("base", doc, base), cmp.Side("pr", doc, head),
+        out = cmp.compare(Side("base", doc, base), Side("pr", doc, head),
                           settings=Settings())
         twin = {case: v for info in out["twin"] for case, v in info["cases"].items()}
         name = path.rsplit("/", 1)[-1]

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import Side
+from epbench.reports.verdicts import Settings
 from epbench.workflows.validate_judge import FLAGGED, comparisons
 from epbench.workflows.validate_plan import COMMITS, SAME_PROCESS
 from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
@@ -33,12 +35,12 @@ COMMANDS = re.compile(r"^\d{4}-(?P<load>[a-z]+)-r\d+-commits-")
 
 
 def level_comparisons(runs: Path, arm: str,
-                      report: dict) -> Iterator[tuple[str, str, cmp.Side, cmp.Side]]:
+                      report: dict) -> Iterator[tuple[str, str, Side, Side]]:
     """(path and load, label, base side, PR side) for every comparison of the level ``arm``."""
     for path in sorted(runs.glob(f"*-commits-{arm}.json")):
         doc = load_results(path)
         load = COMMANDS.match(path.name)["load"]
-        yield f"{COMMITS}, {load}", path.name, cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm)
+        yield f"{COMMITS}, {load}", path.name, Side("base", doc, "a"), Side("pr", doc, arm)
     if SAME_PROCESS not in report["plan"]["paths"]:
         return
     for (load, repeat), rep in kept_repeats(runs, report).items():
@@ -50,7 +52,7 @@ def level_comparisons(runs: Path, arm: str,
 def main(out: Path, arm: str, slow_factor: float) -> int:
     report = json.loads((out / "validation.json").read_text(encoding="utf-8"))
     pilot_ns = {name: case["engine_ns"] for name, case in report["cases"].items()}
-    settings = cmp.Settings(**report["settings"])
+    settings = Settings(**report["settings"])
     states: dict[tuple[str, str], list[tuple[bool, float]]] = {}
     failed = 0
     for path, label, base, pr in level_comparisons(out / RUNS_DIR, arm, report):

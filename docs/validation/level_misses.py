@@ -12,12 +12,14 @@ import sys
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import Side
+from epbench.reports.verdicts import Settings
 
 out, arm = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "d2")
 for path in sorted(glob.glob(f"{out}/runs/*-commits-{arm}.json")):
     doc = load_results(path)
-    judged = cmp.compare(cmp.Side("base", doc, "a"), cmp.Side("pr", doc, arm),
-                         settings=cmp.Settings())
+    judged = cmp.compare(Side("base", doc, "a"), Side("pr", doc, arm),
+                         settings=Settings())
     cells = [f"{r['case']}:{r['change']:+.1%}[{r['ci'][0]:+.1%},{r['ci'][1]:+.1%}]"
              f"t{r['threshold']:.1%}"
              + ("" if r["verdict"] in ("regression", "alert") else "*" + r["verdict"])

@@ -19,13 +19,15 @@ import sys
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
-from epbench.reports.compare import Settings
+from epbench.reports.comparison import Side
+from epbench.reports.findings import ambiguous_cases
+from epbench.reports.verdicts import Settings
 
 
 def judged(path: str, profile_path: str | None) -> dict:
     doc = load_results(path)
     profile = cmp.load_profile_for(doc.host.key, profile_path) if profile_path else None
-    return cmp.compare(cmp.Side("base", doc, "base"), cmp.Side("pr", doc, "head"),
+    return cmp.compare(Side("base", doc, "base"), Side("pr", doc, "head"),
                        settings=Settings(), profile=profile)
 
 
@@ -39,7 +41,7 @@ def main(args: list[str]) -> None:
         whole = {r["case"]: r for r in judged(f"{d}/results.json", profile_path)["cases"]}
         with open(f"{d}/compare.json", encoding="utf-8") as fh:
             stored = {r["case"]: r for r in json.load(fh)["cases"]}
-        rerun = set(cmp.ambiguous_cases(first))
+        rerun = set(ambiguous_cases(first))
         for row in first["cases"]:
             name = row["case"]
             new = whole[name] if name in rerun else row

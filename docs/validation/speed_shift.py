@@ -24,8 +24,11 @@ import json
 import math
 from pathlib import Path
 
+from epbench.reports import calibrate, defaults
 from epbench.reports import compare as cmp
-from epbench.reports import defaults
+from epbench.reports.comparison import VERDICTS
+from epbench.reports.findings import beyond_speed_limit, longer_run
+from epbench.reports.verdicts import Settings
 from epbench.workflows.validate_judge import FLAGGED, comparisons
 from epbench.workflows.validate_plan import SEPARATE_RUNS
 from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
@@ -33,7 +36,7 @@ from epbench.workflows.validate_run import RUNS_DIR, kept_repeats
 
 def main(out: Path, profile: dict | None = None) -> None:
     report = json.loads((out / "validation.json").read_text(encoding="utf-8"))
-    settings = cmp.Settings(**report["settings"])
+    settings = Settings(**report["settings"])
     levels = report["plan"]["levels"]
     stored = {(entry["load"], case): found for entry in report["results"]
               if entry["path"] == SEPARATE_RUNS
@@ -48,9 +51,9 @@ def main(out: Path, profile: dict | None = None) -> None:
                 was = (found["false_positives"] if what == "aa"
                        else found["detection"][what])["verdicts"][repeat - 1]
                 shift, change = row["control_shift"], row["change"]
-                longer = cmp.longer_run(shift)
+                longer = longer_run(shift)
                 if what == "aa" and change is not None and longer is not None:
-                    aa[cmp.beyond_speed_limit(shift)].append(change)
+                    aa[beyond_speed_limit(shift)].append(change)
                 tally = counts.setdefault(what, [0, 0, 0])
                 tally[0] += 1
                 tally[1] += was in FLAGGED
@@ -58,7 +61,7 @@ def main(out: Path, profile: dict | None = None) -> None:
                 moved = f"{longer[0]:>4s} {longer[1]:6.1%} longer" if longer else "-"
                 shown = f"{change:+6.2%}" if change is not None else "-"
                 print(f"{load} r{repeat:02d} {row['case']:16s} {what:3s} control {moved} "
-                      f"change {shown} stored {cmp.VERDICTS[was][0]} now {row['emoji']}")
+                      f"change {shown} stored {VERDICTS[was][0]} now {row['emoji']}")
     for what, (n, was, now) in counts.items():
         print(f"{what}: flagged {was} of {n} stored, {now} of {n} now")
     limit = defaults.CONTROL_SHIFT_LIMIT
@@ -82,4 +85,4 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.without_rule:
         defaults.CONTROL_SHIFT_LIMIT = math.inf  # this script's own process only
-    main(args.out, cmp.load_profile(args.profile) if args.profile else None)
+    main(args.out, calibrate.load_profile(args.profile) if args.profile else None)

@@ -67,6 +67,15 @@ def _labels(processes: int, per_process: int) -> Any:
 # --------------------------------------------------------------------------- one version
 
 
+def _nested() -> Any:
+    """reports.nested, or reports.stats before the nested model had a module of its own."""
+    try:
+        from epbench.reports import nested
+    except ImportError:
+        from epbench.reports import stats as nested
+    return nested
+
+
 def _new_api() -> bool:
     from epbench.reports import compare
 
@@ -82,43 +91,49 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
     variance (None: not known)."""
     from epbench.reports import compare, stats
 
-    settings = compare.Settings()
+    nested = _nested()
+
+    try:  # since compare.py was split: judging in reports.verdicts, rules in findings
+        from epbench.reports import findings, verdicts
+    except ImportError:
+        findings = verdicts = compare
+    settings = verdicts.Settings()
     n = len(pr)
     unquiet = unquiet or [0] * n
     quiet = quiet or [None] * n
     rounds = [len(s) for s in pr]
-    twin_changes = [stats.nested_changes(t) for t in twins]
+    twin_changes = [nested.nested_changes(t) for t in twins]
     if _new_api():
-        noise = [max(math.expm1(stats.standard_error(c[i])) for c in twin_changes)
+        noise = [max(math.expm1(nested.standard_error(c[i])) for c in twin_changes)
                  for i in range(n)]
-        tau2 = sum(stats.unmodelled_variance(c) for c in twin_changes) / len(twin_changes)
+        tau2 = sum(nested.unmodelled_variance(c) for c in twin_changes) / len(twin_changes)
     else:
         noise = [max(abs(c[i].ratio - 1.0) for c in twin_changes) for i in range(n)]
         tau2 = 0.0
-    thresholds = [compare.threshold_for(x, "twin", settings) for x in noise]
+    thresholds = [verdicts.threshold_for(x, "twin", settings) for x in noise]
     index = [i for i in range(n) if quiet[i] is not None]
     if _new_api():
-        grid = compare.GridSamples(pr, base, same_run, [quiet[i][0] for i in index],
+        grid = verdicts.GridSamples(pr, base, same_run, [quiet[i][0] for i in index],
                                    [quiet[i][1] for i in index] if not same_run else [],
                                    index, extra_variance=tau2 + (between or 0.0),
                                    extra_df=max(1.0, n - 1.0))
-        js, _ = compare.judge_samples(grid, thresholds, unquiet, rounds, settings)
+        js, _ = verdicts.judge_samples(grid, thresholds, unquiet, rounds, settings)
         changes = grid.changes(confidence=settings.confidence)
         if not same_run and between is None:
-            js = [compare.within_run_only(j, j.shown or c, settings)
+            js = [findings.within_run_only(j, j.shown or c, settings)
                   for j, c in zip(js, changes, strict=True)]
         return [j.verdict for j in js], changes
-    changes = (stats.nested_changes(pr) if same_run
-               else stats.nested_double_ratio_changes(pr, base))
+    changes = (nested.nested_changes(pr) if same_run
+               else nested.nested_double_ratio_changes(pr, base))
     quiet_changes: list[Any] = [None] * n
     if index:
-        qs = (stats.nested_changes([quiet[i][0] for i in index]) if same_run else
-              stats.nested_double_ratio_changes([quiet[i][0] for i in index],
+        qs = (nested.nested_changes([quiet[i][0] for i in index]) if same_run else
+              nested.nested_double_ratio_changes([quiet[i][0] for i in index],
                                                 [quiet[i][1] for i in index]))
         for i, c in zip(index, qs, strict=True):
             quiet_changes[i] = c
     needed = stats.min_rounds(settings.confidence, 1 if same_run else 2)
-    js = compare.judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
+    js = verdicts.judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
                             needed=needed, shared_load=same_run)
     return [j.verdict for j in js], changes
 
@@ -130,7 +145,7 @@ def _same_run_grid(rng, *, bias=0.0, effects=None, processes=PROCESSES,
                    round_sd=ROUND_SD, process_sd=PROCESS_SD, unquiet_processes=()):
     import numpy as np
 
-    from epbench.reports import stats
+    nested = _nested()
 
     effects = effects if effects is not None else [0.0] * GRID
     labels = _labels(processes, PER_PROCESS)
@@ -141,10 +156,10 @@ def _same_run_grid(rng, *, bias=0.0, effects=None, processes=PROCESSES,
         base = _arm(rng, processes, PER_PROCESS, bias, **kw)
         twin = _arm(rng, processes, PER_PROCESS, bias, **kw)
         new = _arm(rng, processes, PER_PROCESS, bias, effect, **kw)
-        pr.append(stats.ProcessSample(new - base, labels))
-        twins.append(stats.ProcessSample(twin - base, labels))
+        pr.append(nested.ProcessSample(new - base, labels))
+        twins.append(nested.ProcessSample(twin - base, labels))
         unquiet.append(int((~keep).sum()))
-        quiet.append((stats.ProcessSample((new - base)[keep], labels[keep]), None)
+        quiet.append((nested.ProcessSample((new - base)[keep], labels[keep]), None)
                      if unquiet_processes else None)
     return pr, twins, unquiet, quiet
 
@@ -195,7 +210,7 @@ def separate_runs(trials: int, seed: int, f_ratio: float, common_arm: bool) -> t
     """Coverage of the double-ratio interval and share of A/A grids with a false flag."""
     import numpy as np
 
-    from epbench.reports import stats
+    nested = _nested()
 
     labels = _labels(PROCESSES, PER_PROCESS)
     # The variance of one run's process values of log(arm / control): two arms' process
@@ -213,15 +228,15 @@ def separate_runs(trials: int, seed: int, f_ratio: float, common_arm: bool) -> t
                 arm = _arm(rng, PROCESSES, PER_PROCESS, 0.0) + rng.normal(0.0, run_sd)
                 twin = _arm(rng, PROCESSES, PER_PROCESS, 0.0)
                 other = _arm(rng, PROCESSES, PER_PROCESS, 0.0) + rng.normal(0.0, run_sd)
-                pr_side.append(stats.ProcessSample(arm - control, labels))
-                twin_side.append(stats.ProcessSample(twin - arm, labels))
-                common_side.append(stats.ProcessSample(other - control, labels))
+                pr_side.append(nested.ProcessSample(arm - control, labels))
+                twin_side.append(nested.ProcessSample(twin - arm, labels))
+                common_side.append(nested.ProcessSample(other - control, labels))
             runs.append((pr_side, twin_side, common_side))
         (base, base_twin, base_common), (pr, pr_twin, pr_common) = runs
         between = None
         if common_arm and _new_api():
-            between = stats.unmodelled_variance(
-                stats.nested_double_ratio_changes(pr_common, base_common))
+            between = nested.unmodelled_variance(
+                nested.nested_double_ratio_changes(pr_common, base_common))
         verdicts, changes = _judge(pr, base, [base_twin, pr_twin], between=between,
                                    same_run=False)
         covered += sum(c.lo <= 1.0 <= c.hi for c in changes)
@@ -251,7 +266,10 @@ def history(trials: int, seed: int, rho: float) -> float:
     """Share of `detect` runs over 20 null series of 50 points that report a change."""
     import numpy as np
 
-    from epbench.reports import changepoints
+    try:  # since the history became a wing of reports
+        from epbench.reports.history import changepoints
+    except ImportError:
+        from epbench.reports import changepoints
 
     many = getattr(changepoints, "detect_many", None)
     hits = 0

@@ -3,7 +3,7 @@
     python docs/validation/variance_components.py RESULTS.json... [--base base] [--pr head]
 
 For every case of every file, the process values are those the verdicts rest on
-(`reports.stats.process_sample(...).per_process()`: per process, the median of its
+(`reports.nested.process_sample(...).per_process()`: per process, the median of its
 rounds' log ratios PR / base). Their variance is compared with what it is when the
 rounds are dealt to the processes at random (same number of rounds each, 400 shuffles):
 the round-to-round noise alone. A ratio near 1 says the processes add nothing to their
@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from epbench.core.results import load_results
-from epbench.reports.stats import process_sample, round_labels, round_medians
+from epbench.reports.nested import process_sample
+from epbench.reports.stats import round_labels, round_medians
 
 SHUFFLES = 400
 BOOTSTRAP = 2000

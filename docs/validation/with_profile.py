@@ -21,6 +21,7 @@ from pathlib import Path
 
 from epbench.reports import compare as cmp
 from epbench.reports.render import to_json
+from epbench.reports.verdicts import Settings
 from epbench.workflows.validate_judge import summarize
 from epbench.workflows.validate_plan import COMMITS, level_arm
 from epbench.workflows.validate_report import render_markdown
@@ -41,7 +42,7 @@ def main(out: Path, profile_path: str, markdown: Path | None) -> None:
     engine_ns = {n: c["engine_ns"] for n, c in stored["cases"].items()}
     repeats = list(kept_repeats(out / RUNS_DIR, stored).values())
     profile = cmp.load_profile_for(stored["host"]["key"], profile_path)
-    settings = cmp.Settings(**stored["settings"])
+    settings = Settings(**stored["settings"])
     loads = [load for load, n in stored["plan"]["repeats"].items() if n]  # as validate's
     judged = summarize(repeats, None, engine_ns, settings=settings, profile=profile,
                        loads=loads, levels=stored["plan"]["levels"])

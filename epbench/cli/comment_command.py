@@ -2,7 +2,7 @@
 
 Two ways in: `--pr N --body FILE` posts markdown you trust (your own run), and
 `--from-artifact DIR --run-head-sha SHA` is what the comment workflow runs on a
-bench run's artifact, which it treats as data (reports.artifact says how).
+bench run's artifact, which it treats as data (reports.bot.artifact says how).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import click
 
 from epbench.cli.base import Command
 from epbench.core.errors import EpbenchError
-from epbench.reports.artifact import comment_from_artifact
-from epbench.reports.github import DEFAULT_API_URL, UpsertResult, upsert_sticky_comment
+from epbench.reports.bot.artifact import comment_from_artifact
+from epbench.reports.bot.github import DEFAULT_API_URL, UpsertResult, upsert_sticky_comment
 
 
 def _read_body(path: Path) -> str:

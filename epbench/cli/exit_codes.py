@@ -16,7 +16,7 @@ from epbench.core.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
 )
-from epbench.reports.compare import FAIL_ON, CompareError
+from epbench.reports.comparison import FAIL_ON, CompareError
 
 
 def exit_code_for(*, run: Mapping[str, Any] | None = None,

@@ -1,6 +1,6 @@
 """Thin click commands for the results history: `epbench history add|import|list|...`.
 
-Each parses its options, opens the store (reports.history), calls one library
+Each parses its options, opens the store (reports.history.store), calls one library
 function and prints; errors are EpbenchError subclasses shown by click as one line.
 """
 
@@ -20,8 +20,17 @@ import click
 from epbench.cli.base import Group, emit
 from epbench.cli.options import case_option, format_option, out_option
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
-from epbench.reports import changepoints, history_json
-from epbench.reports import history as hist
+from epbench.core.paths import DB_ENV
+from epbench.reports.history import changepoints, documents
+from epbench.reports.history.changes import (
+    Finding,
+    all_points_frame,
+    match_commit,
+    series_with_changes,
+)
+from epbench.reports.history.changes import detect as detect_changes  # `detect` is the command
+from epbench.reports.history.db import HistoryError
+from epbench.reports.history.store import DEFAULT_DB_NAME, HistoryStore, add_file, import_dir
 
 FORMATS = ("text", "json", "csv")
 FAIL_ON = ("regression", "any", "never")
@@ -33,7 +42,7 @@ def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--db", "db_url", metavar="URL", default=None,
         help=f"History database: a SQLite path (or sqlite:///PATH), or "
              f"postgresql://user:password@host/db (postgres://, postgresql+psycopg://) "
-             f"[default: ${hist.DB_ENV}, else <epbench cache>/{hist.DEFAULT_DB_NAME}].",
+             f"[default: ${DB_ENV}, else <epbench cache>/{DEFAULT_DB_NAME}].",
     )(f)
 
 
@@ -76,8 +85,8 @@ def history() -> None:
 def add(results: str, commit: str | None, branch: str | None, machine_class: str | None,
         db_url: str | None) -> None:
     """Add one results file to the history (a run already stored is stored once)."""
-    with hist.HistoryStore.open(db_url) as store:
-        done = hist.add_file(store, results, commit=commit, branch=branch,
+    with HistoryStore.open(db_url) as store:
+        done = add_file(store, results, commit=commit, branch=branch,
                              machine_class=machine_class)
         where = store.url
     if done.added:
@@ -99,8 +108,8 @@ def add(results: str, commit: str | None, branch: str | None, machine_class: str
 def import_(directory: str, branch: str | None, machine_class: str | None,
             db_url: str | None) -> None:
     """Add every results file under a directory, oldest run first."""
-    with hist.HistoryStore.open(db_url) as store:
-        done = hist.import_dir(store, directory, branch=branch, machine_class=machine_class)
+    with HistoryStore.open(db_url) as store:
+        done = import_dir(store, directory, branch=branch, machine_class=machine_class)
     added = sum(r.added for _, r in done)
     for path, r in done:
         state = f"added as run {r.run_id}" if r.added else f"already stored (run {r.run_id})"
@@ -117,7 +126,7 @@ def migrate(db_url: str | None) -> None:
     Run it once when a team's PostgreSQL server is set up, and after upgrading
     epbench; every other history command also upgrades a store it opens.
     """
-    with hist.HistoryStore.open(db_url, migrate=False) as store:
+    with HistoryStore.open(db_url, migrate=False) as store:
         before, after = store.migrate()
         where = store.url
     if before == after:
@@ -134,11 +143,11 @@ def migrate(db_url: str | None) -> None:
 def list_(show_series: bool, fmt: str, out: str | None, db_url: str | None) -> None:
     """List the stored runs (or, with --series, the series).
 
-    `--format json` follows reports/history_list.schema.json.
+    `--format json` follows reports/history/history_list.schema.json.
     """
-    with hist.HistoryStore.open(db_url) as store:
-        doc = (history_json.series_list_document(store) if show_series
-               else history_json.runs_document(store))
+    with HistoryStore.open(db_url) as store:
+        doc = (documents.series_list_document(store) if show_series
+               else documents.runs_document(store))
     rows = doc["series"] if show_series else doc["runs"]
     if fmt == "json":
         emit(json.dumps(doc, sort_keys=True, indent=1) + "\n", out)
@@ -168,11 +177,11 @@ def show(case_name: str, arm: str, machine: str | None, fmt: str, out: str | Non
          db_url: str | None) -> None:
     """Show one series, a commit per line, and its change points.
 
-    `--format json` follows reports/history_series.schema.json.
+    `--format json` follows reports/history/history_series.schema.json.
     """
-    with hist.HistoryStore.open(db_url) as store:
-        result = hist.series_with_changes(store, case_name, arm, machine)
-    doc = history_json.series_document(case_name, arm, result)
+    with HistoryStore.open(db_url) as store:
+        result = series_with_changes(store, case_name, arm, machine)
+    doc = documents.series_document(case_name, arm, result)
     if fmt == "json":
         emit(json.dumps(doc, sort_keys=True, indent=1) + "\n", out)
         return
@@ -193,21 +202,21 @@ def show(case_name: str, arm: str, machine: str | None, fmt: str, out: str | Non
     emit("\n".join(lines) + "\n", out)
 
 
-def _resolve_since(store: hist.HistoryStore, since: str, repo: Path) -> str:
+def _resolve_since(store: HistoryStore, since: str, repo: Path) -> str:
     commits = store.commits()
-    if hist.match_commit(commits, since):
+    if match_commit(commits, since):
         return since
     sha = _git(repo, "rev-parse", "--verify", "--quiet", f"{since}^{{commit}}")
-    if sha and hist.match_commit(commits, sha):
+    if sha and match_commit(commits, sha):
         return sha
-    raise hist.HistoryError(
+    raise HistoryError(
         f"--since {since!r}: unknown revision (no stored run has it"
         f"{'' if sha is None else ', and git resolves it to an unmeasured commit'}); "
         "`epbench history list` shows the stored commits"
     )
 
 
-def _finding_line(f: hist.Finding) -> str:
+def _finding_line(f: Finding) -> str:
     between = "" if f.commits_between is None else f" ({f.commits_between} commits)"
     ci = ("" if f.change.lo != f.change.lo  # NaN: a side too short for an exact interval
           else f" [{_pct(f.change.lo - 1.0)}, {_pct(f.change.hi - 1.0)}]")
@@ -252,12 +261,12 @@ def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[s
     Exit codes: 0 nothing matched --fail-on, 5 a change point did, 1 bad input.
     """
     repo_path = Path(repo)
-    with hist.HistoryStore.open(db_url) as store:
+    with HistoryStore.open(db_url) as store:
         since_sha = None if since is None else _resolve_since(store, since, repo_path)
-        found = hist.detect(store, cases=case_names, arms=arms, machines=machines, since=since_sha,
-                            weighted=weighted)
+        found = detect_changes(store, cases=case_names, arms=arms, machines=machines,
+                               since=since_sha, weighted=weighted)
     if found.tested == 0:
-        raise hist.HistoryError(found.too_short[0] if len(found.too_short) == 1 else
+        raise HistoryError(found.too_short[0] if len(found.too_short) == 1 else
                                 f"{len(found.too_short)} series, none long enough to test "
                                 f"(a test needs {changepoints.MIN_POINTS} commits); "
                                 "add more runs")
@@ -303,8 +312,8 @@ def export(out: str, fmt: str, db_url: str | None) -> None:
         except ImportError:
             raise EpbenchError("--format parquet needs pyarrow, which is not installed; "
                                "`pip install pyarrow`, or use --format csv") from None
-    with hist.HistoryStore.open(db_url) as store:
-        frame = hist.all_points_frame(store)
+    with HistoryStore.open(db_url) as store:
+        frame = all_points_frame(store)
     try:
         if fmt == "parquet":
             frame.to_parquet(out, index=False)

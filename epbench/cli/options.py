@@ -295,7 +295,7 @@ def verdict_options(f: F) -> F:
     """How verdicts are judged: shared by `compare` and `compare-commits`.
 
     Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
-    `settings_from` turns them into reports.compare.Settings.
+    `settings_from` turns them into reports.verdicts.Settings.
     """
     options = [
         click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",

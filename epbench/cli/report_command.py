@@ -9,6 +9,7 @@ from epbench.cli.base import Command, emit
 from epbench.cli.options import out_option
 from epbench.core.errors import EpbenchError
 from epbench.reports import benchmarks, html
+from epbench.reports.history.page import write_history_report
 
 
 @click.command(cls=Command)
@@ -60,7 +61,7 @@ def report(input_path: str | None, html_dir: str | None, history_db: str | None,
     if html_dir is None:
         raise click.UsageError("Missing option '--html'.")
     if history_db is not None:
-        path = html.write_history_report(history_db, html_dir)
+        path = write_history_report(history_db, html_dir)
     else:
         path = html.write_report(input_path, html_dir)
     click.echo(f"wrote {path}")

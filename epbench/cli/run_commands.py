@@ -41,6 +41,7 @@ from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.model import Results
+from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results, prepare_out_dir, write_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
@@ -50,9 +51,9 @@ from epbench.harness.merge import Shard, merge_shards
 from epbench.harness.run_config import RunConfig
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
-from epbench.reports import history as hist
 from epbench.reports import render
 from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
+from epbench.reports.history.changes import history_to_check
 from epbench.reports.render import render_summary_table
 from epbench.reports.run_report import render_run_report, write_run_report
 from epbench.reports.summary import summarize
@@ -342,7 +343,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @click.option("--history", "history_db", metavar="DB", default=None,
               help="A history store (SQLite file or postgresql:// URL) to check the base "
                    "commit against (read only, never upgraded): the reports say when it sits in a "
-                   f"change point of the cases' series [default: ${hist.DB_ENV} when it can "
+                   f"change point of the cases' series [default: ${DB_ENV} when it can "
                    "be read, else none].")
 @click.option("--history-arm", "history_arms", multiple=True, metavar="ARM",
               help="With --history: only this arm's series. Repeatable [default: every arm "
@@ -402,7 +403,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
     schema, and any trouble with $EPBENCH_DB, is a note and no check.
     """
     started_at = time.monotonic()
-    history_db, history_note = hist.history_to_check(history_db)
+    history_db, history_note = history_to_check(history_db)
     if history_note:
         click.echo(f"note: {history_note}", err=True)
 

@@ -35,7 +35,8 @@ from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
-from epbench.reports.annotations import annotation_lines
+from epbench.reports.bot.annotations import annotation_lines
+from epbench.reports.verdicts import Settings
 from epbench.workflows.calibrate import calibrate as run_calibration
 
 
@@ -47,9 +48,9 @@ def emit_annotations(comparison: Any, *, err: bool = False) -> None:
 
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
                   resamples: int, seed: int, force: bool = False) -> Any:
-    """reports.compare.Settings from the verdict options."""
+    """reports.verdicts.Settings from the verdict options."""
 
-    return cmp.Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
+    return Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                         resamples=resamples, seed=seed, force=force)
 
 

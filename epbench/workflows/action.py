@@ -5,7 +5,7 @@ ref and runs `epbench action`, which calls `run_action`: it reads the PR's base 
 commits and its number from the event file GitHub wrote ($GITHUB_EVENT_PATH), turns the
 action's inputs into one `epbench compare-commits` command line, runs it with this very
 interpreter (so the harness is the action's, never the PR's), records the PR number for
-the comment workflow (reports.artifact.PR_FILE) and writes the job summary. Tests run
+the comment workflow (reports.bot.artifact.PR_FILE) and writes the job summary. Tests run
 this same step, so what they check is what the action does.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from epbench.cases.grids import grid_names
 from epbench.core.errors import EpbenchError
-from epbench.reports.artifact import COMPARE_FILE, PR_FILE
+from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
 
 # The action's inputs reach `epbench action` as these environment variables (action.yml
 # sets them from `inputs.*`); none of them is handed on to compare-commits or the build.

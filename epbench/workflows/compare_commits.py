@@ -12,7 +12,7 @@ form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
 (the same with plots, reports.html). With a history store (`history_db`), all
 three also say whether the base commit sits in a known change point of the cases'
-series (reports.history.base_report), or why the history could not say. There is no
+series (reports.history.changes.base_report), or why the history could not say. There is no
 separate comment file: the PR comment is rendered from compare.json by the job
 that posts it, with its own templates, so nothing the measured code could have
 written is posted as markdown.
@@ -55,9 +55,13 @@ from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_sn
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports import history as hist
 from epbench.reports import html, render
-from epbench.reports.artifact import COMPARE_FILE
+from epbench.reports.bot.artifact import COMPARE_FILE
+from epbench.reports.comparison import Side
+from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
+from epbench.reports.history.changes import base_report, base_report_error
+from epbench.reports.history.db import HistoryError
+from epbench.reports.history.store import HistoryStore
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -209,7 +213,7 @@ def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     below the alert level (picked at it, most fell back; still ⚠️); in the series with no
     load or a bursty one no first pass had one (docs/validation/README.md).
     """
-    return cmp.held_back_by_gate(row) and row["unquiet"] == row["rounds"]
+    return held_back_by_gate(row) and row["unquiet"] == row["rounds"]
 
 
 def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
@@ -229,10 +233,10 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
     rows = {row["case"]: row for row in comparison["cases"]}
-    settle = [name for name in cmp.ambiguous_cases(comparison)
+    settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
     return sorted(settle,  # a stable sort: compare's order in ties
-                  key=lambda name: (cmp.held_back_by_gate(rows[name]), attempts.get(name, 0)))
+                  key=lambda name: (held_back_by_gate(rows[name]), attempts.get(name, 0)))
 
 
 def rerun_seconds_per_case(seconds_per_case: float) -> int:
@@ -262,17 +266,17 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
     """The warnings for the cases left ambiguous after the re-runs: those the default budget
     ran out on (``budget_ran_out``), with what re-running one costs; and, always, the
     held-back ⚠️ with no quiet round, which re-runs pass by, with what can settle them. Two
-    warnings, not one: each names its cases within ``cmp.named``'s bound, which fits the
+    warnings, not one: each names its cases within ``named``'s bound, which fits the
     schema's bound on one warning once."""
     rows = {row["case"]: row for row in comparison["cases"]}
-    left_over = cmp.ambiguous_cases(comparison)
+    left_over = ambiguous_cases(comparison)
     unquiet_held = [name for name in left_over if held_back_with_no_quiet_round(rows[name])]
     unsettled = [name for name in left_over if name not in unquiet_held]
     warnings = []
     if budget_ran_out and unsettled:
-        held = any(cmp.held_back_by_gate(rows[name]) for name in unsettled)
+        held = any(held_back_by_gate(rows[name]) for name in unsettled)
         warnings.append(
-            f"{cmp.named(unsettled)} left ❔"
+            f"{named(unsettled)} left ❔"
             f"{' or held back from 🔴 by the idle gate' if held else ''}: the default re-run "
             f"budget (until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began) "
             f"ran out; a case's re-run takes about {rerun_seconds_per_case(seconds_per_case)} s "
@@ -281,7 +285,7 @@ def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
     if unquiet_held:
         it, its = ("them", "their") if len(unquiet_held) > 1 else ("it", "its")
         warnings.append(
-            f"{cmp.named(unquiet_held)}: ⚠️ held back from 🔴 by the idle gate, none of {its} "
+            f"{named(unquiet_held)}: ⚠️ held back from 🔴 by the idle gate, none of {its} "
             f"rounds quiet: rounds under this load cannot make {it} 🔴, so re-runs pass {it} "
             "by; rerun on a quiet machine")
     return warnings
@@ -374,7 +378,7 @@ def compare_commits(
     path now, hashed, and held to that hash in every pass (`pin_models`).
 
     ``history_db``: a history store (an existing SQLite file or a PostgreSQL URL), as
-    reports.history.history_to_check returns it (the caller checks it before calling,
+    reports.history.changes.history_to_check returns it (the caller checks it before calling,
     so a bad one fails before anything is built); after the run the comparison gets
     ``base_history``: whether the base commit sits in a change point of the run's
     cases in the series of ``history_machine`` (a machine key or class; default the
@@ -425,8 +429,8 @@ def compare_commits(
             # for both sides, so they are one run.
             results = Results.from_dict(doc, source="the run")
             comparison = cmp.compare(
-                cmp.Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
-                cmp.Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
+                Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
+                Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
                 settings=settings, profile=profile,
             )
             comparison["reruns"] = {
@@ -453,14 +457,14 @@ def compare_commits(
             on_status("checking the base commit against the history's change points")
             machine = history_machine or str(host_key)
             try:
-                with hist.HistoryStore.open_for_reading(history_db) as store:
-                    comparison["base_history"] = hist.base_report(
+                with HistoryStore.open_for_reading(history_db) as store:
+                    comparison["base_history"] = base_report(
                         store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
-            except hist.HistoryError as exc:
+            except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
                 # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
-                comparison["base_history"] = hist.base_report_error(
+                comparison["base_history"] = base_report_error(
                     shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
                 notes.append(f"the base commit was not checked against the history: {exc}")
         if config.out_dir is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from epbench.reports.github import COMMENT_LIMIT
+from epbench.reports.bot.body import COMMENT_LIMIT
 
 TOKEN = "ghs_SeCrEtToKeN1234567890abcdef"
 REPO = "octo/widgets"

@@ -4,7 +4,8 @@ series without a step (1000 x 20, 400 x 50, 200 x 100 commits).
 
     python -m tests.support.measure_changepoints '[{}, {"significance": 0.02}]'
 
-Each object (JSON) goes to reports.changepoints.e_divisive; docs/history.md quotes the output.
+Each object (JSON) goes to reports.history.changepoints.e_divisive; docs/history.md quotes
+the output.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any
 from epbench.core.model import Results
 from epbench.core.numbers import block_summary
 from epbench.core.results import SCHEMA
-from epbench.reports import changepoints
+from epbench.reports.history import changepoints
 
 
 @dataclass(frozen=True)
@@ -291,12 +291,12 @@ def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | N
     """How e-divisive does on `rows` synthetic series: detection and false change points.
 
     With `runs_per_commit` > 1 each point is the median of that many runs' log ratios,
-    as reports.history.series makes a commit measured several times.
+    as reports.history.changes.series makes a commit measured several times.
 
     A step counts as found when a change point lies within `within` points of `at`;
     every other change point is false. Returns {"found": share of series,
     "false_per_1000": false change points per 1000 points}. `detect` goes to
-    reports.changepoints.e_divisive (significance, permutations, min_segment).
+    reports.history.changepoints.e_divisive (significance, permutations, min_segment).
     """
     import numpy as np
 

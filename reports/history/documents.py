@@ -9,28 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from epbench.reports import history as hist
+from epbench.reports.history.changes import SeriesChanges, series
+from epbench.reports.history.store import HistoryStore
 
 LIST_SCHEMA = "epbench.history-list/1"
 SERIES_SCHEMA = "epbench.history-series/1"
 
 
-def runs_document(store: hist.HistoryStore) -> dict[str, Any]:
+def runs_document(store: HistoryStore) -> dict[str, Any]:
     """Every stored run, oldest first, with its point count."""
     return {"schema": LIST_SCHEMA, "db": store.url, "db_schema_version": store.schema_version(),
             "runs": store.runs(), "series": None}
 
 
-def series_list_document(store: hist.HistoryStore) -> dict[str, Any]:
+def series_list_document(store: HistoryStore) -> dict[str, Any]:
     """Every series (case, arm, machine) with its number of commits."""
     rows = [{"case": case, "arm": arm, "machine": machine,
-             "commits": len(hist.series(store, case, arm, machine))}
+             "commits": len(series(store, case, arm, machine))}
             for case, arm, machine in store.series_keys()]
     return {"schema": LIST_SCHEMA, "db": store.url, "db_schema_version": store.schema_version(),
             "runs": None, "series": rows}
 
 
-def point_rows(result: hist.SeriesChanges) -> list[dict[str, Any]]:
+def point_rows(result: SeriesChanges) -> list[dict[str, Any]]:
     """A series' points, a commit per row, with the change that starts at it (or None)."""
     starts = {f.index: f for f in result.findings}
     return [{"commit": p.commit, "created": p.created, "ratio": p.ratio, "lo": p.lo,
@@ -39,7 +40,7 @@ def point_rows(result: hist.SeriesChanges) -> list[dict[str, Any]]:
             for i, p in enumerate(result.points)]
 
 
-def series_document(case: str, arm: str, result: hist.SeriesChanges) -> dict[str, Any]:
+def series_document(case: str, arm: str, result: SeriesChanges) -> dict[str, Any]:
     """One series and its change points."""
     return {"schema": SERIES_SCHEMA, "case": case, "arm": arm, "machine": result.machine,
             "points": point_rows(result), "findings": [f.to_dict() for f in result.findings]}

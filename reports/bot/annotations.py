@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epbench.reports.compare import VERDICTS
+from epbench.reports.comparison import VERDICTS
 from epbench.reports.render import format_ci, format_pct, format_share
 
 # verdict -> workflow command

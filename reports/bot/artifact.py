@@ -42,17 +42,17 @@ from typing import Any
 
 from epbench.core.errors import EpbenchError
 from epbench.reports import render
-from epbench.reports.compare import HEADLINES, VERDICTS
-from epbench.reports.github import (
+from epbench.reports.bot.github import (
     DEFAULT_API_URL,
     STICKY_MARKER,
     UpsertResult,
     upsert_sticky_comment,
 )
+from epbench.reports.comparison import HEADLINES, VERDICTS
 
 COMPARE_FILE = "compare.json"  # the verdicts, written by `epbench compare-commits`
 PR_FILE = "pull-request.json"  # {"number": N}, written by the bench workflow
-SCHEMA_FILE = Path(__file__).with_name("comparison.schema.json")
+SCHEMA_FILE = Path(__file__).parent.parent / "comparison.schema.json"  # the comparison's own
 
 # A 5,000-case grid's compare.json is about 4 MB; the PR file is one small object.
 MAX_BYTES = {COMPARE_FILE: 8 * 2**20, PR_FILE: 1024}

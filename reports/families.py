@@ -1,0 +1,115 @@
+"""Chain families: did a PR change the per-node cost (slope) or the per-Run cost?
+
+One finding per family of cases that differ only in depth, from the fits of
+reports.stats.fit_family on both sides (the double ratio to the control between runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from epbench.core.model import Results
+from epbench.reports import defaults, stats
+from epbench.reports.comparison import CaseRow, RoundMedians, Side
+from epbench.reports.findings import beyond_speed_limit, named
+from epbench.reports.summary import family_members
+from epbench.reports.verdicts import Settings
+
+
+def family_changes(
+    base: Side,
+    pr: Side,
+    rows: Sequence[CaseRow],
+    settings: Settings,
+    medians: RoundMedians | None = None,
+) -> list[dict[str, Any]]:
+    """Per chain family: did the per-node cost (slope) or the per-Run cost (intercept) change?"""
+    medians = medians or RoundMedians()
+    judged = {r.case: r for r in rows if r.change is not None}
+    base_families = family_members(base.doc)
+    pr_families = family_members(pr.doc)
+    out = []
+    for family, members in base_families.items():
+        names = [n for _, n in members if n in judged and (
+            any(n == m for _, m in pr_families.get(family, [])))]
+        depths = [d for d, n in members if n in names]
+        if len(set(depths)) < 2:
+            continue
+        t = max(judged[n].threshold for n in names)
+        opts = {"confidence": settings.confidence, "resamples": settings.resamples}
+        if base.doc is pr.doc:
+            rounds = [{a: medians(base.doc.cases[n], a) for a in (base.arm, pr.arm)}
+                      for n in names]
+            fits = stats.fit_family(depths, rounds, [base.arm, pr.arm], seed=settings.seed,
+                                    processes=_processes(base.doc, names), **opts)
+            b_fit, p_fit = fits[base.arm], fits[pr.arm]
+            slope = _ratio(p_fit.boot_slope, b_fit.boot_slope, p_fit.slope, b_fit.slope, settings)
+            icept = _ratio(p_fit.boot_intercept, b_fit.boot_intercept,
+                           p_fit.intercept, b_fit.intercept, settings)
+        else:
+            b_fits = stats.fit_family(
+                depths,
+                [{a: medians(base.doc.cases[n], a) for a in (base.arm, base.control)}
+                 for n in names],
+                [base.arm, base.control], seed=settings.seed,
+                processes=_processes(base.doc, names), **opts,
+            )
+            p_fits = stats.fit_family(
+                depths,
+                [{a: medians(pr.doc.cases[n], a) for a in (pr.arm, pr.control)}
+                 for n in names],
+                [pr.arm, pr.control], seed=settings.seed + 1,
+                processes=_processes(pr.doc, names), **opts,
+            )
+            b_fit, p_fit = b_fits[base.arm], p_fits[pr.arm]
+            bc, pc = b_fits[base.control], p_fits[pr.control]
+            slope = _ratio(
+                p_fit.boot_slope * bc.boot_slope, b_fit.boot_slope * pc.boot_slope,
+                p_fit.slope * bc.slope, b_fit.slope * pc.slope, settings,
+            )
+            icept = _ratio(
+                p_fit.boot_intercept * bc.boot_intercept, b_fit.boot_intercept * pc.boot_intercept,
+                p_fit.intercept * bc.intercept, b_fit.intercept * pc.intercept, settings,
+            )
+        moved = [n for n in names if beyond_speed_limit(judged[n].control_shift)]
+        out.append({
+            "family": family, "cases": names, "depths": depths, "threshold": t,
+            "base": b_fit.to_dict(), "pr": p_fit.to_dict(),
+            "per_node": slope, "per_run": icept,
+            "finding": _family_finding(slope, icept, t) if not moved else (
+                "not judged: the ORT control's time per Run differs between the runs by more "
+                f"than {defaults.CONTROL_SHIFT_LIMIT:.0%} on {named(moved)}, so a change in "
+                "either cost cannot be told from the machine's speed"),
+        })
+    return out
+
+
+def _processes(doc: Results, names: Sequence[str]) -> list[Any]:
+    return [stats.round_labels(doc.cases[n], "process") for n in names]
+
+
+def _ratio(num: Any, den: Any, point_num: float, point_den: float,
+           settings: Settings) -> dict[str, float | None]:
+    if point_den <= 0 or point_num <= 0:
+        return {"change": None, "lo": None, "hi": None}
+    point, lo, hi = stats.ratio_with_ci(num, den, point_num / point_den, settings.confidence)
+    return {"change": stats.finite(point - 1.0), "lo": stats.finite(lo - 1.0),
+            "hi": stats.finite(hi - 1.0)}
+
+
+def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float) -> str:
+    parts = []
+    for what, ch in (("per-node cost", slope), ("per-Run cost", icept)):
+        lo, hi = ch.get("lo"), ch.get("hi")
+        if lo is None or hi is None:
+            parts.append(f"{what}: too small to resolve")
+        elif lo >= t:
+            parts.append(f"{what} rose by {ch['change']:.1%}")
+        elif hi <= -t:
+            parts.append(f"{what} fell by {-ch['change']:.1%}")
+        else:
+            # Stated as a finding only when the whole interval is beyond the threshold.
+            parts.append(f"{what}: no change resolved ({ch['change']:+.1%}, "
+                         f"[{lo:+.1%}, {hi:+.1%}] against ±{t:.1%})")
+    return "; ".join(parts)
