@@ -1,16 +1,21 @@
 /* kernels_fused.c -- the fused elementwise loop (see ebe_kernels.h): one pass over memory
  * for a whole chain of Identity, Relu, Sigmoid, Add and Mul.
  *
- * Written with GCC's generic vectors (8 floats, 32 bytes), so the blocks stay in registers
- * whatever the target: on x86-64 the loop is cloned for x86-64-v3 (AVX2 + FMA: one ymm
- * register a vector, the Sigmoid polynomial in vfmadd) and the baseline (SSE2: two xmm
- * registers a vector), and the ifunc resolver picks the v3 clone on any CPU with AVX2 and
- * FMA. There is no x86-64-v4 clone: the vectors are 256 bits, so AVX-512 would add nothing.
- * Checked on this project's AMD EPYC host (AVX2, FMA, no AVX-512), 2026-12-07, with
- * `objdump -d --no-show-raw-insn libepbench_engine.so` and gdb: the call resolves to
- * `ebe_kernel_fused.arch_x86_64_v3`, whose Relu repeat loop is vcmpltps/vandnps on ymm
- * registers with no stack traffic and whose Sigmoid is vfmadd132ps/vdivps on ymm.
- * Elsewhere (aarch64) the same source builds for the baseline ISA.
+ * Written with GCC's generic vectors (8 floats, 32 bytes). A tensor of at most one vector
+ * (and the tail of any tensor) goes through the chain in registers; a wider one goes in
+ * tiles of up to 32 vectors (1 KB, so a tile and its block registers stay in L1), op by op:
+ * Relu 8 vectors at a time in registers, Sigmoid a whole tile a pass so that 32
+ * independent vectors hide its latency.
+ *
+ * On x86-64 the loop is cloned for x86-64-v3 (AVX2 + FMA: one ymm register a vector, the
+ * Sigmoid polynomial in FMAs) and the baseline (SSE2: two xmm registers a vector), and the
+ * ifunc resolver picks the v3 clone on a CPU with AVX2 and FMA. There is no x86-64-v4 clone:
+ * the vectors are 256 bits, so AVX-512 would add nothing. Checked 2026-12-07 on this
+ * project's AMD EPYC host (family 25: AVX2 and FMA, no AVX-512): gdb stops in
+ * `ebe_kernel_fused.arch_x86_64_v3` (never `.default`) when a fused Sigmoid chain runs, and
+ * `objdump -d` of that clone shows the Relu loop as 8 vcmpltps/vpandn pairs on ymm
+ * registers with no stack traffic, and the Sigmoid as vfmadd132ps/vfmadd213ps and vdivps on
+ * ymm. Elsewhere (aarch64) the same source builds for the baseline ISA.
  */
 #include <stdint.h>
 #include <string.h>
@@ -22,7 +27,8 @@ typedef int32_t ebe_v8i __attribute__((vector_size(32)));
 typedef uint32_t ebe_v8u __attribute__((vector_size(32)));
 
 #define EBE_LANES 8
-#define EBE_BLOCK 8 /* vectors a block: 64 floats, 8 independent chains to hide latency */
+#define EBE_TILE 32  /* vectors a tile: 256 floats (1 KB), so every tile of a loop stays in L1 */
+#define EBE_CHAINS 8 /* Relu runs this many vectors at once in registers */
 
 /* The helpers take vectors by pointer: a 32-byte vector passed by value has another ABI
  * without AVX, which gcc warns about even for a function that is always inlined. */
@@ -98,11 +104,12 @@ EBE_INLINE void ebe_v8_store(float *data, size_t off, size_t lanes, const ebe_v8
 
 /* Operand `which` of `op` for the `count` vectors at off into out[]. */
 EBE_INLINE void ebe_fused_operand(const ebe_fused_op *op, const ebe_fused_bind *bind, int which,
-                                  const ebe_v8 *acc, ebe_v8 regs[][EBE_BLOCK], size_t n,
+                                  const ebe_v8 *acc, ebe_v8 (*regs)[EBE_TILE], size_t n,
                                   size_t off, size_t count, size_t lanes, ebe_v8 *out) {
   switch (op->kind[which]) {
     case EBE_FUSED_ACC:
-      for (size_t j = 0; j < count; j++) out[j] = acc[j];
+      if (out != acc)
+        for (size_t j = 0; j < count; j++) out[j] = acc[j];
       return;
     case EBE_FUSED_REG:
       for (size_t j = 0; j < count; j++) out[j] = regs[op->reg[which]][j];
@@ -115,13 +122,31 @@ EBE_INLINE void ebe_fused_operand(const ebe_fused_op *op, const ebe_fused_bind *
   }
 }
 
-/* Every op on the `count` vectors at off (count and lanes are constants where this is
- * inlined, so the vectors are registers); the last vector has `lanes` valid lanes. */
+/* Relu `repeat` times on count vectors: 8 at a time in registers (independent chains, so
+ * the compare and mask pipeline), the rest one by one. */
+EBE_INLINE void ebe_fused_relu(ebe_v8 *acc, size_t count, uint32_t repeat) {
+  size_t j = 0;
+  for (; j + EBE_CHAINS <= count; j += EBE_CHAINS) {
+    ebe_v8 block[EBE_CHAINS];
+    for (size_t k = 0; k < EBE_CHAINS; k++) block[k] = acc[j + k];
+    for (uint32_t r = 0; r < repeat; r++)
+      for (size_t k = 0; k < EBE_CHAINS; k++) ebe_v8_relu(&block[k]);
+    for (size_t k = 0; k < EBE_CHAINS; k++) acc[j + k] = block[k];
+  }
+  for (; j < count; j++) {
+    ebe_v8 v = acc[j];
+    for (uint32_t r = 0; r < repeat; r++) ebe_v8_relu(&v);
+    acc[j] = v;
+  }
+}
+
+/* Every op on the `count` vectors at off, the last with `lanes` valid lanes. acc and other
+ * hold count vectors (registers where count is a constant 1, else an L1 tile), regs the
+ * spilled results. */
 EBE_INLINE void ebe_fused_block(const ebe_fused_op *ops, const ebe_fused_bind *bind,
                                 size_t n_ops, size_t n, size_t off, size_t count,
-                                size_t lanes, ebe_v8 regs[][EBE_BLOCK]) {
-  ebe_v8 acc[EBE_BLOCK] = {{0}}; /* the plan's first op always reads memory */
-  ebe_v8 other[EBE_BLOCK] = {{0}};
+                                size_t lanes, ebe_v8 *acc, ebe_v8 *other,
+                                ebe_v8 (*regs)[EBE_TILE]) {
   for (size_t u = 0; u < n_ops; u++) {
     const ebe_fused_op *op = &ops[u];
     const int binary = op->code == EBE_FUSED_ADD || op->code == EBE_FUSED_MUL;
@@ -131,12 +156,16 @@ EBE_INLINE void ebe_fused_block(const ebe_fused_op *ops, const ebe_fused_bind *b
       ebe_fused_operand(op, &bind[u], 0, acc, regs, n, off, count, lanes, acc);
     switch (op->code) {
       case EBE_FUSED_RELU:
-        for (uint32_t r = 0; r < op->repeat; r++)
-          for (size_t j = 0; j < count; j++) ebe_v8_relu(&acc[j]);
+        ebe_fused_relu(acc, count, op->repeat);
         break;
       case EBE_FUSED_SIGMOID:
-        for (uint32_t r = 0; r < op->repeat; r++)
+        /* A whole tile a pass: count independent vectors keep the units busy. The empty
+         * asm stops gcc's unroll-and-jam from putting two passes in one, which chains two
+         * Sigmoids (each ~60 cycles of latency) a vector and made the loop 1.3x slower. */
+        for (uint32_t r = 0; r < op->repeat; r++) {
           for (size_t j = 0; j < count; j++) ebe_v8_sigmoid(&acc[j]);
+          __asm__ volatile("" ::: "memory");
+        }
         break;
       case EBE_FUSED_ADD:
         for (size_t j = 0; j < count; j++) acc[j] += other[j];
@@ -156,14 +185,27 @@ EBE_INLINE void ebe_fused_block(const ebe_fused_op *ops, const ebe_fused_bind *b
   }
 }
 
+/* One vector (at most 8 elements) through every op, in registers. */
+EBE_INLINE void ebe_fused_vector(const ebe_fused_op *ops, const ebe_fused_bind *bind,
+                                 size_t n_ops, size_t n, size_t off, size_t lanes,
+                                 ebe_v8 (*regs)[EBE_TILE]) {
+  ebe_v8 acc[1] = {{0}}, other[1] = {{0}};
+  ebe_fused_block(ops, bind, n_ops, n, off, 1, lanes, acc, other, regs);
+}
+
 EBE_CLONES_AVX2 void ebe_kernel_fused(const ebe_fused_op *ops, const ebe_fused_bind *bind,
                                       size_t n_ops, size_t n) {
-  ebe_v8 regs[EBE_FUSED_MAX_REGS][EBE_BLOCK];
-  const size_t block = EBE_BLOCK * EBE_LANES;
+  ebe_v8 tiles[2 + EBE_FUSED_MAX_REGS][EBE_TILE]; /* acc, other, the block registers */
   size_t off = 0;
-  for (; n - off >= block; off += block)
-    ebe_fused_block(ops, bind, n_ops, n, off, EBE_BLOCK, EBE_LANES, regs);
-  for (; n - off >= EBE_LANES; off += EBE_LANES)
-    ebe_fused_block(ops, bind, n_ops, n, off, 1, EBE_LANES, regs);
-  if (off < n) ebe_fused_block(ops, bind, n_ops, n, off, 1, n - off, regs);
+  while (n - off >= 2 * EBE_LANES) { /* tiles of 2 to EBE_TILE whole vectors */
+    const size_t left = (n - off) / EBE_LANES;
+    const size_t count = left < EBE_TILE ? left : EBE_TILE;
+    ebe_fused_block(ops, bind, n_ops, n, off, count, EBE_LANES, tiles[0], tiles[1], tiles + 2);
+    off += count * EBE_LANES;
+  }
+  if (n - off >= EBE_LANES) {
+    ebe_fused_vector(ops, bind, n_ops, n, off, EBE_LANES, tiles + 2);
+    off += EBE_LANES;
+  }
+  if (off < n) ebe_fused_vector(ops, bind, n_ops, n, off, n - off, tiles + 2);
 }

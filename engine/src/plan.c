@@ -53,6 +53,7 @@ typedef struct ebe_step {
  * fused_ops (fewer ops than steps where a chain of one unary op became one repeated op). */
 typedef struct ebe_group {
   uint32_t first, count, first_op, n_ops;
+  uint32_t n_stores; /* ops that write their result to memory */
 } ebe_group;
 
 /* How a binary elementwise step runs on this Run's shapes (decided once, in the shape pass). */
@@ -414,7 +415,7 @@ static OrtStatus *ebe_plan_find_groups(ebe_plan *plan) {
       while (end < plan->n_steps && plan->steps[end].op != EBE_OP_MATMUL) end++;
       if (end - s >= 2) {
         if (pass == 1) {
-          plan->groups[n_groups] = (ebe_group){(uint32_t)s, (uint32_t)(end - s), 0, 0};
+          plan->groups[n_groups] = (ebe_group){(uint32_t)s, (uint32_t)(end - s), 0, 0, 0};
           for (size_t k = s; k < end; k++) plan->steps[k].group = (int32_t)n_groups;
         }
         n_groups++;
@@ -535,6 +536,7 @@ static OrtStatus *ebe_plan_build_fused(ebe_plan *plan) {
       ebe_fused_op *op = &plan->fused_ops[u];
       op->store = stored[op->out];
       op->spill = reg_of[op->out];
+      group->n_stores += op->store;
     }
   }
   plan->n_fused_ops = n_ops;
@@ -1232,7 +1234,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
                                          scratch->dims + (size_t)id * EBE_MAX_RANK,
                                          scratch->rank[id], &scratch->data[id], calls));
   }
-  uint64_t loops = 0, looped = 0;
+  uint64_t loops = 0, looped = 0, stores = 0;
   for (size_t s = 0; s < plan->n_steps;) {
     const int32_t g = plan->steps[s].group;
     if (g >= 0 && scratch->group_ok[g] && plan->groups[g].first == s) {
@@ -1243,6 +1245,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
       for (size_t k = 0; k < group->count; k++) ebe_delay_spin(&plan->delay_per_node);
       loops++;
       looped += group->count;
+      stores += group->n_stores;
       s += group->count;
       continue;
     }
@@ -1255,6 +1258,7 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
   if (loops != 0) {
     ebe_probe_add(plan->counters, EBE_C_FUSED_LOOPS, loops);
     ebe_probe_add(plan->counters, EBE_C_FUSED_LOOP_NODES, looped);
+    ebe_probe_add(plan->counters, EBE_C_FUSED_LOOP_STORES, stores);
   }
   return NULL;
 }
