@@ -566,3 +566,17 @@ def test_a_run_the_shapes_do_not_let_fuse_runs_node_by_node(x_shape, y_shape, wh
     assert _loops(counters) == (0, 0, 0), why
     assert counters["nodes_executed"] == 3
     np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("op", ["Relu", "Identity", "Add", "Mul"])
+def test_a_fused_loop_keeps_orts_bits_for_signed_zeros_nan_and_infinities(op: str) -> None:
+    """Relu in the loop is a max against an opaque zero: -0 must stay -0, NaN stay NaN."""
+    special = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, -1.5, 2.5,
+                        3.4e38, -3.4e38], np.float32)
+    x = np.tile(special, 6)[None, :]  # 72 elements: a tile, a vector and a partial one
+    second = ["r", "x"] if op in ("Add", "Mul") else ["r"]
+    model = _graph([("Relu", ["x"], "r"), (op, second, "s"), ("Relu", ["s"], "out")],
+                   [("x", list(x.shape))], ["out"])
+    counters, got, want = _fused_counts(model, {"x": x}, "ebe_fuse_special")
+    assert _loops(counters) == (1, 3, 1)
+    assert_same_bits(got[0], want[0])
