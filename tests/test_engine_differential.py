@@ -493,13 +493,14 @@ def test_a_fused_loop_broadcasts_rows_and_scalars_with_orts_bits(rows: int, widt
     assert_same_bits(got[0], want[0])
 
 
-def test_matmul_ends_a_fused_loop_and_what_it_reads_is_written() -> None:
+@pytest.mark.parametrize(("rows", "k"), [(1, 5), (3, 5), (4, 16)])  # a partial vector, a
+def test_matmul_ends_a_fused_loop_and_what_it_reads_is_written(rows, k) -> None:  # tail, tiles
     model = _graph([("Relu", ["x"], "r"), ("Mul", ["r", "x"], "p"), ("MatMul", ["p", "w"], "m"),
                     ("Add", ["m", "b"], "a"), ("Relu", ["a"], "out")],
-                   [("x", [4, 16]), ("w", [16, 8]), ("b", [8])], ["out"])
+                   [("x", [rows, k]), ("w", [k, 8]), ("b", [8])], ["out"])
     rng = np.random.default_rng(5)
-    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32),
-             "w": rng.standard_normal((16, 8)).astype(np.float32),
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+             "w": rng.standard_normal((k, 8)).astype(np.float32),
              "b": rng.standard_normal(8).astype(np.float32)}
     counters, got, want = _fused_counts(model, feeds, "ebe_fuse_mm")
     assert _loops(counters) == (2, 4, 2)  # p (MatMul reads it) and out
@@ -507,27 +508,29 @@ def test_matmul_ends_a_fused_loop_and_what_it_reads_is_written() -> None:
     np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
 
 
-def test_a_value_read_again_later_in_the_loop_stays_in_a_register() -> None:
+@pytest.mark.parametrize("shape", [[1, 5], [3, 40]])  # one partial vector; tiles and a tail
+def test_a_value_read_again_later_in_the_loop_stays_in_a_register(shape) -> None:
     """r is read by the next node (the accumulator) and two nodes on (a block register):
     neither is a store."""
     model = _graph([("Relu", ["x"], "r"), ("Mul", ["r", "y"], "p"), ("Add", ["p", "y"], "q"),
-                    ("Add", ["q", "r"], "out")], [("x", [3, 40]), ("y", [3, 40])], ["out"])
+                    ("Add", ["q", "r"], "out")], [("x", shape), ("y", shape)], ["out"])
     rng = np.random.default_rng(6)
-    feeds = {n: rng.standard_normal((3, 40)).astype(np.float32) for n in ("x", "y")}
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "y")}
     counters, got, want = _fused_counts(model, feeds, "ebe_fuse_reg")
     assert _loops(counters) == (1, 4, 1)
     assert_same_bits(got[0], want[0])
 
 
-def test_more_live_values_than_block_registers_go_through_their_slots() -> None:
+@pytest.mark.parametrize("shape", [[1, 7], [2, 300]])  # one partial vector; tiles and a tail
+def test_more_live_values_than_block_registers_go_through_their_slots(shape) -> None:
     """v0..v8 are all read at the end: nine live values, eight block registers, so one is
     stored to its slot and read back, and the sum is still ORT's."""
     nodes = [("Relu", ["x"], "v0")] + [("Add", [f"v{k - 1}", "y"], f"v{k}") for k in range(1, 10)]
     nodes += [("Add", ["v9", "v0"], "t0")] + [("Add", [f"t{k - 1}", f"v{k}"], f"t{k}")
                                                for k in range(1, 9)]
-    model = _graph(nodes, [("x", [2, 300]), ("y", [2, 300])], ["t8"])
+    model = _graph(nodes, [("x", shape), ("y", shape)], ["t8"])
     rng = np.random.default_rng(7)
-    feeds = {n: rng.standard_normal((2, 300)).astype(np.float32) for n in ("x", "y")}
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "y")}
     counters, got, want = _fused_counts(model, feeds, "ebe_fuse_spill")
     assert _loops(counters) == (1, 19, 2)
     assert_same_bits(got[0], want[0])

@@ -187,12 +187,49 @@ EBE_INLINE void ebe_fused_block(const ebe_fused_op *ops, const ebe_fused_bind *b
   }
 }
 
-/* One vector (at most 8 elements) through every op, in registers. */
+/* Operand `which` of `op` for the one vector at off, into *out. */
+EBE_INLINE void ebe_fused_operand1(const ebe_fused_op *op, const ebe_fused_bind *bind, int which,
+                                   ebe_v8 acc, ebe_v8 (*regs)[EBE_TILE], size_t n, size_t off,
+                                   size_t lanes, ebe_v8 *out) {
+  if (op->kind[which] == EBE_FUSED_ACC) *out = acc;
+  else if (op->kind[which] == EBE_FUSED_REG) *out = regs[op->reg[which]][0];
+  else ebe_v8_load(bind->data[which], bind->period[which], n, off, lanes, out);
+}
+
+/* One vector (at most 8 elements) through every op. The accumulator is a plain local, so it
+ * stays in a register from op to op (ebe_fused_block's acc array went through the stack
+ * between ops: a store-forwarding delay on every step of a chain of Adds). */
 EBE_INLINE void ebe_fused_vector(const ebe_fused_op *ops, const ebe_fused_bind *bind,
                                  size_t n_ops, size_t n, size_t off, size_t lanes,
                                  ebe_v8 (*regs)[EBE_TILE], float zero) {
-  ebe_v8 acc[1] = {{0}}, other[1] = {{0}};
-  ebe_fused_block(ops, bind, n_ops, n, off, 1, lanes, acc, other, regs, zero);
+  ebe_v8 acc = {0};
+  for (size_t u = 0; u < n_ops; u++) {
+    const ebe_fused_op *op = &ops[u];
+    ebe_v8 a = acc, b = acc;
+    if (op->code == EBE_FUSED_ADD || op->code == EBE_FUSED_MUL)
+      ebe_fused_operand1(op, &bind[u], 1, acc, regs, n, off, lanes, &b);
+    if (op->kind[0] != EBE_FUSED_ACC)
+      ebe_fused_operand1(op, &bind[u], 0, acc, regs, n, off, lanes, &a);
+    switch (op->code) {
+      case EBE_FUSED_RELU:
+        for (uint32_t r = 0; r < op->repeat; r++) ebe_v8_relu(&a, zero);
+        break;
+      case EBE_FUSED_SIGMOID:
+        for (uint32_t r = 0; r < op->repeat; r++) ebe_v8_sigmoid(&a);
+        break;
+      case EBE_FUSED_ADD:
+        a += b;
+        break;
+      case EBE_FUSED_MUL:
+        a *= b;
+        break;
+      default: /* Identity */
+        break;
+    }
+    acc = a;
+    if (op->spill >= 0) regs[op->spill][0] = acc;
+    if (op->store) ebe_v8_store(bind[u].store, off, lanes, &acc);
+  }
 }
 
 EBE_CLONES_AVX2 void ebe_kernel_fused(const ebe_fused_op *ops, const ebe_fused_bind *bind,
