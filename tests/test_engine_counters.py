@@ -102,6 +102,34 @@ def test_counts_per_run_are_pinned(case_name, options, inputs, outputs, computes
         assert per_run["in_place_steps"] == 0  # only a registered kernel can be given one
 
 
+# case, partition, per Run: fused loops, nodes inside them, tensors they wrote to memory
+FUSED = [
+    ("relu_d1_w8", "fused", 0, 0, 0),          # one node: nothing to fuse
+    ("relu_d100_w8", "fused", 1, 100, 1),      # one loop; only the output reaches memory
+    ("relu_d1000_w8", "fused", 1, 1000, 1),
+    ("relu_d10_w8_dyn", "fused", 1, 10, 1),    # a symbolic batch: decided every Run
+    ("sigmoid_d10_w4096", "fused", 1, 10, 1),
+    ("add_d10_w8", "fused", 1, 10, 1),
+    ("matmul_128x128", "fused", 0, 0, 0),
+    ("relu_d100_w8", "per_node", 0, 0, 0),     # a partition a node: nothing to fuse
+    ("relu_d100_w8", "kernel", 0, 0, 0),
+]
+
+
+@pytest.mark.parametrize(("case_name", "partition", "loops", "looped", "stores"), FUSED,
+                         ids=[f"{p[0]}-{p[1]}" for p in FUSED])
+def test_fused_loops_are_counted_per_run(case_name, partition, loops, looped, stores) -> None:
+    """The plan's fusion shows in the counters: a fused chain is one loop over its data."""
+    spec, built = _case(case_name)
+    ep = "ebe_fusion"
+    session = engine_session(built.model_bytes, _library(), ep, {"partition": partition},
+                             spec.opt_level)
+    per_run = _per_run(session, built.inputs, ep)
+    assert (per_run["fused_loops"], per_run["fused_loop_nodes"],
+            per_run["fused_loop_stores"]) == (loops, looped, stores)
+    assert per_run["heap_allocs"] == 0
+
+
 @pytest.mark.parametrize(("case_name", "in_place"), [
     ("relu_d100_w8", 98),        # all but the first (reads the graph input) and the last
     ("identity_d10_w4096", 8),   # (writes the bound graph output)

@@ -447,3 +447,139 @@ def test_repeated_and_pass_through_graph_outputs(outputs: list, label: str) -> N
     assert nodes_by_ep(session) == {EP_NAME: 2}, label
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+# ---- loop fusion ----------------------------------------------------------------------------
+# A run of elementwise nodes (MatMul ends one) runs as one loop: each block of elements goes
+# through the whole run in registers, and only tensors read after the run (or fused outputs)
+# are written. The probe counts, per Run, the loops, the nodes in them and the tensors they
+# wrote, so each test below shows the path it meant to take.
+
+
+def _fused_counts(model: bytes, feeds: dict, name: str) -> tuple[dict, list, list]:
+    from epbench.engine.probe import read_counters, reset_counters
+
+    session = engine_session(model, _library(), name, opt_level="disabled")
+    session.run(None, feeds)
+    reset_counters(_library())
+    got = session.run(None, feeds)
+    want = cpu_session(model, "disabled").run(None, feeds)
+    counters = read_counters(_library(), name)
+    assert counters is not None
+    return counters, got, want
+
+
+def _loops(counters: dict) -> tuple[int, int, int]:
+    return (counters["fused_loops"], counters["fused_loop_nodes"], counters["fused_loop_stores"])
+
+
+@pytest.mark.parametrize("rows", [1, 5, 33])
+@pytest.mark.parametrize("width", [1, 3, 8, 13, 64, 100])
+def test_a_fused_loop_broadcasts_rows_and_scalars_with_orts_bits(rows: int, width: int) -> None:
+    """Every way a block reads an operand: whole (with a partial last vector), a row repeated
+    with a period that is or is not a multiple of 8, a scalar, and an operand from memory
+    ahead of the accumulator (Add(y, r): loading y must not clobber r)."""
+    model = _graph([("Relu", ["x"], "r"), ("Add", ["row", "r"], "a"), ("Mul", ["a", "k"], "m"),
+                    ("Identity", ["m"], "i"), ("Add", ["i", "z"], "out")],
+                   [("x", [rows, width]), ("row", [width]), ("k", []), ("z", [rows, width])],
+                   ["out"])
+    rng = np.random.default_rng(rows * 1000 + width)
+    feeds = {"x": rng.standard_normal((rows, width)).astype(np.float32),
+             "row": rng.standard_normal(width).astype(np.float32),
+             "k": np.array(1.7, np.float32),
+             "z": rng.standard_normal((rows, width)).astype(np.float32)}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_bcast")
+    assert _loops(counters) == (1, 5, 1)  # one loop, and only the output reaches memory
+    assert_same_bits(got[0], want[0])
+
+
+@pytest.mark.parametrize(("rows", "k"), [(1, 5), (3, 5), (4, 16)])  # a partial vector, a
+def test_matmul_ends_a_fused_loop_and_what_it_reads_is_written(rows, k) -> None:  # tail, tiles
+    model = _graph([("Relu", ["x"], "r"), ("Mul", ["r", "x"], "p"), ("MatMul", ["p", "w"], "m"),
+                    ("Add", ["m", "b"], "a"), ("Relu", ["a"], "out")],
+                   [("x", [rows, k]), ("w", [k, 8]), ("b", [8])], ["out"])
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((rows, k)).astype(np.float32),
+             "w": rng.standard_normal((k, 8)).astype(np.float32),
+             "b": rng.standard_normal(8).astype(np.float32)}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_mm")
+    assert _loops(counters) == (2, 4, 2)  # p (MatMul reads it) and out
+    assert counters["nodes_executed"] == 5
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("shape", [[1, 5], [3, 40]])  # one partial vector; tiles and a tail
+def test_a_value_read_again_later_in_the_loop_stays_in_a_register(shape) -> None:
+    """r is read by the next node (the accumulator) and two nodes on (a block register):
+    neither is a store."""
+    model = _graph([("Relu", ["x"], "r"), ("Mul", ["r", "y"], "p"), ("Add", ["p", "y"], "q"),
+                    ("Add", ["q", "r"], "out")], [("x", shape), ("y", shape)], ["out"])
+    rng = np.random.default_rng(6)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "y")}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_reg")
+    assert _loops(counters) == (1, 4, 1)
+    assert_same_bits(got[0], want[0])
+
+
+@pytest.mark.parametrize("shape", [[1, 7], [2, 300]])  # one partial vector; tiles and a tail
+def test_more_live_values_than_block_registers_go_through_their_slots(shape) -> None:
+    """v0..v8 are all read at the end: nine live values, eight block registers, so one is
+    stored to its slot and read back, and the sum is still ORT's."""
+    nodes = [("Relu", ["x"], "v0")] + [("Add", [f"v{k - 1}", "y"], f"v{k}") for k in range(1, 10)]
+    nodes += [("Add", ["v9", "v0"], "t0")] + [("Add", [f"t{k - 1}", f"v{k}"], f"t{k}")
+                                               for k in range(1, 9)]
+    model = _graph(nodes, [("x", shape), ("y", shape)], ["t8"])
+    rng = np.random.default_rng(7)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "y")}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_spill")
+    assert _loops(counters) == (1, 19, 2)
+    assert_same_bits(got[0], want[0])
+
+
+def test_a_broadcast_operand_made_before_the_loop_outlives_it() -> None:
+    """s comes from a MatMul (a slot) and is a repeated row inside the loop; q, which the
+    last MatMul reads, is stored. Had s's slot been handed to q when s's last reader in the
+    loop was planned, the first tile would overwrite s before the second tile read it."""
+    model = _graph([("MatMul", ["a", "b"], "s"), ("Add", ["x", "s"], "p"),
+                    ("Mul", ["p", "z"], "q"), ("MatMul", ["q", "w"], "out")],
+                   [("a", [1, 4]), ("b", [4, 8]), ("x", [64, 8]), ("z", [64, 8]), ("w", [8, 2])],
+                   ["out"])
+    rng = np.random.default_rng(8)
+    feeds = {"a": rng.standard_normal((1, 4)).astype(np.float32),
+             "b": rng.standard_normal((4, 8)).astype(np.float32),
+             "x": rng.standard_normal((64, 8)).astype(np.float32),
+             "z": rng.standard_normal((64, 8)).astype(np.float32),
+             "w": rng.standard_normal((8, 2)).astype(np.float32)}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_outlive")
+    assert _loops(counters) == (1, 2, 1)
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(("x_shape", "y_shape", "why"), [
+    ([1, 8], [4, 8], "the Add makes the run's element count grow from 8 to 32"),
+    ([4, 8], [4, 1], "a column needs the general strided broadcast (same count, 32)"),
+])
+def test_a_run_the_shapes_do_not_let_fuse_runs_node_by_node(x_shape, y_shape, why) -> None:
+    model = _graph([("Relu", ["x"], "r"), ("Add", ["r", "y"], "a"), ("Sigmoid", ["a"], "out")],
+                   [("x", x_shape), ("y", y_shape)], ["out"])
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
+             "y": rng.standard_normal(y_shape).astype(np.float32)}
+    counters, got, want = _fused_counts(model, feeds, "ebe_fuse_no")
+    assert _loops(counters) == (0, 0, 0), why
+    assert counters["nodes_executed"] == 3
+    np.testing.assert_allclose(got[0], want[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("op", ["Relu", "Identity", "Add", "Mul"])
+def test_a_fused_loop_keeps_orts_bits_for_signed_zeros_nan_and_infinities(op: str) -> None:
+    """Relu in the loop is a max against an opaque zero: -0 must stay -0, NaN stay NaN."""
+    special = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45, -1.5, 2.5,
+                        3.4e38, -3.4e38], np.float32)
+    x = np.tile(special, 6)[None, :]  # 72 elements: a tile, a vector and a partial one
+    second = ["r", "x"] if op in ("Add", "Mul") else ["r"]
+    model = _graph([("Relu", ["x"], "r"), (op, second, "s"), ("Relu", ["s"], "out")],
+                   [("x", list(x.shape))], ["out"])
+    counters, got, want = _fused_counts(model, {"x": x}, "ebe_fuse_special")
+    assert _loops(counters) == (1, 3, 1)
+    assert_same_bits(got[0], want[0])

@@ -243,3 +243,43 @@ def test_sigmoid_is_accurate_over_the_whole_float_range(partition: str) -> None:
     want = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
     assert float(np.max(np.abs(got - want))) < 2e-7
     assert float(np.max(np.abs(got - want) / want, where=want > 1e-30, initial=0.0)) < 1e-6
+
+
+def _sweep() -> np.ndarray:
+    """Every kind of float32: a dense ramp over [-100, 100], both sides of +-87 (where exp
+    leaves the normal range) and +-88, subnormals and zeros of both signs, +-inf, NaNs with
+    several payloads, and 2^16 random bit patterns (every exponent, finite or not)."""
+    rng = np.random.default_rng(51)
+    tiny = np.array([1e-45, 3e-44, 1e-40, 1e-39, 1.1754942e-38, 1.1754944e-38], np.float32)
+    special = np.array([0.0, np.inf, np.nan], np.float32)
+    nans = np.array([0x7FC00000, 0x7FC00001, 0x7F800001, 0xFFC00000, 0xFFFFFFFF],
+                    np.uint32).view(np.float32)
+    parts = [np.linspace(-100, 100, 40_001, dtype=np.float32),
+             np.linspace(-89, -86, 3_001, dtype=np.float32),
+             np.linspace(86, 89, 3_001, dtype=np.float32),
+             tiny, special, nans,
+             rng.integers(0, 2**32, 2**16, dtype=np.uint64).astype(np.uint32).view(np.float32)]
+    x = np.concatenate(parts)
+    return np.concatenate([x, -x])  # 2 * 112 023 elements: a partial last vector too
+
+
+def test_sigmoid_in_a_fused_loop_is_orts_over_the_whole_float_range() -> None:
+    """The fused loop's Sigmoid (vectors in registers, see kernels_fused.c) against ORT's
+    CPU EP, within the Sigmoid cases' tolerance, with NaN and +-inf propagated as ORT does."""
+    from epbench.cases.spec import SIGMOID_TOLERANCE
+
+    x = _sweep()[None, :]
+    model = _model([("Sigmoid", ["x"], "s"), ("Identity", ["s"], "out")], {"x": [1, x.size]},
+                   ["out"])
+    session = engine_session(model, _library(), EP_NAME, opt_level="disabled")
+    session.run(None, {"x": x})
+    reset_counters(_library())
+    got = session.run(None, {"x": x})[0]
+    counters = read_counters(_library(), EP_NAME)
+    assert (counters["fused_loops"], counters["fused_loop_nodes"]) == (1, 2)
+    want = cpu_session(model, "disabled").run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert float(np.max(np.abs(got[finite] - want[finite]))) <= SIGMOID_TOLERANCE
+    infinite = np.isinf(x)
+    np.testing.assert_array_equal(got[infinite], want[infinite])  # exactly 0 and 1

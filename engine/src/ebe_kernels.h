@@ -38,4 +38,55 @@ void ebe_kernel_mul_strided(const float *a, size_t a_step, const float *b, size_
 /* C[m,n] = A[m,k] x B[k,n], all row-major and contiguous; C must not overlap A or B. */
 void ebe_kernel_matmul(const float *a, const float *b, float *c, size_t m, size_t k, size_t n);
 
+/* ---- the fused elementwise loop ------------------------------------------------------------
+ * A chain of elementwise ops over n floats as one pass: each block (8 vectors of 8 floats,
+ * then single vectors, then one partial vector) is loaded once and goes through every op in
+ * registers before the next block is loaded. Each op reads its first operand from the
+ * accumulator (the previous op's result), a block register (an earlier result spilled to
+ * the stack, L1), or memory (a tensor from outside the loop, or one the loop wrote), and
+ * leaves its result in the accumulator, optionally spilled and/or stored to memory. */
+
+#define EBE_FUSED_MAX_REGS 8 /* block registers a loop may spill to; the plan stores beyond */
+
+typedef enum ebe_fused_code {
+  EBE_FUSED_IDENTITY = 0,
+  EBE_FUSED_RELU,
+  EBE_FUSED_SIGMOID,
+  EBE_FUSED_ADD,
+  EBE_FUSED_MUL
+} ebe_fused_code;
+
+typedef enum ebe_fused_kind {
+  EBE_FUSED_ACC = 0, /* the previous op's result */
+  EBE_FUSED_REG,     /* block register `reg` */
+  EBE_FUSED_MEM      /* memory: the bound pointer and period */
+} ebe_fused_kind;
+
+/* One op of a fused loop (built with the plan). */
+typedef struct ebe_fused_op {
+  uint8_t code;      /* ebe_fused_code */
+  uint8_t kind[2];   /* ebe_fused_kind of operand 0 and (binary ops) operand 1 */
+  uint8_t store;     /* 1: write the result to the bound `store` pointer */
+  int16_t spill;     /* block register the result is also kept in, or -1 */
+  uint16_t reg[2];   /* block register of an operand of kind EBE_FUSED_REG */
+  uint32_t repeat;   /* a unary op applied this many times in a row (the plan merges a chain
+                        of the same op whose intermediates nothing else reads) */
+  uint32_t value[2]; /* the plan's value ids of the operands (for binding memory) */
+  uint32_t out;      /* the plan's value id of the result (for binding `store`) */
+} ebe_fused_op;
+
+/* Where one op's memory operands and result live in this Run. An operand of period n is a
+ * whole tensor; a shorter period p (dividing n) repeats it: element i reads data[i % p]. */
+typedef struct ebe_fused_bind {
+  const float *data[2];
+  size_t period[2];
+  float *store;
+} ebe_fused_bind;
+
+/* Run ops[0..n_ops) over n elements. Memory written (`store`) may alias a memory operand of
+ * the same or a later op only element for element (the same i), never a repeated (period <
+ * n) operand. Cannot fail. */
+void ebe_kernel_fused(const ebe_fused_op *ops, const ebe_fused_bind *bind, size_t n_ops,
+                      size_t n);
+
 #endif

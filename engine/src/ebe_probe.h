@@ -25,6 +25,10 @@ typedef enum ebe_counter_id {
   EBE_C_STRIDED_BROADCASTS, /* Add/Mul steps run by the general strided broadcast */
   EBE_C_IN_PLACE_STEPS,     /* one-node steps whose output buffer ORT made the input's */
   EBE_C_INJECTED_DELAY_NS,  /* nanoseconds asked of the inject_delay_* test knobs */
+  EBE_C_FUSED_LOOPS,        /* fused elementwise loops run (one pass over memory each) */
+  EBE_C_FUSED_LOOP_NODES,   /* nodes run inside those loops */
+  EBE_C_FUSED_LOOP_STORES,  /* tensors those loops wrote to memory (the rest stayed in
+                               registers) */
   EBE_C_COUNT
 } ebe_counter_id;
 

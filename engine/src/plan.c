@@ -7,6 +7,19 @@
  * unary ops runs in place in one slot. Shapes are computed at run time from the input shapes
  * (symbolic dims included), which is why slot sizes are only known then: the arena grows on
  * the first Run that needs more and is reused afterwards (zero allocations in steady state).
+ * When every input shape is static, the shapes, slots and fusion decisions of the first Run
+ * that succeeds are kept and later Runs skip straight to the kernels.
+ *
+ * Loop fusion: every run of two or more consecutive elementwise steps (MatMul ends one) is a
+ * group, compiled at build time into one fused loop (ebe_kernel_fused): each block of
+ * elements goes through the whole group in registers before the next block is loaded, and
+ * a value made inside the group is written to memory only when something after the group
+ * reads it or it is a fused output. A Run whose shapes make some step of a group change the
+ * element count, or need the general strided broadcast, runs that group step by step, from
+ * the slots (every value keeps one, so that path is always there). For the fused loop to
+ * read the slots the sequential liveness gave out, a value from before a group that the
+ * group reads keeps its slot until the group ends (a repeated broadcast operand is read by
+ * every block, so nothing made in the group may overwrite it).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,8 +45,16 @@ typedef struct ebe_step {
   uint32_t n_in;
   uint32_t in[2];
   uint32_t out;
+  int32_t group; /* the fused loop (group) it belongs to, or -1 */
   char *name; /* node name, for error messages */
 } ebe_step;
+
+/* A fused loop: steps [first, first + count), ops [first_op, first_op + n_ops) of the plan's
+ * fused_ops (fewer ops than steps where a chain of one unary op became one repeated op). */
+typedef struct ebe_group {
+  uint32_t first, count, first_op, n_ops;
+  uint32_t n_stores; /* ops that write their result to memory */
+} ebe_group;
 
 /* How a binary elementwise step runs on this Run's shapes (decided once, in the shape pass). */
 typedef struct ebe_bcast {
@@ -50,8 +71,11 @@ typedef struct ebe_scratch {
   size_t *numel;      /* [n_values] element counts, checked in the shape pass */
   float **data;       /* [n_values] */
   size_t *slot_elems; /* [n_slots] */
+  uint8_t *group_ok;  /* [n_groups] 1: this Run's shapes let the group run as one loop */
+  ebe_fused_bind *bind; /* [n_fused_ops] the fused loops' memory operands in this Run */
   float *arena;
   size_t arena_cap; /* floats */
+  int ready; /* the shapes, slots and group_ok of static inputs are set: skip those passes */
 } ebe_scratch;
 
 struct ebe_plan {
@@ -65,6 +89,10 @@ struct ebe_plan {
   ebe_static_shape *input_shapes; /* [n_inputs] the declared shape, when fully static */
   uint32_t *output_values; /* [n_outputs] value of fused output k */
   int single;              /* one node, one output: ebe_plan_run_single, no scratch */
+  int all_static;          /* every input's shape is static: a scratch's first Run holds */
+  size_t n_groups, n_fused_ops;
+  ebe_group *groups;         /* [n_groups] */
+  ebe_fused_op *fused_ops;   /* [n_fused_ops] */
   ebe_scratch pool[EBE_POOL_SIZE];
 };
 
@@ -273,8 +301,11 @@ static OrtStatus *ebe_scratch_init(ebe_plan *plan, ebe_scratch *scratch) {
   scratch->numel = ebe_calloc(c, plan->n_values, sizeof *scratch->numel);
   scratch->data = ebe_calloc(c, plan->n_values, sizeof *scratch->data);
   scratch->slot_elems = ebe_calloc(c, plan->n_slots, sizeof *scratch->slot_elems);
+  scratch->group_ok = ebe_calloc(c, plan->n_groups, sizeof *scratch->group_ok);
+  scratch->bind = ebe_calloc(c, plan->n_fused_ops, sizeof *scratch->bind);
+  scratch->ready = 0;
   if (!scratch->bcast || !scratch->rank || !scratch->dims || !scratch->numel || !scratch->data ||
-      !scratch->slot_elems)
+      !scratch->slot_elems || !scratch->group_ok || !scratch->bind)
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
   return NULL;
 }
@@ -289,12 +320,16 @@ static void ebe_scratch_release(ebe_plan *plan, ebe_scratch *scratch) {
   ebe_free(c, scratch->numel);
   ebe_free(c, scratch->data);
   ebe_free(c, scratch->slot_elems);
+  ebe_free(c, scratch->group_ok);
+  ebe_free(c, scratch->bind);
   ebe_free(c, scratch->arena);
   scratch->rank = NULL;
   scratch->dims = NULL;
   scratch->numel = NULL;
   scratch->data = NULL;
   scratch->slot_elems = NULL;
+  scratch->group_ok = NULL;
+  scratch->bind = NULL;
   scratch->arena = NULL;
   scratch->arena_cap = 0;
 }
@@ -310,18 +345,26 @@ void ebe_plan_free(ebe_plan *plan) {
   ebe_free(c, plan->input_values);
   ebe_free(c, plan->input_shapes);
   ebe_free(c, plan->output_values);
+  ebe_free(c, plan->groups);
+  ebe_free(c, plan->fused_ops);
   ebe_free(c, plan);
 }
 
 /* Assign scratch slots by liveness: a value takes a free slot when produced and gives it back
- * after its last reader. A unary op whose input dies at it writes in place. */
+ * after its last reader. A unary op whose input dies at it writes in place. A value made
+ * before a group and last read inside it gives its slot back only when the group ends (see
+ * the top of this file). */
 static OrtStatus *ebe_plan_assign_slots(ebe_plan *plan) {
   ebe_counters *c = plan->counters;
   /* n_values < max_values, whose + 1 was checked when the plan was sized */
   uint32_t *free_slots = ebe_calloc(c, plan->n_values + 1, sizeof *free_slots);
-  if (free_slots == NULL)
+  uint32_t *deferred = ebe_calloc(c, plan->n_values + 1, sizeof *deferred);
+  if (free_slots == NULL || deferred == NULL) {
+    ebe_free(c, free_slots);
+    ebe_free(c, deferred);
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
-  size_t n_free = 0;
+  }
+  size_t n_free = 0, n_deferred = 0;
   for (size_t s = 0; s < plan->n_steps; s++) {
     ebe_step *step = &plan->steps[s];
     ebe_value *out = &plan->values[step->out];
@@ -340,13 +383,166 @@ static OrtStatus *ebe_plan_assign_slots(ebe_plan *plan) {
     for (uint32_t i = 0; i < step->n_in; i++) {
       if (i == 1 && step->in[1] == step->in[0]) continue; /* Mul(x, x): give back once */
       ebe_value *in = &plan->values[step->in[i]];
-      if (in->loc == EBE_LOC_SLOT && in->last_use == (int32_t)s && !reused)
-        free_slots[n_free++] = in->index;
+      if (in->loc == EBE_LOC_SLOT && in->last_use == (int32_t)s && !reused) {
+        const int from_before = step->group >= 0 &&
+                                in->producer < (int32_t)plan->groups[step->group].first;
+        if (from_before) deferred[n_deferred++] = in->index;
+        else free_slots[n_free++] = in->index;
+      }
     }
     if (out->loc == EBE_LOC_SLOT && out->last_use < 0 && !reused)
       free_slots[n_free++] = out->index; /* produced but never read: dead after this step */
+    if (step->group >= 0) {
+      const ebe_group *group = &plan->groups[step->group];
+      if (s + 1 == (size_t)group->first + group->count)
+        while (n_deferred > 0) free_slots[n_free++] = deferred[--n_deferred];
+    }
   }
   ebe_free(c, free_slots);
+  ebe_free(c, deferred);
+  return NULL;
+}
+
+/* Find the groups: runs of two or more consecutive elementwise steps. Sets each step's
+ * group; plan->groups gets one entry per group (first and count; the ops come later). */
+static OrtStatus *ebe_plan_find_groups(ebe_plan *plan) {
+  size_t n_groups = 0;
+  for (size_t pass = 0; pass < 2; pass++) {
+    n_groups = 0;
+    size_t s = 0;
+    while (s < plan->n_steps) {
+      size_t end = s;
+      while (end < plan->n_steps && plan->steps[end].op != EBE_OP_MATMUL) end++;
+      if (end - s >= 2) {
+        if (pass == 1) {
+          plan->groups[n_groups] = (ebe_group){(uint32_t)s, (uint32_t)(end - s), 0, 0, 0};
+          for (size_t k = s; k < end; k++) plan->steps[k].group = (int32_t)n_groups;
+        }
+        n_groups++;
+      }
+      s = end > s ? end : s + 1; /* past the run, or past the MatMul that ends none */
+    }
+    if (pass == 0) {
+      plan->groups = ebe_calloc(plan->counters, n_groups, sizeof *plan->groups);
+      if (plan->groups == NULL)
+        return ebe_error(plan->api, plan->counters, ORT_FAIL,
+                         "engine: out of memory building a plan");
+    }
+  }
+  plan->n_groups = n_groups;
+  return NULL;
+}
+
+static uint8_t ebe_fused_code_of(ebe_op op) {
+  switch (op) {
+    case EBE_OP_RELU: return EBE_FUSED_RELU;
+    case EBE_OP_SIGMOID: return EBE_FUSED_SIGMOID;
+    case EBE_OP_ADD: return EBE_FUSED_ADD;
+    case EBE_OP_MUL: return EBE_FUSED_MUL;
+    default: return EBE_FUSED_IDENTITY;
+  }
+}
+
+/* Compile each group into fused-loop ops (after ebe_plan_assign_slots: a value that needs a
+ * block register when all EBE_FUSED_MAX_REGS are taken is stored to its slot instead).
+ * A value made in the group is
+ *   stored   when it is a fused output or a step after the group reads it (or, rarely, no
+ *            block register is free): written to its memory, read back from there;
+ *   spilled  when a step of the group other than the next one reads it: kept in a block
+ *            register;
+ *   else     only in the accumulator, never in memory (it is read by the next step only, or
+ *            by nothing).
+ * A unary step that reads the accumulator joins the op before it when that op has the same
+ * code and its result goes nowhere else (a Relu chain is one op, repeated), and an Identity
+ * joins any such op (in registers it does nothing). */
+static OrtStatus *ebe_plan_build_fused(ebe_plan *plan) {
+  ebe_counters *c = plan->counters;
+  size_t in_groups = 0;
+  for (size_t g = 0; g < plan->n_groups; g++) in_groups += plan->groups[g].count;
+  uint8_t *stored = ebe_calloc(c, plan->n_values, sizeof *stored);
+  uint8_t *far = ebe_calloc(c, plan->n_values, sizeof *far);
+  int16_t *reg_of = ebe_calloc(c, plan->n_values, sizeof *reg_of);
+  plan->fused_ops = ebe_calloc(c, in_groups, sizeof *plan->fused_ops);
+  if (stored == NULL || far == NULL || reg_of == NULL || plan->fused_ops == NULL) {
+    ebe_free(c, stored);
+    ebe_free(c, far);
+    ebe_free(c, reg_of);
+    return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
+  }
+  size_t n_ops = 0;
+  for (size_t g = 0; g < plan->n_groups; g++) {
+    ebe_group *group = &plan->groups[g];
+    const size_t first = group->first, end = first + group->count;
+    for (size_t s = first; s < end; s++) {
+      const uint32_t v = plan->steps[s].out;
+      const ebe_value *value = &plan->values[v];
+      stored[v] = value->loc == EBE_LOC_OUTPUT || value->last_use >= (int32_t)end;
+      far[v] = 0;
+      reg_of[v] = -1;
+    }
+    for (size_t s = first; s < end; s++) {
+      const ebe_step *step = &plan->steps[s];
+      for (uint32_t i = 0; i < step->n_in; i++) {
+        const int32_t producer = plan->values[step->in[i]].producer;
+        if (producer >= (int32_t)first && producer + 1 != (int32_t)s) far[step->in[i]] = 1;
+      }
+    }
+    /* Block registers by liveness: a register read last at step s can take s's result
+     * (the op reads its operands before it spills). */
+    uint32_t owner[EBE_FUSED_MAX_REGS];
+    for (size_t r = 0; r < EBE_FUSED_MAX_REGS; r++) owner[r] = UINT32_MAX;
+    for (size_t s = first; s < end; s++) {
+      const uint32_t v = plan->steps[s].out;
+      for (size_t r = 0; r < EBE_FUSED_MAX_REGS; r++)
+        if (owner[r] != UINT32_MAX && plan->values[owner[r]].last_use <= (int32_t)s)
+          owner[r] = UINT32_MAX;
+      if (!far[v] || stored[v]) continue;
+      for (size_t r = 0; r < EBE_FUSED_MAX_REGS && reg_of[v] < 0; r++) {
+        if (owner[r] == UINT32_MAX) {
+          owner[r] = v;
+          reg_of[v] = (int16_t)r;
+        }
+      }
+      if (reg_of[v] < 0) stored[v] = 1; /* every register taken: its slot holds it */
+    }
+    group->first_op = (uint32_t)n_ops;
+    for (size_t s = first; s < end; s++) {
+      const ebe_step *step = &plan->steps[s];
+      ebe_fused_op op = {ebe_fused_code_of(step->op), {EBE_FUSED_MEM, EBE_FUSED_MEM}, 0, -1,
+                         {0, 0}, 1, {step->in[0], step->in[step->n_in - 1]}, step->out};
+      for (uint32_t i = 0; i < 2; i++) {
+        const uint32_t x = op.value[i];
+        const int32_t producer = plan->values[x].producer;
+        if (producer < (int32_t)first) continue; /* from before the group: memory */
+        if (producer + 1 == (int32_t)s) {
+          op.kind[i] = EBE_FUSED_ACC;
+        } else if (reg_of[x] >= 0) {
+          op.kind[i] = EBE_FUSED_REG;
+          op.reg[i] = (uint16_t)reg_of[x];
+        }
+      }
+      ebe_fused_op *last = n_ops > group->first_op ? &plan->fused_ops[n_ops - 1] : NULL;
+      if (last != NULL && step->n_in == 1 && op.kind[0] == EBE_FUSED_ACC &&
+          !stored[last->out] && reg_of[last->out] < 0 &&
+          (op.code == EBE_FUSED_IDENTITY || op.code == last->code)) {
+        if (op.code != EBE_FUSED_IDENTITY) last->repeat++;
+        last->out = step->out;
+        continue;
+      }
+      plan->fused_ops[n_ops++] = op;
+    }
+    group->n_ops = (uint32_t)(n_ops - group->first_op);
+    for (size_t u = group->first_op; u < n_ops; u++) {
+      ebe_fused_op *op = &plan->fused_ops[u];
+      op->store = stored[op->out];
+      op->spill = reg_of[op->out];
+      group->n_stores += op->store;
+    }
+  }
+  plan->n_fused_ops = n_ops;
+  ebe_free(c, stored);
+  ebe_free(c, far);
+  ebe_free(c, reg_of);
   return NULL;
 }
 
@@ -463,6 +659,7 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
     }
     step->op = (ebe_op)op;
     step->n_in = (uint32_t)n_in;
+    step->group = -1;
     const OrtValueInfo *io[3] = {NULL, NULL, NULL};
     EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetInputs, nodes[s], io, n_in), fail);
     EBE_GOTO_IF_ERROR(status, EBE_CALL(c, api, Node_GetOutputs, nodes[s], io + n_in, 1), fail);
@@ -502,8 +699,13 @@ OrtStatus *ebe_plan_build(const ebe_plan_config *cfg, const OrtGraph *graph,
       goto fail;
     }
   }
+  EBE_GOTO_IF_ERROR(status, ebe_plan_find_groups(plan), fail);
   EBE_GOTO_IF_ERROR(status, ebe_plan_assign_slots(plan), fail);
+  EBE_GOTO_IF_ERROR(status, ebe_plan_build_fused(plan), fail);
   plan->single = plan->n_steps == 1 && plan->n_outputs == 1 && plan->n_inputs <= 2;
+  plan->all_static = 1;
+  for (size_t k = 0; k < plan->n_inputs; k++)
+    if (!plan->input_shapes[k].is_static) plan->all_static = 0;
   for (size_t i = 0; i < EBE_POOL_SIZE; i++)
     EBE_GOTO_IF_ERROR(status, ebe_scratch_init(plan, &plan->pool[i]), fail);
 
@@ -554,6 +756,7 @@ OrtStatus *ebe_plan_build_node(const ebe_plan_config *cfg, ebe_op op, const char
   ebe_step *step = &plan->steps[0];
   step->op = op;
   step->n_in = (uint32_t)arity;
+  step->group = -1;
   for (size_t k = 0; k < arity; k++) {
     plan->values[k] = (ebe_value){EBE_LOC_INPUT, (uint32_t)k, -1, 0};
     plan->input_values[k] = (uint32_t)k;
@@ -964,6 +1167,45 @@ static OrtStatus *ebe_plan_run_single(ebe_plan *plan, OrtKernelContext *context,
   return NULL;
 }
 
+/* Decide, for this Run's shapes, which groups run as one loop: every step's output has the
+ * group's element count n and no Add/Mul needs the general strided broadcast (so each
+ * memory operand is a whole tensor of n elements or one repeated with a period dividing n;
+ * checked again here, as the kernel relies on it). */
+static void ebe_plan_decide_groups(const ebe_plan *plan, ebe_scratch *scratch) {
+  for (size_t g = 0; g < plan->n_groups; g++) {
+    const ebe_group *group = &plan->groups[g];
+    const size_t n = scratch->numel[plan->steps[group->first].out];
+    uint8_t ok = 1;
+    for (size_t s = group->first; s < (size_t)group->first + group->count; s++) {
+      const ebe_step *step = &plan->steps[s];
+      if (scratch->numel[step->out] != n || (step->n_in == 2 && scratch->bcast[s].general))
+        ok = 0;
+    }
+    for (size_t u = group->first_op; ok && u < (size_t)group->first_op + group->n_ops; u++) {
+      const ebe_fused_op *op = &plan->fused_ops[u];
+      for (size_t i = 0; i < 2; i++) {
+        const size_t period = scratch->numel[op->value[i]];
+        if (op->kind[i] == EBE_FUSED_MEM && n != 0 && (period == 0 || n % period != 0)) ok = 0;
+      }
+    }
+    scratch->group_ok[g] = ok;
+  }
+}
+
+/* Point group g's ops at this Run's memory (inputs and outputs may move between Runs). */
+static void ebe_plan_bind_group(const ebe_plan *plan, ebe_scratch *scratch, size_t g) {
+  const ebe_group *group = &plan->groups[g];
+  for (size_t u = group->first_op; u < (size_t)group->first_op + group->n_ops; u++) {
+    const ebe_fused_op *op = &plan->fused_ops[u];
+    ebe_fused_bind *bind = &scratch->bind[u];
+    for (size_t i = 0; i < 2; i++) {
+      bind->data[i] = scratch->data[op->value[i]];
+      bind->period[i] = scratch->numel[op->value[i]];
+    }
+    bind->store = scratch->data[op->out];
+  }
+}
+
 /* Run the plan with one scratch. Every ORT call it makes is added to *calls, on every
  * path out (the caller charges them to ort_api_calls once). */
 static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
@@ -972,27 +1214,52 @@ static OrtStatus *ebe_plan_run_with(ebe_plan *plan, ebe_scratch *scratch,
     ebe_operand input = {NULL, 0, 0, NULL};
     EBE_RETURN_IF_ERROR(ebe_fetch_input(plan, context, k, &input, calls));
     const uint32_t id = plan->input_values[k];
+    scratch->data[id] = input.data;
+    if (scratch->ready) continue; /* static shapes, set by an earlier Run */
     if (input.rank > 0) /* a scalar's shape pointer is NULL */
       memcpy(scratch->dims + (size_t)id * EBE_MAX_RANK, input.dims,
              sizeof(int64_t) * (size_t)input.rank);
     scratch->rank[id] = input.rank;
     scratch->numel[id] = input.numel;
-    scratch->data[id] = input.data;
   }
-  EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
-  EBE_RETURN_IF_ERROR(ebe_plan_place_slots(plan, scratch));
+  if (!scratch->ready) {
+    EBE_RETURN_IF_ERROR(ebe_plan_shapes(plan, scratch));
+    EBE_RETURN_IF_ERROR(ebe_plan_place_slots(plan, scratch));
+    ebe_plan_decide_groups(plan, scratch);
+    scratch->ready = plan->all_static;
+  }
   for (size_t k = 0; k < plan->n_outputs; k++) {
     const uint32_t id = plan->output_values[k];
     EBE_RETURN_IF_ERROR(ebe_fetch_output(plan, context, k,
                                          scratch->dims + (size_t)id * EBE_MAX_RANK,
                                          scratch->rank[id], &scratch->data[id], calls));
   }
-  for (size_t s = 0; s < plan->n_steps; s++) {
+  uint64_t loops = 0, looped = 0, stores = 0;
+  for (size_t s = 0; s < plan->n_steps;) {
+    const int32_t g = plan->steps[s].group;
+    if (g >= 0 && scratch->group_ok[g] && plan->groups[g].first == s) {
+      const ebe_group *group = &plan->groups[g];
+      ebe_plan_bind_group(plan, scratch, (size_t)g);
+      ebe_kernel_fused(plan->fused_ops + group->first_op, scratch->bind + group->first_op,
+                       group->n_ops, scratch->numel[plan->steps[s].out]);
+      for (size_t k = 0; k < group->count; k++) ebe_delay_spin(&plan->delay_per_node);
+      loops++;
+      looped += group->count;
+      stores += group->n_stores;
+      s += group->count;
+      continue;
+    }
     ebe_run_step(plan, scratch, s);
     ebe_delay_spin(&plan->delay_per_node);
+    s++;
   }
   ebe_delay_count(plan->counters, &plan->delay_per_node, plan->n_steps); /* one add a Run */
   ebe_probe_add(plan->counters, EBE_C_NODES_EXECUTED, plan->n_steps);
+  if (loops != 0) {
+    ebe_probe_add(plan->counters, EBE_C_FUSED_LOOPS, loops);
+    ebe_probe_add(plan->counters, EBE_C_FUSED_LOOP_NODES, looped);
+    ebe_probe_add(plan->counters, EBE_C_FUSED_LOOP_STORES, stores);
+  }
   return NULL;
 }
 

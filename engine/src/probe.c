@@ -31,6 +31,9 @@ static const char *const ebe_probe_names[EBE_C_COUNT] = {
     [EBE_C_STRIDED_BROADCASTS] = "strided_broadcasts",
     [EBE_C_IN_PLACE_STEPS] = "in_place_steps",
     [EBE_C_INJECTED_DELAY_NS] = "injected_delay_ns",
+    [EBE_C_FUSED_LOOPS] = "fused_loops",
+    [EBE_C_FUSED_LOOP_NODES] = "fused_loop_nodes",
+    [EBE_C_FUSED_LOOP_STORES] = "fused_loop_stores",
 };
 
 /* Lock-free lookup of an existing entry; NULL when absent. */
