@@ -55,13 +55,10 @@ from epbench.reports.comparison import (
     Side,
 )
 from epbench.reports.families import family_changes
-from epbench.reports.findings import (  # validate.py reads the three noqa'd as cmp.X
-    DRIFT_CANCELS,  # noqa: F401
-    DRIFT_MAY_NOT_CANCEL,  # noqa: F401
+from epbench.reports.findings import (
     WITHIN_ONLY_WARNING,
     across_speed_change,
     between_run_variance,
-    beyond_speed_limit,  # noqa: F401
     cannot_catch,
     control_shift,
     counter_changes,

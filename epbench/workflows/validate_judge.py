@@ -15,6 +15,7 @@ from epbench.core.numbers import median
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
+from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
 from epbench.workflows.validate_plan import (
     API_CALLS,
     BASE_ARM,
@@ -240,7 +241,7 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str,
             warnings.update(prefix + w for w in comparison.get("warnings", []) if w not in said)
             shown = [r for r in comparison["cases"] if r["case"] in verdicts]
             seen.judged += len(shown)
-            seen.moved += sum(cmp.beyond_speed_limit(r["control_shift"])
+            seen.moved += sum(beyond_speed_limit(r["control_shift"])
                               and r["verdict"] not in ("failed", "not_comparable")
                               for r in shown)
             for r in comparison["cases"]:
@@ -271,7 +272,7 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
             f"{prefix}the ORT control drifted from the first round to the last by more than "
             f"the case's threshold in {len(seen.drifted)} of {len(seen.pairs)} case-repeats (a "
             f"case's runs in one repeat; {spread}): the machine changed speed during the runs. "
-            f"{cmp.DRIFT_CANCELS}, but {cmp.DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
+            f"{DRIFT_CANCELS}, but {DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
             "machine to be sure")
     if seen.moved:
         warnings.add(
