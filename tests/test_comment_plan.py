@@ -108,6 +108,15 @@ def test_the_plan_reaches_the_post_job_where_it_looks(workflow: dict[str, Any]) 
     assert "run-id" not in download  # this run's own artifact, written by the plan job
 
 
+def test_the_token_reaches_curl_on_stdin_only(workflow: dict[str, Any]) -> None:
+    # Not in curl's argv (visible to every process on the runner), nor in a log line.
+    script = _named(workflow["jobs"]["post"], "Post or update the sticky PR comment")["run"]
+    uses = [line.strip() for line in script.splitlines() if "GITHUB_TOKEN" in line]
+    assert uses == [
+        """status="$(printf 'Authorization: Bearer %s\\n' "$GITHUB_TOKEN" | curl --silent \\"""]
+    assert "--header @-" in script and "set -x" not in script
+
+
 def test_a_new_comment_is_planned_read_only_and_posted_by_curl(
     workflow: dict[str, Any], stub: StubGitHub, tmp_path: Path, comparison: dict[str, Any]
 ) -> None:
