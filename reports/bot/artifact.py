@@ -45,7 +45,9 @@ from epbench.reports import render
 from epbench.reports.bot.github import (
     DEFAULT_API_URL,
     STICKY_MARKER,
+    CommentPlan,
     UpsertResult,
+    plan_sticky_comment,
     upsert_sticky_comment,
 )
 from epbench.reports.comparison import HEADLINES, VERDICTS
@@ -407,3 +409,26 @@ def comment_from_artifact(
         token_source=token_source, expect_head_sha=run_head_sha, bot_login=bot_login, log=log,
     )
     return artifact.pr_number, result
+
+
+def plan_comment_from_artifact(
+    artifact_path: str | Path,
+    *,
+    repo: str,
+    run_head_sha: str,
+    token: str,
+    api_url: str = DEFAULT_API_URL,
+    artifact_hint: str | None = None,
+    token_source: str = "GITHUB_TOKEN",
+    bot_login: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> CommentPlan:
+    """comment_from_artifact's every check and lookup, with a token that only reads, and
+    the plan of the one request to make instead of making it (see
+    reports.bot.github.plan_sticky_comment)."""
+    artifact = read_artifact(artifact_path)
+    body = comment_body(artifact.comparison, artifact_hint)
+    return plan_sticky_comment(
+        repo, artifact.pr_number, body, token, api_url, artifact_hint=artifact_hint,
+        token_source=token_source, expect_head_sha=run_head_sha, bot_login=bot_login, log=log,
+    )

@@ -38,16 +38,6 @@ PINNED_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*['\"]?([^@\s'\"]+)@([0-9a-f]{40}
 TAG_COMMENT = re.compile(r"^\s+#\s*v\d+(\.\d+){0,2}\s*$")
 READ_ONLY = {"read", "none"}
 
-# Jobs allowed to install packages while holding a write scope, and the only scopes
-# they may write. The PR comment bot, the reusable comment.yml (which this repository's
-# bench-comment.yml and other repositories call), installs epbench from its own commit
-# (the `bot` extra) to check the artifact and post: `epbench comment` is Python, so this
-# job cannot avoid the registry until the checking and the posting are split.
-INSTALLING_WRITERS: dict[tuple[str, str], frozenset[str]] = {
-    ("epbench-comment", "comment"): frozenset({"pull-requests"}),
-}
-
-
 def workflow_files(root: Path = ROOT) -> list[Path]:
     """Every workflow of the repository, and the root action.yml when there is one."""
     folder = root / ".github" / "workflows"
@@ -141,13 +131,13 @@ def writers_that_install_or_push_nothing(doc: Doc) -> list[str]:
             GIT_PUSH.search(str(s.get("run", ""))) for _, s in job_steps(job)
         ):
             problems.append(f"{name}: holds contents: write but runs no git push")
-        allowed = INSTALLING_WRITERS.get((str(doc.get("name")), name), frozenset())
-        if written - allowed:
-            scopes = ", ".join(sorted(written - allowed))
-            problems += [
-                f"{name}: holds {scopes}: write and installs packages, {found}"
-                for found in installing_steps(job)
-            ]
+        # No exception: the PR comment bot (comment.yml) plans in a read-only job and posts
+        # from one that installs nothing.
+        scopes = ", ".join(sorted(written))
+        problems += [
+            f"{name}: holds {scopes}: write and installs packages, {found}"
+            for found in installing_steps(job)
+        ]
     return problems
 
 
