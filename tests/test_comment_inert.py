@@ -397,3 +397,24 @@ def test_a_hostile_artifact_is_posted_inert_through_the_workflows_command(
     assert posted["body"].startswith(STICKY_MARKER)
     assert_inert(posted["body"], skeletons["twin"])
     assert stub.requests[0].path == f"/repos/octo/widgets/pulls/{PR}"
+
+
+def test_a_trimmed_oversize_comment_stays_inert(tmp_path: Path) -> None:
+    # Lines far longer than the comment limit: a cut inside one would leave a code span
+    # open and the artifact's text after its backtick live.
+    from epbench.reports.bot.body import COMMENT_LIMIT, fit_comment_body
+
+    doc = copy.deepcopy(VARIANTS["twin"])
+    doc.pop("base_history", None)
+    payload = "@octocat <img src=https://evil.example/p.png> </details> [x](https://evil.ex) "
+    doc["cases"][0]["rerun_errors"] = [payload * 40] * 30
+    (tmp_path / "compare.json").write_text(json.dumps(doc))
+    (tmp_path / "pull-request.json").write_text('{"number": 7}')
+    read = artifact.read_artifact(tmp_path)
+    body = artifact.comment_body(read.comparison, "https://github.com/o/r/actions/runs/1")
+    assert len(body) > COMMENT_LIMIT
+    text, trimmed = fit_comment_body(body, artifact_hint="https://github.com/o/r/actions/runs/1")
+    assert trimmed
+    live = outside_code(text)
+    assert "@octocat" not in live and "<img" not in live and "evil.ex" not in live
+    assert all(line.count("`") % 2 == 0 for line in text.splitlines()), "an open code span"

@@ -84,9 +84,11 @@ def fit_comment_body(
     budget = limit - comment_length(note(total)) - comment_length(marker) - 1
     while True:
         head = _prefix_within(body, max(0, budget))
+        # Whole lines only: a line cut short could leave a code span open, and the
+        # artifact's text after its backtick would render live (an oversize line is
+        # dropped whole, however much that loses).
         newline = head.rfind("\n")
-        if newline > len(head) // 2:  # a whole line, unless that loses too much
-            head = head[: newline + 1]
+        head = head[: newline + 1] if newline >= 0 else ""
         head = head.rstrip("\n") + _closers(head)
         if marker not in head:
             head = f"{marker}\n{head}"
