@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from epbench.core.errors import EpbenchError
+from epbench.core.gitcmd import git_argv, git_env
 from epbench.core.paths import cache_dir
 from epbench.harness.arms import file_sha256
 from epbench.harness.isolation import BuildRun, HarnessGuard, prepare_root, run_build
@@ -47,7 +48,7 @@ class BuiltSide:
 
 
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return subprocess.run(git_argv(repo, *args), capture_output=True, text=True, env=git_env())
 
 
 def repo_root(repo: str | Path) -> Path:

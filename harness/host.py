@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from epbench.core.gitcmd import git_argv, git_env
+
 # The fields that identify a machine for comparison; one place, used by the key.
 IDENTITY_FIELDS = ("cpu_model", "logical_cores", "kernel", "onnxruntime")
 KEY_LENGTH = 16
@@ -135,11 +137,12 @@ def read_git_state(repo_dir: Path, run: Runner = subprocess.run) -> dict[str, ob
     def git(*args: str) -> str | None:
         try:
             done = run(
-                ["git", "-C", str(repo_dir), *args],
+                git_argv(repo_dir, *args),
                 capture_output=True,
                 text=True,
                 timeout=GIT_TIMEOUT_S,
                 check=False,
+                env=git_env(),
             )
         except (OSError, subprocess.TimeoutExpired):
             return None

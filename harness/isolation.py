@@ -36,6 +36,7 @@ from pathlib import Path
 
 import epbench
 from epbench.core.errors import EpbenchError
+from epbench.core.gitcmd import git_argv, git_env
 from epbench.core.paths import CACHE_DIR_ENV, DB_ENV, cache_dir
 from epbench.engine.build import EngineBuildError, ort_include_dir
 from epbench.harness.arms import file_sha256
@@ -44,7 +45,7 @@ from epbench.harness.arms import file_sha256
 BUILD_USER = "nobody"
 # Environment names dropped before a build: the harness's Python and epbench's own
 # settings (EPBENCH_DB may hold a database password) by prefix, credentials by word.
-SCRUBBED_PREFIXES = ("PYTHON", "EPBENCH_", "GIT_", "ACTIONS_")
+SCRUBBED_PREFIXES = ("PYTHON", "EPBENCH_", "GIT_", "ACTIONS_", "GITHUB_")
 SCRUBBED_NAMES = frozenset({"VIRTUAL_ENV", "CONDA_PREFIX"})
 SCRUBBED_WORDS = ("TOKEN", "SECRET", "PASS", "KEY", "CREDENTIAL", "AUTH", "COOKIE")
 # Names that hold secrets without saying so.
@@ -180,8 +181,8 @@ def _walk(root: Path, *, contents: bool, skip: frozenset[Path], into: Fingerprin
 
 
 def _git_common_dir(repo: Path) -> Path | None:
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-common-dir"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(git_argv(repo, "rev-parse", "--git-common-dir"),
+                          capture_output=True, text=True, env=git_env())
     if proc.returncode != 0 or not proc.stdout.strip():
         return None
     return (repo / proc.stdout.strip()).resolve()

@@ -68,7 +68,7 @@ def test_inputs_become_compare_commits_options() -> None:
                 args="--rounds 24 --gate 'off'") == [
         BASE, HEAD, "--repo", ".", "--out", "o", "--build", "make lib >&2 && echo lib.so",
         "--grid", "quick", "--case", "relu_d1_w8", "--case", "relu_d10_w8", "--budget", "120",
-        "--fail-on", "regression", "--history", "h.sqlite", "--rounds", "24", "--gate", "off"]
+        "--fail-on", "regression", "--rounds", "24", "--gate", "off"]  # history: in env
 
 
 def test_ep_options_and_fallback_reach_compare_commits_for_both_sides() -> None:
@@ -85,7 +85,7 @@ def test_a_model_or_dim_waits_for_a_compare_commits_that_takes_it() -> None:
     # compare-commits' options decide: once it has --model and --dim they are passed on.
     with_models = KNOWN | {"--model", "--dim"}
     assert argv(with_models, cases="models/a.onnx", dims="batch=1")[-4:] == [
-        "--model", "models/a.onnx", "--dim", "batch=1"]
+        "--model", str(Path(".").resolve() / "models/a.onnx"), "--dim", "batch=1"]
     for inputs in ({"cases": "models/a.onnx"}, {"dims": "batch=1"}):
         if {"--model", "--dim"} <= KNOWN:
             continue  # compare-commits has them now
@@ -103,24 +103,48 @@ def test_bad_inputs_are_refused_with_a_remedy(inputs: dict[str, str], says: str)
         argv(**inputs)
 
 
-def test_the_history_url_stays_out_of_the_log_and_the_childs_environment() -> None:
+def test_the_history_url_reaches_compare_commits_in_its_environment_only(
+        tmp_path: Path) -> None:
+    # Never on a command line (/proc/PID/cmdline is readable by every user) nor in the log.
     url = "postgresql://bench:s3cret@db.example/h"
-    inputs = act.ActionInputs(history=url)
-    line = act.shown(argv(history=url), inputs)
-    assert "s3cret" not in line and "--history '<history>'" in line
     env = act.child_environment({"INPUT_HISTORY": url, "INPUT_BUILD": "x", "PATH": "/bin"},
                                 "/inc")
     assert env == {"PATH": "/bin", "ORT_INCLUDE_DIR": "/inc"}
+    fake, logged = FakeCompare(0, True), []
+    act.run_action(act.ActionInputs(history=url), event_path=pr_event(tmp_path),
+                   out=tmp_path / "out", environ={"PATH": "/bin"}, known_options=KNOWN,
+                   runner=fake, log=logged.append)
+    ((command, child_env),) = fake.calls
+    assert not any("s3cret" in word for word in command)
+    assert not any("s3cret" in line for line in logged)
+    assert child_env["EPBENCH_DB"] == url
+
+
+def test_compare_commits_runs_outside_the_pull_requests_checkout(tmp_path: Path) -> None:
+    # `python -m` imports from its working folder first: a checkout with its own
+    # `epbench/` must not become the harness.
+    checkout = tmp_path / "pr"
+    (checkout / "epbench").mkdir(parents=True)
+    fake = FakeCompare(0, True)
+    act.run_action(act.ActionInputs(cases="models/a.onnx"), event_path=pr_event(tmp_path),
+                   out=tmp_path / "out", repo=checkout, environ={}, known_options=KNOWN,
+                   runner=fake)
+    ((command, _),) = fake.calls
+    assert fake.cwds[0] != checkout and not (Path(fake.cwds[0]) / "epbench").exists()
+    assert command[command.index("--repo") + 1] == str(checkout.absolute())
+    assert command[command.index("--model") + 1] == str(checkout.resolve() / "models/a.onnx")
 
 
 class FakeCompare:
     """compare-commits, recorded; writes report.md unless it fails first."""
 
     def __init__(self, code: int, report: bool) -> None:
-        self.code, self.report, self.calls = code, report, []
+        self.code, self.report, self.calls, self.cwds = code, report, [], []
 
-    def __call__(self, command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    def __call__(self, command: list[str], env: dict[str, str],
+                 cwd: str | None = None) -> subprocess.CompletedProcess:
         self.calls.append((command, env))
+        self.cwds.append(cwd)
         if self.report:
             out = Path(command[command.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)

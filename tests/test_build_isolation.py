@@ -358,3 +358,29 @@ def test_the_worker_that_loads_the_libraries_gets_no_credential(monkeypatch) -> 
     assert not set(secrets) & set(env)
     assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == os.environ["PATH"]
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(PACKAGE.parent)
+
+
+def test_git_run_by_the_harness_ignores_a_planted_user_config(tmp_path, monkeypatch) -> None:
+    # A build as the harness's own user (GitHub's hosted runners) can write ~/.gitconfig;
+    # git would then run its core.fsmonitor, or a hook, as the harness.
+    from epbench.harness.commits import repo_root
+    from epbench.harness.host import read_git_state
+
+    repo = init_repo(tmp_path / "repo")
+    _commit(repo, {"f": "x"}, "one")
+    home = tmp_path / "home"
+    home.mkdir()
+    pwned = tmp_path / "PWNED"
+    (home / ".gitconfig").write_text(f'[core]\n\tfsmonitor = "touch {pwned}; echo"\n'
+                                     f"\thooksPath = {tmp_path / 'hooks'}\n")
+    monkeypatch.setenv("HOME", str(home))
+    assert read_git_state(repo)["commit"] == git(repo, "rev-parse", "HEAD")
+    assert repo_root(repo) == repo.resolve()
+    assert not pwned.exists()
+
+
+def test_the_build_loses_the_runners_job_files(tmp_path) -> None:
+    # GITHUB_ENV and GITHUB_PATH would let a build set the environment of the job's
+    # later steps (the upload).
+    assert isolation.scrubbed("GITHUB_ENV") and isolation.scrubbed("GITHUB_PATH")
+    assert isolation.scrubbed("GITHUB_STEP_SUMMARY")

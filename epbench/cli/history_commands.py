@@ -20,6 +20,7 @@ import click
 from epbench.cli.base import Group, emit
 from epbench.cli.options import case_option, format_option, out_option
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
+from epbench.core.gitcmd import git_argv, git_env
 from epbench.core.paths import DB_ENV
 from epbench.reports.history import changepoints, documents
 from epbench.reports.history.changes import (
@@ -52,8 +53,8 @@ def _short(sha: str) -> str:
 
 def _git(repo: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(git_argv(repo, *args), capture_output=True, text=True,
+                              timeout=10, check=False, env=git_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None

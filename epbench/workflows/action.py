@@ -17,6 +17,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from epbench.cases.grids import grid_names
 from epbench.core.errors import EpbenchError
+from epbench.core.paths import DB_ENV
 from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
 
 # The action's inputs reach `epbench action` as these environment variables (action.yml
@@ -117,7 +119,8 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
     wanted: list[tuple[str, str]] = []
     for word in _words(inputs.cases):
         if word.endswith(".onnx"):
-            wanted.append(("--model", word))
+            # A path in the caller's repository: absolute, as compare-commits runs elsewhere.
+            wanted.append(("--model", str(Path(repo).resolve() / word)))
         else:
             wanted.append(("--grid" if word in grids else "--case", word))
     wanted += [("--dim", word) for word in _words(inputs.dims)]
@@ -127,8 +130,6 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
         wanted.append(("--budget", _number("budget", inputs.budget.strip())))
     if inputs.fail_on.strip():
         wanted.append(("--fail-on", inputs.fail_on.strip()))
-    if inputs.history.strip():
-        wanted.append(("--history", inputs.history.strip()))
     for option, value in wanted:
         if option not in known_options:
             raise ActionError(
@@ -145,10 +146,9 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
     return argv
 
 
-def shown(argv: list[str], inputs: ActionInputs) -> str:
-    """The command line for the log, the history store's URL (a password) left out."""
-    secret = inputs.history.strip()
-    return shlex.join("<history>" if secret and word == secret else word for word in argv)
+def shown(argv: list[str]) -> str:
+    """The command line for the log (the history store's URL is never on it)."""
+    return shlex.join(argv)
 
 
 def child_environment(environ: Mapping[str, str], ort_include: str | None) -> dict[str, str]:
@@ -184,8 +184,8 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
     failure. ``ort_include_dir`` fetches ORT's headers for ``inputs.ort_headers``.
     """
     pr = pull_request_from_event(event_path)
-    out = Path(out)
-    argv = compare_commits_argv(inputs, pr, repo=str(repo), out=str(out),
+    out = Path(out).absolute()
+    argv = compare_commits_argv(inputs, pr, repo=str(Path(repo).absolute()), out=str(out),
                                 known_options=known_options)
     include = None
     if inputs.ort_headers.strip().lower() == "true":
@@ -196,9 +196,17 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
     elif inputs.ort_headers.strip().lower() not in ("", "false"):
         raise ActionError(f"input ort-headers: {inputs.ort_headers!r}: write true or false")
     command = [sys.executable, "-m", "epbench.cli.main", "compare-commits", *argv]
-    log(f"epbench compare-commits {shown(argv, inputs)}")
+    log(f"epbench compare-commits {shown(argv)}")
     env = child_environment(os.environ if environ is None else environ, include)
-    code = runner(command, env=env).returncode
+    if inputs.history.strip():
+        # In the environment, not on the command line: /proc/PID/cmdline is readable by
+        # every user, the build and the libraries under test included.
+        env[DB_ENV] = inputs.history.strip()
+    # `python -m` puts its working folder first on sys.path: run from an empty folder of
+    # the harness's own, never the pull request's checkout, whose `epbench/` or `pyperf/`
+    # would otherwise be imported as the harness.
+    with tempfile.TemporaryDirectory(prefix="epbench-action-") as cwd:
+        code = runner(command, env=env, cwd=cwd).returncode
     out.mkdir(parents=True, exist_ok=True)
     (out / PR_FILE).write_text(json.dumps({"number": pr.number}) + "\n", encoding="utf-8")
     if summary:
