@@ -93,10 +93,15 @@ def _library_from(label: str, sha: str, worktree: Path, build: str | None,
     """The library the build's last line names, checked to be a regular ELF file."""
     shown = build if build is not None else "python -m engine.build --out DIR"
     if run.returncode != 0:
+        tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
+        # As an unprivileged user, a build cannot reach tools installed in root's home.
+        hint = ("; the build ran as an unprivileged user, so tools under /root (rustup, "
+                "conda, pyenv) are out of its reach: install them where every user can run "
+                "them" if run.user != "the harness's user" and run.returncode in (126, 127)
+                else "")
         raise CommitError(
             f"{label} ({sha[:10]}): the build `{shown}` (run as {run.user}) failed with "
-            f"status {run.returncode}; last lines of its output:\n"
-            f"{_tail(run.stderr + run.stdout)}"
+            f"status {run.returncode}{hint}; last lines of its output:\n{tail}"
         )
     lines = [line.strip() for line in run.stdout.splitlines() if line.strip()]
     if not lines:
@@ -163,6 +168,10 @@ def build_commit(repo: Path, label: str, revision: str, sha: str,
             raise CommitError(f"{label}: `git worktree add` failed for {sha[:10]}: "
                               f"{added.stderr.strip()}")
         try:
+            if build is None and not (worktree / "engine" / "build.py").is_file():
+                raise CommitError(
+                    f"{label} ({sha[:10]}) has no bundled engine (engine/build.py) to build: "
+                    "pass --build COMMAND, whose last stdout line is your library's path")
             prepare_root(root, engine=build is None)
             run = run_build(root, worktree, build, guard, describe=f"{label} ({sha[:10]})")
             library = _library_from(label, sha, worktree, build, run)

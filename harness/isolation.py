@@ -413,6 +413,12 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
                             tmp=root / "tmp", own_home=user is not None)
     if (root / INCLUDE_COPY).is_dir():
         env["ORT_INCLUDE_DIR"] = str(root / INCLUDE_COPY)
+    elif (root / "cache" / "ort-headers").is_dir():
+        # The headers the harness seeded into the build's cache: a build that does not run
+        # epbench (it cannot import the harness) finds them as $ORT_INCLUDE_DIR.
+        found = sorted(root.joinpath("cache", "ort-headers").glob("*/onnxruntime_c_api.h"))
+        if found:
+            env["ORT_INCLUDE_DIR"] = str(found[0].parent)
     if user is not None:
         # The build owns its folder and nothing else; the harness (root) can still remove it.
         _chown_tree(root, user)

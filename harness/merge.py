@@ -73,6 +73,19 @@ def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> dict[str, A
                 raise MergeError(f"case {name} is in both {owner[name]} and {shard.source}; "
                                  "each case must come from one shard (drop one of the files)")
             owner[name] = shard.source
+    labels = [s.results.to_dict()["config"].get("shard") for s in shards]
+    if all(isinstance(label, str) and "/" in label for label in labels):
+        counts = {label.split("/")[1] for label in labels}
+        if len(counts) == 1:
+            count = int(counts.pop())
+            missing = sorted(set(range(1, count + 1)) - {int(lb.split("/")[0]) for lb in labels})
+            if missing:
+                gap = ", ".join(f"{k}/{count}" for k in missing)
+                if not force:
+                    raise MergeError(f"shard(s) {gap} of this grid are missing: pass every "
+                                     "shard's results file, or --force to merge the rest "
+                                     "(recorded in the merged file)")
+                forced.append(f"shard(s) {gap} missing")
     docs = [s.results.to_dict() for s in shards]
     merged = dict(docs[0])
     merged["cases"] = {name: case for doc in docs for name, case in doc["cases"].items()}

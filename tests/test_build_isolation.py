@@ -384,3 +384,34 @@ def test_the_build_loses_the_runners_job_files(tmp_path) -> None:
     # later steps (the upload).
     assert isolation.scrubbed("GITHUB_ENV") and isolation.scrubbed("GITHUB_PATH")
     assert isolation.scrubbed("GITHUB_STEP_SUMMARY")
+
+
+def test_a_commit_without_the_bundled_engine_asks_for_a_build_command(repo) -> None:
+    _commit(repo, {"README": "my EP\n"}, "no engine here")
+    with pytest.raises(CommitError, match=r"has no bundled engine \(engine/build.py\) to "
+                                          r"build: pass --build COMMAND"):
+        build_commit(repo, "base", "HEAD", git(repo, "rev-parse", "HEAD"), None, out_dir=None)
+
+
+def test_a_build_finds_the_seeded_headers_as_ort_include_dir(repo, tmp_path,
+                                                            monkeypatch) -> None:
+    # A build cannot import the harness: the headers it seeded are handed over by path.
+    monkeypatch.delenv("ORT_INCLUDE_DIR", raising=False)
+    headers = tmp_path / "cache" / "ort-headers" / "pkg-1"
+    headers.mkdir(parents=True)
+    (headers / "onnxruntime_c_api.h").write_text("/* stand-in */\n")
+    script = ('set -e\ntest -f "$ORT_INCLUDE_DIR/onnxruntime_c_api.h"\n'
+              'cp /bin/true lib.so\nprintf "%s" "$ORT_INCLUDE_DIR" >> lib.so\necho lib.so\n')
+    _commit(repo, {"build.sh": script}, "a build that needs the headers")
+    side = build_commit(repo, "head", "HEAD", git(repo, "rev-parse", "HEAD"), "bash build.sh",
+                        out_dir=None)
+    seen = Path(side.library).read_bytes().split(Path("/bin/true").read_bytes(), 1)[1].decode()
+    assert seen.endswith("/cache/ort-headers/pkg-1") and not seen.startswith(str(tmp_path))
+
+
+def test_a_build_that_failed_saying_nothing_says_so(repo) -> None:
+    _commit(repo, {"build.sh": "exit 3\n"}, "a silent failure")
+    with pytest.raises(CommitError, match=r"status 3; last lines of its output:\n    "
+                                          r"\(the build printed nothing\)"):
+        build_commit(repo, "head", "HEAD", git(repo, "rev-parse", "HEAD"), "bash build.sh",
+                     out_dir=None)

@@ -86,4 +86,23 @@ def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> No
     forced = runner.invoke(cli, ["merge", *pair, "--force", "--out", str(tmp_path / "mixed")])
     assert forced.exit_code == 0, forced.output
     recorded = json.loads((tmp_path / "mixed" / "results.json").read_text())["merge_forced"]
-    assert recorded == [f"{pair[1]}: config seed {seed} vs 7"]
+    assert recorded == [f"{pair[1]}: config seed {seed} vs 7", "shard(s) 3/3 missing"]
+
+
+def test_merging_shards_with_one_missing_names_it(tmp_path) -> None:
+    from epbench.core.model import Results
+    from epbench.harness.merge import MergeError, Shard, merge_shards
+    from tests.support.synthetic import results_doc
+
+    def shard(k: int, case: str) -> Shard:
+        doc = results_doc({case: {"ort": 400.0, "engine": 150.0}}, rounds=4, seed=1)
+        doc["config"]["shard"] = f"{k}/3"
+        return Shard(f"s{k}.json", Results.from_dict(doc, source=f"s{k}.json"))
+
+    two = [shard(1, "relu_d1_w8"), shard(2, "relu_d10_w8")]
+    with pytest.raises(MergeError, match=r"shard\(s\) 3/3 of this grid are missing"):
+        merge_shards(two)
+    forced = merge_shards(two, force=True)
+    assert "shard(s) 3/3 missing" in forced["merge_forced"]
+    assert sorted(merge_shards([*two, shard(3, "add_d10_w8")])["cases"]) == [
+        "add_d10_w8", "relu_d10_w8", "relu_d1_w8"]

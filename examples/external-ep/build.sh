@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 include="${ORT_INCLUDE_DIR:-}"
 if [ -z "$include" ]; then
-  include="$("${PYTHON:-python3}" -m epbench.engine.build --headers-only 2>/dev/null | tail -n 1)"
+  include="$("${PYTHON:-python3}" -m epbench.engine.build --headers-only 2>/dev/null | tail -n 1 || true)"
 fi
 if [ ! -f "$include/onnxruntime_c_api.h" ]; then
   echo "build.sh: no onnxruntime_c_api.h in '${include}': set ORT_INCLUDE_DIR to ONNX Runtime's include folder" >&2
