@@ -23,7 +23,8 @@ from epbench.reports.verdicts import Judgement, Settings, Threshold, threshold_f
 WITHIN_ONLY_WARNING = (
     "no estimate of how much two runs differ beyond their processes (no calibration "
     "profile with separate-run A/A repeats, no arm measured in both runs): the intervals "
-    "cover within-run noise only, so a change below {cap:.0%} is ❔ whatever its interval; "
+    "cover within-run noise only, so a ⚠️, 🔴 or 🟢 whose interval does not clear {cap:.1%} "
+    "is ❔; "
     "run `epbench calibrate --repeats 2` or more on this host, or compare both commits in "
     "one run (`compare-commits`)")
 
@@ -145,17 +146,21 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     assert shift is not None
     moved = _speed_words(shift)
     allowance = defaults.SPEED_CHANGE_ALLOWANCE
-    c, lo, hi = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0
+    # The interval a flag is shown with (FCR-adjusted when selected) is the one that must
+    # clear the allowance, and it stays the one shown, at its level.
+    shown = j.shown or change
+    c, lo, hi = shown.ratio - 1.0, shown.lo - 1.0, shown.hi - 1.0
+    keep = {"shown": j.shown, "level": j.level}
     kept = (f"{j.reason}; {moved}, and the whole interval clears the threshold by more "
             f"than the {allowance:.0%} such a change was seen to move a case")
     if j.verdict in ("alert", "regression") and lo - allowance > th.t:
         if j.verdict == "alert" and c - allowance < th.alert:
             return Judgement("regression", f"{kept}; a regression, not an alert: the change "
                              f"less {allowance:.0%}, {c - allowance:.1%}, is below the alert "
-                             f"level {th.alert:.1%}", j.significant, j.q)
-        return Judgement(j.verdict, kept, j.significant, j.q)
+                             f"level {th.alert:.1%}", j.significant, j.q, **keep)
+        return Judgement(j.verdict, kept, j.significant, j.q, held_back=j.held_back, **keep)
     if j.verdict == "improvement" and hi + allowance < -th.t:
-        return Judgement(j.verdict, kept, j.significant, j.q)
+        return Judgement(j.verdict, kept, j.significant, j.q, **keep)
     if j.verdict == "inconclusive":
         reason = j.reason.removesuffix(MORE_ROUNDS)
         return Judgement(j.verdict, f"{reason}; also {moved}: {BACK_TO_BACK}, more rounds "

@@ -125,3 +125,23 @@ def test_bh_on_interval_nulls_holds_claims_of_at_least_t_across_a_grid():
         false_grids_zero_null += any(j.verdict in RANK for j in old)
     assert false_grids <= 0.05 * 150
     assert false_grids_zero_null >= 0.10 * 150  # the old rule, on the same grids
+
+
+def test_a_flag_across_a_speed_change_keeps_its_adjusted_interval() -> None:
+    # Found in review: the speed-change rule rebuilt the verdict without its FCR-adjusted
+    # interval, so the row showed the 95 % one under a reason citing the adjusted level.
+    from epbench.reports import compare as cmp_mod
+    from epbench.reports.comparison import Side
+    from tests.support.synthetic import as_results, results_doc
+
+    names = [f"relu_d{i + 1}_w8" for i in range(10)]
+    base = results_doc({n: {"ort": 1000.0, "ep": 800.0} for n in names}, seed=1, processes=3)
+    pr = results_doc({n: {"ort": 1100.0, "ep": 800.0 * (1.3 if i < 2 else 1.0) * 1.1}
+                      for i, n in enumerate(names)}, seed=2, processes=3)
+    result = cmp_mod.compare(Side("base", as_results(base), "ep"), Side("pr", as_results(pr), "ep"))
+    flagged = [r for r in result["cases"] if r["verdict"] in ("alert", "regression")]
+    assert flagged
+    for row in flagged:
+        assert row["ci_level"] > result["settings"]["confidence"]  # adjusted: wider
+        assert f"interval at {row['ci_level'] * 100:.2f}%" in row["reason"]
+        assert "the ORT control took" in row["reason"] or "clears the threshold" in row["reason"]
