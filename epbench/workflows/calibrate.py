@@ -39,7 +39,7 @@ def calibrate(
     rounds: int | None = None,  # default: the run's default round count
     seed: int = noise_defaults.SEED,
     position_test: bool = True,
-    run: Callable[[Any], dict[str, Any]] | None = None,
+    run: Callable[[run_config.RunConfig], dict[str, Any]] | None = None,
     runner_options: Mapping[str, Any] | None = None,
     on_repeat: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:

@@ -362,7 +362,7 @@ def rerun_ambiguous(
 
 def compare_commits(
     *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
-    config: RunConfig, settings: Any, profile_path: str | None, budget_s: float | None,
+    config: RunConfig, settings: cmp.Settings, profile_path: str | None, budget_s: float | None,
     on_status: Callable[[str], None] = lambda _: None,
     history_db: str | None = None, history_machine: str | None = None,
     history_arms: tuple[str, ...] = (),

@@ -111,7 +111,7 @@ def summarize(
     fixed_doc: Mapping[str, Any] | None,
     engine_ns: Mapping[str, float],
     *,
-    settings: Any,
+    settings: cmp.Settings,
     profile: Mapping[str, Any] | None,
     loads: Sequence[str],
     levels: Sequence[float] = LEVELS,
@@ -211,7 +211,7 @@ class _Seen:
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 profile: Mapping[str, Any] | None, names: Sequence[str],
-                engine_ns: Mapping[str, float], settings: Any,
+                engine_ns: Mapping[str, float], settings: cmp.Settings,
                 warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
     prefix = f"{path}, {load} load, {label} profile: "
@@ -222,7 +222,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
 
 
 def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
-                     names: Sequence[str], settings: Any, warnings: set[str], prefix: str,
+                     names: Sequence[str], settings: cmp.Settings, warnings: set[str], prefix: str,
                      levels: Sequence[float]) -> _Seen:
     """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
     into ``warnings`` but for the drift and speed ones, which `_note_speed_changes` sums."""

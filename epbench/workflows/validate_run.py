@@ -249,7 +249,7 @@ class Pilot:
         return {c.name: self.engine_ns[c.name] for c in self.specs}
 
 
-def run_pilot(plan: Plan, run: Callable[[Any], dict[str, Any]],
+def run_pilot(plan: Plan, run: Callable[[RunConfig], dict[str, Any]],
               on_status: Callable[[str], None], notes: list[str]) -> Pilot:
     """Measure each case's engine time per Run and size the arms from it; a case the engine
     did not run is left out with a note, and none run is an error."""
@@ -297,8 +297,8 @@ class Execution:
     """The runs of one validation after its pilot: each load's repeats, each run kept in
     ``runs_dir`` as it ends, counted in ``runs`` (the pilot is run 1)."""
 
-    def __init__(self, plan: Plan, pilot: Pilot, *, settings: Any,
-                 run: Callable[[Any], dict[str, Any]], clock: Callable[[], float],
+    def __init__(self, plan: Plan, pilot: Pilot, *, settings: cmp.Settings,
+                 run: Callable[[RunConfig], dict[str, Any]], clock: Callable[[], float],
                  on_status: Callable[[str], None],
                  load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]],
                  runs_dir: str | Path | None, notes: list[str]) -> None:
