@@ -24,6 +24,7 @@ from epbench.cases.built import load_built_case, save_built_case
 from epbench.cases.grids import case_by_name
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import ArmError, CaseError, EpbenchError, scratch_remedy
+from epbench.core.model import Results
 from epbench.core.results import (
     SCHEMA,
     JsonlWriter,
@@ -143,13 +144,13 @@ class _NoProgress:
         pass
 
 
-def run(config: RunConfig) -> dict[str, Any]:
-    """Run every case of ``config``; return the results document.
+def run(config: RunConfig) -> Results:
+    """Run every case of ``config``; return the run as `Results`.
 
     With ``out_dir``, results.jsonl gets a line per process as it ends (and an
     ``end`` line when the run finishes), and results.json is rewritten
     atomically after each, marked ``interrupted`` until the run is whole.
-    Ctrl-C stops at once, keeps what was measured, and returns a document
+    Ctrl-C stops at once, keeps what was measured, and returns results
     marked ``interrupted``. Arms are checked before anything is written.
     """
     if config.instructions is not None:
@@ -242,7 +243,7 @@ def _worker_config(config: RunConfig, doc: dict[str, Any],
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
-              cases_dir: Path) -> dict[str, Any]:
+              cases_dir: Path) -> Results:
     # A refused --out is said before the cases are built; the cases are built, saved and
     # hashed before the folder is touched, so a case that cannot be leaves an earlier
     # run's results as they were.
@@ -312,7 +313,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 if samples_out is not None:
                     _write_samples(samples_out, spec.name, process, record["rounds"])
                 record["definition_sha256"] = case["definition_sha256"]
-                waits.record(record["rounds"])
+                waits.record([r["gate"] for r in record["rounds"]])
                 merge_process(case, process, record, per_process, gate_budget_s)
                 progress.process_done(spec.name, process, case,
                                       per_process - len(record["rounds"]))
@@ -352,7 +353,9 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
         jsonl.close()
     if out is not None:
         write_results(out / "results.json", doc)
-    return doc
+    # Typed once, from what results.json holds: a key a writer lost fails here, naming it.
+    return Results.from_dict(doc, source=str(out / "results.json") if out is not None
+                             else "the run")
 
 
 def _waiting_change(budget_s: float, futile_in_a_row: int) -> str:
@@ -363,14 +366,14 @@ def _waiting_change(budget_s: float, futile_in_a_row: int) -> str:
     return "idle gate: a look passed; rounds wait for a quiet moment again"
 
 
-def futile_rounds_at_end(doc: dict[str, Any], before: int = 0) -> int:
+def futile_rounds_at_end(results: Results, before: int = 0) -> int:
     """Rounds in a row with no passing gate look at the end of a run (in run order:
     process p of every case before process p + 1), counted on from ``before``: what
     ``RunConfig.futile_rounds_before`` of a run that continues this one gets."""
     waits = RunWaitBudget(0.0, "wait", before)  # only its count is used
-    for process in range(doc["config"]["processes"]):
-        for case in doc["cases"].values():
-            waits.record([r for r in case["rounds"] if r.get("process") == process])
+    for process in range(results.config.processes):
+        for case in results.cases.values():
+            waits.record([r.gate for r in case.rounds if r.process == process])
     return waits.futile_in_a_row
 
 

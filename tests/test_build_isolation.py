@@ -303,7 +303,7 @@ def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
         return synthetic.results_doc(
             {"relu_d10_w8": {"ort": 400.0, "base": 150.0, "head": 150.0}}, rounds=8, seed=3)
 
-    monkeypatch.setattr(cc, "run", hostile_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(hostile_run))
     out = tmp_path / "out"
     out.mkdir()
     config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=8,

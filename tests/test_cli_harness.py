@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
 
@@ -348,14 +347,20 @@ def test_a_piped_stderr_gets_one_progress_line_per_process(tmp_path) -> None:
 
 
 def test_a_damaged_run_document_is_named_by_its_file_not_its_directory(tmp_path, monkeypatch):
-    """The report reads the document the runner wrote to results.json: a key it lacks is
+    """The runner types the document it wrote to results.json: a key a writer lost is
     reported against that file (a directory is not something to open and look at)."""
-    doc = json.loads((Path(__file__).parent / "fixtures" / "results" / "run_v2.json")
-                     .read_text())
-    del doc["cases"]["relu_d1_w8"]["status"]
-    monkeypatch.setattr(run_commands, "run_grid", lambda config: doc)
+    from epbench.harness import runner
+
+    merge = runner.merge_process
+
+    def losing_the_status(case, *args, **kwargs):
+        merge(case, *args, **kwargs)
+        del case["status"]
+
+    monkeypatch.setattr(runner, "merge_process", losing_the_status)
     out = tmp_path / "out"
-    one_error_line(invoke("run", "--case", "relu_d1_w8", "--out", str(out), *FAST),
+    one_error_line(invoke("run", "--case", "relu_d1_w8", "--processes", "1", "--out", str(out),
+                          *FAST),
                    f"{out / 'results.json'}: cases.relu_d1_w8.status: missing;")
 
 

@@ -14,11 +14,13 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.model import Results
 from epbench.reports import findings, html, render
 from epbench.reports.bot.artifact import comparison_schema
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate
 from epbench.workflows.compare_commits import merge_rounds
 from tests.support.gitrepo import git, init_repo
+from tests.support.synthetic import results_doc, typed_runner
 
 ROOT = Path(__file__).parent.parent
 # The slowdown the second commit adds to every Run, and the extra ORT calls.
@@ -125,13 +127,23 @@ def test_an_unknown_revision_is_one_clear_line(engine_repo, tmp_path) -> None:
 
 
 def test_reruns_append_rounds_with_fresh_indices() -> None:
-    doc = {"cases": {"a": {"rounds": [{"index": 0}, {"index": 1}]}, "b": {"rounds": []}}}
-    extra = {"cases": {"a": {"status": "ok", "rounds": [{"index": 0}, {"index": 1}]},
-                       "b": {"status": "crashed", "error": "boom", "rounds": [{"index": 0}]}}}
-    assert merge_rounds(doc, extra) == {"a": 2}
-    assert [r["index"] for r in doc["cases"]["a"]["rounds"]] == [0, 1, 2, 3]
-    assert doc["cases"]["a"]["reruns"] == 1
-    assert doc["cases"]["b"]["rounds"] == [] and doc["cases"]["b"]["rerun_errors"] == ["boom"]
+    truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
+    first = Results.from_dict(results_doc({"a": truth, "b": truth}, rounds=2, processes=2))
+    extra = Results.from_dict(results_doc({"a": truth, "b": truth}, rounds=2, seed=1,
+                                          status={"b": "crashed"}))
+    merged, added = merge_rounds(first, extra)
+    assert added == {"a": 2}
+    a, b = merged.cases["a"], merged.cases["b"]
+    assert [(r.index, r.process) for r in a.rounds] == [(0, 0), (1, 1), (2, 2), (3, 2)]
+    assert [p.index for p in a.processes] == [0, 1, 2]
+    assert a.reruns == 1 and a.rerun_errors == []
+    assert b.rounds == first.cases["b"].rounds and b.rerun_errors == ["crashed: synthetic"]
+    # The merged run is a document again, key for key, and the first pass is unchanged.
+    doc = merged.to_dict()
+    assert doc["cases"]["a"]["reruns"] == 1 and "reruns" not in doc["cases"]["b"]
+    assert doc["cases"]["b"]["rerun_errors"] == ["crashed: synthetic"]
+    assert Results.from_dict(doc).to_dict() == doc
+    assert len(first.cases["a"].rounds) == 2 and first.cases["a"].reruns == 0
 
 
 def _fake_commits(monkeypatch, fake_run) -> None:
@@ -139,7 +151,7 @@ def _fake_commits(monkeypatch, fake_run) -> None:
     from epbench.workflows import compare_commits as cc
     from tests.support.fakebuild import fake_build_commit
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
@@ -183,7 +195,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert instructions == ["valgrind", None]
     assert result.reruns == dict.fromkeys(rerun, 6)
     for name in rerun:
-        assert len(result.doc["cases"][name]["rounds"]) == 12
+        assert len(result.results.cases[name].rounds) == 12
         assert result.comparison["reruns"][name] == {"reruns": 1, "rounds": 12}
     assert not any(r["verdict"] == "inconclusive" for r in result.comparison["cases"])
 
@@ -264,7 +276,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         doc["interrupted"] = True
         return doc
 
-    monkeypatch.setattr(cc, "run", interrupted_run)
+    monkeypatch.setattr(cc, "run", typed_runner(interrupted_run))
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert calls == [list(names)] and budget_warnings(result) == []
 
@@ -275,7 +287,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                             for c in config.cases}, rounds=config.rounds, seed=1, noise=quiet,
                            processes=config.processes)
 
-    monkeypatch.setattr(cc, "run", settled_run)
+    monkeypatch.setattr(cc, "run", typed_runner(settled_run))
     result = with_clock([0, 0, 20, 20] + [20] * 100, budget_s=None)
     assert calls == [list(names)] and not ambiguous_cases(result.comparison)
     assert budget_warnings(result) == []
@@ -553,7 +565,7 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
                                  budget_s=35)
     assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8"], ["relu_d10_w8"],
                      ["relu_d1_w8"]]
-    cases = result.doc["cases"]
+    cases = result.results.to_dict()["cases"]
     assert len(cases["relu_d1_w8"]["rerun_errors"]) == 2 and "reruns" not in cases["relu_d1_w8"]
     assert cases["relu_d10_w8"]["reruns"] == 1
     assert all(held_back_by_gate(row) for row in result.comparison["cases"])

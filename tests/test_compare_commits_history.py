@@ -231,7 +231,7 @@ def _compare(history, tmp_path, monkeypatch, base: int,
             {c.name: {"ort": 1000.0, "base": 1000.0, "head": 1300.0} for c in config.cases},
             rounds=config.rounds, seed=3, noise=QUIET, host_key=HOST)
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     out = tmp_path / "out"
     out.mkdir()
@@ -322,7 +322,7 @@ def _stub_run(monkeypatch, during_run=lambda: None) -> list[str]:
         built.append(label)
         return fake_side(label, rev, sha)
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build)
     return built
 

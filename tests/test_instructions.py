@@ -86,7 +86,7 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     )
     counts = []
     for _ in range(2):
-        doc = run(config)
+        doc = run(config).to_dict()
         # Both cases counted in one pass, each under its own label: ten nodes cost the
         # engine more instructions per Run than one.
         deep = doc["cases"]["relu_d10_w8"]

@@ -167,14 +167,12 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         progress=progress_for(quiet), grids=tuple(grids), shard=shard,
     )
     try:
-        doc = run_grid(config)
+        results = run_grid(config)
     except KeyboardInterrupt:
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    # The document is results.json's (the runner wrote it there): errors name that file.
-    results = Results.from_dict(doc, source=str(Path(out) / "results.json"))
     click.echo(write_run_report(results, Path(out)))
-    code, message = exit_code_for(run=doc)
+    code, message = exit_code_for(run=results)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)
     click.get_current_context().exit(code)
@@ -447,6 +445,6 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                f"{out}/report.html", err=True)
 
     code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
-    if result.doc["interrupted"]:
+    if result.results.interrupted:
         code = EXIT_INTERRUPTED
     click.get_current_context().exit(code)

@@ -114,7 +114,7 @@ class CommitsResult:
 
     base: BuiltSide
     head: BuiltSide
-    doc: dict[str, Any]
+    results: Results  # the first pass with the re-runs' rounds added
     comparison: dict[str, Any]
     reruns: dict[str, int]
     notes: list[str] = field(default_factory=list)
@@ -153,49 +153,52 @@ def model_definitions(config: RunConfig) -> dict[str, str]:
     return {spec.name: spec.definition_sha256 for spec in config.cases if spec.kind == "model"}
 
 
-def pin_models(runner: Callable[[RunConfig], dict[str, Any]],
-               pinned: Mapping[str, str]) -> Callable[[RunConfig], dict[str, Any]]:
+def pin_models(runner: Callable[[RunConfig], Results],
+               pinned: Mapping[str, str]) -> Callable[[RunConfig], Results]:
     """``runner``, refusing a pass whose user-model cases ran another definition than the
     one hashed before the builds (``pinned``): both sides, and every pass, must measure
     the file as it was when the command began."""
-    def pinned_run(config: RunConfig) -> dict[str, Any]:
-        doc = runner(config)
+    def pinned_run(config: RunConfig) -> Results:
+        results = runner(config)
         for name, digest in pinned.items():
-            ran = (doc["cases"].get(name) or {}).get("definition_sha256")
+            case = results.cases.get(name)
+            ran = case.definition_sha256 if case is not None else None
             if ran is not None and ran != digest:
                 path = next(c.path for c in config.cases if c.name == name)
                 raise CaseError(f"{name}: the model {path} changed while compare-commits ran "
                                 f"(sha256 {digest[:12]} when it began, {ran[:12]} measured); "
                                 "keep the file unchanged during the run and rerun")
-        return doc
+        return results
 
     return pinned_run
 
 
-def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
-    """Append the rounds of re-run cases (``extra``) to ``doc``; return rounds added per case.
+def merge_rounds(results: Results, extra: Results) -> tuple[Results, dict[str, int]]:
+    """``results`` with the rounds of re-run cases (``extra``) appended, and the rounds
+    added per case.
 
     Rounds are the unit of replication, each with its own in-run control, so
     rounds from a later worker are as valid as the first pass's. A re-run that
     did not finish adds nothing and leaves its error on record.
     """
     added = {}
-    for name, case in extra["cases"].items():
-        target = doc["cases"][name]
-        if case["status"] != "ok":
-            target.setdefault("rerun_errors", []).append(case["error"])
+    cases = dict(results.cases)
+    for name, case in extra.cases.items():
+        target = cases[name]
+        if not case.ok:
+            cases[name] = target.replaced(rerun_errors=[*target.rerun_errors, case.error])
             continue
         # The re-run's processes are new processes of the case: numbered after the others.
-        first = 1 + max((p["index"] for p in target.get("processes", [])), default=-1)
-        start = len(target["rounds"])
-        for offset, rnd in enumerate(case["rounds"]):
-            target["rounds"].append({**rnd, "index": start + offset,
-                                     "process": first + rnd.get("process", 0)})
-        target.setdefault("processes", []).extend(
-            {**p, "index": first + p["index"]} for p in case.get("processes", []))
-        target["reruns"] = target.get("reruns", 0) + 1
-        added[name] = len(case["rounds"])
-    return added
+        first = 1 + max((p.index for p in target.processes), default=-1)
+        start = len(target.rounds)
+        rounds = [rnd.replaced(index=start + offset, process=first + rnd.process)
+                  for offset, rnd in enumerate(case.rounds)]
+        processes = [p.replaced(index=first + p.index) for p in case.processes]
+        cases[name] = target.replaced(rounds=[*target.rounds, *rounds],
+                                      processes=[*target.processes, *processes],
+                                      reruns=target.reruns + 1)
+        added[name] = len(case.rounds)
+    return results.replaced(cases=cases), added
 
 
 def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
@@ -300,17 +303,18 @@ def default_instructions() -> tuple[str | None, str]:
 
 
 def rerun_ambiguous(
-    doc: dict[str, Any], config: RunConfig, judge: Callable[[], dict[str, Any]], *,
+    results: Results, config: RunConfig, judge: Callable[[Results], dict[str, Any]], *,
     budget_s: float | None, started_at: float, first_pass_s: float,
-    runner: Callable[[RunConfig], dict[str, Any]] | None = None,
+    runner: Callable[[RunConfig], Results] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """Re-run ``doc``'s ambiguous cases (`rerun_order`) within budget, merging their rounds
-    into ``doc``; return the last comparison, with the left-over warnings, and the rounds
-    added per case.
+) -> tuple[Results, dict[str, Any], dict[str, int]]:
+    """Re-run the ambiguous cases of ``results`` (`rerun_order`) within budget; return
+    ``results`` with their rounds merged in, the last comparison, with the left-over
+    warnings, and the rounds added per case.
 
-    ``config`` is the first pass's (arms included); ``judge`` compares ``doc`` as it stands;
+    ``config`` is the first pass's (arms included); ``judge`` compares the results as
+    they stand;
     ``first_pass_s`` is what the first pass took, from which a case's re-run is estimated.
     With no ``budget_s``, re-runs end by `rerun_deadline` counted from ``started_at``
     (``clock``'s time when the command began). ``runner`` and ``clock`` are
@@ -319,20 +323,20 @@ def rerun_ambiguous(
     """
     runner = runner or run
     clock = clock or time.monotonic
-    seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
-    comparison = judge()
+    seconds_per_case = first_pass_s / max(1, len(results.cases))
+    comparison = judge(results)
     reruns: dict[str, int] = {}
     budget_start = clock()
     defaulted = budget_s is None
     if budget_s is None:
         # Spending at most this from now on ends the re-runs by the deadline.
-        budget_s = rerun_deadline(started_at, len(doc["cases"])) - budget_start
+        budget_s = rerun_deadline(started_at, len(results.cases)) - budget_start
     attempt = 0
     attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
     # A re-run goes on from the gate's count of the run before it: a load that the first
     # pass found sustained is not waited out again by every re-run's first processes.
-    futile_rounds = futile_rounds_at_end(doc)
-    while not doc["interrupted"]:
+    futile_rounds = futile_rounds_at_end(results)
+    while not results.interrupted:
         left = budget_s - (clock() - budget_start)
         pending = rerun_order(comparison, attempts)[:cases_that_fit(left, seconds_per_case)]
         if not pending:
@@ -350,14 +354,15 @@ def rerun_ambiguous(
             futile_rounds_before=futile_rounds,
         ))
         futile_rounds = futile_rounds_at_end(extra, futile_rounds)
-        for name, count in merge_rounds(doc, extra).items():
+        results, added = merge_rounds(results, extra)
+        for name, count in added.items():
             reruns[name] = reruns.get(name, 0) + count
-        doc["interrupted"] = bool(extra["interrupted"])
-        comparison = judge()
+        results = results.replaced(interrupted=extra.interrupted)
+        comparison = judge(results)
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
     comparison["warnings"].extend(left_over_warnings(
-        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))
-    return comparison, reruns
+        comparison, seconds_per_case, budget_ran_out=defaulted and not results.interrupted))
+    return results, comparison, reruns
 
 
 def compare_commits(
@@ -417,17 +422,15 @@ def compare_commits(
         arms = tuple(side_arm(staged[label], build is None, ep_options) for label in staged)
         started = time.monotonic()
         code_before = code_snapshot()
-        doc = measure(replace(config, arms=arms))
+        first = measure(replace(config, arms=arms))
         # What the first pass cost: re-runs are planned from it so they fit the budget.
         first_pass_s = time.monotonic() - started
-        # The host is the first pass's (re-runs only add rounds): read once, through the model.
-        host_key = Results.from_dict(doc, source="the run").host.key
+        # The host is the first pass's (re-runs only add rounds).
+        host_key = first.host.key
         profile = cmp.load_profile_for(host_key, profile_path)
 
-        def judge() -> dict[str, Any]:
-            # The run's document grows with every re-run (merge_rounds): read it afresh, once
-            # for both sides, so they are one run.
-            results = Results.from_dict(doc, source="the run")
+        def judge(results: Results) -> dict[str, Any]:
+            # One Results for both sides, so they are one run.
             comparison = cmp.compare(
                 Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
@@ -439,8 +442,8 @@ def compare_commits(
             }
             return comparison
 
-        comparison, reruns = rerun_ambiguous(
-            doc, replace(config, arms=arms), judge, budget_s=budget_s,
+        results, comparison, reruns = rerun_ambiguous(
+            first, replace(config, arms=arms), judge, budget_s=budget_s,
             started_at=started_at, first_pass_s=first_pass_s, runner=measure,
             on_status=on_status)
         changed = HarnessGuard.changes(code_before, code_snapshot())
@@ -448,7 +451,7 @@ def compare_commits(
             # The measurements stay on disk for a look; no verdict is written from code
             # that the libraries measured (or what they left running) may have rewritten.
             if config.out_dir is not None:
-                write_results(Path(config.out_dir) / "results.json", doc)
+                write_results(Path(config.out_dir) / "results.json", results.to_dict())
             raise BuildIsolationError(
                 f"epbench's own code changed while the libraries ran ({len(changed)} file(s), "
                 f"e.g. {changed[0]}): refusing to judge; results.json is kept, reinstall "
@@ -459,7 +462,7 @@ def compare_commits(
             try:
                 with HistoryStore.open_for_reading(history_db) as store:
                     comparison["base_history"] = base_report(
-                        store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
+                        store, shas[BASE_ARM], cases=list(results.cases), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
             except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
@@ -469,11 +472,12 @@ def compare_commits(
                 notes.append(f"the base commit was not checked against the history: {exc}")
         if config.out_dir is not None:
             out = Path(config.out_dir)
-            write_results(out / "results.json", doc)
+            write_results(out / "results.json", results.to_dict())
             atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
             atomic_write_text(out / "report.md", render.render_markdown(comparison))
             atomic_write_text(out / "report.html",
-                              html.render_html(doc=Results.from_dict(doc, source="the run"),
-                                               comparison=comparison, source=str(out)))
-        return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
+                              html.render_html(doc=results, comparison=comparison,
+                                               source=str(out)))
+        return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], results, comparison, reruns,
+                             notes)
 

@@ -63,6 +63,11 @@ from epbench.workflows.validate_report import document
 from epbench.workflows.validate_run import Execution, run_pilot
 
 
+def _run_document(config: RunConfig) -> dict[str, Any]:
+    """The runner, its results as the document validate keeps and merges per repeat."""
+    return real_run(config).to_dict()
+
+
 def validate(
     plan: Plan,
     *,
@@ -90,7 +95,7 @@ def validate(
     """
 
     if run is None:
-        run = real_run
+        run = _run_document
     settings = settings or cmp.Settings()
     start = clock()
     notes: list[str] = []

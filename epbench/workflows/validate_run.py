@@ -332,25 +332,25 @@ class Execution:
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
 
-        def judge() -> dict[str, Any]:
-            results = Results.from_dict(doc, source="a compare-commits run")
+        def judge(results: Results) -> dict[str, Any]:
             return cmp.compare(cmp.Side("base", results, base_arm),
                                cmp.Side("pr", results, head_arm), settings=self.settings)
 
         done = 0
 
-        def rerun(rerun_config: RunConfig) -> dict[str, Any]:
+        def rerun(rerun_config: RunConfig) -> Results:
             nonlocal done
             self.runs += 1
             done += 1
             extra = self.run(rerun_config)
             self.keep(extra, self.runs, load, f"{label}-rerun{done}")
-            return extra
+            return Results.from_dict(extra, source="a compare-commits re-run")
 
-        rerun_ambiguous(doc, config, judge, budget_s=None, started_at=began,
-                        first_pass_s=self.clock() - began,
-                        runner=rerun, clock=self.clock, on_status=self.on_status)
-        return doc
+        merged, _, _ = rerun_ambiguous(
+            Results.from_dict(doc, source="a compare-commits run"), config, judge,
+            budget_s=None, started_at=began, first_pass_s=self.clock() - began,
+            runner=rerun, clock=self.clock, on_status=self.on_status)
+        return merged.to_dict()
 
     def measure(self, config: RunConfig, load: str, seed: int, label: str,
                 whole_command: bool = False) -> dict[str, Any]:
