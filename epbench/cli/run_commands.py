@@ -40,7 +40,6 @@ from epbench.cli.options import (
 from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
-from epbench.core.model import Results
 from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results, prepare_out_dir, write_results
 from epbench.harness.arms import parse_arm
@@ -274,13 +273,13 @@ def merge(results: tuple[str, ...], force: bool, out: str, overwrite: bool) -> N
     compare, report, history add and export read the merged file like any other.
     """
     shards = [Shard(source=path, results=load_results(path)) for path in results]
-    doc = merge_shards(shards, force=force)
+    merged = merge_shards(shards, force=force)
     prepare_out_dir(Path(out), overwrite=overwrite)
-    write_results(Path(out) / "results.json", doc)
-    merged = Results.from_dict(doc, source=str(Path(out) / "results.json"))
+    write_results(Path(out) / "results.json", merged.to_dict())
     click.echo(write_run_report(merged, Path(out)))
-    if "merge_forced" in doc:
-        click.echo(f"note: merged with --force: {'; '.join(doc['merge_forced'])}", err=True)
+    if "merge_forced" in merged.extra:
+        click.echo(f"note: merged with --force: {'; '.join(merged.extra['merge_forced'])}",
+                   err=True)
 
 
 @click.command(cls=Command)
