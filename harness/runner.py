@@ -311,18 +311,19 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 except ProcessInterrupted as stop:
                     record, stopped = stop.partial, True
                 if samples_out is not None:
-                    _write_samples(samples_out, spec.name, process, record["rounds"])
-                record["definition_sha256"] = case["definition_sha256"]
-                waits.record([r["gate"] for r in record["rounds"]])
-                merge_process(case, process, record, per_process, gate_budget_s)
+                    _write_samples(samples_out, spec.name, process, record.rounds)
+                record.definition_sha256 = case["definition_sha256"]
+                waits.record([r["gate"] for r in record.rounds])
+                line = record.to_dict()  # the stream's line and the case's share its rounds
+                merge_process(case, process, line, per_process, gate_budget_s)
                 progress.process_done(spec.name, process, case,
-                                      per_process - len(record["rounds"]))
+                                      per_process - len(record.rounds))
                 if doc["overhead"] is None:
                     doc["overhead"] = case["overhead"]
                 if jsonl is not None:
                     jsonl.write({"type": "process", "name": spec.name, "process": process,
                                  "planned": per_process, "gate_budget_s": gate_budget_s,
-                                 "result": record})
+                                 "result": line})
                 if stopped:
                     break
                 if out is not None:

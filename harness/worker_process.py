@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -157,74 +157,90 @@ def empty_case(spec: CaseSpec) -> dict[str, Any]:
             "rounds": [], "processes": []}
 
 
+@dataclass
+class ProcessRecord:
+    """What one worker process of a case measured, crash or not, filled in as its events
+    arrive (so not frozen). Its fields are the case record's; `to_dict` is the record a
+    results.jsonl `process` line carries and `merge_process` adds to the case."""
+
+    spec: dict[str, Any]
+    status: str = "ok"
+    error: str | None = None
+    error_kind: str | None = None
+    signal: int | None = None
+    core: int | None = None
+    overhead: dict[str, Any] | None = None
+    arms: dict[str, Any] = field(default_factory=dict)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # the worker's, as sent
+    definition_sha256: str | None = None
+
+    def ended(self, status: str, kind: str, error: str) -> None:
+        """Mark the process ended otherwise than by finishing (failed, crashed, ...)."""
+        self.status, self.error_kind, self.error = status, kind, error
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: that deep-copies every round; the rounds stay shared.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 class ProcessInterrupted(Exception):
     """A Ctrl-C stopped a case's process; ``partial`` is what it measured before."""
 
-    def __init__(self, partial: dict[str, Any]) -> None:
+    def __init__(self, partial: ProcessRecord) -> None:
         super().__init__("interrupted")
         self.partial = partial
 
 
 def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
                 orders: list[list[str]], worker_config: dict[str, Any],
-                built: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
+                built: dict[str, Any], on_event: OnEvent | None = None) -> ProcessRecord:
     """Run one process of a case in a worker; return what it measured, crash or not.
 
     ``built`` is where the case was saved (cases.built): the worker reads it, and also
     ``overhead_case`` from ``worker_config`` when it measures the harness's overhead.
-
-    The record has the case record's fields (status, error, core, arms, rounds, ...);
-    ``merge_process`` adds it to the case.
     """
-    result = empty_case(spec)
-    del result["processes"]
+    result = ProcessRecord(spec=spec.to_dict())
 
     def collect(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "pinned":
-            result["core"] = event["core"]
+            result.core = event["core"]
         elif kind == "overhead":
-            result["overhead"] = event["overhead"]
+            result.overhead = event["overhead"]
         elif kind in ("verified", "sized"):
-            result["arms"] = event["arms"]
+            result.arms = event["arms"]
         elif kind == "round":
-            result["rounds"].append(event["round"])
+            result.rounds.append(event["round"])
         elif kind == "error":
-            result["status"] = "failed"
-            result["error"] = event["message"]
-            result["error_kind"] = event.get("kind", "internal")
+            result.ended("failed", event.get("kind", "internal"), event["message"])
         if on_event is not None:
             on_event(event)
 
     request = {"mode": "case", "case": spec.to_dict(), "built": built, "orders": orders,
                "config": worker_config,
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
+    silence_timeout_s = worker_config["silence_timeout_s"]
     try:
-        outcome = run_worker(request, collect, worker_config["silence_timeout_s"])
+        outcome = run_worker(request, collect, silence_timeout_s)
     except KeyboardInterrupt:
-        result["status"] = "interrupted"
-        result["error_kind"] = "interrupted"
-        result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
+        result.ended("interrupted", "interrupted",
+                     "interrupted by Ctrl-C; rounds measured before it are kept")
         raise ProcessInterrupted(result) from None
     done = any(e.get("event") == "done" for e in outcome.events)
     tail = outcome.stderr_tail.strip()[-300:]
-    measured = f"after {len(result['rounds'])} round(s)"
+    measured = f"after {len(result.rounds)} round(s)"
     if outcome.timed_out:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker stopped: nothing reported for "
-                           f"{worker_config['silence_timeout_s']:g} s {measured} (a hung EP?); "
-                           "raise --case-timeout if a step is legitimately that slow")
+        result.ended("crashed", "crash",
+                     f"worker stopped: nothing reported for {silence_timeout_s:g} s "
+                     f"{measured} (a hung EP?); raise --case-timeout if a step is "
+                     "legitimately that slow")
     elif outcome.returncode < 0:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["signal"] = -outcome.returncode
-        result["error"] = f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}"
-    elif not done and result["status"] == "ok":
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
-                           f"before finishing: {tail}")
+        result.signal = -outcome.returncode
+        result.ended("crashed", "crash",
+                     f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}")
+    elif not done and result.status == "ok":
+        result.ended("crashed", "crash", f"worker exited with status {outcome.returncode} "
+                                         f"{measured} before finishing: {tail}")
     return result
 
 
