@@ -8,7 +8,7 @@ the CLI's defaults too.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -91,9 +91,34 @@ class RunConfig:
                                "--case-timeout must be positive")
 
 
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the runner tells each worker process of a run; the request on the pipe
+    carries it as `to_dict` (the worker reads that JSON)."""
+
+    threads: int
+    allow_fallback: bool
+    warmup_ms: float
+    block_target_ms: float
+    block_slices: int
+    max_block_iters: int
+    silence_timeout_s: float
+    instructions: str | None
+    sessions: int
+    keep_samples: bool
+    gate: dict[str, Any]  # the results file's config.gate, budget_s this process's
+    overhead_case: dict[str, Any]  # where the overhead's one-node case was saved
+    measure_overhead: bool = False
+    process: int = 0
+    layout_seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 def defaults() -> dict[str, Any]:
     """RunConfig's defaults by field name (the CLI shows and uses these)."""
-    from dataclasses import MISSING, fields
+    from dataclasses import MISSING
 
     return {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 

@@ -16,6 +16,7 @@ import gzip
 import random
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ from epbench.harness.overhead import OVERHEAD_CASE
 from epbench.harness.run_config import (
     Progress,
     RunConfig,
+    WorkerConfig,
     counterbalanced_order,
     fixed_order,
     rounds_per_process,
@@ -91,6 +93,16 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
     return records
 
 
+def _gate_record(config: RunConfig) -> dict[str, Any]:
+    """The idle gate's settings as the results file's config records them."""
+    return {"policy": config.gate_policy, "threshold": config.gate_threshold,
+            "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
+            # Per process: a case's processes share one case's budget.
+            "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
+            # ...and 0 once this many rounds in a row had no passing look.
+            "stops_waiting_after_rounds": FUTILE_ROUNDS_BEFORE_NO_WAIT}
+
+
 def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
     return {
         "rounds": per_process * config.processes, "rounds_requested": config.rounds,
@@ -99,12 +111,7 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
         "block_target_ms": config.block_target_ms, "block_slices": config.block_slices,
         "max_block_iters": config.max_block_iters,
         "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
-        "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
-                 "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
-                 # Per process: a case's processes share one case's budget.
-                 "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
-                 # ...and 0 once this many rounds in a row had no passing look.
-                 "stops_waiting_after_rounds": FUTILE_ROUNDS_BEFORE_NO_WAIT},
+        "gate": _gate_record(config),
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
@@ -229,16 +236,15 @@ def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, s
     }
 
 
-def _worker_config(config: RunConfig, doc: dict[str, Any],
-                   overhead_case: dict[str, Any]) -> dict[str, Any]:
+def _worker_config(config: RunConfig, overhead_case: dict[str, Any]) -> WorkerConfig:
     """What every worker of the run is told, before its process's own fields."""
-    return {"threads": config.threads, "allow_fallback": config.allow_fallback,
-            "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
-            "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
-            "silence_timeout_s": config.silence_timeout_s,
-            "instructions": config.instructions, "sessions": config.sessions,
-            "keep_samples": config.keep_samples,
-            "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+    return WorkerConfig(
+        threads=config.threads, allow_fallback=config.allow_fallback,
+        warmup_ms=config.warmup_ms, block_target_ms=config.block_target_ms,
+        block_slices=config.block_slices, max_block_iters=config.max_block_iters,
+        silence_timeout_s=config.silence_timeout_s, instructions=config.instructions,
+        sessions=config.sessions, keep_samples=config.keep_samples,
+        gate=_gate_record(config), overhead_case=overhead_case)
 
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
@@ -260,7 +266,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     per_process = (config.rounds if config.fixed_order
                    else rounds_per_process(config.rounds, len(keys), config.processes))
     doc = _new_document(config, arms, libraries, probed, twin, per_process)
-    worker_config = _worker_config(config, doc, overhead_case)
+    worker_config = _worker_config(config, overhead_case)
     jsonl = samples_out = samples_file = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
@@ -281,7 +287,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False
-    share_s = doc["config"]["gate"]["budget_s"]
+    share_s = worker_config.gate["budget_s"]
     waits = RunWaitBudget(share_s, config.gate_policy, config.futile_rounds_before)
     says_waiting_changes = config.gate_max_wait_s > 0  # with no wait, nothing changes
     last_budget_s = share_s
@@ -299,11 +305,10 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 if says_waiting_changes and gate_budget_s != last_budget_s:
                     progress.status(_waiting_change(gate_budget_s, waits.futile_in_a_row))
                 last_budget_s = gate_budget_s
-                process_config = {**worker_config, "measure_overhead": process == 0,
-                                  "process": process,
-                                  "layout_seed": rng.getrandbits(32),
-                                  "gate": {**worker_config["gate"],
-                                           "budget_s": gate_budget_s}}
+                process_config = replace(
+                    worker_config, measure_overhead=process == 0, process=process,
+                    layout_seed=rng.getrandbits(32),
+                    gate={**worker_config.gate, "budget_s": gate_budget_s})
                 try:
                     record = run_process(
                         spec, arms, libraries, orders, process_config, saved[spec.name],
@@ -335,8 +340,8 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             if counted:
                 progress.status(f"counting instructions ({config.instructions}) of "
                                 f"{len(counted)} case(s) in one untimed pass")
-                _count_instructions(counted, arms, libraries, worker_config, doc["cases"],
-                                    saved, progress, jsonl)
+                _count_instructions(config.instructions, counted, arms, libraries,
+                                    worker_config, doc["cases"], saved, progress, jsonl)
     except KeyboardInterrupt:
         # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
@@ -388,8 +393,8 @@ def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any
     out.flush()
 
 
-def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
-                        libraries: dict[str, str | None], worker_config: dict[str, Any],
+def _count_instructions(method: str, specs: list[CaseSpec], arms: list[ArmSpec],
+                        libraries: dict[str, str | None], worker_config: WorkerConfig,
                         cases: dict[str, dict[str, Any]], saved: dict[str, dict[str, Any]],
                         progress: Progress, jsonl: JsonlWriter | None) -> None:
     done: list[str] = []
@@ -409,6 +414,8 @@ def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
     request = {"mode": "instructions", "cases": [s.to_dict() for s in specs], "orders": [],
                "built": {s.name: saved[s.name] for s in specs},
                # One fixed load order: instruction counts are compared exactly.
-               "config": {**worker_config, "sessions": 1, "layout_seed": 0},
+               "config": replace(worker_config, sessions=1, layout_seed=0).to_dict(),
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    count_instructions(request, worker_config, {s.name: cases[s.name] for s in specs}, counted)
+    count_instructions(request, {s.name: cases[s.name] for s in specs}, counted,
+                       method=method,
+                       silence_timeout_s=worker_config.silence_timeout_s)

@@ -24,6 +24,7 @@ from epbench.core.results import dumps
 from epbench.harness import instructions
 from epbench.harness.arms import ArmSpec
 from epbench.harness.isolation import credential
+from epbench.harness.run_config import WorkerConfig
 
 # The module each worker process runs; tests point it at a worker that crashes.
 WORKER_MODULE = "epbench.harness.worker"
@@ -192,7 +193,7 @@ class ProcessInterrupted(Exception):
 
 
 def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
-                orders: list[list[str]], worker_config: dict[str, Any],
+                orders: list[list[str]], worker_config: WorkerConfig,
                 built: dict[str, Any], on_event: OnEvent | None = None) -> ProcessRecord:
     """Run one process of a case in a worker; return what it measured, crash or not.
 
@@ -217,9 +218,9 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
             on_event(event)
 
     request = {"mode": "case", "case": spec.to_dict(), "built": built, "orders": orders,
-               "config": worker_config,
+               "config": worker_config.to_dict(),
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    silence_timeout_s = worker_config["silence_timeout_s"]
+    silence_timeout_s = worker_config.silence_timeout_s
     try:
         outcome = run_worker(request, collect, silence_timeout_s)
     except KeyboardInterrupt:
@@ -244,9 +245,9 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
     return result
 
 
-def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
-                       cases: dict[str, dict[str, Any]],
-                       on_case: Callable[[str], None] = lambda _: None) -> None:
+def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]],
+                       on_case: Callable[[str], None] = lambda _: None, *, method: str,
+                       silence_timeout_s: float) -> None:
     """Run the instruction-count pass of ``cases`` (one worker) and add their counts.
 
     A failed pass does not fail a case (its times stand); the reason is kept in
@@ -255,7 +256,6 @@ def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
     "interrupted" when Ctrl-C stopped the pass (which then propagates). ``on_case``
     hears of each case as soon as its record is final, counted or not.
     """
-    method = worker_config["instructions"]
     for case in cases.values():
         case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
                                 "error": None}
@@ -293,8 +293,7 @@ def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
                 errors.append(event["message"])
 
         try:
-            outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"],
-                                 prefix)
+            outcome = run_worker(pass_request, collect, silence_timeout_s, prefix)
         except KeyboardInterrupt:
             finish_rest("interrupted before this case was counted")
             raise

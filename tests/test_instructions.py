@@ -148,8 +148,8 @@ def _pass_with(monkeypatch, worker):
              for name in ("a", "b", "c", "d")}
     seen = []
     def count() -> None:
-        worker_process.count_instructions({"cases": list(cases)}, {"instructions": "perf",
-                                          "silence_timeout_s": 5.0}, cases, seen.append)
+        worker_process.count_instructions({"cases": list(cases)}, cases, seen.append,
+                                          method="perf", silence_timeout_s=5.0)
 
     return cases, seen, count
 
