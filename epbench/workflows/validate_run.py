@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from epbench.core.errors import EpbenchError, Interrupted, disk_full
 from epbench.core.model import Results
@@ -44,6 +44,8 @@ from epbench.workflows.validate_plan import (
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
+
+T = TypeVar("T")  # what write_or_fail writes: whatever its `write` takes
 
 # The note of a validation a Ctrl-C cut short, however it landed.
 INTERRUPTED_NOTE = "interrupted: the report covers the repeats finished before it"
@@ -220,7 +222,7 @@ def prepare_runs_dir(out_dir: str | Path) -> Path:
     return runs
 
 
-def write_or_fail(write: Callable[[Path, Any], None], path: Path, content: Any, what: str,
+def write_or_fail(write: Callable[[Path, T], None], path: Path, content: T, what: str,
                    remedy: str) -> None:
     """``write(path, content)``; an OSError (a full disk, say) as one epbench error, not a
     traceback: "cannot WHAT 'PATH': why; [free space on its disk or] REMEDY"."""
