@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from epbench.cases.built import load_built_case, save_built_case
 from epbench.cases.grids import case_by_name
@@ -383,7 +383,8 @@ def futile_rounds_at_end(results: Results, before: int = 0) -> int:
     return waits.futile_in_a_row
 
 
-def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any]]) -> None:
+def _write_samples(out: IO[str], case: str, process: int,
+                   rounds: list[dict[str, Any]]) -> None:
     """Move the raw samples of a process's rounds to the side file (one line per round)."""
     for rnd in rounds:
         samples = rnd.pop("samples_ns", None)

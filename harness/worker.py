@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from epbench.cases.built import load_built_case
+from epbench.cases.built import BuiltCase, load_built_case
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError, EpbenchError, GateError
 from epbench.core.numbers import block_summary, median
@@ -110,7 +110,8 @@ class Worker:
             arms.append(state)
         return arms
 
-    def build_sessions(self, arms: list[ArmRun], built: Any, spec: Any) -> dict[str, Any]:
+    def build_sessions(self, arms: list[ArmRun], built: BuiltCase,
+                       spec: CaseSpec) -> dict[str, Any]:
         """Create every session, check assignment, and verify the very call that is timed.
 
         Each arm's outputs from ``run`` and from the bound, timed call are both
