@@ -34,6 +34,9 @@ class RunConfig:
     # The key of an arm to run twice, the second time as an A/A twin from its own copy
     # of the library under its own registration name: the run's own noise measurement.
     aa_twin: str | None = None
+    # The twin was `run`'s default, not asked for: a library that cannot be loaded twice
+    # in one process then runs without it (said on the progress line) instead of failing.
+    aa_twin_optional: bool = False
     # Raw per-iteration samples into results.samples.jsonl.gz (the results file keeps
     # per-block summaries only).
     keep_samples: bool = False

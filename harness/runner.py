@@ -183,7 +183,15 @@ def run(config: RunConfig) -> Results:
             if twin is None:
                 raise
             # Which one failed: the library alone, or the library loaded a second time?
-            probe_arms([a for a in arms if a.key != twin.key], libraries)
+            without = [a for a in arms if a.key != twin.key]
+            probed = probe_arms(without, libraries)
+            if config.aa_twin_optional:
+                (config.progress or _NoProgress()).status(
+                    f"no A/A twin: {config.aa_twin!r} cannot be loaded twice in one "
+                    f"process ({exc}); thresholds fall back to the default")
+                del libraries[twin.key]
+                return _run_arms(config, without, libraries, probed, None,
+                                 Path(scratch) / "cases")
             raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
                            f"it ({exc}); the library cannot be loaded twice in one process: "
                            f"{WITHOUT_TWIN}") from None

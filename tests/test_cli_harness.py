@@ -421,3 +421,55 @@ def test_a_library_that_loads_alone_but_not_twice_is_one_line_naming_the_twin(
     assert result.exit_code == EXIT_USER_ERROR
     one_error_line(result, "cannot load libepbench_engine.so: bad ELF")
     assert "twice" not in result.output
+
+
+def test_run_twins_its_first_arm_by_default_once_two_arms_are_compared(tmp_path) -> None:
+    """Two or more arms beside the control: the first one gets its A/A twin unasked, so
+    `compare` has the run's own noise; one arm, or --no-aa-twin, runs none."""
+    import json
+
+    def twin_of(*args: str) -> tuple[dict | None, list[str]]:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        result = invoke("run", "--case", "relu_d1_w8", *args, "--processes", "1",
+                        "--out", str(out), *FAST)
+        assert result.exit_code == 0, result.output
+        doc = json.loads((out / "results.json").read_text())
+        return doc["twin"], sorted(doc["arms"])
+
+    assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node") == (
+        {"of": "engine", "key": "engine_twin"},
+        ["engine", "engine:partition=per_node", "engine_twin", "ort"])
+    assert twin_of("--arm", "engine") == (None, ["engine", "ort"])
+    assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node",
+                   "--no-aa-twin")[0] is None
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",
+                    "--no-aa-twin", "--out", str(tmp_path / "both"), *FAST)
+    one_error_line(result, "--aa-twin ARM and --no-aa-twin contradict each other")
+
+
+def test_a_default_twin_that_cannot_load_is_dropped_with_a_note(tmp_path, monkeypatch) -> None:
+    """The default twin was not asked for: a library that refuses a second load runs
+    without it (the progress line says so) instead of failing the run."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import runner
+    from epbench.harness.arms import TWIN_SUFFIX
+
+    real_probe = runner.probe_arms
+
+    def probe(arms, libraries):
+        if any(a.key.endswith(TWIN_SUFFIX) for a in arms):
+            raise ArmError("the EP refused a second registration")
+        return real_probe(arms, libraries)
+
+    monkeypatch.setattr(runner, "probe_arms", probe)
+    out = tmp_path / "out"
+    args = ["run", "--case", "relu_d1_w8", "--arm", "engine", "--arm",
+            "engine:partition=per_node", "--processes", "1", "--out", str(out), *FAST]
+    result = invoke(*[a for a in args if a != "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert ("no A/A twin: 'engine' cannot be loaded twice in one process (the EP refused a "
+            "second registration)") in result.output
+    import json
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["twin"] is None
+    assert sorted(doc["arms"]) == ["engine", "engine:partition=per_node", "ort"]

@@ -198,8 +198,7 @@ def test_a_copy_on_a_noexec_mount_is_refused_in_one_line(tmp_path, monkeypatch) 
     assert str(error.value) == (
         f"cannot copy {library} for the A/A twin: {tempfile.gettempdir()} is on a file system "
         "mounted noexec, so a library copied there cannot be loaded; point TMPDIR at a folder "
-        "on one mounted with exec, or run without the A/A twin (no --aa-twin; --no-aa-twin "
-        "for compare-commits and validate)")
+        "on one mounted with exec, or run without the A/A twin (--no-aa-twin)")
     assert not any(noexec.iterdir())  # nothing copied there
 
     # A file system that cannot say (statvfs fails there): the copy goes ahead, as before.

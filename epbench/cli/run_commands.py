@@ -42,7 +42,7 @@ from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results, prepare_out_dir, write_results
-from epbench.harness.arms import parse_arm
+from epbench.harness.arms import default_twin, parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
@@ -82,7 +82,12 @@ _RUN = run_defaults()
 @click.option("--aa-twin", "aa_twin", metavar="ARM", default=None,
               help="Also run a twin of ARM (its own copy of the library, its own "
                    "registration name): the run measures its own A/A noise, which "
-                   "`compare` then uses for its thresholds.")
+                   "`compare` then uses for its thresholds. Default: the first arm "
+                   "after the ORT control, once two or more arms are compared (one more "
+                   "arm per round).")
+@click.option("--no-aa-twin", "no_aa_twin", is_flag=True,
+              help="Run no twin, even when two or more arms are compared (`compare` "
+                   "then falls back to a 4 % threshold unless given a --profile).")
 @click.option("--keep-samples", is_flag=True,
               help="Keep every timed call's sample in OUT/results.samples.jsonl.gz (the "
                    "results file keeps per-block summaries: median, min, quartiles, count).")
@@ -128,7 +133,8 @@ _RUN = run_defaults()
 @quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
-        sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float, slices: int,
+        sessions: int, aa_twin: str | None, no_aa_twin: bool, keep_samples: bool,
+        block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
         instructions: str | None, shard: str | None, out: str, overwrite: bool,
@@ -155,9 +161,16 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         if not specs:
             raise EpbenchError(f"--shard {shard} holds no case: the cases make fewer than "
                                f"{count} slices (a chain family is one); use fewer shards")
+    if aa_twin is not None and no_aa_twin:
+        raise EpbenchError("--aa-twin ARM and --no-aa-twin contradict each other; pass one")
+    arms = tuple(parse_arm(s) for s in arm_specs)
+    twin_optional = aa_twin is None and not no_aa_twin
+    if twin_optional:
+        aa_twin = default_twin(list(arms))
     config = RunConfig(
-        cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
-        processes=processes, sessions=sessions, aa_twin=aa_twin, keep_samples=keep_samples,
+        cases=tuple(specs), arms=arms, rounds=rounds, processes=processes,
+        sessions=sessions, aa_twin=aa_twin, aa_twin_optional=twin_optional,
+        keep_samples=keep_samples,
         block_target_ms=block_ms, block_slices=slices, max_block_iters=max_block_iters,
         warmup_ms=warmup_ms, seed=seed, threads=threads, gate_policy=gate_policy,
         gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
