@@ -6,9 +6,11 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grimp
 import pytest
 
 from tests.support.postgres import PgServer, server_or_skip
+from tests.support.staged import import_graph, stage
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +40,15 @@ def _no_user_cache_root(monkeypatch: pytest.MonkeyPatch) -> None:
     # EPBENCH_CACHE_DIR outranks XDG_CACHE_HOME (epbench/core/paths.py): a developer's own
     # setting would steer the tests that point XDG_CACHE_HOME at a temporary folder.
     monkeypatch.delenv("EPBENCH_CACHE_DIR", raising=False)
+
+
+@pytest.fixture(scope="session")
+def staged_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder that holds `epbench` as its wheel installs it (tests/support/staged.py)."""
+    return stage(tmp_path_factory.mktemp("staged") / "site")
+
+
+@pytest.fixture(scope="session")
+def package_graph(staged_package: Path) -> grimp.ImportGraph:
+    """grimp's import graph of the whole package, read from the staged wheel."""
+    return import_graph(staged_package)

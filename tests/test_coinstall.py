@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # The PyPI distributions whose names epbench's parts would have taken, pinned so that
 # pip's wheel cache answers; and the one PyPI module each installs.
 PYPI = {"harness==0.1.0": "harness", "reports==0.4.1": "reports", "cases==0.1.13": "cases"}
-# What `import reports` (0.4.1) needs beyond epbench's own dependencies.
+# What `import reports` (0.4.1) needs beyond epbench's own dependencies, `pkg_resources`
+# included: the test extras' newer setuptools (84) no longer ships it.
 PYPI_DEPENDENCIES = ("easydev==0.15.0", "colorlog==6.12.0", "colorama==0.4.6",
                         "pexpect==4.9.0", "ptyprocess==0.7.0", "platformdirs==4.14.9",
-                        "line-profiler==5.1.0", "colormap==1.3.0")
+                        "line-profiler==5.1.0", "colormap==1.3.0", "setuptools==80.9.0")
 # The source a wheel is built from; copied, so that the build leaves nothing in the
 # checkout (build/, *.egg-info) and never packs an in-place engine library.
 SOURCE = ("pyproject.toml", "README.md", "epbench", "cases", "engine", "harness",

@@ -21,6 +21,7 @@ import pytest
 
 from epbench import engine
 from epbench.engine import build as engine_build
+from epbench.harness.isolation import ENGINE_BUILD
 
 EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
            "epbench_probe_snapshot_ep", "epbench_probe_reset", "epbench_probe_name",
@@ -30,9 +31,9 @@ EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
 
 @pytest.fixture(scope="module")
 def built_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python -m engine.build --out DIR`, as a two-commit comparison runs it."""
+    """`python -m epbench.engine.build --out DIR`, as a two-commit comparison runs it."""
     out = tmp_path_factory.mktemp("engine-out")
-    proc = subprocess.run([sys.executable, "-m", "engine.build", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-c", ENGINE_BUILD, "--out", str(out)],
                           cwd=Path(engine.__file__).resolve().parent.parent,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
