@@ -12,14 +12,11 @@ import pytest
 import tomllib
 
 from epbench.cli.main import COMMANDS, cli
+from tests.support.staged import FOLDERS, checkout_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "epbench"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# Where each package's folder is in the checkout: `epbench/`, and the parts that
-# pyproject.toml maps into it from their top-level folders.
-FOLDERS = {"epbench": PACKAGE, **{name: ROOT / folder for name, folder in
-                                  PYPROJECT["tool"]["setuptools"]["package-dir"].items()}}
 
 
 def _contract() -> dict:
@@ -31,25 +28,13 @@ def _layer_members() -> list[list[str]]:
     return [[m.strip() for m in layer.split("|")] for layer in _contract()["layers"]]
 
 
-def _modules_in_the_checkout() -> dict[str, Path]:
-    """Every module under the package's folders: dotted name -> file (a package by its
-    `__init__.py`). Not the engine's build folder (`engine/_build`, never shipped)."""
-    found = {}
-    for name, folder in FOLDERS.items():
-        for path in folder.rglob("*.py"):
-            parts = path.relative_to(folder).with_suffix("").parts
-            if "_build" in parts:
-                continue
-            found[".".join([name, *parts]).removesuffix(".__init__")] = path
-    return found
-
-
 def _folders_in_the_checkout() -> set[str]:
     """Every folder of the package, by dotted name: packages and data folders alike."""
     return {".".join([name, *path.relative_to(folder).parts])
             for name, folder in FOLDERS.items()
             for path in [folder, *folder.rglob("*")]
-            if path.is_dir() and not {"__pycache__", "_build"} & set(path.parts)}
+            if path.is_dir()
+            and not {"__pycache__", "_build"} & set(path.relative_to(folder).parts)}
 
 
 def test_the_parts_are_real_folders_and_mapped_not_linked():
@@ -70,14 +55,14 @@ def test_every_package_in_the_checkout_is_listed_for_the_wheel():
 
 def test_every_part_of_the_package_sits_in_a_layer():
     # A new subpackage outside the contract would escape it.
-    parts = {m for m, path in _modules_in_the_checkout().items()
+    parts = {m for m, path in checkout_modules().items()
              if path.name == "__init__.py" and m.count(".") == 1}
     assert parts == {m for layer in _layer_members() for m in layer}
 
 
 def test_grimp_reads_every_module_of_the_checkout(package_graph):
     # The graph comes from the staged wheel; a module that did not reach it is unchecked.
-    modules = set(_modules_in_the_checkout())
+    modules = set(checkout_modules())
     assert len(modules) > 90
     assert set(package_graph.modules) == modules
 
@@ -138,7 +123,7 @@ def _imported_names(node: ast.AST) -> list[str]:
 
 def test_no_function_hides_an_import_of_the_project():
     hidden = []
-    paths = list(_modules_in_the_checkout().values())
+    paths = list(checkout_modules().values())
     assert len(paths) > 90
     for path in sorted(paths):
         tree = ast.parse(path.read_text())

@@ -22,10 +22,29 @@ import zipfile
 from pathlib import Path
 
 import grimp
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
+# Where each package's folder is in the checkout: `epbench/`, and the parts that
+# pyproject.toml maps into it from their top-level folders.
+FOLDERS = {"epbench": ROOT / "epbench", **{
+    name: ROOT / folder for name, folder in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}}
 # What the wheel is built from: the packaging file and every folder it maps.
 SOURCE = ("pyproject.toml", "README.md", "epbench", "cases", "engine", "harness", "reports")
+
+
+def checkout_modules() -> dict[str, Path]:
+    """Every module under the package's folders in the checkout: dotted name -> file (a
+    package by its `__init__.py`). Not the engine's build folder (`engine/_build`)."""
+    found = {}
+    for name, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if "_build" in parts:
+                continue
+            found[".".join([name, *parts]).removesuffix(".__init__")] = path
+    return found
 
 
 def copy_source(dest: Path) -> Path:
