@@ -86,12 +86,12 @@ def test_ort_headers_when_setup_py_loads_the_build_by_path(roots) -> None:
 
 
 def test_ort_headers_when_another_commit_builds_its_engine(roots) -> None:
-    # harness/isolation.py runs the engine's build in the commit's worktree, with the
-    # worktree first on PYTHONPATH.
+    # harness/isolation.py runs the engine's build in the commit's worktree, which nothing
+    # installed (-S: no site-packages), with the worktree first on PYTHONPATH.
     cache, _ = roots
     folder = _fake_headers(cache)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", ENGINE_BUILD, "--headers-only"],
+    out = subprocess.run([sys.executable, "-S", "-c", ENGINE_BUILD, "--headers-only"],
                          capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder)
