@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,20 @@ import grimp
 import pytest
 
 from tests.support.postgres import PgServer, server_or_skip
-from tests.support.staged import import_graph, stage
+from tests.support.staged import FOLDERS, import_graph, stage
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # docs/design.md, "No links": with PYTHONPATH naming one checkout and a venv installed
+    # from another, `epbench` comes from the first and its parts from the second.
+    found = {name: importlib.util.find_spec(name).origin for name in FOLDERS}
+    elsewhere = {name: origin for name, origin in found.items()
+                 if not Path(origin).resolve().is_relative_to(FOLDERS[name].resolve())}
+    if elsewhere:
+        raise pytest.UsageError(
+            f"this checkout's tests would run {', '.join(sorted(elsewhere))} from "
+            f"{sorted(set(map(str, elsewhere.values())))[0]}; run `make setup` here and "
+            "use its .venv (and no PYTHONPATH)")
 
 
 @pytest.fixture(scope="session")
