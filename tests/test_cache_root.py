@@ -24,6 +24,7 @@ from epbench.harness.commits import build_commit, resolve_revision
 from epbench.harness.isolation import ENGINE_BUILD
 from epbench.reports import calibrate
 from tests.support.gitrepo import git, init_repo
+from tests.support.staged import checkout_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = f"{engine_build.NPM_PACKAGE}-{engine_build.NPM_VERSION}"
@@ -130,8 +131,7 @@ def test_no_other_module_reads_the_cache_variables() -> None:
     # The rule lives in epbench/core/paths.py only; a second copy would drift from it.
     # A string that is exactly one of these names is a read (help texts only mention them).
     names = {"XDG_CACHE_HOME", "EPBENCH_CACHE_DIR", ".cache"}
-    sources = [p for folder in ("epbench", "cases", "engine", "harness", "reports")
-               for p in (ROOT / folder).rglob("*.py")]
+    sources = list(checkout_modules().values())
     assert len(sources) > 90
     readers = sorted({str(p.relative_to(ROOT)) for p in sources
                       for node in ast.walk(ast.parse(p.read_text()))
