@@ -1,7 +1,7 @@
 """The worker: runs one case, all its arms, round by round, in its own process.
 
-The parent (harness.worker_process) starts ``python -m harness.worker EVENTS_FD``, writes one
-JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
+The parent (harness.worker_process) starts ``python -m epbench.harness.worker EVENTS_FD``,
+writes one JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
 *process* of a case: the runner starts several per case, each with its own memory layout.
 """
 

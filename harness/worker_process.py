@@ -33,8 +33,8 @@ STDERR_TAIL_BYTES = 4000
 
 
 def _worker_env() -> dict[str, str]:
-    # The folder that holds the `epbench` package (the checkout, or site-packages);
-    # not resolved, since the package's parts are links in a checkout.
+    # The folder that holds the `epbench` package (the checkout, or site-packages); in a
+    # checkout the parts come from the install's finder (`package-dir` in pyproject.toml).
     root = str(Path(epbench.__file__).parent.parent)
     # The worker loads the libraries under test: it gets no credential (a token, the
     # history's URL) that the harness's environment may hold.

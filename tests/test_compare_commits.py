@@ -39,12 +39,12 @@ def engine_repo(tmp_path, monkeypatch) -> Path:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "engine", repo / "engine",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build"))
-    # What the engine's build imports of epbench, laid out as in this repository: the
-    # build runs in a venv of its own, which sees only the commit's files.
+    # What the engine's build imports of epbench, laid out as in this repository (engine/
+    # at the top, mapped into the package by pyproject.toml, which nothing installs here):
+    # the build runs in a venv of its own, which sees only the commit's files.
     shutil.copytree(ROOT / "epbench" / "core", repo / "epbench" / "core",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(ROOT / "epbench" / "__init__.py", repo / "epbench" / "__init__.py")
-    (repo / "epbench" / "engine").symlink_to(Path("..") / "engine")
     init_repo(repo)
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "engine as it is")

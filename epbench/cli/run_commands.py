@@ -320,7 +320,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @click.option("--build", "build_command", metavar="COMMAND", default=None,
               help="Shell command run in each commit's worktree; its last line on stdout is "
                    "the built library's path [default: the bundled engine's "
-                   "`python -m engine.build --out DIR`].")
+                   "`python -m epbench.engine.build --out DIR`].")
 @grid_option
 @case_option
 @model_option(note="Read once from your working tree (relative to the current directory, "
