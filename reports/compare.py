@@ -12,8 +12,9 @@ Two shapes of input:
 Per case the threshold is t = max(floor, k x noise), noise from the host's
 calibration profile and the run's A/A twin (k x the twin's standard error; the
 larger of the two), or a conservative default, said out loud. The A/A variance the
-twins show beyond their own standard errors, pooled over the grid (tau^2), is added
-to every case's standard error. Verdicts test interval nulls, Benjamini-Hochberg
+twins show beyond their own standard errors, pooled over the grid (tau^2) and at
+least the case's own, is added to every case's standard error (a one-process case's
+too). Verdicts test interval nulls, Benjamini-Hochberg
 across the grid (judge_grid):
 
   🔴 alert        BH rejects "change <= alert level" (2t), and "within +-t"
@@ -313,7 +314,8 @@ def compare(
         measurable.append(name)
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
     # The A/A variance no process spread shows (a library copy's own bias), from the
-    # twin's changes pooled over the grid: added to every case's standard error.
+    # twin's changes pooled over the grid and at least each case's own: added to every
+    # case's standard error, one process or many.
     between: float | None = 0.0
     between_source = "one run"
     if not same_run:
@@ -321,8 +323,9 @@ def compare(
                                                        medians)
         if between is None:
             warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
+    extra = [v + (between or 0.0) for v in twins["extra"]]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
-                       extra_variance=twins["tau2"] + (between or 0.0),
+                       extra_variance=extra,
                        extra_df=max(1.0, len(measurable) - 1.0))
     changes = grid.changes(confidence=settings.confidence)
     thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []

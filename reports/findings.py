@@ -17,7 +17,7 @@ from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import pooled_offset
 from epbench.reports.comparison import VERDICTS, CaseRow, RoundMedians, Side
 from epbench.reports.summary import family_of
-from epbench.reports.verdicts import Judgement, Settings, Threshold, threshold_for
+from epbench.reports.verdicts import Judgement, Settings, Threshold
 
 # Two runs with no estimate of what runs differ by (between_run_variance is None).
 WITHIN_ONLY_WARNING = (
@@ -44,7 +44,10 @@ def between_run_variance(
       A profile with one repeat only guesses separate-run noise and does not count.
     - Otherwise an arm measured in both runs (same key, same library hash, not the
       control): its A/A double ratio between the runs, pooled over the grid by the
-      moment estimator of nested.unmodelled_variance.
+      moment estimator of nested.unmodelled_variance. Not a twin of a judged arm: it is
+      the same code as the arm it copies, so whatever a run does to that code it does
+      to both, and its double ratio is the judged one again; fitted from the very
+      offset it is to judge, it would explain any A/A difference away.
     """
     from statistics import NormalDist
 
@@ -55,9 +58,12 @@ def between_run_variance(
             if offset > 0.0:
                 z = NormalDist().inv_cdf(0.5 + defaults.NOISE_PERCENTILE / 200.0)
                 return (math.log1p(offset) / z) ** 2, "calibration profile"
+    judged = (base.arm, pr.arm)
+    copies = {doc.twin.key for doc in (base.doc, pr.doc)
+              if doc.twin is not None and doc.twin.of in judged}
     for key, arm in sorted(base.doc.arms.items()):
         other = pr.doc.arms.get(key)
-        if (key in (base.control, pr.control, base.arm, pr.arm) or other is None
+        if (key in (base.control, pr.control, *judged) or key in copies or other is None
                 or arm.sha256 is None
                 or arm.sha256 != other.sha256):
             continue
@@ -220,19 +226,19 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
     `noise[case]`: the standard error of the twin's change (as a fraction), the
     larger of the two runs'; the threshold is k x that, not k x the change itself,
     whose coefficient of variation is 0.75 and which shares the base arm with the PR's
-    change. `tau2`: the A/A variance the twins show beyond their own standard errors,
-    pooled over the grid (nested.unmodelled_variance; with two runs, their mean): a
-    bias of one library copy that no process spread sees, added to every case's
-    standard error. A twin whose change would itself have been flagged against the
-    floor (significant, the whole interval beyond it) means the run cannot tell two
-    copies of one library apart from a regression: `flagged` names them. The twin
-    never gets a verdict of its own.
+    change. `extra`: per case of `cases`, the A/A variance the twins show beyond their
+    own standard errors (nested.unmodelled_variances: pooled over the grid, at least the
+    case's own; with two runs, their mean), added to the case's standard error; `tau2`
+    the grid's pooled term alone. `flagged`: the cases whose twin differs from the arm it
+    copies beyond what that noise explains (doubtful_twins), which means the run cannot
+    tell two copies of one library apart from a regression. The twin never gets a
+    verdict of its own.
     """
     noise: dict[str, float] = {}
     flagged: list[str] = []
     info = []
     tau2: list[float] = []
-    floor_only = threshold_for(settings.floor / settings.k, "floor", settings)
+    extra: list[list[float]] = []
     for side in sides:
         twin = side.doc.twin
         if twin is None or twin.key not in side.doc.arms:
@@ -247,8 +253,10 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 medians(case, twin.key), medians(case, twin.of),
                 stats.round_labels(case, "process")))
         changes = nested.nested_changes(samples, confidence=settings.confidence)
-        side_tau2 = nested.unmodelled_variance(changes)
+        side_tau2 = nested.pooled_unmodelled_variance(changes)
         tau2.append(side_tau2)
+        own = dict(zip(names, nested.unmodelled_variances(changes), strict=True))
+        extra.append([own.get(name, side_tau2) for name in cases])
         per_case = {}
         for name, change in zip(names, changes, strict=True):
             if not math.isfinite(change.ratio):
@@ -258,13 +266,51 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 noise[name] = max(noise.get(name, 0.0), math.expm1(se))
             per_case[name] = {"change": change.ratio - 1.0, "se": stats.finite(se),
                               "ci": [change.lo - 1.0, change.hi - 1.0]}
-            beyond = (change.lo - 1.0 >= floor_only.t) or (change.hi - 1.0 <= -floor_only.t)
-            if change.p < 1.0 - settings.confidence and beyond and name not in flagged:
+        for name in doubtful_twins(samples, changes, names, settings):
+            if name not in flagged:
                 flagged.append(name)
         info.append({"side": side.label, "of": twin.of, "key": twin.key,
                      "cases": per_case, "unmodelled_sd": math.sqrt(side_tau2)})
-    return {"noise": noise, "flagged": flagged, "info": info,
+    mean_extra = ([sum(col) / len(col) for col in zip(*extra, strict=True)] if extra
+                  else [0.0] * len(cases))
+    return {"noise": noise, "flagged": flagged, "info": info, "extra": mean_extra,
             "tau2": sum(tau2) / len(tau2) if tau2 else 0.0}
+
+
+def doubtful_twins(samples: Sequence[nested.ProcessSample], changes: Sequence[stats.Change],
+                   names: Sequence[str], settings: Settings) -> list[str]:
+    """The cases whose twin's A/A change is beyond what the run's noise explains.
+
+    A per-copy bias the processes cannot see is noise like any other here: each twin is
+    judged with the unmodelled variance the other twins show (leave-one-out, so its own
+    offset does not explain itself away), at confidence 1 - alpha / m over the m twins
+    (Bonferroni: a grid of healthy twins seldom raises the warning), and named when
+    that interval lies beyond the floor. A shift that every twin shares (the mean of
+    their changes beyond the floor by a t interval across cases) is not a copy's bias,
+    which is as often up as down: it names the twins whose own interval is beyond it.
+    """
+    alpha = 1.0 - settings.confidence
+    floor = settings.floor
+    finite = [i for i, c in enumerate(changes) if math.isfinite(c.ratio) and c.ratio > 0]
+    if not finite:
+        return []
+
+    def beyond(c: stats.Change) -> bool:
+        return c.lo - 1.0 >= floor or c.hi - 1.0 <= -floor
+
+    loo = nested.unmodelled_variances(changes, own=False)
+    # The others' pool is an estimate over m - 1 cases: its degrees of freedom count.
+    judged = nested.nested_changes(samples, confidence=1.0 - alpha / len(finite),
+                                   extra_variance=loo, extra_df=max(1.0, len(finite) - 2.0))
+    out = [names[i] for i in finite if beyond(judged[i])]
+    if len(finite) >= 2:
+        logs = [math.log(changes[i].ratio) for i in finite]
+        mean = sum(logs) / len(logs)
+        sd = math.sqrt(sum((y - mean) ** 2 for y in logs) / (len(logs) - 1))
+        half = nested.t_quantile(1.0 - alpha / 2.0, len(logs) - 1.0) * sd / math.sqrt(len(logs))
+        if math.expm1(mean - half) >= floor or math.expm1(mean + half) <= -floor:
+            out += [names[i] for i in finite if names[i] not in out and beyond(changes[i])]
+    return out
 
 
 def median_ns(values: Any) -> float | None:

@@ -93,6 +93,7 @@ def judge(
     dropped: int = 0,
     shared_load: bool = False,
     alert_significant: bool | None = None,
+    confidence: float = defaults.CONFIDENCE,
 ) -> Judgement:
     """The verdict of one case from its change, its tests and its threshold.
 
@@ -108,7 +109,8 @@ def judge(
     they show, a would-be alert is never weaker than ⚠️, the verdict a smaller
     slowdown with the same unquiet rounds gets. `needed` is the fewest usable rounds
     that give a bounded interval; `dropped` how many of the `rounds` had no usable
-    time (zero, negative or missing).
+    time (zero, negative or missing). `confidence`: the level of `quiet_only`'s
+    interval, quoted beside its bounds (the case's own may be FCR-adjusted).
     """
     needed = max(needed, defaults.MIN_ROUNDS)
     bounded = all(math.isfinite(x) for x in (change.ratio, change.lo, change.hi))
@@ -127,7 +129,7 @@ def judge(
         alert_significant = change.lo - 1.0 >= th.alert
     judgement = _judge_bounded(
         change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant,
-        shared_load, alert_significant,
+        shared_load, alert_significant, confidence,
     )
     if dropped:
         reason = f"{judgement.reason} ({dropped} of {rounds} rounds dropped: no usable time)"
@@ -147,6 +149,7 @@ def _judge_bounded(
     quiet_significant: bool,
     shared_load: bool,
     alert_significant: bool,
+    confidence: float = defaults.CONFIDENCE,
 ) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
     band = f"±{t:.1%}"
@@ -169,11 +172,13 @@ def _judge_bounded(
             # Judged on the quiet rounds alone: they make the alert by themselves.
             assert quiet_only is not None
             q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+            # Their bound is the one the rule read: their own interval at `confidence`,
+            # not the (maybe FCR-adjusted) interval the case is shown with.
             return Judgement(
                 "alert",
-                f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
-                f"rounds alone ({unquiet} unquiet set aside), beyond the alert level "
-                f"{th.alert:.1%}",
+                f"slower by {q_c:.1%} (at least {q_lo:.1%} at {confidence:.0%}) on the "
+                f"{quiet_only.n} quiet rounds alone ({unquiet} unquiet set aside), beyond "
+                f"the alert level {th.alert:.1%}",
                 significant, q,
             )
         rerun = ("rerun on a quiet machine" if shared_load else
@@ -186,7 +191,7 @@ def _judge_bounded(
                 f"slower by {c:.1%} (at least {lo:.1%}) on all rounds, but {unquiet} of "
                 f"{rounds} rounds failed the idle gate and the {quiet_only.n} quiet rounds "
                 f"alone put it below the alert level {th.alert:.1%} (at most "
-                f"{quiet_only.hi - 1.0:+.1%}): a regression, not an alert",
+                f"{quiet_only.hi - 1.0:+.1%} at {confidence:.0%}): a regression, not an alert",
                 significant, q,
             )
         alone = ("too few quiet ones stand alone" if quiet_only is None else
@@ -278,6 +283,7 @@ def judge_grid(
     dropped: Sequence[int] | None = None,
     shared_load: bool = False,
     tests: IntervalTests | None = None,
+    confidence: float = defaults.CONFIDENCE,
 ) -> list[Judgement]:
     """Benjamini-Hochberg across the grid decides what is significant, then each case
     is judged.
@@ -331,13 +337,26 @@ def judge_grid(
                alert_sig, shown, dropped, strict=True)
     for c, sig, qv, th, u, n, qc, qs, asig, sh, d in rows:
         j = judge(sh if sh is not None else c, sig, qv, th, u, n, qc, qs, needed=needed,
-                  dropped=d, shared_load=shared_load, alert_significant=asig)
+                  dropped=d, shared_load=shared_load, alert_significant=asig,
+                  confidence=confidence)
         if sh is not None and j.verdict in ("alert", "regression", "improvement"):
-            j = Judgement(j.verdict, f"{j.reason} (interval at {level:.2%}: adjusted for "
-                          f"the {n_selected} of {n_tested} cases selected, "
-                          "Benjamini-Yekutieli)", j.significant, j.q, sh, level, j.held_back)
+            assert level is not None
+            j = Judgement(j.verdict, f"{j.reason} ({adjusted_words(level, n_selected, n_tested)})",
+                          j.significant, j.q, sh, level, j.held_back)
         out.append(j)
     return out
+
+
+def adjusted_words(level: float, selected: int, tested: int) -> str:
+    """What the interval a selected case is shown with is: at `level`, adjusted for
+    choosing `selected` of `tested` cases (Benjamini-Yekutieli), or, when every case
+    tested was selected (one of one among them), at 1 - fdr with nothing to adjust."""
+    if selected >= tested:
+        which = ("the only case tested" if tested == 1 else
+                 f"all {tested} cases tested were selected")
+        return f"interval shown at {level:.2%}: {which}, nothing to adjust for"
+    return (f"interval shown at {level:.2%}: adjusted for selecting {selected} of the "
+            f"{tested} cases tested, Benjamini-Yekutieli")
 
 
 @dataclass(frozen=True)
@@ -345,8 +364,9 @@ class GridSamples:
     """The rounds every verdict of a grid reads: per measurable case, the PR side's log
     ratios with their processes (PR / base in one run, PR / its control between two),
     the base side's (two runs only), and the same over quiet rounds for the cases in
-    `quiet_index` (those with unquiet rounds). `extra_variance` (log scale) is added to
-    every t interval's squared standard error (twin_noise's tau^2)."""
+    `quiet_index` (those with unquiet rounds). `extra_variance` (log scale; one for the
+    grid or one per case of `pr`) is added to every case's squared standard error
+    (twin_noise's `extra`, with the between-run term of two runs)."""
 
     pr: Sequence[nested.ProcessSample]
     base: Sequence[nested.ProcessSample]
@@ -354,7 +374,7 @@ class GridSamples:
     quiet_pr: Sequence[nested.ProcessSample] = ()
     quiet_base: Sequence[nested.ProcessSample] = ()
     quiet_index: Sequence[int] = ()
-    extra_variance: float = 0.0
+    extra_variance: float | Sequence[float] = 0.0
     extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
 
     def changes(self, shifts: Sequence[float] | None = None, *,
@@ -364,12 +384,16 @@ class GridSamples:
         scale) taken off the PR side: testing "shifted change <= 1" tests "change <=
         exp(shift)" with the same kernel as the verdicts."""
         pr, base = (self.quiet_pr, self.quiet_base) if quiet else (self.pr, self.base)
+        extras = nested.per_case(self.extra_variance, len(self.pr))
+        if quiet:  # a case's quiet rounds carry its own extra variance
+            extras = [extras[i] for i in self.quiet_index]
         if cases is not None:
             pr = [pr[i] for i in cases]
             base = [base[i] for i in cases] if base else []
+            extras = [extras[i] for i in cases]
         if shifts is not None:
             pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
-        extra = {"extra_variance": self.extra_variance, "extra_df": self.extra_df}
+        extra = {"extra_variance": extras, "extra_df": self.extra_df}
         if self.same_run:
             return nested.nested_changes(pr, confidence=confidence, **extra)
         return nested.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
@@ -424,7 +448,7 @@ def judge_samples(
     needed = stats.min_rounds(settings.confidence, 1 if grid.same_run else 2)
     judgements = judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
                             needed=needed, dropped=dropped, shared_load=grid.same_run,
-                            tests=tests)
+                            tests=tests, confidence=settings.confidence)
     return judgements, tests
 
 

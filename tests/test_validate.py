@@ -265,6 +265,26 @@ def test_each_path_compares_what_users_compare():
         *((vplan.level_arm(v), True, False, True, "a", vplan.level_arm(v)) for v in vplan.LEVELS)]
 
 
+def test_the_separate_runs_aa_takes_no_between_run_term_from_its_own_twin():
+    # Both runs of the A/A twin the judged arm `a`: that twin is `a`'s code again, so
+    # its double ratio between the runs is the A/A being judged, and a between-run
+    # term fitted to it would explain any A/A offset away.
+    fake = FakeRunner()
+    fake.validate(small(max_repeats=1, position_test=False))
+    # The first repeat's runs, four per case (same-process, base, again, PR), merged
+    # over the cases as validate merges them.
+    runs = fake.configs[1:1 + 4 * len(CASES)]
+    merged = {key: vrun.merge_docs([fake(c) for c in runs[i::4]])
+              for i, key in enumerate(("same", "base", "again", "pr"))}
+    rep = vrun.repeat_of("none", merged)
+    (what, base, pr), *_ = vjudge.comparisons(rep, vplan.SEPARATE_RUNS)
+    assert len(base.doc.cases) == len(CASES)
+    assert what == "aa" and base.doc.twin.of == pr.doc.twin.of == base.arm == pr.arm
+    assert base.doc.twin.key in pr.doc.arms
+    result = cmp.compare(base, pr, settings=SETTINGS)
+    assert result["between_runs"] == {"sd": None, "source": "none"}
+
+
 def test_runs_use_compare_commits_defaults():
     fake = FakeRunner()
     fake.validate(plan(max_repeats=1, position_test=False))
