@@ -63,6 +63,7 @@ from epbench.reports.findings import (
     control_shift,
     counter_changes,
     drift_warning,
+    flag_bar,
     instructions_change,
     median_ns,
     named,
@@ -75,6 +76,7 @@ from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
     Settings,
+    grid_detectable,
     judge_samples,
     overall_verdict,
     threshold_for,
@@ -349,9 +351,12 @@ def compare(
             medians(b_case, base.control), medians(p_case, pr.control)))
     judgements, tests = judge_samples(grid, thresholds, unquiet, n_rounds, settings,
                                       dropped=dropped, changes=changes)
-    for name, change, th, j, u, r, drift, shift, p_beyond in zip(
+    bars = [flag_bar(th.t, shift, between is None, settings)
+            for th, shift in zip(thresholds, shifts, strict=True)]
+    detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
+    for name, change, th, j, u, r, drift, shift, p_beyond, mde in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
-        tests.beyond, strict=True,
+        tests.beyond, detectable, strict=True,
     ):
         j = across_speed_change(j, change, th, shift)
         if between is None:
@@ -375,6 +380,7 @@ def compare(
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
             control_shift=shift,
             family=_family(base_cases[name]),
+            detectable=stats.finite(mde) if j.verdict != "not_comparable" else None,
         ))
     for row in rows:
         errors = [*base_cases[row.case].rerun_errors]
@@ -424,7 +430,10 @@ def compare(
         else {"run": gate_summary(pr.doc)},
         "host": pr.doc.host.to_dict(),
         "threads": pr.doc.config.threads,
-        "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
+        "cannot_catch": cannot_catch(
+            base, pr, rows, profile=profile is not None, twin=bool(twins["info"]),
+            unmodelled_sd=math.sqrt(twins["tau2"]),
+            between_sd=math.sqrt(between) if between else None, settings=settings),
     }
 
 

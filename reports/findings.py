@@ -95,6 +95,14 @@ def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> J
     return j
 
 
+def flag_bar(t: float, shift: float | None, within_only: bool, settings: Settings) -> float:
+    """The threshold a slowdown's interval had to clear to be flagged: t, plus the
+    speed-change allowance across a change of speed (across_speed_change), at least
+    twice the floor when the intervals cover within-run noise only (within_run_only)."""
+    bar = t + defaults.SPEED_CHANGE_ALLOWANCE if beyond_speed_limit(shift) else t
+    return max(bar, 2.0 * settings.floor) if within_only else bar
+
+
 def control_shift(base_control: Any, pr_control: Any) -> float | None:
     """How much longer the PR run's ORT control took a Run than the base run's, from
     each run's per-round medians (negative: less time), or None without a time."""
@@ -367,10 +375,50 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
     return rows
 
 
+def detectable_span(values: Sequence[float | None]) -> tuple[float, float, int] | None:
+    """(median, worst, how many) of a grid's detectable changes (rows' `detectable`),
+    or None when no case has one."""
+    known = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not known:
+        return None
+    mid = median(known)
+    assert mid is not None
+    return mid, known[-1], len(known)
+
+
+def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[str]:
+    """The terms a comparison added to every standard error (log-scale sds), as words."""
+    terms = []
+    if unmodelled_sd:
+        terms.append(f"the twin's A/A spread beyond its processes (sd {math.expm1(unmodelled_sd):.2%})")
+    if between_sd:
+        terms.append(f"what two runs differ by (sd {math.expm1(between_sd):.2%})")
+    return terms
+
+
+def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
+    """Where a comparison's thresholds came from, as words."""
+    if profile and twin:
+        return "the larger of this host's calibration profile and the run's own A/A twin"
+    if profile:
+        return "this host's calibration profile"
+    if twin:
+        return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
+                f"{k:g} × the standard error of its change)")
+    return (f"no measured noise: t is the conservative default max({floor:.0%}, "
+            f"{k:g} × {defaults.NOISE_WITHOUT_PROFILE:.0%}), as there was no "
+            "calibration profile and no A/A twin (`--aa-twin ARM` or `epbench calibrate` "
+            "measures it)")
+
+
 def cannot_catch(
-    base: Side, pr: Side, rows: Sequence[CaseRow], calibrated: bool
+    base: Side, pr: Side, rows: Sequence[CaseRow], *, profile: bool, twin: bool,
+    unmodelled_sd: float, between_sd: float | None, settings: Settings,
 ) -> list[str]:
-    """What this comparison could not have seen, stated for this run."""
+    """What this comparison could not have seen, stated for this run: from each case's
+    detectable change, the noise its thresholds came from (`profile`, `twin`) and the
+    terms its standard errors were widened by (the twins' `unmodelled_sd`, the
+    `between_sd` of two runs; log scale)."""
     notes = []
     # A spec is cases.spec.CaseSpec's dict; a user model has no op or width.
     specs = [c.spec for c in pr.doc.cases.values()]
@@ -383,18 +431,26 @@ def cannot_catch(
         + " ran; other ops, shapes, dtypes and graph patterns were not measured."
     )
     judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
+    span = detectable_span([r.detectable for r in rows])
     if judged:
-        span = (f"{min(judged):.1%}" if f"{min(judged):.1%}" == f"{max(judged):.1%}"
-                else f"{min(judged):.1%} to {max(judged):.1%}")
+        lo, hi = f"{min(judged):.1%}", f"{max(judged):.1%}"
+        thresholds = lo if lo == hi else f"{lo} to {hi}"
+        widened = widened_by(unmodelled_sd, between_sd)
+        if span is None:
+            caught = "Changes below each case's threshold pass as ✅"
+        else:
+            mid, worst, n = span
+            caught = (f"A slowdown smaller than a case's detectable change can pass as ✅: "
+                      f"this run could catch ≥ {mid:.1%} in the median of its {n} judged "
+                      f"case(s) and ≥ {worst:.1%} in the worst, with "
+                      f"{defaults.DETECT_POWER:.0%} probability, each from its own interval "
+                      "width and threshold")
         notes.append(
-            f"Changes below each case's threshold ({span} here) "
-            "pass as ✅; such small regressions compound over many PRs, so compare against an "
+            f"{caught}. The thresholds ({thresholds} here) came from "
+            f"{noise_used(profile, twin, settings.floor, settings.k)}"
+            + (f"; the standard errors include {' and '.join(widened)}" if widened else "")
+            + ". Such small regressions compound over many PRs, so compare against an "
             "older base now and then."
-        )
-    if not calibrated:
-        notes.append(
-            "No A/A calibration profile: thresholds are a conservative default, so real "
-            "regressions smaller than that default can pass."
         )
     threads = pr.doc.config.threads
     if threads == 1:
