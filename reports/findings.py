@@ -390,7 +390,8 @@ def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[st
     """The terms a comparison added to every standard error (log-scale sds), as words."""
     terms = []
     if unmodelled_sd:
-        terms.append(f"the twin's A/A spread beyond its processes (sd {math.expm1(unmodelled_sd):.2%})")
+        terms.append("the twin's A/A spread beyond its processes "
+                     f"(sd {math.expm1(unmodelled_sd):.2%})")
     if between_sd:
         terms.append(f"what two runs differ by (sd {math.expm1(between_sd):.2%})")
     return terms
