@@ -68,7 +68,9 @@ from epbench.reports.findings import (
     median_ns,
     named,
     speed_warning,
+    target_warning,
     twin_noise,
+    twin_over_target,
     with_twin,
     within_run_only,
 )
@@ -351,6 +353,12 @@ def compare(
             medians(b_case, base.control), medians(p_case, pr.control)))
     judgements, tests = judge_samples(grid, thresholds, unquiet, n_rounds, settings,
                                       dropped=dropped, changes=changes)
+    # The twin's own A/A change per case, the larger of two runs' (--target-mde).
+    twin_aa: dict[str, float] = {}
+    for side in twins["info"]:
+        for name, aa in side["cases"].items():
+            if math.isfinite(aa["change"]) and abs(aa["change"]) >= abs(twin_aa.get(name, 0.0)):
+                twin_aa[name] = aa["change"]
     bars = [flag_bar(th.t, shift, between is None, settings)
             for th, shift in zip(thresholds, shifts, strict=True)]
     detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
@@ -361,6 +369,7 @@ def compare(
         j = across_speed_change(j, change, th, shift)
         if between is None:
             j = within_run_only(j, j.shown or change, settings)
+        j = twin_over_target(j, twin_aa.get(name), settings)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
@@ -399,6 +408,10 @@ def compare(
     drift = drift_warning(case_rows)
     if drift is not None:
         warnings.append(drift)
+    if settings.target_mde is not None:
+        missed = target_warning(case_rows, settings.target_mde, budget=False)
+        if missed is not None:
+            warnings.append(missed)
     speed = speed_warning(case_rows)
     if speed is not None:
         warnings.insert(0, speed)

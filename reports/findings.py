@@ -103,6 +103,68 @@ def flag_bar(t: float, shift: float | None, within_only: bool, settings: Setting
     return max(bar, 2.0 * settings.floor) if within_only else bar
 
 
+def twin_over_target(j: Judgement, twin_change: float | None,
+                     settings: Settings) -> Judgement:
+    """``j`` judged again against --target-mde: a ✅ whose A/A twin itself differed by more
+    than the target is ❔, since two copies of one library could not be told apart at the
+    size the run was asked to see."""
+    target = settings.target_mde
+    if target is None or j.verdict != "no_change" or twin_change is None or (
+            abs(twin_change) <= target):
+        return j
+    return Judgement(
+        "inconclusive",
+        f"{j.reason}, but the A/A twin itself differed by {twin_change:+.1%}, more than the "
+        f"target {target:.1%}; rerun with more --processes, on a quieter machine",
+        j.significant, j.q)
+
+
+# The start of the warning that names the cases short of --target-mde.
+TARGET_MISSED = "short of the target"
+
+
+def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, str]:
+    """The judged cases (``compare``'s rows) whose detectable change is above ``target``,
+    each with why: "A/A noise" (k x the noise set t above target / 2: more processes
+    narrow a twin's noise too), "load" (some rounds failed the idle gate), else "processes"
+    (the interval is too wide: more worker processes narrow it)."""
+    missed = {}
+    for row in rows:
+        if row["verdict"] in ("failed", "not_comparable"):
+            continue
+        size = row.get("detectable")
+        if size is not None and size <= target:
+            continue
+        if row["threshold"] > target / 2.0 * (1.0 + 1e-9):
+            missed[row["case"]] = "A/A noise"
+        elif row.get("unquiet"):
+            missed[row["case"]] = "load"
+        else:
+            missed[row["case"]] = "processes"
+    return missed
+
+
+def target_warning(rows: Sequence[Mapping[str, Any]], target: float, *,
+                   budget: bool) -> str | None:
+    """The one warning naming the cases short of --target-mde and why, or None. `budget`:
+    re-runs added processes until their budget ran out (compare-commits)."""
+    missed = target_misses(rows, target)
+    if not missed:
+        return None
+    sizes = {row["case"]: row.get("detectable") for row in rows}
+    why = {"A/A noise": "A/A noise: k x the noise sets t above half the target",
+           "load": "load: rounds failed the idle gate",
+           "processes": ("budget: the re-runs' budget ran out before more processes met it"
+                         if budget else "processes: rerun with more --processes")}
+    def size(name: str) -> str:
+        value = sizes[name]
+        return f"could catch ≥ {value:.1%}" if value is not None else "no estimate"
+
+    items = [f"{name} ({size(name)}; {why[reason]})" for name, reason in missed.items()]
+    return (f"{len(missed)} case(s) {TARGET_MISSED} detectable change of {target:.1%}: "
+            f"{named(items)}")
+
+
 def control_shift(base_control: Any, pr_control: Any) -> float | None:
     """How much longer the PR run's ORT control took a Run than the base run's, from
     each run's per-round medians (negative: less time), or None without a time."""

@@ -26,6 +26,9 @@ class Settings:
     seed: int = defaults.SEED
     force: bool = False
     instructions_threshold: float = defaults.INSTRUCTIONS_THRESHOLD
+    # --target-mde: the detectable change every case should reach (a fraction); the
+    # floor is then half of it (target_settings), and a case that misses it is named.
+    target_mde: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.confidence < 1.0:
@@ -36,10 +39,23 @@ class Settings:
             raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
         if self.alert is not None and self.alert <= 0.0:
             raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
+        if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
+            raise CompareError("--target-mde is a percentage between 0 and 100, e.g. 1%")
         if self.resamples < defaults.MIN_RESAMPLES:
             raise CompareError(
                 f"--resamples must be at least {defaults.MIN_RESAMPLES} for stable 95 % intervals"
             )
+
+
+def target_settings(settings: Settings, target_mde: float | None) -> Settings:
+    """`settings` aiming every case at a detectable change of `target_mde`: the floor
+    follows the target, t = max(target / 2, k x noise), so a threshold leaves room for
+    the interval's half-width under the target."""
+    if target_mde is None:
+        return settings
+    from dataclasses import replace
+
+    return replace(settings, floor=target_mde / 2.0, target_mde=target_mde)
 
 
 @dataclass(frozen=True)

@@ -370,7 +370,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
-                    fail_on: str) -> None:
+                    fail_on: str, target_mde: float | None) -> None:
     """Compare two commits of an EP in one interleaved run, with ORT as the control.
 
     \b
@@ -425,7 +425,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                        out_dir=Path(out), overwrite=overwrite,
                        progress=progress_for(quiet), grids=tuple(grids))
     settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
-                                     fdr=fdr, resamples=resamples, seed=seed),
+                                     fdr=fdr, resamples=resamples, seed=seed,
+                                     target_mde=target_mde),
                        instructions_threshold=instructions_threshold)
     try:
         result = run_comparison(
