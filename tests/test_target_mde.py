@@ -44,6 +44,11 @@ def test_the_floor_follows_the_target_and_the_cases_short_of_it_are_named() -> N
     assert aimed["settings"]["target_mde"] == 0.01
     assert [round(r["detectable"], 4) for r in aimed["cases"]] == [0.0129, 0.0132]
     assert target_misses(aimed["cases"], 0.01) == dict.fromkeys(NAMES, "processes")
+    # A judged case with no estimate is short of any target.
+    unknown = {"case": "x", "verdict": "no_change", "detectable": None, "threshold": 0.005,
+               "unquiet": 0}
+    assert target_misses([unknown], 0.01) == {"x": "processes"}
+    assert target_misses([{**unknown, "unquiet": 3}], 0.01) == {"x": "load"}
     missed = [w for w in aimed["warnings"] if TARGET_MISSED in w]
     assert missed == [
         "2 case(s) short of the target detectable change of 1.0%: relu_d1_w8 (could catch "
@@ -98,16 +103,17 @@ def _commits(monkeypatch, tmp_path, *, sigmas: list[float], budget_s: float,
 
 def test_compare_commits_adds_processes_until_the_target_is_met(tmp_path,
                                                                 monkeypatch) -> None:
-    result, calls = _commits(monkeypatch, tmp_path, sigmas=[0.003, 0.001], budget_s=3600,
+    result, calls = _commits(monkeypatch, tmp_path, sigmas=[0.0025, 0.001], budget_s=3600,
                              target=0.01)
-    # First pass short of 1 % on both; one re-run of 6 more processes each reached it.
+    # The first pass leaves relu_d1_w8 ❔ and relu_d10_w8 ✅ but able to catch only 1.2 %:
+    # both are re-run, and 6 more processes each bring them to the target.
     assert calls == [list(NAMES), list(NAMES)]
     cases = result.doc["cases"]
     assert [len(cases[n]["processes"]) for n in NAMES] == [12, 12]
     assert all(r["detectable"] <= 0.01 for r in result.comparison["cases"])
     assert not any(TARGET_MISSED in w for w in result.comparison["warnings"])
-    # Without a target the same first pass is all ✅ at the 1 % floor: nothing re-run.
-    _, calls = _commits(monkeypatch, tmp_path, sigmas=[0.003, 0.001], budget_s=3600,
+    # Without a target the first pass is all ✅ at the 1 % floor: nothing is re-run.
+    _, calls = _commits(monkeypatch, tmp_path, sigmas=[0.0025, 0.001], budget_s=3600,
                         target=None)
     assert calls == [list(NAMES)]
 
