@@ -450,12 +450,15 @@ def detectable_span(values: Sequence[float | None]) -> tuple[float, float, int] 
 
 def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[str]:
     """The terms a comparison added to every standard error (log-scale sds), as words."""
+    def pct(sd: float) -> str:
+        # A file may hold any finite sd: exp of more than ~709 would overflow.
+        return f"{math.expm1(min(sd, 50.0)):.2%}"
+
     terms = []
-    if unmodelled_sd:
-        terms.append("the twin's A/A spread beyond its processes "
-                     f"(sd {math.expm1(unmodelled_sd):.2%})")
-    if between_sd:
-        terms.append(f"what two runs differ by (sd {math.expm1(between_sd):.2%})")
+    if unmodelled_sd is not None and unmodelled_sd > 0.0:
+        terms.append(f"the twin's A/A spread beyond its processes (sd {pct(unmodelled_sd)})")
+    if between_sd is not None and between_sd > 0.0:
+        terms.append(f"what two runs differ by (sd {pct(between_sd)})")
     return terms
 
 

@@ -79,3 +79,15 @@ def test_every_output_carries_what_each_case_could_catch(comparison) -> None:
     assert summary.startswith("Could catch a slowdown of ≥ ")
     for output in (markdown, comment, terminal, page):
         assert summary in output
+
+
+def test_a_file_with_absurd_numbers_still_renders_as_numbers(comparison) -> None:
+    # The comment job renders any compare.json the schema admits: finite, but any size.
+    doc = json.loads(render.to_json(comparison))
+    doc["twin"][0]["unmodelled_sd"] = 1000.0  # exp(1000) overflows a float
+    doc["between_runs"]["sd"] = -1.0
+    doc["cases"][0]["detectable"] = 1e300
+    body = comment_body(doc)
+    assert "the twin's A/A spread beyond its processes (sd " in body
+    assert "what two runs differ by" not in body  # a negative sd widens nothing
+    assert f"| {render.format_detectable(1e300)} |" in body
