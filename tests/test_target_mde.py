@@ -150,3 +150,44 @@ def test_a_target_that_is_no_percentage_is_one_line(tmp_path, given: str) -> Non
     assert got.exit_code == 2
     assert "is not a percentage between 0 and 100; write e.g. 1% or 0.5" in got.output
     assert "Traceback" not in got.output
+
+
+def test_run_adds_processes_to_the_cases_short_of_the_target() -> None:
+    from epbench.cases.grids import case_by_name
+    from epbench.harness.run_config import RunConfig
+    from epbench.workflows.run_target import run_to_target
+
+    calls: list[list[str]] = []
+    sigmas = [0.0025, 0.001]
+
+    def fake_run(config: Any) -> dict[str, Any]:
+        calls.append([c.name for c in config.cases])
+        return _doc(sigmas[min(len(calls), 2) - 1], seed=len(calls), rounds=config.rounds,
+                    processes=config.processes, names=tuple(calls[-1]))
+
+    config = RunConfig(cases=tuple(case_by_name(n) for n in NAMES), arms=(), rounds=24,
+                       processes=6)
+    ticks = iter(range(1000))
+    aimed = run_to_target(config, 0.01, budget_s=3600, runner=fake_run,
+                          clock=lambda: float(next(ticks)))
+    # pr against base (the twin's arm): relu_d10_w8 is ✅ but short of 1 %, relu_d1_w8 ❔.
+    assert calls == [list(NAMES), list(NAMES)]
+    assert aimed.reruns == dict.fromkeys(NAMES, 24)
+    assert [len(aimed.doc["cases"][n]["processes"]) for n in NAMES] == [12, 12]
+    assert aimed.notes == []
+    # No budget: the first pass only, and a note per comparison names the cases and why.
+    calls.clear()
+    short = run_to_target(config, 0.01, budget_s=0, runner=fake_run,
+                          clock=lambda: float(next(ticks)))
+    assert calls == [list(NAMES)]
+    assert len(short.notes) == 1
+    assert short.notes[0].startswith("pr against base: 2 case(s) short of the target "
+                                     "detectable change of 1.0%: relu_d10_w8 (could catch ≥ ")
+    assert short.notes[0].count("budget: the re-runs' budget ran out") == 2
+
+
+def test_run_refuses_a_target_with_nothing_to_compare(tmp_path) -> None:
+    got = CliRunner().invoke(cli, ["run", "--case", "relu_d1_w8", "--arm", "engine",
+                                   "--target-mde", "1%", "--out", str(tmp_path / "o")])
+    assert got.exit_code == 1
+    assert "--target-mde compares arms of the run: give two arms besides ort" in got.output
