@@ -68,7 +68,7 @@ from epbench.reports.findings import (
     median_ns,
     named,
     speed_warning,
-    target_warning,
+    target_warnings,
     twin_noise,
     twin_over_target,
     with_twin,
@@ -409,9 +409,7 @@ def compare(
     if drift is not None:
         warnings.append(drift)
     if settings.target_mde is not None:
-        missed = target_warning(case_rows, settings.target_mde, budget=False)
-        if missed is not None:
-            warnings.append(missed)
+        warnings.extend(target_warnings(case_rows, settings.target_mde, budget=False))
     speed = speed_warning(case_rows)
     if speed is not None:
         warnings.insert(0, speed)

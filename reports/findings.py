@@ -144,25 +144,29 @@ def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str,
     return missed
 
 
-def target_warning(rows: Sequence[Mapping[str, Any]], target: float, *,
-                   budget: bool) -> str | None:
-    """The one warning naming the cases short of --target-mde and why, or None. `budget`:
-    re-runs added processes until their budget ran out (compare-commits)."""
+def target_warnings(rows: Sequence[Mapping[str, Any]], target: float, *,
+                    budget: bool) -> list[str]:
+    """The warnings naming the cases short of --target-mde, one per reason (each within
+    ``named``'s bound, as the schema bounds one warning). `budget`: re-runs added
+    processes until their budget ran out (compare-commits, `run --target-mde`)."""
     missed = target_misses(rows, target)
-    if not missed:
-        return None
     sizes = {row["case"]: row.get("detectable") for row in rows}
-    why = {"A/A noise": "A/A noise: k x the noise sets t above half the target",
-           "load": "load: rounds failed the idle gate",
-           "processes": ("budget: the re-runs' budget ran out before more processes met it"
-                         if budget else "processes: rerun with more --processes")}
-    def size(name: str) -> str:
-        value = sizes[name]
-        return f"could catch ≥ {value:.1%}" if value is not None else "no estimate"
-
-    items = [f"{name} ({size(name)}; {why[reason]})" for name, reason in missed.items()]
-    return (f"{len(missed)} case(s) {TARGET_MISSED} detectable change of {target:.1%}: "
-            f"{named(items)}")
+    why = {"A/A noise": "A/A noise (k × the noise sets t above half the target; more "
+                        "processes narrow a twin's noise too)",
+           "load": "load (rounds failed the idle gate; rerun on a quieter machine)",
+           "processes": ("budget (the re-runs' budget ran out before more processes reached "
+                         "it; pass a larger --budget)" if budget else
+                         "too few processes (rerun with more --processes)")}
+    warnings = []
+    for reason, words in why.items():
+        names = [name for name, r in missed.items() if r == reason]
+        if not names:
+            continue
+        items = [f"{name} (≥ {sizes[name]:.1%})" if sizes[name] is not None
+                 else f"{name} (no estimate)" for name in names]
+        warnings.append(f"{len(names)} case(s) {TARGET_MISSED} detectable change of "
+                        f"{target:.1%}, for {words}: {named(items)}")
+    return warnings
 
 
 def control_shift(base_control: Any, pr_control: Any) -> float | None:
@@ -471,10 +475,10 @@ def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
     if twin:
         return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
                 f"{k:g} × the standard error of its change)")
-    return (f"no measured noise: t is the conservative default max({floor:.0%}, "
-            f"{k:g} × {defaults.NOISE_WITHOUT_PROFILE:.0%}), as there was no "
-            "calibration profile and no A/A twin (`--aa-twin ARM` or `epbench calibrate` "
-            "measures it)")
+    return ("no measurement (no calibration profile, no A/A twin), so t is the "
+            f"conservative default max({floor:.0%}, {k:g} × "
+            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); `--aa-twin ARM` or `epbench calibrate` "
+            "measures it")
 
 
 def cannot_catch(

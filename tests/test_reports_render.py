@@ -191,8 +191,8 @@ def test_no_profile_is_said_out_loud():
     doc = _load("same_run.json")
     comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     text = render.render_markdown(comparison)
-    said = ("no measured noise: t is the conservative default max(1%, 2 × 2%), as there was "
-            "no calibration profile and no A/A twin")
+    said = ("no measurement (no calibration profile, no A/A twin), so t is the conservative "
+            "default max(1%, 2 × 2%)")
     assert f"the noise from {said}" in text  # the method paragraph
     assert f"came from {said}" in text  # what this cannot catch
 

@@ -64,7 +64,7 @@ from epbench.reports.findings import (
     held_back_by_gate,
     named,
     target_misses,
-    target_warning,
+    target_warnings,
 )
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
@@ -381,9 +381,7 @@ def rerun_ambiguous(
         # compare() named the cases short of the target as for one pass; re-runs added
         # processes to them until the budget ran out.
         comparison["warnings"] = [w for w in comparison["warnings"] if TARGET_MISSED not in w]
-        missed = target_warning(comparison["cases"], target, budget=True)
-        if missed is not None:
-            comparison["warnings"].append(missed)
+        comparison["warnings"].extend(target_warnings(comparison["cases"], target, budget=True))
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
     comparison["warnings"].extend(left_over_warnings(
         comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))

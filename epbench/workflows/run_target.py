@@ -20,7 +20,7 @@ from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports.comparison import Side
-from epbench.reports.findings import target_warning
+from epbench.reports.findings import target_warnings
 from epbench.reports.verdicts import Settings, target_settings
 from epbench.workflows.compare_commits import (
     cases_that_fit,
@@ -100,7 +100,6 @@ def run_to_target(
         judged = _judge(doc, settings)
     notes = []
     for label, comparison in judged:
-        missed = target_warning(comparison["cases"], target, budget=True)
-        if missed is not None:
-            notes.append(f"{label}: {missed}")
+        notes += [f"{label}: {w}" for w in target_warnings(comparison["cases"], target,
+                                                           budget=True)]
     return TargetRun(doc, reruns, notes)
