@@ -125,7 +125,8 @@ TARGET_MISSED = "short of the target"
 
 def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, str]:
     """The judged cases (``compare``'s rows) whose detectable change is above ``target``,
-    each with why: "A/A noise" (k x the noise set t above target / 2: more processes
+    each with why: "no measured noise" (no profile, no twin: the default t is above
+    target / 2), "A/A noise" (k x the noise set t above target / 2: more processes
     narrow a twin's noise too), "load" (some rounds failed the idle gate), else "processes"
     (the interval is too wide: more worker processes narrow it)."""
     missed = {}
@@ -136,7 +137,9 @@ def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str,
         if size is not None and size <= target:
             continue
         if row["threshold"] > target / 2.0 * (1.0 + 1e-9):
-            missed[row["case"]] = "A/A noise"
+            # "no profile": no twin either, so t is the default no process can lower.
+            missed[row["case"]] = ("no measured noise" if row.get("noise_source") == "no profile"
+                                   else "A/A noise")
         elif row.get("unquiet"):
             missed[row["case"]] = "load"
         else:
@@ -151,7 +154,10 @@ def target_warnings(rows: Sequence[Mapping[str, Any]], target: float, *,
     processes until their budget ran out (compare-commits, `run --target-mde`)."""
     missed = target_misses(rows, target)
     sizes = {row["case"]: row.get("detectable") for row in rows}
-    why = {"A/A noise": "A/A noise (k × the noise sets t above half the target; more "
+    why = {"no measured noise": ("no measured noise (no calibration profile, no A/A twin: "
+                                 "the default t is above half the target; run with an A/A "
+                                 "twin)"),
+           "A/A noise": "A/A noise (k × the noise sets t above half the target; more "
                         "processes narrow a twin's noise too)",
            "load": "load (rounds failed the idle gate; rerun on a quieter machine)",
            "processes": ("budget (the re-runs' budget ran out before more processes reached "

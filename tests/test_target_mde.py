@@ -54,6 +54,14 @@ def test_the_floor_follows_the_target_and_the_cases_short_of_it_are_named() -> N
                "unquiet": 0}
     assert target_misses([unknown], 0.01) == {"x": "processes"}
     assert target_misses([{**unknown, "unquiet": 3}], 0.01) == {"x": "load"}
+    # No profile and no twin: the default t, which no re-run lowers.
+    default = {**unknown, "threshold": 0.04, "noise_source": "no profile"}
+    assert target_misses([default], 0.01) == {"x": "no measured noise"}
+    from epbench.workflows.compare_commits import short_of_target
+
+    aimed_rows = {"settings": {"target_mde": 0.01}}
+    assert short_of_target({**aimed_rows, "cases": [default]}) == []  # no re-run lowers it
+    assert short_of_target({**aimed_rows, "cases": [unknown]}) == ["x"]
     # One warning per reason, each naming its cases.
     rows = [unknown, {**unknown, "case": "y", "unquiet": 3, "detectable": 0.02},
             {**unknown, "case": "z", "threshold": 0.008, "detectable": 0.03}]

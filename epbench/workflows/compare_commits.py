@@ -255,9 +255,8 @@ def short_of_target(comparison: Mapping[str, Any]) -> list[str]:
     target = (comparison.get("settings") or {}).get("target_mde")
     if target is None:
         return []
-    rows = {row["case"]: row for row in comparison["cases"]}
     return [name for name, why in target_misses(comparison["cases"], target).items()
-            if not (why == "A/A noise" and rows[name]["noise_source"] == "no profile")]
+            if why != "no measured noise"]
 
 
 def rerun_seconds_per_case(seconds_per_case: float) -> int:
