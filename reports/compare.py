@@ -64,11 +64,14 @@ from epbench.reports.findings import (
     control_shift,
     counter_changes,
     drift_warning,
+    flag_bar,
     instructions_change,
     median_ns,
     named,
     speed_warning,
+    target_warnings,
     twin_noise,
+    twin_over_target,
     with_twin,
     within_run_only,
 )
@@ -76,6 +79,7 @@ from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
     Settings,
+    grid_detectable,
     judge_samples,
     overall_verdict,
     threshold_for,
@@ -352,13 +356,23 @@ def compare(
             medians(b_case, base.control), medians(p_case, pr.control)))
     judgements, tests = judge_samples(grid, thresholds, unquiet, n_rounds, settings,
                                       dropped=dropped, changes=changes)
-    for name, change, th, j, u, r, drift, shift, p_beyond in zip(
+    # The twin's own A/A change per case, the larger of two runs' (--target-mde).
+    twin_aa: dict[str, float] = {}
+    for side in twins["info"]:
+        for name, aa in side["cases"].items():
+            if math.isfinite(aa["change"]) and abs(aa["change"]) >= abs(twin_aa.get(name, 0.0)):
+                twin_aa[name] = aa["change"]
+    bars = [flag_bar(th.t, shift, between is None, settings)
+            for th, shift in zip(thresholds, shifts, strict=True)]
+    detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
+    for name, change, th, j, u, r, drift, shift, p_beyond, mde in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
-        tests.beyond, strict=True,
+        tests.beyond, detectable, strict=True,
     ):
         j = across_speed_change(j, change, th, shift)
         if between is None:
             j = within_run_only(j, j.shown or change, settings)
+        j = twin_over_target(j, twin_aa.get(name), settings)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
@@ -378,6 +392,7 @@ def compare(
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
             control_shift=shift,
             family=_family(base_cases[name]),
+            detectable=stats.finite(mde) if j.verdict != "not_comparable" else None,
         ))
     for row in rows:
         errors = [*base_cases[row.case].rerun_errors]
@@ -396,6 +411,8 @@ def compare(
     drift = drift_warning(case_rows)
     if drift is not None:
         warnings.append(drift)
+    if settings.target_mde is not None:
+        warnings.extend(target_warnings(case_rows, settings.target_mde, budget=False))
     speed = speed_warning(case_rows)
     if speed is not None:
         warnings.insert(0, speed)
@@ -427,7 +444,10 @@ def compare(
         else {"run": gate_summary(pr.doc)},
         "host": pr.doc.host.to_dict(),
         "threads": pr.doc.config.threads,
-        "cannot_catch": cannot_catch(base, pr, rows, profile is not None),
+        "cannot_catch": cannot_catch(
+            base, pr, rows, profile=profile is not None, twin=bool(twins["info"]),
+            unmodelled_sd=math.sqrt(twins["tau2"]),
+            between_sd=math.sqrt(between) if between else None, settings=settings),
     }
 
 

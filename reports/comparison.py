@@ -119,4 +119,7 @@ class CaseRow:
     # reaches --instructions-threshold.
     instructions_change: float | None = None
     instructions_flag: bool = False
+    # The smallest slowdown this run would have flagged (⚠️ or 🔴) with 95 % probability
+    # (verdicts.detectable_change); None for a case not judged.
+    detectable: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -31,6 +31,9 @@ NOISE_WITHOUT_PROFILE = 0.02
 ALERT_FACTOR = 2.0
 # Benjamini-Hochberg false-discovery rate across a grid (`--fdr`).
 FDR = 0.05
+# A case's detectable change is the smallest slowdown it would have flagged (⚠️ or 🔴)
+# with this probability (verdicts.detectable_change).
+DETECT_POWER = 0.95
 # Fewer rounds than this cannot give a verdict (➖); the exact interval may need more
 # (6 at 95 % in one run, 7 per run for two runs: reports.stats.min_rounds).
 MIN_ROUNDS = 5

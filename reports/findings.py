@@ -101,6 +101,86 @@ def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> J
     return j
 
 
+def flag_bar(t: float, shift: float | None, within_only: bool, settings: Settings) -> float:
+    """The threshold a slowdown's interval had to clear to be flagged: t, plus the
+    speed-change allowance across a change of speed (across_speed_change), at least
+    twice the floor when the intervals cover within-run noise only (within_run_only)."""
+    bar = t + defaults.SPEED_CHANGE_ALLOWANCE if beyond_speed_limit(shift) else t
+    return max(bar, 2.0 * settings.floor) if within_only else bar
+
+
+def twin_over_target(j: Judgement, twin_change: float | None,
+                     settings: Settings) -> Judgement:
+    """``j`` judged again against --target-mde: a ✅ whose A/A twin itself differed by more
+    than the target is ❔, since two copies of one library could not be told apart at the
+    size the run was asked to see."""
+    target = settings.target_mde
+    if target is None or j.verdict != "no_change" or twin_change is None or (
+            abs(twin_change) <= target):
+        return j
+    return Judgement(
+        "inconclusive",
+        f"{j.reason}, but the A/A twin itself differed by {twin_change:+.1%}, more than the "
+        f"target {target:.1%}; rerun with more --processes, on a quieter machine",
+        j.significant, j.q)
+
+
+# The start of the warning that names the cases short of --target-mde.
+TARGET_MISSED = "short of the target"
+
+
+def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, str]:
+    """The judged cases (``compare``'s rows) whose detectable change is above ``target``,
+    each with why: "no measured noise" (no profile, no twin: the default t is above
+    target / 2), "A/A noise" (k x the noise set t above target / 2: more processes
+    narrow a twin's noise too), "load" (some rounds failed the idle gate), else "processes"
+    (the interval is too wide: more worker processes narrow it)."""
+    missed = {}
+    for row in rows:
+        if row["verdict"] in ("failed", "not_comparable"):
+            continue
+        size = row.get("detectable")
+        if size is not None and size <= target:
+            continue
+        if row["threshold"] > target / 2.0 * (1.0 + 1e-9):
+            # "no profile": no twin either, so t is the default no process can lower.
+            missed[row["case"]] = ("no measured noise" if row.get("noise_source") == "no profile"
+                                   else "A/A noise")
+        elif row.get("unquiet"):
+            missed[row["case"]] = "load"
+        else:
+            missed[row["case"]] = "processes"
+    return missed
+
+
+def target_warnings(rows: Sequence[Mapping[str, Any]], target: float, *,
+                    budget: bool) -> list[str]:
+    """The warnings naming the cases short of --target-mde, one per reason (each within
+    ``named``'s bound, as the schema bounds one warning). `budget`: re-runs added
+    processes until their budget ran out (compare-commits, `run --target-mde`)."""
+    missed = target_misses(rows, target)
+    sizes = {row["case"]: row.get("detectable") for row in rows}
+    why = {"no measured noise": ("no measured noise (no calibration profile, no A/A twin: "
+                                 "the default t is above half the target; run with an A/A "
+                                 "twin)"),
+           "A/A noise": "A/A noise (k × the noise sets t above half the target; more "
+                        "processes narrow a twin's noise too)",
+           "load": "load (rounds failed the idle gate; rerun on a quieter machine)",
+           "processes": ("budget (the re-runs' budget ran out before more processes reached "
+                         "it; pass a larger --budget)" if budget else
+                         "too few processes (rerun with more --processes)")}
+    warnings = []
+    for reason, words in why.items():
+        names = [name for name, r in missed.items() if r == reason]
+        if not names:
+            continue
+        items = [f"{name} (≥ {sizes[name]:.1%})" if sizes[name] is not None
+                 else f"{name} (no estimate)" for name in names]
+        warnings.append(f"{len(names)} case(s) {TARGET_MISSED} detectable change of "
+                        f"{target:.1%}, for {words}: {named(items)}")
+    return warnings
+
+
 def control_shift(base_control: Any, pr_control: Any) -> float | None:
     """How much longer the PR run's ORT control took a Run than the base run's, from
     each run's per-round medians (negative: less time), or None without a time."""
@@ -413,10 +493,54 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
     return rows
 
 
+def detectable_span(values: Sequence[float | None]) -> tuple[float, float, int] | None:
+    """(median, worst, how many) of a grid's detectable changes (rows' `detectable`),
+    or None when no case has one."""
+    known = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not known:
+        return None
+    mid = median(known)
+    assert mid is not None
+    return mid, known[-1], len(known)
+
+
+def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[str]:
+    """The terms a comparison added to every standard error (log-scale sds), as words."""
+    def pct(sd: float) -> str:
+        # A file may hold any finite sd: exp of more than ~709 would overflow.
+        return f"{math.expm1(min(sd, 50.0)):.2%}"
+
+    terms = []
+    if unmodelled_sd is not None and unmodelled_sd > 0.0:
+        terms.append(f"the twin's A/A spread beyond its processes (sd {pct(unmodelled_sd)})")
+    if between_sd is not None and between_sd > 0.0:
+        terms.append(f"what two runs differ by (sd {pct(between_sd)})")
+    return terms
+
+
+def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
+    """Where a comparison's thresholds came from, as words."""
+    if profile and twin:
+        return "the larger of this host's calibration profile and the run's own A/A twin"
+    if profile:
+        return "this host's calibration profile"
+    if twin:
+        return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
+                f"{k:g} × the standard error of its change)")
+    return ("no measurement (no calibration profile, no A/A twin), so t is the "
+            f"conservative default max({floor:.0%}, {k:g} × "
+            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); `--aa-twin ARM` or `epbench calibrate` "
+            "measures it")
+
+
 def cannot_catch(
-    base: Side, pr: Side, rows: Sequence[CaseRow], calibrated: bool
+    base: Side, pr: Side, rows: Sequence[CaseRow], *, profile: bool, twin: bool,
+    unmodelled_sd: float, between_sd: float | None, settings: Settings,
 ) -> list[str]:
-    """What this comparison could not have seen, stated for this run."""
+    """What this comparison could not have seen, stated for this run: from each case's
+    detectable change, the noise its thresholds came from (`profile`, `twin`) and the
+    terms its standard errors were widened by (the twins' `unmodelled_sd`, the
+    `between_sd` of two runs; log scale)."""
     notes = []
     # A spec is cases.spec.CaseSpec's dict; a user model has no op or width.
     specs = [c.spec for c in pr.doc.cases.values()]
@@ -429,18 +553,26 @@ def cannot_catch(
         + " ran; other ops, shapes, dtypes and graph patterns were not measured."
     )
     judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
+    span = detectable_span([r.detectable for r in rows])
     if judged:
-        span = (f"{min(judged):.1%}" if f"{min(judged):.1%}" == f"{max(judged):.1%}"
-                else f"{min(judged):.1%} to {max(judged):.1%}")
+        lo, hi = f"{min(judged):.1%}", f"{max(judged):.1%}"
+        thresholds = lo if lo == hi else f"{lo} to {hi}"
+        widened = widened_by(unmodelled_sd, between_sd)
+        if span is None:
+            caught = "Changes below each case's threshold pass as ✅"
+        else:
+            mid, worst, n = span
+            caught = (f"A slowdown smaller than a case's detectable change can pass as ✅: "
+                      f"this run could catch ≥ {mid:.1%} in the median of its {n} judged "
+                      f"case(s) and ≥ {worst:.1%} in the worst, with "
+                      f"{defaults.DETECT_POWER:.0%} probability, each from its own interval "
+                      "width and threshold")
         notes.append(
-            f"Changes below each case's threshold ({span} here) "
-            "pass as ✅; such small regressions compound over many PRs, so compare against an "
+            f"{caught}. The thresholds ({thresholds} here) came from "
+            f"{noise_used(profile, twin, settings.floor, settings.k)}"
+            + (f"; the standard errors include {' and '.join(widened)}" if widened else "")
+            + ". Such small regressions compound over many PRs, so compare against an "
             "older base now and then."
-        )
-    if not calibrated:
-        notes.append(
-            "No A/A calibration profile: thresholds are a conservative default, so real "
-            "regressions smaller than that default can pass."
         )
     threads = pr.doc.config.threads
     if threads == 1:

@@ -304,6 +304,8 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "colours": styles,
         "tally": [(v, VERDICTS[v][1], counts[v]) for v in VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
+        "catch_sentence": render.detectable_sentence(comparison),
+        "m": render.method_context(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
@@ -450,7 +452,7 @@ def environment() -> Any:
         ns=render.format_ns, pct=render.format_pct, share=render.format_share,
         ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
         stopped_waiting=render.gate_waiting_text, verdict_mark=verdict_mark,
-        with_marks=with_marks,
+        with_marks=with_marks, catch=render.format_detectable,
     )
     return env
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from epbench.reports import defaults, stats
 from epbench.reports.comparison import VERDICTS
-from epbench.reports.findings import beyond_speed_limit
+from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
 from epbench.reports.sticky import STICKY_MARKER
 
 
@@ -63,6 +63,50 @@ def format_share(value: float | None, digits: int = 1) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value * 100:.{digits}f}%"
+
+
+def format_detectable(value: float | None) -> str:
+    """A case's detectable change as the table shows it: ≥ 2.3%."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"≥ {format_share(value)}"
+
+
+def detectable_sentence(comparison: Mapping[str, Any]) -> str:
+    """The grid's detectable changes in one sentence, median and worst ("" when no case
+    has one): numbers only, whatever file the comparison came from."""
+    span = detectable_span([r.get("detectable") for r in comparison["cases"]])
+    if span is None:
+        return ""
+    mid, worst, n = span
+    return (f"Could catch a slowdown of ≥ {format_share(mid)} in the median case and "
+            f"≥ {format_share(worst)} in the worst ({n} case(s) judged, "
+            f"{defaults.DETECT_POWER:.0%} probability each).")
+
+
+def method_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """What templates/_method.j2 says of the method that judged a comparison: numbers and
+    fixed words only."""
+    settings = comparison["settings"]
+    twins = comparison.get("twin") or []
+    sds = [t["unmodelled_sd"] for t in twins if t.get("unmodelled_sd") is not None]
+    # compare() adds the mean of the sides' tau^2 (findings.twin_noise).
+    tau = math.sqrt(sum(sd * sd for sd in sds) / len(sds)) if sds else None
+    alert = (f"{format_share(settings['alert'])} (or t, where t is larger)"
+             if settings.get("alert") else f"{defaults.ALERT_FACTOR:g}t")
+    return {
+        "floor": settings["floor"], "k": f"{settings['k']:g}", "fdr": settings["fdr"],
+        "noise_from": noise_used(bool(comparison.get("profile")), bool(twins),
+                                 settings["floor"], settings["k"]),
+        "alert": alert,
+        # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
+        "tested": sum(r["verdict"] not in ("failed", "not_comparable")
+                      for r in comparison["cases"]),
+        "confidence_pct": f"{settings['confidence'] * 100:g} %",
+        "same_run": comparison["mode"] == "same-run",
+        "widened": widened_by(tau, (comparison.get("between_runs") or {}).get("sd")),
+        "power": f"{defaults.DETECT_POWER:.0%}",
+    }
 
 
 def format_ratio_ci(ratio: float | None, ci: list[float | None] | None) -> tuple[str, str]:
@@ -113,6 +157,7 @@ def environment() -> Any:
     env.filters.update(
         ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
         count=format_count, stopped_waiting=gate_waiting_text, inert=inert,
+        catch=format_detectable,
     )
     return env
 
@@ -267,6 +312,8 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "instructions_flagged": any(r.get("instructions_flag") for r in rows),
         "marker": sticky_marker(),
         "sentence": overall_sentence(comparison),
+        "catch_sentence": detectable_sentence(comparison),
+        "m": method_context(comparison),
         "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
         "gates": comparison["gate"],
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
@@ -322,10 +369,11 @@ def render_terminal(comparison: Mapping[str, Any]) -> str:
     """The same comparison as fixed-width text for a terminal."""
     ctx = _context(comparison)
     # The verdict goes last: emoji widths differ between terminals and would skew columns.
-    header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold", "")
+    header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold",
+              "could catch", "")
     table = [header] + [
         (r["case"], format_ns(r["base_ns"]), format_ns(r["pr_ns"]), format_pct(r["change"]),
-         format_ci(r["ci"]), format_share(r["threshold"]),
+         format_ci(r["ci"]), format_share(r["threshold"]), format_detectable(r.get("detectable")),
          f"{r['emoji']} {ctx['verdicts'][r['verdict']][1]}")
         for r in ctx["rows"]
     ]

@@ -26,6 +26,9 @@ class Settings:
     seed: int = defaults.SEED
     force: bool = False
     instructions_threshold: float = defaults.INSTRUCTIONS_THRESHOLD
+    # --target-mde: the detectable change every case should reach (a fraction); the
+    # floor is then half of it (target_settings), and a case that misses it is named.
+    target_mde: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.confidence < 1.0:
@@ -36,10 +39,23 @@ class Settings:
             raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
         if self.alert is not None and self.alert <= 0.0:
             raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
+        if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
+            raise CompareError("--target-mde is a percentage between 0 and 100, e.g. 1%")
         if self.resamples < defaults.MIN_RESAMPLES:
             raise CompareError(
                 f"--resamples must be at least {defaults.MIN_RESAMPLES} for stable 95 % intervals"
             )
+
+
+def target_settings(settings: Settings, target_mde: float | None) -> Settings:
+    """`settings` aiming every case at a detectable change of `target_mde`: the floor
+    follows the target, t = max(target / 2, k x noise), so a threshold leaves room for
+    the interval's half-width under the target."""
+    if target_mde is None:
+        return settings
+    from dataclasses import replace
+
+    return replace(settings, floor=target_mde / 2.0, target_mde=target_mde)
 
 
 @dataclass(frozen=True)
@@ -471,3 +487,63 @@ def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
     else:
         key = "no_change"
     return {"key": key, "headline": HEADLINES[key]}
+
+
+def _quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t (the normal's beyond 1e5 degrees of freedom)."""
+    if not math.isfinite(df) or df > 1e5:
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(q)
+    return nested.t_quantile(q, df)
+
+
+def detectable_change(change: stats.Change, t: float, level: float,
+                      power: float = defaults.DETECT_POWER) -> float:
+    """The smallest slowdown (a fraction) this comparison would have flagged, ⚠️ or 🔴,
+    with probability `power`; NaN when the change has no standard error.
+
+    A case is flagged when the BH test rejects "within +-t" above at `level` (the
+    rejection level that applied to it, bh_levels), that is when the change's log
+    estimate less q_a x se clears log(1 + t), q_a the 1 - level / 2 quantile of
+    Student's t at the change's degrees of freedom (the interval-null p-values are
+    doubled one-sided ones). The estimate of a true slowdown d is log(1 + d) + se x T,
+    so it clears with probability `power` when log(1 + d) = log(1 + t) + (q_a + q_b) x
+    se, q_b the `power` quantile. `se` and `df` are the ones the verdict used: the
+    twin's tau^2 and the between-run term are in them already. `t` is the threshold the
+    flag had to clear (with the speed-change allowance, or the within-run-only cap,
+    where those applied).
+    """
+    se = nested.standard_error(change)
+    if not (math.isfinite(se) and math.isfinite(t) and 0.0 < level < 1.0):
+        return math.nan
+    df = change.df if math.isfinite(change.df) else math.inf
+    if df < 1.0:
+        return math.nan
+    q = _quantile(1.0 - level / 2.0, df) + _quantile(power, df)
+    return math.expm1(math.log1p(t) + q * se)
+
+
+def bh_levels(significant: Sequence[bool], tested: Sequence[bool], fdr: float) -> list[float]:
+    """Per case, the BH rejection level that applied to it: fdr x R / m for a case among
+    the R rejected of the m tested, fdr x (R + 1) / m for one that was not (the level it
+    would have needed with one more rejection: its own); NaN for a case not tested."""
+    m = sum(tested)
+    rejected = sum(s for s, ok in zip(significant, tested, strict=True) if ok)
+    return [fdr * (rejected + (not s)) / m if ok and m else math.nan
+            for s, ok in zip(significant, tested, strict=True)]
+
+
+def grid_detectable(changes: Sequence[stats.Change], judgements: Sequence[Judgement],
+                    tests: IntervalTests, bars: Sequence[float], settings: Settings,
+                    same_run: bool) -> list[float]:
+    """Every case's detectable change (detectable_change), at the BH level that applied
+    to it in this grid (bh_levels over the cases judge_grid tested), `bars` the
+    thresholds each flag had to clear."""
+    needed = max(stats.min_rounds(settings.confidence, 1 if same_run else 2),
+                 defaults.MIN_ROUNDS)
+    tested = [c.n >= needed and math.isfinite(p)
+              for c, p in zip(changes, tests.beyond, strict=True)]
+    levels = bh_levels([j.significant for j in judgements], tested, settings.fdr)
+    return [detectable_change(c, bar, level)
+            for c, bar, level in zip(changes, bars, levels, strict=True)]

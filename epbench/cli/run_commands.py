@@ -15,6 +15,7 @@ from epbench.cases.shards import parse_shard, shard_cases
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
+    Percent,
     allow_fallback_option,
     annotations_wanted,
     arm_option,
@@ -66,6 +67,7 @@ from epbench.workflows.compare_commits import (
     default_instructions,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
+from epbench.workflows.run_target import run_to_target
 
 _RUN = run_defaults()
 
@@ -127,6 +129,16 @@ _RUN = run_defaults()
 @click.option("--shard", metavar="K/N", default=None,
               help="Run only the K-th of N deterministic slices of the cases (a chain family "
                    "stays in one slice); `epbench merge` joins the N results files.")
+@click.option("--target-mde", "target_mde", type=Percent(), default=None,
+              help="After the first pass, compare the base arm (the twin's, else the first "
+                   "besides ort) with each other arm as `compare --target-mde` would, and "
+                   "run the cases whose detectable change is above this (e.g. 1%) again "
+                   "with --processes more worker processes, until they reach it or --budget "
+                   "is spent; a note names the cases left short.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
+              help="With --target-mde: seconds for its re-runs [default: until "
+                   f"{DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began, less "
+                   f"{REPORT_RESERVE_S:g} s].")
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.jsonl, results.json and the report.")
 @overwrite_option
@@ -137,8 +149,8 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
-        instructions: str | None, shard: str | None, out: str, overwrite: bool,
-        quiet: bool) -> None:
+        instructions: str | None, shard: str | None, target_mde: float | None,
+        budget_s: float | None, out: str, overwrite: bool, quiet: bool) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -178,8 +190,21 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         instructions=instructions, out_dir=Path(out), overwrite=overwrite,
         progress=progress_for(quiet), grids=tuple(grids), shard=shard,
     )
+    if target_mde is not None and sum(a.kind != "ort" for a in config.arms) < 2:
+        raise EpbenchError("--target-mde compares arms of the run: give two arms besides "
+                           "ort, e.g. --arm engine --arm plugin:PATH (the first is the base)")
+    started_at = time.monotonic()
     try:
-        results = run_grid(config)
+        if target_mde is None:
+            results = run_grid(config)
+        else:
+            aimed = run_to_target(config, target_mde, budget_s=budget_s, started_at=started_at,
+                                  on_status=lambda line: click.echo(line, err=True))
+            results = aimed.results
+            # the re-runs' rounds merged in
+            write_results(Path(out) / "results.json", results.to_dict())
+            for note in aimed.notes:
+                click.echo(f"note: {note}", err=True)
     except KeyboardInterrupt:
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
@@ -380,7 +405,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
-                    fail_on: str) -> None:
+                    fail_on: str, target_mde: float | None) -> None:
     """Compare two commits of an EP in one interleaved run, with ORT as the control.
 
     \b
@@ -435,7 +460,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                        out_dir=Path(out), overwrite=overwrite,
                        progress=progress_for(quiet), grids=tuple(grids))
     settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
-                                     fdr=fdr, resamples=resamples, seed=seed),
+                                     fdr=fdr, resamples=resamples, seed=seed,
+                                     target_mde=target_mde),
                        instructions_threshold=instructions_threshold)
     try:
         result = run_comparison(

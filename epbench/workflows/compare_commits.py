@@ -58,7 +58,14 @@ from epbench.reports import compare as cmp
 from epbench.reports import html, render
 from epbench.reports.bot.artifact import COMPARE_FILE
 from epbench.reports.comparison import Side
-from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
+from epbench.reports.findings import (
+    TARGET_MISSED,
+    ambiguous_cases,
+    held_back_by_gate,
+    named,
+    target_misses,
+    target_warnings,
+)
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
 from epbench.reports.history.store import HistoryStore
@@ -238,8 +245,21 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     rows = {row["case"]: row for row in comparison["cases"]}
     settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
-    return sorted(settle,  # a stable sort: compare's order in ties
-                  key=lambda name: (held_back_by_gate(rows[name]), attempts.get(name, 0)))
+    short = [name for name in short_of_target(comparison) if name not in settle]
+    return sorted(settle + short,  # a stable sort: compare's order in ties
+                  key=lambda name: (name in short, held_back_by_gate(rows[name]),
+                                    attempts.get(name, 0)))
+
+
+def short_of_target(comparison: Mapping[str, Any]) -> list[str]:
+    """The cases short of --target-mde that more worker processes can bring to it (each
+    re-run adds a pass's processes): all but those judged against the default noise,
+    which no process measures (no twin, no profile)."""
+    target = (comparison.get("settings") or {}).get("target_mde")
+    if target is None:
+        return []
+    return [name for name, why in target_misses(comparison["cases"], target).items()
+            if why != "no measured noise"]
 
 
 def rerun_seconds_per_case(seconds_per_case: float) -> int:
@@ -344,7 +364,8 @@ def rerun_ambiguous(
         attempts.update(pending)
         attempt += 1
         on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
-                  f"idle gate): {', '.join(pending)}")
+                  f"idle gate{', or short of --target-mde' if short_of_target(comparison) else ''}"
+                  f"): {', '.join(pending)}")
         # More rounds only: the first pass's instruction counts are exact already, and
         # counting again cost more than the rounds themselves (a valgrind start per pass).
         extra = runner(replace(
@@ -359,6 +380,12 @@ def rerun_ambiguous(
             reruns[name] = reruns.get(name, 0) + count
         results = results.replaced(interrupted=extra.interrupted)
         comparison = judge(results)
+    target = comparison["settings"].get("target_mde")
+    if target is not None:
+        # compare() named the cases short of the target as for one pass; re-runs added
+        # processes to them until the budget ran out.
+        comparison["warnings"] = [w for w in comparison["warnings"] if TARGET_MISSED not in w]
+        comparison["warnings"].extend(target_warnings(comparison["cases"], target, budget=True))
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
     comparison["warnings"].extend(left_over_warnings(
         comparison, seconds_per_case, budget_ran_out=defaulted and not results.interrupted))
