@@ -1,7 +1,7 @@
 """The Python timing loop against a C one, on the same cases in one process (issue 49 item 5).
 
     .venv/bin/python docs/validation/c_vs_python_loop.py [--rounds 30] [--block-ms 4] \
-        [--case relu_d1_w8 --case relu_d10_w8 --case matmul_64x64]
+        [--case relu_d1_w8 --case relu_d10_w8 --case matmul_64x64] [--sanitize]
 
 Compiles docs/validation/c_loop.c against the engine's fetched ORT headers and the wheel's
 libonnxruntime.so, then per case and per round times one block per (loop, arm), in an
@@ -34,7 +34,7 @@ import numpy as np
 import onnxruntime as ort
 
 from epbench.cases.grids import case_by_name
-from epbench.engine.build import CFLAGS, ORT_API_VERSION, ort_include_dir
+from epbench.engine.build import CFLAGS, ORT_API_VERSION, SANITIZE_FLAGS, ort_include_dir
 from epbench.harness.arms import parse_arm, resolve_library
 from epbench.harness.overhead import noop_call_ns
 from epbench.harness.sessions import bind, create_session, register_arm
@@ -47,10 +47,11 @@ ERR_LEN = 512
 LOOPS = ("python", "python+ro", "c")
 
 
-def build_c_loop(out: Path) -> ctypes.CDLL:
+def build_c_loop(out: Path, sanitize: bool = False) -> ctypes.CDLL:
     """Compile c_loop.c into out/libc_loop.so with the engine's warnings and headers."""
     lib = out / "libc_loop.so"
-    flags = [f for f in CFLAGS if f != "-fvisibility=hidden"]
+    flags = [f for f in CFLAGS if f != "-fvisibility=hidden"] + (SANITIZE_FLAGS if sanitize
+                                                                  else [])
     cmd = ["gcc", *flags, f"-I{ort_include_dir()}", f"-DECL_ORT_API_VERSION={ORT_API_VERSION}",
            str(HERE / "c_loop.c"), "-shared", "-o", str(lib), "-ldl"]
     subprocess.run(cmd, check=True)
@@ -126,11 +127,13 @@ def main() -> int:
     parser.add_argument("--case", action="append")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block-ms", type=float, default=4.0)
+    parser.add_argument("--sanitize", action="store_true",
+                        help="build the C loop with ASan+UBSan (run as engine/README.md says)")
     args = parser.parse_args()
     cases = args.case or ["relu_d1_w8", "relu_d10_w8", "matmul_64x64"]
 
     tmp = Path(tempfile.mkdtemp(prefix="c_loop_"))
-    c = build_c_loop(tmp)
+    c = build_c_loop(tmp, args.sanitize)
     err = ctypes.create_string_buffer(ERR_LEN)
     ort_lib = next(Path(ort.__file__).parent.glob("capi/libonnxruntime.so*"))
     check(c.ecl_init(str(ort_lib).encode(), err, ERR_LEN), err)
