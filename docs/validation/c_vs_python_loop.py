@@ -1,7 +1,8 @@
 """The Python timing loop against a C one, on the same cases in one process (issue 49 item 5).
 
     .venv/bin/python docs/validation/c_vs_python_loop.py [--rounds 30] [--block-ms 4] \
-        [--case relu_d1_w8 --case relu_d10_w8 --case matmul_64x64] [--sanitize]
+        [--case relu_d1_w8 --case relu_d10_w8 --case matmul_64x64] [--delay-ns 30]
+        [--sanitize]
 
 Compiles docs/validation/c_loop.c against the engine's fetched ORT headers and the wheel's
 libonnxruntime.so, then per case and per round times one block per (loop, arm), in an
@@ -12,7 +13,9 @@ session created through the C API with the same options. Per loop it prints the 
 per-call time of each arm, the engine/ort ratio of block medians, and the spread of that
 ratio over rounds (standard deviation of the log ratio and a MAD-based robust twin, the
 95 % half-width of its mean, and the change a one-sided 5 % test with 80 % power would
-catch from those rounds). Outputs are checked equal between the loops. Quote ratios and
+catch from those rounds). With --delay-ns, a third arm adds that delay to the engine's
+Run, and each loop prints how large that same change reads. Outputs are checked equal
+between the loops. Quote ratios and
 spreads: absolute times move with load.
 """
 
@@ -127,6 +130,9 @@ def main() -> int:
     parser.add_argument("--case", action="append")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block-ms", type=float, default=4.0)
+    parser.add_argument("--delay-ns", type=int, default=0,
+                        help="also time the engine with inject_delay_ns_per_run=N (arm "
+                             "`slow`) and print how each loop sees that change")
     parser.add_argument("--sanitize", action="store_true",
                         help="build the C loop with ASan+UBSan (run as engine/README.md says)")
     args = parser.parse_args()
@@ -139,13 +145,18 @@ def main() -> int:
     check(c.ecl_init(str(ort_lib).encode(), err, ERR_LEN), err)
     engine = parse_arm("engine")
     library = resolve_library(engine)
-    assert library is not None and engine.registration_name is not None
-    registration = register_arm(engine, library)
+    assert library is not None
     # The C side's ORT copy loads its own copy of the engine, so no state is shared.
     engine_copy = tmp / Path(library).name
     shutil.copyfile(library, engine_copy)
-    check(c.ecl_register(engine.registration_name.encode(), str(engine_copy).encode(),
-                         err, ERR_LEN), err)
+    arms = [(parse_arm("ort"), None)]
+    plugins = [engine] + ([parse_arm(f"engine:inject_delay_ns_per_run={args.delay_ns},"
+                                     "name=slow")] if args.delay_ns else [])
+    for arm in plugins:
+        assert arm.registration_name is not None
+        arms.append((arm, register_arm(arm, library)))
+        check(c.ecl_register(arm.registration_name.encode(), str(engine_copy).encode(),
+                             err, ERR_LEN), err)
 
     floor_py = noop_call_ns(20000)
     pairs = (ctypes.c_int64 * 20000)()
@@ -158,7 +169,7 @@ def main() -> int:
         spec = case_by_name(name)
         built = spec.build()
         py, cl, sessions = {}, {}, {}
-        for arm, reg in ((parse_arm("ort"), None), (engine, registration)):
+        for arm, reg in arms:
             session = create_session(arm, built.model_bytes, spec.opt_level, 1, reg, False)
             expected = session.run(None, built.inputs)
             py[arm.key] = bind(session, built.inputs, expected)
@@ -207,6 +218,12 @@ def main() -> int:
                   f"sd {s['sd_pct']:.2f} % (robust {s['mad_sd_pct']:.2f} %), "
                   f"95 % half-width {s['half_width_pct']:.2f} %, "
                   f"detectable {s['mde_pct']:.2f} %")
+            if args.delay_ns:
+                shift = spread([d / e for d, e in zip(med[(loop, "slow")],
+                                                      med[(loop, engine.key)], strict=True)])
+                print(f"  {'':9s} +{args.delay_ns} ns in the engine's Run reads as "
+                      f"{100 * (shift['ratio'] - 1):+.2f} % "
+                      f"(robust sd {shift['mad_sd_pct']:.2f} %, sd {shift['sd_pct']:.2f} %)")
         for loop_obj in cl.values():
             c.ecl_destroy(loop_obj.handle)
     shutil.rmtree(tmp, ignore_errors=True)
