@@ -73,6 +73,11 @@ def build_c_loop(out: Path, sanitize: bool = False) -> ctypes.CDLL:
     return c
 
 
+def ort_library() -> Path:
+    """The wheel's own libonnxruntime.so (the pybind module carries a copy of its own)."""
+    return next(Path(ort.__file__).parent.glob("capi/libonnxruntime.so*"))
+
+
 def check(rc: int, err: ctypes.Array) -> None:
     if rc != 0:
         raise SystemExit(f"c_loop: {err.value.decode()}")
@@ -141,8 +146,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="c_loop_"))
     c = build_c_loop(tmp, args.sanitize)
     err = ctypes.create_string_buffer(ERR_LEN)
-    ort_lib = next(Path(ort.__file__).parent.glob("capi/libonnxruntime.so*"))
-    check(c.ecl_init(str(ort_lib).encode(), err, ERR_LEN), err)
+    check(c.ecl_init(str(ort_library()).encode(), err, ERR_LEN), err)
     engine = parse_arm("engine")
     library = resolve_library(engine)
     assert library is not None
