@@ -257,8 +257,8 @@ def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]]
     hears of each case as soon as its record is final, counted or not.
     """
     for case in cases.values():
-        case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
-                                "error": None}
+        case["instructions"] = {"method": method, "rule": instructions.RULES.get(method),
+                                "runs": instructions.COUNT_RUNS, "error": None}
     finished: set[str] = set()
     current: list[str] = []  # the case the worker said it is counting
 

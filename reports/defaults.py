@@ -54,6 +54,10 @@ CONTROL_SHIFT_LIMIT = 0.05
 SPEED_CHANGE_ALLOWANCE = 0.07
 # A change in instructions per Run at or above this gets its own mark (never a 🔴 alone).
 INSTRUCTIONS_THRESHOLD = 0.01
+# `history detect`: a commit whose instructions per Run moved more than this from the
+# series' level starts a new level. Counts are exact (two copies of one library agree
+# within 0.05 %), so this is the smallest move that is never the harness's.
+HISTORY_INSTRUCTIONS_CHANGE = 0.001
 NOISE_PERCENTILE = 95.0
 
 
