@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits
-from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR, EpbenchError
 from epbench.reports.bot.artifact import PR_FILE
 from epbench.workflows import action as act
 
@@ -79,6 +79,16 @@ def test_ep_options_and_fallback_reach_compare_commits_for_both_sides() -> None:
     assert "--allow-fallback" not in argv(allow_fallback="false")
     # compare-commits itself takes them (a test of its own shows both sides get them).
     assert {"--ep-option", "--allow-fallback", "--model", "--dim"} <= KNOWN
+
+
+def test_a_shard_measures_its_slice_and_leaves_fail_on_to_the_merge() -> None:
+    # On a runner matrix (bench-matrix.yml) the joined slices decide the job, not one slice.
+    assert argv(shard=" 2/3 ", fail_on="regression")[6:] == [
+        "--shard", "2/3", "--fail-on", act.SHARD_FAIL_ON]
+    assert act.SHARD_FAIL_ON == "never"
+    assert "--shard" in KNOWN
+    with pytest.raises(EpbenchError, match=re.escape("write K/N with 1 <= K <= N")):
+        argv(shard="4/3")
 
 
 def test_a_model_or_dim_waits_for_a_compare_commits_that_takes_it() -> None:

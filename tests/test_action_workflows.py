@@ -49,7 +49,7 @@ PLACEHOLDER = "OWNER/epbench"
 PINNED = re.compile(r"^\s*(?:-\s+)?uses:\s*([^@\s]+)@(\S+)(.*)$")
 CALLER_MAX_LINES = 25
 # Inputs the action's own steps use, not handed to the measuring step.
-ACTION_OWN_INPUTS = {"python-version", "checkout"}
+ACTION_OWN_INPUTS = {"python-version", "checkout", "artifact"}
 
 Doc = dict[str, Any]
 
@@ -249,7 +249,9 @@ def test_the_action_uploads_the_artifact_the_comment_workflow_downloads(
     assert upload["with"]["path"].rstrip("/") == "${{ steps.install.outputs.out }}"
     assert upload["with"]["overwrite"] is True
     download = one(comment_job(reusable)["steps"], uses("actions/download-artifact"))
-    assert download["with"]["name"] == upload["with"]["name"]
+    # Named by input `artifact` (a runner matrix names each slice); by default bench-out.
+    assert upload["with"]["name"] == "${{ inputs.artifact }}"
+    assert download["with"]["name"] == action["inputs"]["artifact"]["default"]
     assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}"
 
 

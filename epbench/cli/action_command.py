@@ -10,9 +10,11 @@ from __future__ import annotations
 import click
 
 from epbench.cli.base import Command
+from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.run_commands import compare_commits
 from epbench.engine.build import ort_include_dir
-from epbench.workflows.action import ActionInputs, run_action
+from epbench.reports.defaults import FAIL_ON
+from epbench.workflows.action import ActionInputs, merge_action, run_action
 
 
 def _input(name: str, help_text: str, default: str = "") -> click.Option:
@@ -32,15 +34,26 @@ def _input(name: str, help_text: str, default: str = "") -> click.Option:
 @click.option("--summary", envvar="GITHUB_STEP_SUMMARY", default=None, metavar="FILE",
               help="The job summary file to append the report to "
                    "(default: $GITHUB_STEP_SUMMARY; none when unset).")
-def action(event_path: str, out: str, repo: str, summary: str | None, **inputs: str) -> None:
+@click.option("--merge-from", "merge_from", type=click.Path(file_okay=False, exists=True),
+              default=None, metavar="DIR",
+              help="Measure nothing: join the shards in DIR/*/results.json (one runner "
+                   "class's artifacts of input shard K/N) and judge the join into OUT.")
+def action(event_path: str, out: str, repo: str, summary: str | None, merge_from: str | None,
+           **inputs: str) -> None:
     """Measure a pull request's base and head as the epbench GitHub Action does.
 
     \b
     Reads the PR from the event file, runs `epbench compare-commits BASE HEAD` with the
     action's inputs, writes OUT/pull-request.json for the comment workflow and appends
     OUT/report.md to the job summary. Exits with compare-commits' code (5: a verdict
-    matched fail-on).
+    matched fail-on). With input shard K/N only that slice is measured and the exit
+    ignores its verdicts; --merge-from joins the slices and exits on fail-on.
     """
+    if merge_from is not None:
+        comparison = merge_action(merge_from, event_path=event_path, out=out, summary=summary)
+        code, _ = exit_code_for(comparison=comparison,
+                                fail_on=(inputs.get("fail_on") or "").strip() or FAIL_ON)
+        click.get_current_context().exit(code)
     known = {opt for param in compare_commits.params for opt in param.opts}
     code = run_action(
         ActionInputs(**{k: v or "" for k, v in inputs.items()}), event_path=event_path,
@@ -65,5 +78,7 @@ for _name, _help, *_default in (
     ("allow-fallback", "true: let ORT's CPU EP take the nodes the EP declines "
                        "(compare-commits --allow-fallback).", "false"),
     ("args", "More compare-commits options, split as a shell would."),
+    ("shard", "K/N: measure only that slice of the cases (compare-commits --shard), "
+              "for a runner matrix; its verdicts do not fail the job."),
 ):
     action.params.append(_input(_name, _help, *_default))

@@ -12,6 +12,7 @@ import click
 from epbench.cases.catalog import case_table, describe_cases, select_cases, write_cases
 from epbench.cases.grids import grid_names
 from epbench.cases.shards import parse_shard, shard_cases
+from epbench.cases.spec import CaseSpec
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
@@ -168,11 +169,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         grids = ("quick",)
     specs = select_cases(grids, case_names, models, parse_dims(dim_values))
     if shard is not None:
-        index, count = parse_shard(shard)
-        specs = shard_cases(specs, index, count)
-        if not specs:
-            raise EpbenchError(f"--shard {shard} holds no case: the cases make fewer than "
-                               f"{count} slices (a chain family is one); use fewer shards")
+        specs = shard_of(specs, shard)
     if aa_twin is not None and no_aa_twin:
         raise EpbenchError("--aa-twin ARM and --no-aa-twin contradict each other; pass one")
     arms = tuple(parse_arm(s) for s in arm_specs)
@@ -213,6 +210,16 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)
     click.get_current_context().exit(code)
+
+
+def shard_of(specs: list[CaseSpec], shard: str) -> list[CaseSpec]:
+    """The cases of `--shard K/N`; a slice with none is the user's to fix."""
+    index, count = parse_shard(shard)
+    specs = shard_cases(specs, index, count)
+    if not specs:
+        raise EpbenchError(f"--shard {shard} holds no case: the cases make fewer than "
+                           f"{count} slices (a chain family is one); use fewer shards")
+    return specs
 
 
 @click.group(cls=Group)
@@ -388,6 +395,9 @@ def summary(results: str, fmt: str, out: str | None) -> None:
                    "--machine-class`) [default: this host's own series].")
 @gate_option
 @gate_max_wait_option(COMMITS_GATE_MAX_WAIT_S)
+@click.option("--shard", metavar="K/N", default=None,
+              help="Compare only the K-th of N slices of the cases (as `run --shard`); "
+                   "`epbench merge` joins the N results files, `compare` judges the join.")
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.json, compare.json, report.md and report.html.")
 @overwrite_option
@@ -402,7 +412,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                     instructions_threshold: float, budget_s: float | None,
                     history_db: str | None, history_arms: tuple[str, ...],
                     machine_class: str | None, gate_policy: str, gate_max_wait: float,
-                    out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
+                    shard: str | None, out: str, overwrite: bool, quiet: bool,
+                    github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
                     fail_on: str, target_mde: float | None) -> None:
@@ -446,6 +457,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
         grids = ("quick",)
     ep_options = parse_ep_options(ep_option_values)
     cases = select_cases(grids, case_names, models, parse_dims(dim_values))
+    if shard is not None:
+        cases = shard_of(cases, shard)
     instructions = None
     if count_instructions:
         instructions, why = default_instructions()
@@ -458,7 +471,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                        aa_twin=BASE_ARM if aa_twin else None,
                        gate_policy=gate_policy, gate_max_wait_s=gate_max_wait,
                        out_dir=Path(out), overwrite=overwrite,
-                       progress=progress_for(quiet), grids=tuple(grids))
+                       progress=progress_for(quiet), grids=tuple(grids), shard=shard)
     settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
                                      fdr=fdr, resamples=resamples, seed=seed,
                                      target_mde=target_mde),

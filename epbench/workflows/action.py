@@ -7,6 +7,11 @@ action's inputs into one `epbench compare-commits` command line, runs it with th
 interpreter (so the harness is the action's, never the PR's), records the PR number for
 the comment workflow (reports.bot.artifact.PR_FILE) and writes the job summary. Tests run
 this same step, so what they check is what the action does.
+
+On a runner matrix (.github/workflows/bench-matrix.yml) each job measures one slice,
+input `shard` (K/N, compare-commits --shard) and judges nothing for the job's exit; a
+last job joins one runner class's slices with `merge_action` (harness.merge, then the
+same comparison compare-commits makes) into the artifact the comment workflow reads.
 """
 
 from __future__ import annotations
@@ -21,17 +26,28 @@ import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from epbench.cases.grids import grid_names
+from epbench.cases.shards import parse_shard
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import DB_ENV
+from epbench.core.results import atomic_write_text, load_results, write_results
+from epbench.harness.merge import Shard, merge_shards
+from epbench.reports import compare as cmp
+from epbench.reports import html, render
 from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
+from epbench.reports.comparison import Side
+from epbench.workflows.compare_commits import BASE_ARM, HEAD_ARM
 
 # The action's inputs reach `epbench action` as these environment variables (action.yml
 # sets them from `inputs.*`); none of them is handed on to compare-commits or the build.
 INPUT_PREFIX = "INPUT_"
 # Where the measuring step writes, and the upload step takes the artifact from.
 REPORT_FILE = "report.md"
+RESULTS_FILE = "results.json"
+# A shard judges only its slice, for its own job summary; the merged run decides the job.
+SHARD_FAIL_ON = "never"
 SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -62,6 +78,7 @@ class ActionInputs:
     ep_options: str = ""
     allow_fallback: str = "false"
     args: str = ""
+    shard: str = ""
 
 
 def pull_request_from_event(path: str | Path) -> PullRequest:
@@ -127,7 +144,11 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
     wanted += [("--ep-option", word) for word in inputs.ep_options.split()]
     if inputs.budget.strip():
         wanted.append(("--budget", _number("budget", inputs.budget.strip())))
-    if inputs.fail_on.strip():
+    if inputs.shard.strip():
+        parse_shard(inputs.shard)  # K/N, or the remedy, before anything is built
+        wanted.append(("--shard", inputs.shard.strip()))
+        wanted.append(("--fail-on", SHARD_FAIL_ON))
+    elif inputs.fail_on.strip():
         wanted.append(("--fail-on", inputs.fail_on.strip()))
     for option, value in wanted:
         if option not in known_options:
@@ -214,3 +235,63 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
     if code != 0 and not (out / COMPARE_FILE).is_file():
         log(f"compare-commits exited {code} before writing {COMPARE_FILE}")
     return code
+
+
+def shard_results(folder: str | Path) -> list[Path]:
+    """The shards' results files under ``folder``: one sub-folder per downloaded artifact."""
+    found = sorted(Path(folder).glob(f"*/{RESULTS_FILE}"))
+    if not found:
+        raise ActionError(f"{folder} holds {len(found)} shard results ({'*/' + RESULTS_FILE}); "
+                          "download every shard's artifact of one runner class into it")
+    return found
+
+
+def check_every_slice(shards: list[Shard]) -> None:
+    """Each of slices 1/N .. N/N once: forcing the join must not let one go missing."""
+    labels = [str(s.results.config.extra.get("shard")) for s in shards]
+    for shard, label in zip(shards, labels, strict=True):
+        if "/" not in label:
+            raise ActionError(f"{shard.source} is no slice (measured without input shard "
+                              "K/N): download only the matrix's slices of one runner class")
+    count = labels[0].split("/")[-1]
+    wanted = [f"{k}/{count}" for k in range(1, len(shards) + 1)]
+    if sorted(labels) != sorted(wanted) or str(len(shards)) != count:
+        raise ActionError(f"the slices downloaded are {', '.join(sorted(labels))}, not each of "
+                          f"1/{count} .. {count}/{count} once; re-run the failed measuring jobs")
+
+
+def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str | Path,
+                 summary: str | Path | None = None) -> dict[str, Any]:
+    """Join one runner class's shards and judge the join as compare-commits judges a run.
+
+    Writes ``out`` as the unsharded action does (results.json, compare.json, report.md,
+    report.html, PR_FILE) and appends the report to ``summary``; returns the comparison
+    for the caller's exit code. A shard missing, measured elsewhere or twice is refused
+    (harness.merge) before anything is written.
+    """
+    pr = pull_request_from_event(event_path)
+    paths = shard_results(shards_folder)
+    shards = [Shard(source=p.parent.name, results=load_results(p)) for p in paths]
+    check_every_slice(shards)
+    # One slice (shards: 1) is the whole run already; merge_shards wants two or more. Forced:
+    # the hosted runners behind one label differ in CPU model and kernel, which merge
+    # takes for different machines (as history.yml does; the join records what differed).
+    merged = shards[0].results if len(shards) == 1 else merge_shards(shards, force=True)
+    comparison = cmp.compare(
+        # compare-commits' labels: the action names both commits by their full sha.
+        Side("base", merged, BASE_ARM, f"{pr.base_sha} ({pr.base_sha[:10]})"),
+        Side("pr", merged, HEAD_ARM, f"{pr.head_sha} ({pr.head_sha[:10]})"),
+        settings=cmp.Settings(), profile=cmp.load_profile_for(merged.host.key, None))
+    comparison["reruns"] = {name: {"reruns": case.reruns, "rounds": len(case.rounds)}
+                            for name, case in merged.cases.items() if case.reruns}
+    out = Path(out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / RESULTS_FILE, merged.to_dict())
+    atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
+    atomic_write_text(out / REPORT_FILE, render.render_markdown(comparison))
+    atomic_write_text(out / "report.html", html.render_html(doc=merged, comparison=comparison,
+                                                            source=str(out)))
+    (out / PR_FILE).write_text(json.dumps({"number": pr.number}) + "\n", encoding="utf-8")
+    if summary:
+        write_summary(Path(summary), out)
+    return comparison
