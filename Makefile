@@ -92,7 +92,7 @@ validation: setup
 	$(VENV)/bin/epbench validate --grid quick --load $(VALIDATION_LOADS) \
 	    --budget $(VALIDATION_BUDGET) --max-repeats $(VALIDATION_REPEATS) --out $(VALIDATION_OUT)
 
-# docs/images/report.png: the HTML report (`epbench report`) of a seeded sample run
+# docs/images/report.png and history.png: the HTML report (`epbench report`) of a seeded sample run
 # (docs/images/make_report_sample.py), rendered by headless Chromium. Chromium and an
 # emoji font (without it the verdicts show as boxes) come from apt-get when missing.
 REPORT_SAMPLE := build/report-sample
@@ -115,6 +115,17 @@ report-screenshot: setup
 	chromium $(CHROMIUM_FLAGS) --user-data-dir=$(CURDIR)/$(REPORT_SAMPLE)/chromium --window-size=1200,2300 \
 	    --screenshot=$(CURDIR)/docs/images/report.png \
 	    file://$(CURDIR)/$(REPORT_SAMPLE)/html/index.html
+	# docs/images/history.png: the history page the history workflow publishes, drawn from
+	# a seeded store of 36 commits on two machine classes (docs/images/make_history_sample.py).
+	$(PY) docs/images/make_history_sample.py $(REPORT_SAMPLE)/history
+	for class in github-ubuntu-latest github-ubuntu-24.04-arm; do \
+	    $(VENV)/bin/epbench history import $(REPORT_SAMPLE)/history/$$class --machine-class $$class \
+	        --db $(REPORT_SAMPLE)/history.sqlite || exit 1; done
+	$(VENV)/bin/epbench report --history $(REPORT_SAMPLE)/history.sqlite --html $(REPORT_SAMPLE)/history-html \
+	    --commit-url https://github.com/OWNER/REPO/commit/
+	chromium $(CHROMIUM_FLAGS) --user-data-dir=$(CURDIR)/$(REPORT_SAMPLE)/chromium --window-size=1200,1900 \
+	    --screenshot=$(CURDIR)/docs/images/history.png \
+	    file://$(CURDIR)/$(REPORT_SAMPLE)/history-html/index.html
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ one depth, no judged case) is replaced by a sentence that says why.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,6 +332,27 @@ def _base_history_markup(comparison: Mapping[str, Any]) -> list[Any]:
 # --------------------------------------------------------------------------- history
 
 
+# A commit link's prefix (`report --commit-url`): a plain http(s) URL, nothing to escape.
+COMMIT_URL = re.compile(r"https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+")
+# Only a commit that is hex is linked: any other stored name is shown as text.
+_SHA = re.compile(r"[0-9a-fA-F]{7,64}")
+
+
+def check_commit_url(url: str) -> str:
+    """`url` when it is a plain http(s) prefix a commit's sha can follow; a ReportError if not."""
+    if not COMMIT_URL.fullmatch(url):
+        raise ReportError(f"--commit-url {url[:80]!r} is not a plain http(s) URL; pass a "
+                          "prefix such as https://github.com/OWNER/REPO/commit/")
+    return url
+
+
+def commit_link(commit: str, commit_url: str | None) -> dict[str, str | None]:
+    """A commit for the page: its short form, and a link when a prefix is given and the
+    commit is a hex sha (anything else read from a store stays text)."""
+    href = commit_url + commit if commit_url and _SHA.fullmatch(commit) else None
+    return {"text": plots.short_commit(commit), "href": href}
+
+
 def history_plots(
     entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
 ) -> list[Plot]:
@@ -341,7 +363,7 @@ def history_plots(
         title = f"{series.case} · {series.arm}"
         caption = ("A point per commit: the arm's time over the in-run control's, band its "
                    "interval; shaded spans are change points, dashed lines the level between "
-                   "them.")
+                   "them; below, instructions per Run where the runs counted them.")
         if len(series.ratio) < 2:
             out.append(Plot(anchor, title, caption, missing=(
                 f"Only {len(series.ratio)} run of this series is stored: a history needs two; "
@@ -352,20 +374,37 @@ def history_plots(
     return out
 
 
+def history_points(series: plots.HistorySeries, commit_url: str | None = None,
+                   ) -> list[dict[str, Any]]:
+    """A series' points as table rows, newest first: commit, ratio, interval, instructions."""
+    n = len(series.ratio)
+
+    def at(values: Sequence[float | None], i: int) -> float | None:
+        return _number(values[i]) if len(values) == n else None
+
+    return [{"commit": commit_link(series.commits[i], commit_url),
+             "ratio": _number(series.ratio[i]), "lo": at(series.lo, i), "hi": at(series.hi, i),
+             "instructions": at(series.instructions, i)} for i in reversed(range(n))]
+
+
 def history_rows(
     entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
+    commit_url: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The change points as table rows: case, arm, change, interval, commit range."""
+    """The change points as table rows: case, arm, change, interval, commit range, and
+    whether it is open (the series' latest change point, a regression: still slower)."""
     rows = []
     for series, change_points in entries:
-        for cp in change_points:
-            if not 0 < cp.index < len(series.commits):
-                continue
+        placed = sorted((cp for cp in change_points if 0 < cp.index < len(series.commits)),
+                        key=lambda cp: cp.index)
+        for k, cp in enumerate(placed):
             rows.append({
                 "case": series.case, "arm": series.arm, "change": cp.change,
                 "ci": [cp.lo, cp.hi],
-                "first": plots.short_commit(series.commits[cp.index - 1]),
-                "last": plots.short_commit(series.commits[cp.index]),
+                "first": commit_link(series.commits[cp.index - 1], commit_url),
+                "last": commit_link(series.commits[cp.index], commit_url),
+                "open": k == len(placed) - 1 and cp.change > 0,
+                "since": len(series.commits) - cp.index,
             })
     return rows
 
@@ -380,6 +419,7 @@ def render_html(
     history: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]] | None = None,
     source: str | None = None,
     notes: Sequence[str] = (),
+    commit_url: str | None = None,
 ) -> str:
     """The page: a comparison (with its run, when the results document is given), a run,
     or a history, each with its plots and tables."""
@@ -393,7 +433,14 @@ def render_html(
     if doc is not None:
         context["run"] = run_context(doc)
     if history is not None:
-        context["history"] = {"plots": history_plots(history), "rows": history_rows(history)}
+        if commit_url is not None:
+            check_commit_url(commit_url)
+        rows = history_rows(history, commit_url)
+        context["history"] = {
+            "plots": history_plots(history), "rows": rows,
+            "open": [r for r in rows if r["open"]],
+            "points": [history_points(series, commit_url) for series, _ in history],
+        }
     if comparison is not None:
         context["title"] = f"{comparison['overall']['headline']} · epbench comparison"
         context["cmp"]["headline_words"] = comparison["overall"]["headline"].split(" ", 1)[1]

@@ -399,6 +399,8 @@ class HistorySeries:
     ratio: Sequence[float]
     lo: Sequence[float | None] = field(default_factory=list)  # interval, per point
     hi: Sequence[float | None] = field(default_factory=list)
+    # Instructions per Run, per point (None where the run did not count them).
+    instructions: Sequence[float | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -425,8 +427,15 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
     import numpy as np
 
     n = len(series.ratio)
-    fig = _figure(7.6, 3.0)
-    ax = fig.add_subplot()
+    counted = (np.array([np.nan if v is None else v for v in series.instructions],
+                        dtype=np.float64) if len(series.instructions) == n else np.full(n, np.nan))
+    if np.isfinite(counted).any():
+        # Time above, instructions below, on one commit axis: a step in both is code.
+        fig = _figure(7.6, 4.2)
+        ax, below = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1.3])
+    else:
+        fig, below = _figure(7.6, 3.0), None
+        ax = fig.add_subplot()
     x = np.arange(n)
     y = np.asarray(series.ratio, dtype=np.float64)
     if len(series.lo) == n and len(series.hi) == n:
@@ -455,10 +464,17 @@ def history(name: str, series: HistorySeries, change_points: Sequence[ChangePoin
         ax.annotate(text, (cp.index - 0.5, top), xytext=(0, 4), textcoords="offset points",
                     ha="center", va="bottom", fontsize=7.5, color=colour)
     ax.margins(y=0.28)
+    if below is not None:
+        below.plot(x, counted, marker="s", markersize=3.0, linewidth=1.0, color="#8c564b",
+                   label="instructions per Run")
+        below.set_ylabel("instructions\nper Run")
+        below.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
+        below.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), borderaxespad=0)
+    axis = ax if below is None else below
     step = max(1, math.ceil(n / 24))  # at most ~24 commit labels, else they overlap
     ticks = list(range(0, n, step))
-    ax.set_xticks(ticks, [short_commit(series.commits[i]) for i in ticks], rotation=60,
-                  ha="right", fontsize=7, family="monospace")
+    axis.set_xticks(ticks, [short_commit(series.commits[i]) for i in ticks], rotation=60,
+                    ha="right", fontsize=7, family="monospace")
     ax.set_xlim(-0.5, n - 0.5)
     ax.yaxis.set_major_formatter(_times_formatter())
     ax.set_ylabel("ratio to control")

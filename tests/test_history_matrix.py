@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "history.yml"
 RUNNERS = ["ubuntu-latest", "ubuntu-24.04-arm"]
 SHA = "ab12" * 10
+COMMIT_URL = "https://github.com/OWNER/REPO/commit/"  # what the step's env: gives it
 # Settings that make a real run take seconds (as tests/test_shards.py's).
 FAST = ["--rounds", "2", "--processes", "1", "--block-ms", "0.2", "--max-block-iters", "10",
         "--warmup-ms", "1", "--gate", "off", "--quiet"]
@@ -182,7 +183,7 @@ def _record(doc: Doc, record: Path, url: str) -> tuple[subprocess.CompletedProce
     summary = record / "summary.md"
     added = _bash(doc, _named(doc, "record", "Add each class's runs and detect change points")
                   ["run"], record, EPBENCH_DB=url, GITHUB_SHA=SHA, GITHUB_REF_NAME="main",
-                  GITHUB_STEP_SUMMARY=str(summary))
+                  GITHUB_STEP_SUMMARY=str(summary), COMMIT_URL=COMMIT_URL)
     assert added.returncode == 0, added.stdout + added.stderr
     return added, summary.read_text()
 
@@ -215,6 +216,10 @@ def test_record_merges_each_class_and_adds_it_under_its_class(doc, tmp_path, pg_
             (point,) = series(store, "relu_d10_w8", "engine", f"github-{runner}")
             assert point.runs == 2
             assert point.ratio == pytest.approx(ENGINE_RATIO[runner], rel=0.1)
+    # The page the `pages` job deploys: a plot per case and class, the commit linked.
+    page = (record / "history-page" / "index.html").read_text(encoding="utf-8")
+    assert page.count('<figure id="history-') == 2 * len(load_grid("quick"))
+    assert f'<a href="{COMMIT_URL}{SHA}">' in page and "<script" not in page
 
 
 def test_a_class_missing_a_shard_is_left_out_and_the_others_added(doc, tmp_path):

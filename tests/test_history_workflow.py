@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from epbench.cli.history_commands import history
+from epbench.cli.report_command import report
 from tests.support.gitrepo import git, init_repo
 from tests.support.workflow_rules import SECRET, installs
 from tests.test_workflows import load, validate
@@ -55,7 +56,7 @@ def test_the_history_workflow_validates_against_githubs_schema():
 
 def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time(doc):
     assert "push" in doc["on"] and "pull_request" not in doc["on"]
-    assert set(doc["jobs"]) == {"measure", "record", "push"}
+    assert set(doc["jobs"]) == {"measure", "record", "push", "pages"}
     assert doc["jobs"]["measure"]["if"] == "github.ref == format('refs/heads/{0}', " \
                                            "github.event.repository.default_branch)"
     assert doc["concurrency"] == {"group": "epbench-history", "cancel-in-progress": False}
@@ -66,6 +67,39 @@ def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time(doc):
     assert doc["jobs"]["push"]["permissions"] == {"contents": "write"}
     assert doc["jobs"]["record"]["needs"] == "measure"
     assert doc["jobs"]["push"]["needs"] == "record"
+
+
+def test_the_page_is_built_from_the_store_and_deployed_by_a_job_that_runs_nothing(doc):
+    record = _steps(doc, "record")
+    add = _named(doc, "record", "Add each class's runs and detect change points")
+    script = add["run"].replace("\\\n", " ")
+    # Built after the adds, from the same store, with real options of `epbench report`.
+    (line,) = [x for x in script.splitlines() if "epbench report" in x]
+    args = shlex.split(line.split("epbench report", 1)[1])
+    assert args == ["--history", "$EPBENCH_DB", "--html", "history-page",
+                    "--commit-url", "$COMMIT_URL"]
+    known = {o for p in report.params for o in p.opts}
+    assert {a for a in args if a.startswith("--")} <= known
+    assert script.index("epbench history add") < script.index("epbench report")
+    assert add["env"]["COMMIT_URL"] == ("${{ github.server_url }}/${{ github.repository }}"
+                                        "/commit/")
+    upload = _index(record, lambda s: str(s.get("uses", "")).startswith(
+        "actions/upload-pages-artifact@"))
+    assert upload == record.index(add) + 1
+    assert record[upload]["with"]["path"] == "history-page"
+    # The deploying job: the two scopes deploy-pages needs, no contents, one step.
+    pages = doc["jobs"]["pages"]
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert pages["needs"] == ["record", "push"]
+    # Only a stored history is published: not when the branch push failed (skipped for
+    # PostgreSQL is fine), not when record failed.
+    assert pages["if"] == ("${{ !cancelled() && needs.record.result == 'success' "
+                           "&& needs.push.result != 'failure' }}")
+    assert pages["environment"] == {"name": "github-pages",
+                                    "url": "${{ steps.deploy.outputs.page_url }}"}
+    (step,) = pages["steps"]
+    assert str(step["uses"]).startswith("actions/deploy-pages@") and installs(step) is None
+    assert set(step) == {"name", "id", "uses"}
 
 
 def _history_calls(script: str) -> list[list[str]]:

@@ -1421,6 +1421,8 @@ def test_write_is_held_only_by_the_push_job_and_the_comment_bots_post_job() -> N
     assert {k: v for k, v in writers.items() if v} == {
         ("history", "push"): {"contents"}, ("bench-comment", "comment"): {"pull-requests"},
         ("epbench-comment", "post"): {"pull-requests"},
+        # Publishing the history page: deploy-pages and nothing else (test_history_workflow).
+        ("history", "pages"): {"pages", "id-token"},
     }
     # No exemption from "installs nothing": bench-comment.yml's job is a call with no
     # steps of its own, and comment.yml's write job installs nothing (its plan job does,

@@ -23,10 +23,13 @@ from epbench.reports.history.page import write_history_report
               help="Write BENCHMARKS.md (the engine's targets and the grid) from this results "
                    "file instead of a page; refused when a target case had fewer than half "
                    "its rounds quiet.")
+@click.option("--commit-url", metavar="PREFIX", default=None,
+              help="With --history: link each commit to PREFIX + its sha, e.g. "
+                   "https://github.com/OWNER/REPO/commit/ (the page has no links otherwise).")
 @out_option(help_text="Where --benchmarks writes its markdown [default: stdout].",
             directory=False)
 def report(input_path: str | None, html_dir: str | None, history_db: str | None,
-           benchmarks_results: str | None, out: str | None) -> None:
+           benchmarks_results: str | None, commit_url: str | None, out: str | None) -> None:
     """Draw one self-contained HTML page with plots of a run, a comparison or the history.
 
     \b
@@ -34,6 +37,8 @@ def report(input_path: str | None, html_dir: str | None, history_db: str | None,
       epbench report epbench-out --html epbench-out/html
       epbench report compare.json --html pages/
       epbench report --history epbench.db --html pages/
+      epbench report --history epbench.db --html pages/ \\
+          --commit-url https://github.com/OWNER/REPO/commit/
       epbench report --benchmarks bench-out/results.json --out BENCHMARKS.md
 
     INPUT is a results file, a comparison (`compare --format json --out FILE`)
@@ -60,8 +65,12 @@ def report(input_path: str | None, html_dir: str | None, history_db: str | None,
                            "--benchmarks RESULTS for BENCHMARKS.md")
     if html_dir is None:
         raise click.UsageError("Missing option '--html'.")
+    if commit_url is not None and history_db is None:
+        raise EpbenchError("--commit-url links the commits of a history page; give it with "
+                           "--history DB, e.g. epbench report --history epbench.db --html "
+                           "pages/ --commit-url https://github.com/OWNER/REPO/commit/")
     if history_db is not None:
-        path = write_history_report(history_db, html_dir)
+        path = write_history_report(history_db, html_dir, commit_url)
     else:
         path = html.write_report(input_path, html_dir)
     click.echo(f"wrote {path}")

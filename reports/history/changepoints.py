@@ -226,22 +226,45 @@ REFINE = 2.0
 MAX_PERMUTATIONS = 20000
 
 
-def lag1_rho(values: np.ndarray) -> float:
+# A difference this many robust sds from the others' median is a step's (lag1_rho).
+OUTLYING = 3.0
+
+
+def lag1_rho(values: np.ndarray, min_segment: int = MIN_SEGMENT) -> float:
     """The lag-1 autocorrelation of a series' noise, clipped to [0, MAX_RHO], from its
-    first differences: for AR(1) noise corr(d_t, d_(t-1)) = -(1 - rho) / 2, and a step
-    moves one difference only, so a change barely raises the estimate (the residuals
-    around a fitted split would: on a null series the split absorbs the wander and
-    leaves rho 0.4 looking like 0.3, 13 % of detects false instead of 7 %)."""
+    first differences: for AR(1) noise corr(d_t, d_(t-1)) = -(1 - rho) / 2. A step moves
+    one difference only, the one across the series' best split, which is left out (with
+    its two lag products) when it stands out from the others by OUTLYING robust sds:
+    kept, a step large against the noise made the differences
+    look like a random walk and the estimate rose to the cap (0.8 for a 3 % step at
+    0.64 % noise), whitening the step away (5 % of such steps missed). The residuals
+    around a fitted split are not used instead: on a null series the split absorbs the
+    wander and leaves rho 0.4 looking like 0.3, 13 % of detects false instead of 7 %."""
     import numpy as np
 
-    d = np.diff(np.asarray(values, dtype=np.float64))
-    if len(d) < 3:
+    z = np.asarray(values, dtype=np.float64)
+    d = np.diff(z)
+    if len(d) < 4:
         return 0.0
-    d = d - d.mean()
-    den = float(np.dot(d, d))
+    skip = -1  # the difference across the best split (none in a series too short to split)
+    if len(z) >= 2 * min_segment:
+        k = int(np.argmax(_split_statistics(z, np.ones_like(z), min_segment))) - 1
+        rest = np.delete(d, k)
+        centre = float(np.median(rest))
+        spread = 1.4826 * float(np.median(np.abs(rest - centre)))  # robust sd of the others
+        # Left out only when it stands out: left out always, AR(1) noise at rho 0.4 was
+        # estimated low and 17 of 120 null detects were false instead of 10.
+        if abs(d[k] - centre) > OUTLYING * spread:
+            skip = k
+    kept = np.delete(d, skip) if skip >= 0 else d
+    mean = float(kept.mean())
+    den = float(np.mean((kept - mean) ** 2))
     if den <= 0.0:
         return 0.0
-    return min(MAX_RHO, max(0.0, 1.0 + 2.0 * float(np.dot(d[1:], d[:-1])) / den))
+    products = (d[1:] - mean) * (d[:-1] - mean)
+    if skip >= 0:  # products k-1 and k hold d[skip]
+        products = np.delete(products, [k for k in (skip - 1, skip) if 0 <= k < len(products)])
+    return min(MAX_RHO, max(0.0, 1.0 + 2.0 * float(products.mean()) / den))
 
 
 def prewhiten(values: np.ndarray, rho: float) -> np.ndarray:
@@ -289,7 +312,7 @@ def detect_many(
             white.append(z)
             firsts.append(math.nan)
             continue
-        u = prewhiten(z, lag1_rho(z))
+        u = prewhiten(z, lag1_rho(z, min_segment))
         white.append(u)
         (first,) = e_divisive(u, w, significance=1.0, permutations=permutations,
                               min_segment=min_segment, alpha=alpha, max_changes=1) or [None]

@@ -64,24 +64,39 @@ def series(store: HistoryStore, case: str, arm: str, machine: str) -> list[Serie
     """One series in commit order: a point per commit (the median over its runs' ratios).
 
     Runs whose case failed or has no ratio are left out. A commit measured several
-    times keeps the interval of the run closest to the median.
+    times is merged by one rule (merge_runs): the median of its runs' ratios, and an
+    interval from all of them.
     """
-    import numpy as np
 
     by_commit: dict[str, list[dict[str, Any]]] = {}
     for row in store.points(case, arm, machine):
         if row["status"] == "ok" and row["ratio"] is not None and row["ratio"] > 0:
             by_commit.setdefault(row["commit"], []).append(row)
-    out = []
-    for commit, rows in by_commit.items():  # dicts keep first-run order
-        logs = np.log([r["ratio"] for r in rows])
-        mid = float(np.median(logs))
-        nearest = rows[int(np.argmin(np.abs(logs - mid)))]
-        out.append(SeriesPoint(commit=commit, created=rows[0]["created"],
-                               ratio=math.exp(mid), lo=nearest["ratio_lo"],
-                               hi=nearest["ratio_hi"], runs=len(rows),
-                               counters=nearest["counters"]))
-    return out
+    return [merge_runs(commit, rows) for commit, rows in by_commit.items()]  # run order
+
+
+def merge_runs(commit: str, rows: Sequence[dict[str, Any]]) -> SeriesPoint:
+    """One point from the runs of one commit (store rows with ratio, ratio_lo, ratio_hi).
+
+    The rule: the ratio is the median of the runs' ratios (in logs; of two runs, their
+    geometric mean); the interval runs from the lowest of the runs' lower ends to the
+    highest upper end, widened to the ratio if need be, so the point always lies
+    inside its own interval (the interval of one run alone could exclude a median
+    between two runs). Without an interval on any run, none. The counters are those
+    of the run nearest the median.
+    """
+    import numpy as np
+
+    logs = np.log([r["ratio"] for r in rows])
+    mid = float(np.median(logs))
+    ratio = math.exp(mid)
+    nearest = rows[int(np.argmin(np.abs(logs - mid)))]
+    los = [r["ratio_lo"] for r in rows if r["ratio_lo"] is not None]
+    his = [r["ratio_hi"] for r in rows if r["ratio_hi"] is not None]
+    return SeriesPoint(commit=commit, created=rows[0]["created"], ratio=ratio,
+                       lo=min(*los, ratio) if los else None,
+                       hi=max(*his, ratio) if his else None, runs=len(rows),
+                       counters=nearest["counters"])
 
 
 def series_frame(store: HistoryStore, case: str, arm: str, machine: str) -> pd.DataFrame:
@@ -181,8 +196,10 @@ def find_changes(points: Sequence[SeriesPoint], *, case: str = "", arm: str = ""
 
 
 def _too_short(points: Sequence[SeriesPoint], case: str, arm: str, machine: str) -> str:
+    more = changepoints.MIN_POINTS - len(points)
     return (f"{case}, {arm} on {machine}: {len(points)} commit(s) in the series, a "
-            f"change-point test needs at least {changepoints.MIN_POINTS}; add more runs")
+            f"change-point test needs at least {changepoints.MIN_POINTS} ({more} more); "
+            "add more runs")
 
 
 def find_many(series_list: Sequence[tuple[Sequence[SeriesPoint], str, str, str]], *,
@@ -287,6 +304,8 @@ class Detection:
     # Instructions per Run, a series per case, arm and machine that counted them.
     instruction_findings: list[InstructionFinding] = field(default_factory=list)
     instruction_series: int = 0
+    # The fewest more commits an untested series needs before it is tested (None: none).
+    more_needed: int | None = None
 
 
 def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str] = (),
@@ -318,6 +337,7 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
         )
     findings: list[Finding] = []
     too_short: list[str] = []
+    more: list[int] = []
     testable = []
     counted: list[InstructionFinding] = []
     instruction_series_tested = 0
@@ -331,12 +351,14 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
         points = series(store, case, arm, machine)
         if len(points) < changepoints.MIN_POINTS:
             too_short.append(_too_short(points, case, arm, machine))
+            more.append(changepoints.MIN_POINTS - len(points))
             continue
         testable.append((points, case, arm, machine))
     # One family: BH across the series, so a detect over many series is not many tests.
     for found in find_many(testable, weighted=weighted):
         findings.extend(f for f in found if since_pos is None or order[f.after] >= since_pos)
-    return Detection(findings, len(testable), too_short, counted, instruction_series_tested)
+    return Detection(findings, len(testable), too_short, counted, instruction_series_tested,
+                     min(more) if more else None)
 
 
 # --------------------------------------------------------------------------- a PR's base

@@ -14,16 +14,32 @@ from epbench.reports.history.db import redact
 from epbench.reports.history.store import HistoryStore
 
 
+def _instructions(store: HistoryStore, case: str, arm: str, machine: str,
+                  commits: list[str]) -> list[float | None]:
+    """Instructions per Run at each commit: the median of its runs that counted them."""
+    import numpy as np
+
+    by_commit: dict[str, list[float]] = {}
+    for row in store.points(case, arm, machine):
+        value = row["instructions"]
+        if row["status"] == "ok" and isinstance(value, (int, float)) and value > 0:
+            by_commit.setdefault(row["commit"], []).append(float(value))
+    return [float(np.median(by_commit[c])) if c in by_commit else None for c in commits]
+
+
 def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
-    """Every series of a history store with its change points, for `report --history DB`."""
+    """Every series of a history store (one per case, arm and machine or class) with its
+    change points and instructions per Run, for `report --history DB`."""
     out = []
     with HistoryStore.open(db) as store:
         for case, arm, machine in store.series_keys():
             found = series_with_changes(store, case, arm, machine)
+            commits = [p.commit for p in found.points]
             series = plots.HistorySeries(
                 case=case, arm=f"{arm} ({machine})" if machine else arm,
-                commits=[p.commit for p in found.points], ratio=[p.ratio for p in found.points],
-                lo=[p.lo for p in found.points], hi=[p.hi for p in found.points])
+                commits=commits, ratio=[p.ratio for p in found.points],
+                lo=[p.lo for p in found.points], hi=[p.hi for p in found.points],
+                instructions=_instructions(store, case, arm, machine, commits))
             changes = [plots.ChangePoint(index=f.index, change=f.change.ratio - 1.0,
                                          lo=f.change.lo - 1.0, hi=f.change.hi - 1.0)
                        for f in found.findings]
@@ -34,8 +50,13 @@ def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePo
     return out
 
 
-def write_history_report(db: str, out_dir: str | Path) -> Path:
-    """`epbench report --history DB --html OUT`: the history store's series as a page."""
+def write_history_report(db: str, out_dir: str | Path, commit_url: str | None = None) -> Path:
+    """`epbench report --history DB --html OUT`: the history store's series as a page;
+    with `commit_url` (a prefix such as https://github.com/OWNER/REPO/commit/) each
+    commit links to its page."""
+    if commit_url is not None:
+        html.check_commit_url(commit_url)  # before the store is read
     entries = load_history(db)
     html.make_out_dir(out_dir)
-    return html.write_page(html.render_html(history=entries, source=redact(db)), out_dir)
+    return html.write_page(html.render_html(history=entries, source=redact(db),
+                                            commit_url=commit_url), out_dir)

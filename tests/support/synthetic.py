@@ -267,6 +267,13 @@ def paired_log_ratios(
 # cannot average away). docs/history.md has the data.
 HISTORY_SIGMA = 0.024
 HISTORY_DF = 5
+# The same spread re-measured on today's runs (3 processes a case, 30 rounds, 64 slices a
+# block): 8 runs of the quick grid in a row with `--arm ort --arm engine`, as the history
+# workflow runs it, on this machine while it was shared (0 of 180 rounds quiet in each),
+# pooled over the 6 cases (0.39-0.95 %); RUN_SIGMA_WORST is the noisiest case's,
+# relu_d10_w8_dyn. docs/history.md has the data.
+RUN_SIGMA = 0.0062
+RUN_SIGMA_WORST = 0.0095
 
 
 def history_series(rows: int, length: int, rng: Any, *, sigma: float = HISTORY_SIGMA,
@@ -286,7 +293,7 @@ def history_series(rows: int, length: int, rng: Any, *, sigma: float = HISTORY_S
 
 def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | None = None,
                        sigma: float = HISTORY_SIGMA, df: float = HISTORY_DF, seed: int = 0,
-                       runs_per_commit: int = 1, within: int = 5,
+                       runs_per_commit: int = 1, within: int = 5, family: int = 0,
                        **detect: Any) -> dict[str, float]:
     """How e-divisive does on `rows` synthetic series: detection and false change points.
 
@@ -297,15 +304,24 @@ def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | N
     every other change point is false. Returns {"found": share of series,
     "false_per_1000": false change points per 1000 points}. `detect` goes to
     reports.history.changepoints.e_divisive (significance, permutations, min_segment).
+    With `family` > 0 the series go, `family` at a time, through changepoints.detect_many
+    instead: what `history detect` runs (pre-whitening, BH across the series of one
+    detect, the minimum change), one detect per `family` series (rows a multiple of it).
     """
     import numpy as np
 
     rng = np.random.default_rng([seed, rows, length, runs_per_commit])
     z = np.median(np.stack([history_series(rows, length, rng, sigma=sigma, df=df, step=step,
                                            at=at) for _ in range(runs_per_commit)]), axis=0)
+    if family:
+        if rows % family:
+            raise ValueError("rows must be a multiple of family")
+        found_all = [cps for k in range(0, rows, family)
+                     for cps in changepoints.detect_many(list(z[k:k + family]), **detect)]
+    else:
+        found_all = [changepoints.e_divisive(row, **detect) for row in z]
     found = false = 0
-    for row in z:
-        cps = changepoints.e_divisive(row, **detect)
+    for cps in found_all:
         near = [c for c in cps if at is not None and step and abs(c.index - at) <= within]
         found += bool(near)
         false += len(cps) - min(1, len(near))
