@@ -21,6 +21,7 @@ from epbench.reports.bot.annotations import (
     workflow_command,
 )
 from epbench.workflows.compare_commits import CommitsResult
+from tests.support.synthetic import as_results, results_doc
 from tests.test_reports_render import _separate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -32,7 +33,7 @@ EXPECTED = [
     "synthetic",
     # A flagged case's interval is at its false-coverage-adjusted level, and says so.
     "::error title=epbench%3A relu_d100_w8 regressed (alert)::🔴 relu_d100_w8 regressed "
-    "(alert): +11.5%25 (98.33 %25 CI [+8.1%25, +15.2%25]), threshold 2.4%25",
+    "(alert): +11.5%25 (98.33 %25 CI [+7.9%25, +15.3%25]), threshold 2.4%25",
 ]
 
 
@@ -114,7 +115,8 @@ def test_compare_commits_annotates_in_github_actions(
 
     def fake_comparison(**kwargs: Any) -> CommitsResult:
         side = BuiltSide("base", "a", "a" * 40, "/lib/a.so", cached=True, sha256="0" * 64)
-        return CommitsResult(side, side, {"interrupted": False, "cases": {}}, comparison, {})
+        results = as_results(results_doc({"relu_d1_w8": {"ort": 1.0, "head": 1.0}}))
+        return CommitsResult(side, side, results, comparison, {})
 
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     args = ["compare-commits", "a", "b", "--case", "relu_d1_w8", "--out", str(tmp_path / "o"),
