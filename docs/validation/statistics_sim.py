@@ -493,6 +493,10 @@ def _tree_at(rev: str, into: Path) -> None:
                               "harness", "cases", "engine", "tests"],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for part in ("cases", "engine", "harness", "reports"):
+        # Since the parts are mapped by setuptools package-dir, not linked: link them.
+        if (into / part).is_dir() and not (into / "epbench" / part).exists():
+            (into / "epbench" / part).symlink_to(into / part, target_is_directory=True)
 
 
 # Run this script on an extracted tree: the editable install's finder (which maps
