@@ -227,9 +227,10 @@ class VariancePrior:
         return (self.df * self.s2 + df * s2) / (self.df + df), self.df + df
 
 
-# A prior needs this many cases with a process spread: fewer say nothing of the spread
-# of variances between cases.
-PRIOR_MIN_CASES = 3
+# A prior needs this many cases with a process spread: the spread of fewer cases' log
+# variances is too rough to tell how alike their variances are (its relative error is
+# about sqrt(2 / (cases - 1)), a half at 10).
+PRIOR_MIN_CASES = 10
 
 
 def variance_prior(samples: Sequence[ProcessSample]) -> VariancePrior:
@@ -238,8 +239,10 @@ def variance_prior(samples: Sequence[ProcessSample]) -> VariancePrior:
     their expected bias, have a spread of trigamma(d / 2) from sampling plus
     trigamma(d0 / 2) from the cases' true variances differing. Cases whose true
     variances are alike (d0 large) lend each other degrees of freedom; cases whose
-    variances differ widely (d0 small) keep about their own. Only cases with two or
-    more processes and a spread count; fewer than PRIOR_MIN_CASES give no prior."""
+    variances differ widely (d0 small) keep about their own; d0 is at most the cases'
+    degrees of freedom together, from which the prior's variance is estimated. Only
+    cases with two or more processes and a spread count; fewer than PRIOR_MIN_CASES
+    give no prior."""
     import numpy as np
 
     logs, dfs = [], []
@@ -257,9 +260,10 @@ def variance_prior(samples: Sequence[ProcessSample]) -> VariancePrior:
     mean = sum(logs) / len(logs)
     spread = (sum((e - mean) ** 2 for e in logs) / (len(logs) - 1)
               - sum(_trigamma(d / 2.0) for d in dfs) / len(dfs))
-    if spread <= 0.0:
-        return VariancePrior(math.inf, math.exp(mean))
-    d0 = 2.0 * _trigamma_inverse(spread)
+    # The prior's variance is itself estimated from the cases' degrees of freedom
+    # together, so it can never be worth more than they are (not infinitely many).
+    most = sum(dfs)
+    d0 = most if spread <= 0.0 else min(2.0 * _trigamma_inverse(spread), most)
     return VariancePrior(d0, math.exp(mean + _digamma(d0 / 2.0) - math.log(d0 / 2.0)))
 
 
