@@ -86,7 +86,8 @@ def test_variances_that_differ_widely_keep_about_their_own():
 
 def test_too_few_cases_give_no_prior():
     pr, _ = _grid(2)
-    assert variance_prior(pr[: nested.PRIOR_MIN_CASES - 1]) == VariancePrior()
+    assert variance_prior(pr[:9]) == VariancePrior()  # a handful of cases: too rough
+    assert variance_prior(pr[:10]).df > 0.0
     assert VariancePrior().moderated(0.5, 5.0) == (0.5, 5.0)
     assert VariancePrior(math.inf, 0.2).moderated(0.5, 5.0) == (0.2, math.inf)
     assert VariancePrior(5.0, 0.2).moderated(0.5, 5.0) == (pytest.approx(0.35), 10.0)
@@ -122,4 +123,7 @@ def test_a_subset_of_cases_is_judged_with_the_whole_grids_prior():
     alone = grid.changes(cases=[3])[0]
     assert (alone.se, alone.df) == (whole[3].se, whole[3].df)
     prior = variance_prior(pr)
+    # These 20 cases' variances spread less than sampling alone would: the prior is
+    # worth the cases' degrees of freedom together, never infinitely many.
+    assert prior.df == GRID * (PROCESSES - 1)
     assert grid.changes(quiet=True)[1].df == pytest.approx(prior.df + 3.0)
