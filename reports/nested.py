@@ -161,6 +161,112 @@ def satterthwaite_df(sampled: float, df: float, extra: float, extra_df: float) -
     return math.inf if tail <= 0.0 else (sampled + extra) ** 2 / tail
 
 
+def _digamma(x: float) -> float:
+    """psi(x) for x > 0: the recurrence up to 6, then the asymptotic series."""
+    out = 0.0
+    while x < 6.0:
+        out -= 1.0 / x
+        x += 1.0
+    x2 = 1.0 / (x * x)
+    return out + math.log(x) - 0.5 / x - x2 * (1 / 12 - x2 * (1 / 120 - x2 / 252))
+
+
+def _trigamma(x: float) -> float:
+    """psi'(x) for x > 0."""
+    out = 0.0
+    while x < 6.0:
+        out += 1.0 / (x * x)
+        x += 1.0
+    x2 = 1.0 / (x * x)
+    return out + 1.0 / x + x2 / 2.0 + x2 / x * (1 / 6 - x2 * (1 / 30 - x2 * (1 / 42 - x2 / 30)))
+
+
+def _tetragamma(x: float) -> float:
+    """psi''(x) for x > 0."""
+    out = 0.0
+    while x < 6.0:
+        out -= 2.0 / (x * x * x)
+        x += 1.0
+    x2 = 1.0 / (x * x)
+    return out - x2 * (1.0 + 1.0 / x + x2 * (0.5 - x2 * (1 / 6 - x2 * (1 / 6 - x2 * 0.3))))
+
+
+def _trigamma_inverse(y: float) -> float:
+    """The x > 0 with psi'(x) = y (Newton's method from 0.5 + 1 / y, which approaches
+    the root from below: psi' is convex and decreasing)."""
+    if y > 1e7:
+        return 1.0 / math.sqrt(y)
+    if y < 1e-6:
+        return 1.0 / y
+    x = 0.5 + 1.0 / y
+    for _ in range(50):
+        tri = _trigamma(x)
+        step = tri * (1.0 - tri / y) / _tetragamma(x)
+        x += step
+        if -step / x < 1e-8:
+            break
+    return x
+
+
+@dataclass(frozen=True)
+class VariancePrior:
+    """What a grid's cases say about one case's process-level variance: a scaled
+    inverse chi-square with `df` degrees of freedom around `s2` (log scale, the
+    variance of one process value). df 0: no prior, each case on its own."""
+
+    df: float = 0.0
+    s2: float = 0.0
+
+    def moderated(self, s2: float, df: float) -> tuple[float, float]:
+        """A case's process-level variance `s2` (df `df`) shrunk toward the prior, with
+        the degrees of freedom of the result."""
+        if self.df <= 0.0:
+            return s2, df
+        if math.isinf(self.df):
+            return self.s2, math.inf
+        return (self.df * self.s2 + df * s2) / (self.df + df), self.df + df
+
+
+# A prior needs this many cases with a process spread: the spread of fewer cases' log
+# variances is too rough to tell how alike their variances are (its relative error is
+# about sqrt(2 / (cases - 1)), a half at 10).
+PRIOR_MIN_CASES = 10
+
+
+def variance_prior(samples: Sequence[ProcessSample]) -> VariancePrior:
+    """The empirical-Bayes prior of the cases' process-level variances (Smyth 2004,
+    the moment fit of limma's moderated t): the log sample variances, corrected for
+    their expected bias, have a spread of trigamma(d / 2) from sampling plus
+    trigamma(d0 / 2) from the cases' true variances differing. Cases whose true
+    variances are alike (d0 large) lend each other degrees of freedom; cases whose
+    variances differ widely (d0 small) keep about their own; d0 is at most the cases'
+    degrees of freedom together, from which the prior's variance is estimated. Only
+    cases with two or more processes and a spread count; fewer than PRIOR_MIN_CASES
+    give no prior."""
+    import numpy as np
+
+    logs, dfs = [], []
+    for sample in samples:
+        if sample.n_processes < 2:
+            continue
+        values = sample.per_process()
+        s2 = float(np.var(values, ddof=1))
+        if s2 > 0.0 and math.isfinite(s2):
+            d = len(values) - 1.0
+            logs.append(math.log(s2) - _digamma(d / 2.0) + math.log(d / 2.0))
+            dfs.append(d)
+    if len(logs) < PRIOR_MIN_CASES:
+        return VariancePrior()
+    mean = sum(logs) / len(logs)
+    spread = (sum((e - mean) ** 2 for e in logs) / (len(logs) - 1)
+              - sum(_trigamma(d / 2.0) for d in dfs) / len(dfs))
+    # The prior's variance is itself estimated from the cases' degrees of freedom
+    # together, so it can never be worth more than they are (not infinitely many).
+    most = sum(dfs)
+    d0 = most if spread <= 0.0 else min(2.0 * _trigamma_inverse(spread), most)
+    return VariancePrior(d0, math.exp(mean + _digamma(d0 / 2.0) - math.log(d0 / 2.0)))
+
+
 def one_sided_p(change: Change, upper: bool = True) -> float:
     """The one-sided p-value of H0: ratio <= 1 (`upper`) or ratio >= 1, from the change's
     two-sided p. Every interval here is symmetric in its tails (t, sign test, the
@@ -294,7 +400,8 @@ def _widened(exact: Change, extra: float, extra_df: float, confidence: float) ->
 def nested_changes(samples: Sequence[ProcessSample], *,
                    confidence: float = defaults.CONFIDENCE,
                    extra_variance: float | Sequence[float] = 0.0,
-                   extra_df: float = math.inf) -> list[Change]:
+                   extra_df: float = math.inf,
+                   prior: VariancePrior | None = None) -> list[Change]:
     """Changes of one run (PR / base, or arm / control), processes as the replication unit.
 
     Two or more processes: Student's t over the per-process medians, with
@@ -306,6 +413,8 @@ def nested_changes(samples: Sequence[ProcessSample], *,
     case that cannot see its processes is not judged narrower than one that can. The
     degrees of freedom of the sum are Welch-Satterthwaite's, `extra_df` those of the
     extra term (e.g. the number of cases it was pooled over).
+    `prior` (variance_prior of the grid): each case's process-level variance is
+    shrunk toward it and gains its degrees of freedom (a moderated t interval).
     """
     import numpy as np
 
@@ -319,8 +428,10 @@ def nested_changes(samples: Sequence[ProcessSample], *,
         if sample.n_processes < 2:
             continue
         values = sample.per_process()
-        sampled = float(np.var(values, ddof=1)) / len(values)
-        df = satterthwaite_df(sampled, len(values) - 1.0, extras[i], extra_df)
+        s2, own_df = (prior or VariancePrior()).moderated(float(np.var(values, ddof=1)),
+                                                          len(values) - 1.0)
+        sampled = s2 / len(values)
+        df = satterthwaite_df(sampled, own_df, extras[i], extra_df)
         out[i] = _t_change(float(np.mean(values)), math.sqrt(sampled + extras[i]),
                            min(df, 1e6), confidence, len(sample), len(values))
     return out

@@ -392,6 +392,10 @@ class GridSamples:
     quiet_index: Sequence[int] = ()
     extra_variance: float | Sequence[float] = 0.0
     extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
+    # One run: every case's process-level variance is shrunk toward the grid's
+    # (nested.variance_prior, empirical Bayes), so a case judged with 3-8 processes
+    # borrows degrees of freedom from the others when their variances are alike.
+    moderate: bool = True
 
     def changes(self, shifts: Sequence[float] | None = None, *,
                 confidence: float = defaults.CONFIDENCE, quiet: bool = False,
@@ -411,7 +415,9 @@ class GridSamples:
             pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
         extra = {"extra_variance": extras, "extra_df": self.extra_df}
         if self.same_run:
-            return nested.nested_changes(pr, confidence=confidence, **extra)
+            # The prior is the whole grid's, whichever rounds or cases are asked for.
+            prior = nested.variance_prior(self.pr) if self.moderate else None
+            return nested.nested_changes(pr, confidence=confidence, prior=prior, **extra)
         return nested.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
 
 

@@ -1,7 +1,7 @@
 """The simulation behind docs/validation/statistics.md: verdict statistics, before and after.
 
-    PYTHONPATH=. python docs/validation/statistics_sim.py            # the table, markdown
-    PYTHONPATH=. python docs/validation/statistics_sim.py --trials 20  # a quicker, rougher one
+    .venv/bin/python docs/validation/statistics_sim.py               # the table, markdown
+    .venv/bin/python docs/validation/statistics_sim.py --trials 20   # a quicker, rougher one
 
 It measures the same figures twice, each in a subprocess: on the tree at --before (a git
 revision, extracted with `git archive` into a temporary directory) and on this tree, and
@@ -22,8 +22,8 @@ with lag-1 correlation rho and sd 2.4 %.
 Seeds: numpy's default_rng([--seed, scenario number, ...parameters, trial]); --seed 46
 and --trials 60 (grids per figure; a quarter of that for the quiet-rounds figures, half
 and at most 25 detects for the history ones) give the committed table. --before names
-the revisions measured beside this tree (default: d031736, before issue 46, and
-99080bb, its first fixes).
+the revisions measured beside this tree (default: d031736, before issue 46, 99080bb,
+its first fixes, and 1d0638e, after the review, before moderated variances).
 """
 
 from __future__ import annotations
@@ -272,6 +272,40 @@ def twin_off(trials: int, seed: int, off: float) -> float:
     return sum(warned) / trials
 
 
+# Round noise that differs by case (process offsets 0.3 x it): what moderated
+# variances (cases lending each other degrees of freedom) must survive.
+NOISY = [0.005, 0.01, 0.02, 0.03]
+
+
+def noise_by_case(trials: int, seed: int) -> tuple[float, float]:
+    """Coverage (at +2 %) and share of A/A grids with a false flag when each case's round
+    noise is one of NOISY (no per-copy bias)."""
+    import numpy as np
+
+    nested = _nested()
+    labels = _labels(PROCESSES, PER_PROCESS)
+    covered = total = grids = 0
+    for trial in range(trials):
+        rng = np.random.default_rng([seed, 9, trial])
+        for effect in (0.02, 0.0):
+            pr, twins = [], []
+            for i in range(GRID):
+                kw = {"round_sd": NOISY[i % len(NOISY)],
+                      "process_sd": 0.3 * NOISY[i % len(NOISY)]}
+                base = _arm(rng, PROCESSES, PER_PROCESS, 0.0, **kw)
+                twin = _arm(rng, PROCESSES, PER_PROCESS, 0.0, **kw)
+                new = _arm(rng, PROCESSES, PER_PROCESS, 0.0, effect, **kw)
+                pr.append(nested.ProcessSample(new - base, labels))
+                twins.append(nested.ProcessSample(twin - base, labels))
+            verdicts, changes = _judge(pr, [], [twins])
+            if effect:
+                covered += sum(c.lo <= 1.0 + effect <= c.hi for c in changes)
+                total += len(changes)
+            else:
+                grids += any(v in FLAGS for v in verdicts)
+    return covered / total, grids / trials
+
+
 def power(trials: int, seed: int, effect: float, bias: float) -> float:
     import numpy as np
 
@@ -387,6 +421,9 @@ def measure(trials: int, seed: int) -> dict[str, Any]:
     out["per-copy bias by case (2% or 0.5%): A/A grids with the twin warning"] = warned
     out["one twin 6% off its arm, per-copy bias 1%: grids with the twin warning"] = twin_off(
         trials, seed, 0.06)
+    cov, grid = noise_by_case(trials, seed)
+    out["round noise by case (0.5% to 3%): coverage"] = cov
+    out["round noise by case (0.5% to 3%): A/A grids with a false flag"] = grid
     for bias in (0.0, 0.01):
         for effect in (0.01, 0.02, 0.03):
             out[f"power at +{effect:.0%}, per-copy bias {bias:.0%}"] = power(
@@ -456,19 +493,36 @@ def _tree_at(rev: str, into: Path) -> None:
                               "harness", "cases", "engine", "tests"],
                              check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for part in ("cases", "engine", "harness", "reports"):
+        # Since the parts are mapped by setuptools package-dir, not linked: link them.
+        if (into / part).is_dir() and not (into / "epbench" / part).exists():
+            (into / "epbench" / part).symlink_to(into / part, target_is_directory=True)
 
 
-def _run(tree: Path, trials: int, seed: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--measure",
-                          "--trials", str(trials), "--seed", str(seed)],
-                         check=True, capture_output=True, text=True, env=env, cwd=tree)
+# Run this script on an extracted tree: the editable install's finder (which maps
+# epbench to this checkout, ahead of PYTHONPATH) is taken off first.
+_ISOLATED = ("import runpy, sys; "
+             "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)]; "
+             "sys.path_hooks[:] = [h for h in sys.path_hooks if '__editable__' not in repr(h)]; "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def _run(tree: Path | None, trials: int, seed: int) -> dict[str, Any]:
+    """Measure on an extracted tree, or (None) on the importable epbench."""
+    args = [str(Path(__file__).resolve()), "--measure", "--trials", str(trials),
+            "--seed", str(seed)]
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        args = ["-c", _ISOLATED, *args]
+    out = subprocess.run([sys.executable, *args], check=True, capture_output=True,
+                         text=True, env=env, cwd=tree)
     return json.loads(out.stdout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="d031736,99080bb",
+    parser.add_argument("--before", default="d031736,99080bb,1d0638e",
                         help="git revisions to measure before this tree, comma-separated")
     parser.add_argument("--trials", type=int, default=60, help="grids per figure")
     parser.add_argument("--seed", type=int, default=46)
@@ -478,14 +532,13 @@ def main() -> None:
     if args.measure:
         print(json.dumps(measure(args.trials, args.seed)))
         return
-    root = Path(__file__).resolve().parents[2]
     revs = [r for r in args.before.split(",") if r]
     before = []
     for rev in revs:
         with tempfile.TemporaryDirectory() as tmp:
             _tree_at(rev, Path(tmp))
             before.append(_run(Path(tmp), args.trials, args.seed))
-    after = _run(root, args.trials, args.seed)
+    after = _run(None, args.trials, args.seed)
     print(f"| figure ({args.trials} grids of {GRID} cases a figure, seed {args.seed}) | "
           + "".join(f"{rev} | " for rev in revs) + "after |")
     print("|---|" + "---|" * (len(revs) + 1))
