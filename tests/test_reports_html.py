@@ -228,7 +228,8 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     assert [f["id"] for f in page.drawn()] == ["forest"]
     forest = re.search(r'<figure id="forest">(.*?)</figure>', text, re.S).group(1)
     verdicts = {r["verdict"] for r in comparison["cases"]}
-    assert verdicts == {"alert", "inconclusive", "no_change", "failed"}
+    # relu_d1_w8 ran in one process a side: the between-run term leaves it ❔, not ✅.
+    assert verdicts == {"alert", "inconclusive", "failed"}
     for verdict, (colour, _) in plots.VERDICT_STYLE.items():
         # The alert colour also draws each row's alert tick; every other colour is a verdict.
         if verdict != "alert":
