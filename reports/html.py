@@ -6,7 +6,7 @@ its plots are inline SVG drawn by matplotlib (reports.plots), it has no script a
 names no URL, so it opens from a CI artifact or a mail attachment alike.
 
 The numbers are the markdown reports' own: a run through reports.summary (per-round
-medians through reports.stats.round_medians), a comparison as the dict of
+medians through reports.stats.round_medians), a comparison as the Comparison of
 reports.compare. The page carries the markdown's tables as HTML tables too, so a
 reader never needs the markdown. A plot that cannot be drawn (one arm, a family with
 one depth, no judged case) is replaced by a sentence that says why.
@@ -18,15 +18,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, plots, render, stats
-from epbench.reports.comparison import SCHEMA, VERDICTS, Side
+from epbench.reports.comparison import SCHEMA, VERDICTS, Comparison, JsonValue, Side
+from epbench.reports.render import Document
 from epbench.reports.summary import family_of, gate_rounds, summarize
+
+if TYPE_CHECKING:
+    import jinja2
+    import markupsafe
 
 PAGE_NAME = "index.html"
 TEMPLATE = "report.html.j2"
@@ -50,7 +55,7 @@ class Plot:
     anchor: str
     title: str
     caption: str  # one line: how to read it
-    svg: Any = None  # markupsafe.Markup of the inline SVG
+    svg: markupsafe.Markup | None = None  # the inline SVG
     missing: str | None = None
 
 
@@ -60,7 +65,7 @@ class Source:
 
     label: str
     doc: Results | None = None
-    comparison: dict[str, Any] | None = None
+    comparison: Comparison | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -110,7 +115,7 @@ def load_source(path: str | Path) -> Source:
     return source
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, JsonValue]:
     try:
         # The results reader's parser: it refuses nesting and NaN before json recurses.
         doc = parse_json(path.read_text(encoding="utf-8"), str(path))
@@ -122,17 +127,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _comparison(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+def _comparison(doc: dict[str, JsonValue], path: Path) -> Comparison:
     name, current = SCHEMA.split("/")
     schema_version(doc.get("schema"), name, int(current), path, "comparison", ReportError,
                    remedy=" to draw it")
-    return doc
+    return Comparison.from_json(doc, str(path))
 
 
 # --------------------------------------------------------------------------- run
 
 
-def _ratio_arms(case: Case, summary_case: Mapping[str, Any],
+def _ratio_arms(case: Case, summary_case: Document,
                 control: str) -> list[plots.ArmRatios]:
     import numpy as np
 
@@ -152,7 +157,7 @@ def _ratio_arms(case: Case, summary_case: Mapping[str, Any],
     return out
 
 
-def round_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
+def round_plots(doc: Results, summary: Document) -> list[Plot]:
     """Per case, the per-round ratio of every arm to the in-run control."""
     control = summary["control"]
     pct = f"{summary['confidence'] * 100:g} %"
@@ -185,7 +190,7 @@ def round_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     return out
 
 
-def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
+def family_plots(doc: Results, summary: Document) -> list[Plot]:
     """Per chain family, time per Run against depth with the fitted line, per arm."""
     control = summary["control"]
     out = []
@@ -226,7 +231,7 @@ def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     return out
 
 
-def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
+def gate_plot(doc: Results, summary: Document) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
     caption = ("A column per round in run order: idle of the worst core before it and of the "
                "other cores during it (a round too short to judge alone: over a window "
@@ -246,7 +251,7 @@ def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
     return Plot("gate", "Idle gate over the run", caption, _markup(svg))
 
 
-def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_context(doc: Results, summary: Document | None = None) -> dict[str, object]:
     """Everything the page shows of one run: its tables and its plots."""
     summary = summary if summary is not None else summarize(doc)
     control = summary["control"]
@@ -271,18 +276,18 @@ def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[
 # --------------------------------------------------------------------------- comparison
 
 
-def forest_plot(comparison: Mapping[str, Any]) -> Plot:
+def forest_plot(comparison: Comparison) -> Plot:
     """Each case's change with its interval against its ±t band, in the verdict's colour."""
-    pct = f"{comparison['settings']['confidence'] * 100:g} %"
+    pct = render.confidence_pct(comparison)
     caption = (f"A row per case, regressions on top: the change of PR vs base, its {pct} "
                "interval in the verdict's colour (▲ slower, ▼ faster); grey band: ±t.")
     rows = [
         plots.ForestRow(
-            case=r["case"], verdict=r["verdict"], label=VERDICTS[r["verdict"]][1],
-            change=_number(r.get("change")), lo=_number(r["ci"][0]), hi=_number(r["ci"][1]),
-            threshold=_number(r.get("threshold")), alert=_number(r.get("alert")),
+            case=r.case, verdict=r.verdict, label=VERDICTS[r.verdict][1],
+            change=_number(r.change), lo=_number(r.ci[0]), hi=_number(r.ci[1]),
+            threshold=_number(r.threshold), alert=_number(r.alert),
         )
-        for r in comparison["cases"]
+        for r in comparison.cases
     ]
     if not any(r.change is not None for r in rows):
         return Plot("forest", "Changes", caption, missing=(
@@ -292,10 +297,10 @@ def forest_plot(comparison: Mapping[str, Any]) -> Plot:
                 _markup(plots.forest("forest", rows)))
 
 
-def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_context(comparison: Comparison) -> dict[str, object]:
     """The comparison's headline, tables and forest plot."""
-    rows = list(comparison["cases"])
-    counts = comparison["counts"]
+    rows = list(comparison.cases)
+    counts = comparison.counts
     styles = {v: plots.VERDICT_STYLE[v][0] for v in VERDICTS}
     return {
         "c": comparison,
@@ -304,18 +309,19 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "colours": styles,
         "tally": [(v, VERDICTS[v][1], counts[v]) for v in VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
-        "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
+        "confidence_pct": render.confidence_pct(comparison),
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
-        "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
-        "drifts": [r for r in rows if r.get("control_drift") is not None],
+        "tested": render.tested_count(comparison),
+        "drifts": [r for r in rows if r.control_drift is not None],
         "forest_plot": forest_plot(comparison),
-        "host": _host_rows(comparison.get("host") or {}),
+        "host": _host_rows(comparison.host),
+        "headline_words": comparison.overall.headline.split(" ", 1)[1],
         "base_history": _base_history_markup(comparison),
     }
 
 
-def _base_history_markup(comparison: Mapping[str, Any]) -> list[Any]:
+def _base_history_markup(comparison: Comparison) -> list[markupsafe.Markup]:
     """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
     import markupsafe
 
@@ -352,7 +358,7 @@ def history_plots(
 
 def history_rows(
     entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The change points as table rows: case, arm, change, interval, commit range."""
     rows = []
     for series, change_points in entries:
@@ -374,7 +380,7 @@ def history_rows(
 def render_html(
     *,
     doc: Results | None = None,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     history: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]] | None = None,
     source: str | None = None,
     notes: Sequence[str] = (),
@@ -383,7 +389,7 @@ def render_html(
     or a history, each with its plots and tables."""
     if doc is None and comparison is None and history is None:
         raise ReportError("nothing to report: pass a results file, a comparison or a history")
-    context: dict[str, Any] = {
+    context: dict[str, object] = {
         "source": source, "notes": list(notes), "run": None, "cmp": None, "history": None,
     }
     if comparison is not None:
@@ -393,8 +399,7 @@ def render_html(
     if history is not None:
         context["history"] = {"plots": history_plots(history), "rows": history_rows(history)}
     if comparison is not None:
-        context["title"] = f"{comparison['overall']['headline']} · epbench comparison"
-        context["cmp"]["headline_words"] = comparison["overall"]["headline"].split(" ", 1)[1]
+        context["title"] = f"{comparison.overall.headline} · epbench comparison"
     elif doc is not None:
         context["title"] = "epbench run report"
     else:
@@ -435,7 +440,7 @@ def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
     return write_page(text, out_dir)
 
 
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     """jinja2 over reports/templates with HTML autoescaping and the reports' number formats."""
     import jinja2
 
@@ -471,7 +476,7 @@ _MARK_SHAPES = {
 }
 
 
-def with_marks(text: Any) -> Any:
+def with_marks(text: object) -> markupsafe.Markup:
     """`text`, escaped, with every verdict emoji in it drawn as its inline SVG mark."""
     import markupsafe
 
@@ -482,7 +487,7 @@ def with_marks(text: Any) -> Any:
     return out
 
 
-def verdict_mark(verdict: str) -> Any:
+def verdict_mark(verdict: str) -> markupsafe.Markup:
     """The verdict's marker as inline SVG, its emoji as the accessible name.
 
     Without an emoji font a browser draws the verdict emoji as empty boxes; the marks are
@@ -498,17 +503,17 @@ def verdict_mark(verdict: str) -> Any:
         f'{_MARK_SHAPES[marker]}</svg>')
 
 
-def _markup(svg: str) -> Any:
+def _markup(svg: str) -> markupsafe.Markup:
     import markupsafe
 
     return markupsafe.Markup(svg)  # matplotlib's own SVG, not user text
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _dash(value: Any) -> Any:
+def _dash(value: object) -> object:
     """Missing values as "-" (never "None" or "nan" on the page)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -519,7 +524,7 @@ def _ratio_text(value: float | None) -> str:
     return f"{value:.3f}×" if value is not None and math.isfinite(value) else "-"
 
 
-def _host_rows(host: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _host_rows(host: Mapping[str, JsonValue]) -> list[tuple[str, str]]:
     rows = []
     for key, value in sorted(host.items()):
         if isinstance(value, Mapping):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,13 @@ from click.testing import CliRunner
 from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.harness.commits import BuiltSide
-from epbench.reports import render
 from epbench.reports.bot.annotations import (
     annotation_lines,
     escape_data,
     escape_property,
     workflow_command,
 )
+from epbench.reports.comparison import Comparison
 from epbench.workflows.compare_commits import CommitsResult
 from tests.test_reports_render import _separate
 
@@ -46,20 +47,20 @@ def test_escaping_follows_githubs_workflow_command_format() -> None:
 
 
 def test_flagged_cases_and_only_those_are_annotated() -> None:
-    comparison = json.loads(render.to_json(_separate()))
+    comparison = Comparison.from_json(_separate().to_json())
     assert annotation_lines(comparison) == EXPECTED
     # A ⚠️ regression is a warning; every other verdict stays silent.
-    regression = dict(comparison["cases"][1], verdict="regression")
-    quiet = [dict(comparison["cases"][1], verdict=v)
+    regression = replace(comparison.cases[1], verdict="regression")
+    quiet = [replace(comparison.cases[1], verdict=v)
              for v in ("inconclusive", "not_comparable", "improvement", "no_change")]
-    (line,) = annotation_lines({**comparison, "cases": [regression, *quiet]})
+    (line,) = annotation_lines(replace(comparison, cases=(regression, *quiet)))
     assert line.startswith("::warning title=epbench%3A relu_d100_w8 regressed::⚠️ relu_d100_w8")
 
 
 def test_a_newline_in_a_name_cannot_start_a_second_command() -> None:
-    comparison = json.loads(render.to_json(_separate()))
-    row = dict(comparison["cases"][0], case="x\n::error::forged", reason="a\r\n::warning::b")
-    (line,) = annotation_lines({**comparison, "cases": [row]})
+    comparison = Comparison.from_json(_separate().to_json())
+    row = replace(comparison.cases[0], case="x\n::error::forged", reason="a\r\n::warning::b")
+    (line,) = annotation_lines(replace(comparison, cases=(row,)))
     assert "\n" not in line and "\r" not in line
     assert line == (
         "::error title=epbench%3A x%0A%3A%3Aerror%3A%3Aforged failed::❌ x%0A::error::forged "

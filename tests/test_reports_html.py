@@ -23,7 +23,7 @@ from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
 from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
-from epbench.reports import html, plots, render
+from epbench.reports import html, plots
 from epbench.reports.comparison import VERDICTS
 from epbench.reports.summary import gate_rounds
 from epbench.reports.verdicts import Settings
@@ -220,14 +220,14 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     comparison = cmp.compare_files([str(FIXTURES / "base.json"), str(FIXTURES / "pr.json")],
                                    profile_path=str(FIXTURES / "profile.json"))
     path = tmp_path / "compare.json"
-    path.write_text(render.to_json(comparison))
+    path.write_text(comparison.to_json())
     result = CliRunner().invoke(cli, ["report", str(path), "--html", str(tmp_path / "out")])
     assert result.exit_code == EXIT_OK, result.output
     text = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     page = check_page(text)
     assert [f["id"] for f in page.drawn()] == ["forest"]
     forest = re.search(r'<figure id="forest">(.*?)</figure>', text, re.S).group(1)
-    verdicts = {r["verdict"] for r in comparison["cases"]}
+    verdicts = {r.verdict for r in comparison.cases}
     assert verdicts == {"alert", "inconclusive", "no_change", "failed"}
     for verdict, (colour, _) in plots.VERDICT_STYLE.items():
         # The alert colour also draws each row's alert tick; every other colour is a verdict.
@@ -249,9 +249,9 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     for emoji, _ in VERDICTS.values():
         assert emoji.rstrip("\ufe0f") not in visible, emoji
     # The tables of the markdown come along: every case, with its reason.
-    for row in comparison["cases"]:
-        assert f"<code>{row['case']}</code>" in text
-        assert row["reason"].split(",")[0] in text
+    for row in comparison.cases:
+        assert f"<code>{row.case}</code>" in text
+        assert row.reason.split(",")[0] in text
 
 
 def test_verdict_colours_are_the_colours_of_their_emoji():

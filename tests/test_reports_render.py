@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,14 @@ def _verdicts():
                "cases": {n: {"definition_sha256": f"def-{n}", "same-run": {"noise": 0.008},
                              "separate-runs": {"noise": 0.008}} for n in truth}}
     result = compare.compare(Side("base", base, "ep"), Side("pr", pr, "ep"), profile=profile)
-    result["reruns"] = {"sigmoid_d10_w4096": {"reruns": 1, "rounds": 60}}
-    return result
+    return replace(result, reruns={"sigmoid_d10_w4096": comparison.Rerun(reruns=1, rounds=60)})
+
+
+def _edited(result, edit):
+    """`result` with its JSON document changed by `edit`, read back as compare.json is."""
+    doc = result.to_dict()
+    edit(doc)
+    return comparison.Comparison.from_json(doc)
 
 
 def test_the_verdicts_golden_holds_every_verdict_and_paragraph():
@@ -111,7 +118,7 @@ def test_golden(name, make):
 
 
 def test_json_format_is_stable_and_strict():
-    text = render.to_json(_separate())
+    text = _separate().to_json()
     doc = json.loads(text)
     assert doc["schema"] == SCHEMA
     assert "NaN" not in text  # NaN thresholds of failed rows become null
@@ -176,7 +183,7 @@ def test_headline_and_table_order():
 
 def test_many_no_change_rows_fold_into_details():
     comparison = _same_run()
-    quiet = [r for r in comparison["cases"] if r["verdict"] == "no_change"]
+    quiet = [r for r in comparison.cases if r.verdict == "no_change"]
     assert len(quiet) > render.COLLAPSE_NO_CHANGE_OVER
     text = render.render_markdown(comparison)
     assert f"<details><summary>{len(quiet)} cases within noise ✅</summary>" in text
@@ -247,39 +254,50 @@ def test_write_run_report_writes_report_md_and_returns_the_table(tmp_path):
 def test_the_sentence_counts_cases_that_could_not_be_compared():
     result = _verdicts()
     assert "1 could not be compared" in render.overall_sentence(result)
-    for row in result["cases"]:
-        row["verdict"] = "not_comparable"
-    result["counts"] = {"not_comparable": len(result["cases"])}
+
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"] = "not_comparable"
+        doc["counts"] = {"not_comparable": len(doc["cases"])}
+    result = _edited(result, edit)
     assert render.overall_sentence(result) == (
         "No case of 6 could be compared (see the reasons below).")
 
 
 def test_the_sentence_of_a_clean_grid_with_a_case_not_compared():
-    result = _verdicts()
-    for row in result["cases"]:
-        row["verdict"] = "no_change"
-    result["cases"][0]["verdict"] = "not_comparable"
-    result["counts"] = {"no_change": 5, "not_comparable": 1}
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"] = "no_change"
+        doc["cases"][0]["verdict"] = "not_comparable"
+        doc["counts"] = {"no_change": 5, "not_comparable": 1}
+    result = _edited(_verdicts(), edit)
     assert render.overall_sentence(result) == (
         "No case of 5 changed beyond its threshold; 1 could not be compared.")
 
 
 def test_the_sentence_says_which_undecided_cases_more_rounds_cannot_help():
-    result = _verdicts()
-    for row in result["cases"]:
-        row["verdict"], row["control_shift"] = "no_change", None
-    for row, shift in zip(result["cases"][:3], (0.3, -0.2, 0.05), strict=True):
-        row["verdict"], row["control_shift"] = "inconclusive", shift
-    result["counts"] = {"no_change": 3, "inconclusive": 3}
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"], row["control_shift"] = "no_change", None
+        for row, shift in zip(doc["cases"][:3], (0.3, -0.2, 0.05), strict=True):
+            row["verdict"], row["control_shift"] = "inconclusive", shift
+        doc["counts"] = {"no_change": 3, "inconclusive": 3}
+    result = _edited(_verdicts(), edit)
     assert render.overall_sentence(result) == (
         "3 could not be decided (2 as the two runs' controls ran at different speeds; the "
         "others: rerun with more rounds).")
-    result["cases"][2]["control_shift"] = -0.5  # the base run's control twice as slow
+
+    def base_twice_as_slow(doc):
+        doc["cases"][2]["control_shift"] = -0.5  # the base run's control twice as slow
+    result = _edited(result, base_twice_as_slow)
     assert render.overall_sentence(result) == (
         "3 could not be decided (3 as the two runs' controls ran at different speeds: rerun "
         "both back to back).")
-    for row in result["cases"][:3]:
-        row["control_shift"] = 0.05
+
+    def small_shifts(doc):
+        for row in doc["cases"][:3]:
+            row["control_shift"] = 0.05
+    result = _edited(result, small_shifts)
     assert render.overall_sentence(result) == (
         "3 could not be decided (rerun with more rounds).")
 
@@ -292,7 +310,7 @@ def test_wording_follows_the_settings_and_the_thresholds():
     # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
     assert "threshold (4.0% here)" in text
     assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
-    assert f"across the {len(result['cases'])} case(s) with a test" in text
+    assert f"across the {len(result.cases)} case(s) with a test" in text
 
 
 def test_run_report_says_a_per_node_cost_it_cannot_resolve_instead_of_a_negative_one():

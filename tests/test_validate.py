@@ -32,6 +32,7 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import CounterChange
 from epbench.reports.render import to_json
 from epbench.reports.verdicts import Settings
 from epbench.workflows import validate as val
@@ -474,10 +475,11 @@ def _compare_leaving_ambiguous(case: str, head: str):
 
     def compare(base, pr, *, settings=None, profile=None):
         comparison = real(base, pr, settings=settings, profile=profile)
-        for row in comparison["cases"]:
-            if row["case"] == case and pr.arm == head:
-                row["verdict"] = "inconclusive"
-        return comparison
+        if pr.arm != head:
+            return comparison
+        return replace(comparison, cases=tuple(
+            replace(row, verdict="inconclusive") if row.case == case else row
+            for row in comparison.cases))
 
     return compare
 
@@ -509,11 +511,11 @@ def test_counter_miscount_is_reported_not_hidden():
 
 
 def test_counter_check_rules():
-    row = {"case": "x", "counter": "ort_api_calls", "base": 5.0, "pr": 10.0}
+    row = CounterChange(case="x", counter="ort_api_calls", base=5.0, pr=10.0, change=1.0)
     assert vjudge.counter_check([row], "x") == (True, "ort_api_calls/Run 5 -> 10")
     assert not vjudge.counter_check([], "x")[0]
-    assert not vjudge.counter_check([{**row, "pr": 11.0}], "x")[0]
-    other = {"case": "x", "counter": "heap_allocs", "base": 0.0, "pr": 1.0}
+    assert not vjudge.counter_check([replace(row, pr=11.0)], "x")[0]
+    other = CounterChange(case="x", counter="heap_allocs", base=0.0, pr=1.0, change=None)
     assert vjudge.counter_check([row, other], "x") == (False,
                                                        "other counters changed too: heap_allocs")
 

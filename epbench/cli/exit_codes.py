@@ -16,11 +16,11 @@ from epbench.core.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
 )
-from epbench.reports.comparison import FAIL_ON, CompareError
+from epbench.reports.comparison import FAIL_ON, CompareError, Comparison
 
 
 def exit_code_for(*, run: Mapping[str, Any] | None = None,
-                  comparison: Mapping[str, Any] | None = None,
+                  comparison: Comparison | None = None,
                   fail_on: str | None = None) -> tuple[int, str | None]:
     """The exit code and the line that explains it, for a run and/or a comparison.
 
@@ -41,7 +41,7 @@ def exit_code_for(*, run: Mapping[str, Any] | None = None,
     if comparison is not None and fail_on is not None:
         if fail_on not in FAIL_ON:
             raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-        hits = [row["case"] for row in comparison["cases"] if row["verdict"] in FAIL_ON[fail_on]]
+        hits = [row.case for row in comparison.cases if row.verdict in FAIL_ON[fail_on]]
         if hits:
             return EXIT_REGRESSION, f"{len(hits)} case(s) matched --fail-on {fail_on}"
     return EXIT_OK, None

@@ -57,7 +57,7 @@ from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports import html, render
 from epbench.reports.bot.artifact import COMPARE_FILE
-from epbench.reports.comparison import Side
+from epbench.reports.comparison import CaseRow, Comparison, Rerun, Side
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
@@ -115,7 +115,7 @@ class CommitsResult:
     base: BuiltSide
     head: BuiltSide
     doc: dict[str, Any]
-    comparison: dict[str, Any]
+    comparison: Comparison
     reruns: dict[str, int]
     notes: list[str] = field(default_factory=list)
 
@@ -198,7 +198,7 @@ def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
     return added
 
 
-def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
+def held_back_with_no_quiet_round(row: CaseRow) -> bool:
     """A ⚠️ held back from 🔴 by the idle gate none of whose rounds passed the gate: rounds
     under the load that failed every one cannot make it 🔴 (only its quiet rounds, standing
     alone, can), a quiet machine can. For one run's rows, as compare-commits has: a row's
@@ -213,10 +213,10 @@ def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     below the alert level (picked at it, most fell back; still ⚠️); in the series with no
     load or a bursty one no first pass had one (docs/validation/README.md).
     """
-    return held_back_by_gate(row) and row["unquiet"] == row["rounds"]
+    return held_back_by_gate(row) and row.unquiet == row.rounds
 
 
-def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
+def rerun_order(comparison: Comparison, attempts: Mapping[str, int]) -> list[str]:
     """The ambiguous cases that re-runs can settle, in the order re-runs take them: ❔ before
     ⚠️ held back from 🔴 (a ❔ has no answer; a held-back ⚠️ is flagged already), then the
     cases tried fewest times (``attempts``, failed re-runs included, where compare.json's
@@ -232,7 +232,7 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     runs and never re-run. Over the re-run cases of every VM E series then, 0 of 21
     held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
-    rows = {row["case"]: row for row in comparison["cases"]}
+    rows = {row.case: row for row in comparison.cases}
     settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
     return sorted(settle,  # a stable sort: compare's order in ties
@@ -261,14 +261,14 @@ def rerun_deadline(started_at: float, cases: int) -> float:
     return started_at + DEFAULT_TARGET_S_PER_CASE * cases - REPORT_RESERVE_S
 
 
-def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
+def left_over_warnings(comparison: Comparison, seconds_per_case: float,
                        budget_ran_out: bool) -> list[str]:
     """The warnings for the cases left ambiguous after the re-runs: those the default budget
     ran out on (``budget_ran_out``), with what re-running one costs; and, always, the
     held-back ⚠️ with no quiet round, which re-runs pass by, with what can settle them. Two
     warnings, not one: each names its cases within ``named``'s bound, which fits the
     schema's bound on one warning once."""
-    rows = {row["case"]: row for row in comparison["cases"]}
+    rows = {row.case: row for row in comparison.cases}
     left_over = ambiguous_cases(comparison)
     unquiet_held = [name for name in left_over if held_back_with_no_quiet_round(rows[name])]
     unsettled = [name for name in left_over if name not in unquiet_held]
@@ -300,12 +300,12 @@ def default_instructions() -> tuple[str | None, str]:
 
 
 def rerun_ambiguous(
-    doc: dict[str, Any], config: RunConfig, judge: Callable[[], dict[str, Any]], *,
+    doc: dict[str, Any], config: RunConfig, judge: Callable[[], Comparison], *,
     budget_s: float | None, started_at: float, first_pass_s: float,
     runner: Callable[[RunConfig], dict[str, Any]] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
-) -> tuple[dict[str, Any], dict[str, int]]:
+) -> tuple[Comparison, dict[str, int]]:
     """Re-run ``doc``'s ambiguous cases (`rerun_order`) within budget, merging their rounds
     into ``doc``; return the last comparison, with the left-over warnings, and the rounds
     added per case.
@@ -355,9 +355,9 @@ def rerun_ambiguous(
         doc["interrupted"] = bool(extra["interrupted"])
         comparison = judge()
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-    comparison["warnings"].extend(left_over_warnings(
-        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"]))
-    return comparison, reruns
+    left_over = left_over_warnings(
+        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"])
+    return replace(comparison, warnings=(*comparison.warnings, *left_over)), reruns
 
 
 def compare_commits(
@@ -424,7 +424,7 @@ def compare_commits(
         host_key = Results.from_dict(doc, source="the run").host.key
         profile = cmp.load_profile_for(host_key, profile_path)
 
-        def judge() -> dict[str, Any]:
+        def judge() -> Comparison:
             # The run's document grows with every re-run (merge_rounds): read it afresh, once
             # for both sides, so they are one run.
             results = Results.from_dict(doc, source="the run")
@@ -433,11 +433,10 @@ def compare_commits(
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
                 settings=settings, profile=profile,
             )
-            comparison["reruns"] = {
-                name: {"reruns": case.reruns, "rounds": len(case.rounds)}
+            return replace(comparison, reruns={
+                name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
                 for name, case in results.cases.items() if case.reruns
-            }
-            return comparison
+            })
 
         comparison, reruns = rerun_ambiguous(
             doc, replace(config, arms=arms), judge, budget_s=budget_s,
@@ -458,19 +457,20 @@ def compare_commits(
             machine = history_machine or str(host_key)
             try:
                 with HistoryStore.open_for_reading(history_db) as store:
-                    comparison["base_history"] = base_report(
+                    history = base_report(
                         store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
             except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
                 # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
-                comparison["base_history"] = base_report_error(
+                history = base_report_error(
                     shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
                 notes.append(f"the base commit was not checked against the history: {exc}")
+            comparison = replace(comparison, base_history=history)
         if config.out_dir is not None:
             out = Path(config.out_dir)
             write_results(out / "results.json", doc)
-            atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
+            atomic_write_text(out / COMPARE_FILE, comparison.to_json())
             atomic_write_text(out / "report.md", render.render_markdown(comparison))
             atomic_write_text(out / "report.html",
                               html.render_html(doc=Results.from_dict(doc, source="the run"),
