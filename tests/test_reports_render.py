@@ -334,3 +334,19 @@ def test_run_report_gives_every_arm_row_its_case_status():
     first_table = text.split("\n### ", 1)[0]
     rows = [line.split("|") for line in first_table.splitlines() if "`plugin:ep` | " in line]
     assert [r[2].strip() for r in rows] == ["crashed (unverified)", "ok", "ok", "ok", "ok"]
+
+
+def test_write_outputs_writes_the_run_its_verdicts_and_both_reports(tmp_path):
+    from epbench.core.results import read_document
+    from epbench.reports import outputs
+
+    run, result = _load("same_run.json"), _same_run()
+    paths = outputs.write_outputs(tmp_path, run, result)
+    assert [p.name for p in paths] == ["results.json", "compare.json", "report.md",
+                                       "report.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(outputs.OUTPUT_FILES)
+    assert read_document(tmp_path / "results.json")[0] == run.to_dict()
+    assert (tmp_path / "compare.json").read_text(encoding="utf-8") == result.to_json()
+    assert (tmp_path / "report.md").read_text(encoding="utf-8") == render.render_markdown(result)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and '<figure id="forest">' in page

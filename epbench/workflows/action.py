@@ -26,13 +26,13 @@ from typing import Any
 from epbench.cases.grids import grid_names
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import DB_ENV
-from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
+from epbench.reports.bot.artifact import PR_FILE
+from epbench.reports.outputs import COMPARE_FILE, PAGE_FILE, REPORT_FILE
 
 # The action's inputs reach `epbench action` as these environment variables (action.yml
 # sets them from `inputs.*`); none of them is handed on to compare-commits or the build.
 INPUT_PREFIX = "INPUT_"
 # Where the measuring step writes, and the upload step takes the artifact from.
-REPORT_FILE = "report.md"
 SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -163,7 +163,7 @@ def child_environment(environ: Mapping[str, str], ort_include: str | None) -> di
 def write_summary(summary: Path, out: Path) -> None:
     """Append the run's report.md to the job summary, or say that there is none."""
     report = out / REPORT_FILE
-    text = (report.read_text(encoding="utf-8") + "\nThe same with plots: report.html, in "
+    text = (report.read_text(encoding="utf-8") + f"\nThe same with plots: {PAGE_FILE}, in "
             "this run's bench-out artifact.\n") if report.is_file() else (
             "epbench wrote no report: see the measuring step's log.\n")
     with summary.open("a", encoding="utf-8") as fh:

@@ -10,7 +10,8 @@ Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
 form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
-(the same with plots, reports.html). With a history store (`history_db`), all
+(the same with plots, reports.html), the last four through reports.outputs.write_outputs.
+With a history store (`history_db`), all
 three also say whether the base commit sits in a known change point of the cases'
 series (reports.history.changes.base_report), or why the history could not say. There is no
 separate comment file: the PR comment is rendered from compare.json by the job
@@ -38,7 +39,7 @@ from typing import Any
 
 from epbench.core.errors import ArmError, CaseError
 from epbench.core.model import Results
-from epbench.core.results import atomic_write_text, write_results
+from epbench.core.results import write_results
 from epbench.engine import EP_OPTIONS
 from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.harness.commits import (
@@ -55,13 +56,12 @@ from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_sn
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports import html, render
-from epbench.reports.bot.artifact import COMPARE_FILE
 from epbench.reports.comparison import CaseRow, Comparison, Rerun, Side
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
 from epbench.reports.history.store import HistoryStore
+from epbench.reports.outputs import RESULTS_FILE, write_outputs
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -447,7 +447,7 @@ def compare_commits(
             # The measurements stay on disk for a look; no verdict is written from code
             # that the libraries measured (or what they left running) may have rewritten.
             if config.out_dir is not None:
-                write_results(Path(config.out_dir) / "results.json", doc)
+                write_results(Path(config.out_dir) / RESULTS_FILE, doc)
             raise BuildIsolationError(
                 f"epbench's own code changed while the libraries ran ({len(changed)} file(s), "
                 f"e.g. {changed[0]}): refusing to judge; results.json is kept, reinstall "
@@ -468,12 +468,6 @@ def compare_commits(
                 notes.append(f"the base commit was not checked against the history: {exc}")
             comparison = replace(comparison, base_history=history)
         if config.out_dir is not None:
-            out = Path(config.out_dir)
-            write_results(out / "results.json", doc)
-            atomic_write_text(out / COMPARE_FILE, comparison.to_json())
-            atomic_write_text(out / "report.md", render.render_markdown(comparison))
-            atomic_write_text(out / "report.html",
-                              html.render_html(doc=Results.from_dict(doc, source="the run"),
-                                               comparison=comparison, source=str(out)))
+            write_outputs(config.out_dir, Results.from_dict(doc, source="the run"), comparison)
         return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
 

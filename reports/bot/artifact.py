@@ -56,8 +56,8 @@ from epbench.reports.comparison import (
     Comparison,
     JsonValue,
 )
+from epbench.reports.outputs import COMPARE_FILE  # the verdicts, by compare-commits
 
-COMPARE_FILE = "compare.json"  # the verdicts, written by `epbench compare-commits`
 PR_FILE = "pull-request.json"  # {"number": N}, written by the bench workflow
 SCHEMA_FILE = Path(__file__).parent.parent / "comparison.schema.json"  # the comparison's own
 
