@@ -26,7 +26,7 @@ from epbench.reports.comparison import (
     TwinCase,
     TwinInfo,
 )
-from epbench.reports.summary import family_of
+from epbench.reports.summary import DRIFT_MEANING, family_of
 from epbench.reports.verdicts import Judgement, Settings, Threshold, threshold_for
 
 # Two runs with no estimate of what runs differ by (between_run_variance is None).
@@ -337,7 +337,7 @@ def drift_warning(rows: Sequence[CaseRow]) -> str | None:
                if row.drift_exceeds_threshold and row.control_drift is not None]
     if not drifted:
         return None
-    return ("the ORT control drifted from the first round to the last by more than each "
+    return (f"the ORT control drifted ({DRIFT_MEANING}) by more than each "
             f"case's own threshold on {named(drifted)}: the machine changed speed during the "
             f"run. {DRIFT_CANCELS}, but the ns columns are, and {DRIFT_MAY_NOT_CANCEL}; rerun "
             "on a quieter machine to be sure")

@@ -259,12 +259,10 @@ def run_context(doc: Results, summary: Document | None = None) -> dict[str, obje
     for name, case in summary["cases"].items():
         arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
         cases.append({"name": name, **case, "arm_rows": arms})
-    drifts = [(abs(c["control_drift"]), n, c["control_drift"])
-              for n, c in summary["cases"].items() if c.get("control_drift") is not None]
     return {
         "doc": doc, "s": summary, "control": control, "cases": cases,
         "cfg": doc.config,
-        "worst_drift": max(drifts) if drifts else None,
+        "drift": _markup_code(render.drift_sentence(render.run_drifts(summary), _CODE)),
         "failures": [c for c in cases if c["status"] != "ok" or not c["verified"]],
         "round_plots": round_plots(doc, summary),
         "family_plots": family_plots(doc, summary),
@@ -313,7 +311,7 @@ def comparison_context(comparison: Comparison) -> dict[str, object]:
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
         "tested": render.tested_count(comparison),
-        "drifts": [r for r in rows if r.control_drift is not None],
+        "drift": _markup_code(render.comparison_drift(comparison, _CODE)),
         "forest_plot": forest_plot(comparison),
         "host": _host_rows(comparison.host),
         "headline_words": comparison.overall.headline.split(" ", 1)[1],
@@ -321,15 +319,24 @@ def comparison_context(comparison: Comparison) -> dict[str, object]:
     }
 
 
-def _base_history_markup(comparison: Comparison) -> list[markupsafe.Markup]:
-    """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
+def _CODE(text: str) -> str:  # noqa: N802 (named as the constant it stands for)
+    """A name or commit, marked for _markup_code to put in <code>."""
+    return f"\x00{text}\x01"
+
+
+def _markup_code(line: str | None) -> markupsafe.Markup | None:
+    """A report's sentence as HTML: the text escaped, what _CODE marked in <code>."""
     import markupsafe
 
-    out = []
-    for line in render.base_history_lines(comparison, lambda s: f"\x00{s}\x01"):
-        text = str(markupsafe.escape(line))
-        out.append(markupsafe.Markup(text.replace("\x00", "<code>").replace("\x01", "</code>")))
-    return out
+    if line is None:
+        return None
+    text = str(markupsafe.escape(line))
+    return markupsafe.Markup(text.replace("\x00", "<code>").replace("\x01", "</code>"))
+
+
+def _base_history_markup(comparison: Comparison) -> list[markupsafe.Markup]:
+    """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
+    return [_markup_code(line) for line in render.base_history_lines(comparison, _CODE)]
 
 
 # --------------------------------------------------------------------------- history

@@ -29,6 +29,7 @@ from epbench.reports.comparison import (
 )
 from epbench.reports.findings import beyond_speed_limit
 from epbench.reports.sticky import STICKY_MARKER
+from epbench.reports.summary import DRIFT_MEANING, worst_drift
 
 if TYPE_CHECKING:
     import jinja2
@@ -194,6 +195,29 @@ def md_cell(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def drift_sentence(drifts: Mapping[str, float | None], code: Callable[[str], str] = inert,
+                   exceeded: int | None = None) -> str | None:
+    """The one sentence on the ORT control's drift that every report shows: the worst
+    case's drift (stats.control_drift, DRIFT_MEANING) and, for a comparison, in how many
+    cases it passed the case's threshold (``exceeded``). None when no case has a drift."""
+    worst = worst_drift(drifts)
+    if worst is None:
+        return None
+    name, drift = worst
+    text = f"ORT control drift ({DRIFT_MEANING}): worst {format_pct(drift)} ({code(name)})"
+    if exceeded is None:
+        return text + "."
+    if exceeded:
+        return text + f", more than the case's threshold in {exceeded} case(s)."
+    return text + ", within every case's threshold."
+
+
+def comparison_drift(comparison: Comparison, code: Callable[[str], str] = inert) -> str | None:
+    """drift_sentence for a comparison's rows."""
+    return drift_sentence({r.case: r.control_drift for r in comparison.cases}, code,
+                          exceeded=sum(r.drift_exceeds_threshold for r in comparison.cases))
+
+
 SHORT_SHA = 7
 
 
@@ -266,7 +290,7 @@ def _split_rows(rows: list[CaseRow]) -> tuple[list[CaseRow], list[CaseRow]]:
     return [r for r in rows if r.verdict != "no_change"], quiet
 
 
-def _context(comparison: Comparison) -> dict[str, object]:
+def _context(comparison: Comparison, code: Callable[[str], str] = inert) -> dict[str, object]:
 
     rows = list(comparison.cases)
     shown, folded = _split_rows(rows)
@@ -291,7 +315,7 @@ def _context(comparison: Comparison) -> dict[str, object]:
         "rounds_text": rounds_text(comparison),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": tested_count(comparison),
-        "drifts": [r for r in rows if r.control_drift is not None],
+        "drift": comparison_drift(comparison, code),
         "base_history": base_history_lines(comparison),
     }
 
@@ -348,7 +372,7 @@ def render_markdown(comparison: Comparison) -> str:
 
 def render_terminal(comparison: Comparison) -> str:
     """The same comparison as fixed-width text for a terminal."""
-    ctx = _context(comparison)
+    ctx = _context(comparison, str)
     # The verdict goes last: emoji widths differ between terminals and would skew columns.
     header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold", "")
     table = [header] + [
@@ -424,17 +448,10 @@ def render_summary_table(summary: Document) -> str:
                          f"{a['nodes_executed']}{split}", status))
             name, status = "", ""
     lines.extend(align_columns(rows))
-    drifts = [
-        (abs(c["control_drift"]), n, c["control_drift"])
-        for n, c in summary["cases"].items() if c.get("control_drift") is not None
-    ]
-    if drifts:
-        _, worst_case, worst = max(drifts)
+    drift = drift_sentence(run_drifts(summary), str)
+    if drift is not None:
         lines.append("")
-        lines.append(
-            f"control drift: worst {worst:+.1%} ({worst_case}), "
-            "last third of the rounds vs the first third"
-        )
+        lines.append(drift)
     if summary.get("families"):
         lines.append("")
         frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
@@ -457,6 +474,11 @@ def render_summary_table(summary: Document) -> str:
             f"{gate_waiting_text(g)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def run_drifts(summary: Document) -> dict[str, float | None]:
+    """Each case's control drift from a run summary (summary.summarize)."""
+    return {name: case.get("control_drift") for name, case in summary["cases"].items()}
 
 
 def _ci_ns(ci: list[float | None]) -> str:

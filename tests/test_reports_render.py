@@ -350,3 +350,34 @@ def test_write_outputs_writes_the_run_its_verdicts_and_both_reports(tmp_path):
     assert (tmp_path / "report.md").read_text(encoding="utf-8") == render.render_markdown(result)
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert page.startswith("<!doctype html>") and '<figure id="forest">' in page
+
+
+def test_every_report_quotes_one_control_drift_in_the_same_words():
+    """Issue 47: the drift was "last third vs first third" in text and markdown, "first
+    round to last, Theil–Sen" in HTML, "first round to last" in compare's warning. Now one
+    number (stats.control_drift, the worst case) in one sentence, run and comparison alike."""
+    import markupsafe
+
+    run, result = _load("same_run.json"), _same_run()
+    drifts = render.run_drifts(summary.summarize(run))
+    # One run compared with itself: the comparison's drifts are the run's.
+    assert {r.case: r.control_drift for r in result.cases} == drifts
+    plain = render.drift_sentence(drifts, str)
+    head = plain.removesuffix(".")
+    assert head.startswith(f"ORT control drift ({summary.DRIFT_MEANING}): worst ")
+    name, drift = summary.worst_drift(drifts)
+    assert abs(drift) == max(abs(d) for d in drifts.values() if d is not None)
+    assert head.endswith(f"worst {render.format_pct(drift)} ({name})")
+    marked = head.replace(f"({name})", f"({render.inert(name)})")
+    in_html = str(markupsafe.escape(head)).replace(f"({name})", f"(<code>{name}</code>)")
+    page = html.render_html(doc=run, comparison=result)
+    assert render.render_summary_table(summary.summarize(run)).count(head) == 1
+    assert run_report.render_run_report(run).count(marked) == 1
+    assert render.render_terminal(result).count(head) == 1
+    assert render.render_markdown(result).count(marked) == 1
+    assert page.count(in_html) == 2  # the comparison's section and the run's
+    for text in (render.render_markdown(result), page, render.render_terminal(result)):
+        assert "last third" not in text and "across a case's rounds" not in text
+    # compare's warning, for the cases whose drift passed their threshold, in those words.
+    (warning,) = [w for w in result.warnings if "drifted" in w]
+    assert warning.startswith(f"the ORT control drifted ({summary.DRIFT_MEANING}) by more")

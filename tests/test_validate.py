@@ -1080,8 +1080,8 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
                           clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
     assert len(fake.configs) == call(2, "relu_d1_w8", "same")
     drift_notes = sorted(n for n in result["notes"] if "control drifted" in n)
-    start = ("{}, none load, without profile: the ORT control drifted from the first round "
-             "to the last by more than the case's threshold in {} case-repeats (a case's runs "
+    start = ("{}, none load, without profile: the ORT control drifted (first round to last, "
+             "Theil–Sen) by more than the case's threshold in {} case-repeats (a case's runs "
              "in one repeat; ")
     same, separate = drift_notes
     # Same-process: the failed run's case-repeat has no drift to count, so 1 of 5.

@@ -17,6 +17,7 @@ from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
 from epbench.reports.comparison import CounterChange
 from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
+from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
     API_CALLS,
     BASE_ARM,
@@ -270,7 +271,7 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
         lo, hi = f"{min(drifts):+.1%}", f"{max(drifts):+.1%}"
         spread = f"a drift of {lo}" if lo == hi else f"drifts between {lo} and {hi}"
         warnings.add(
-            f"{prefix}the ORT control drifted from the first round to the last by more than "
+            f"{prefix}the ORT control drifted ({DRIFT_MEANING}) by more than "
             f"the case's threshold in {len(seen.drifted)} of {len(seen.pairs)} case-repeats (a "
             f"case's runs in one repeat; {spread}): the machine changed speed during the runs. "
             f"{DRIFT_CANCELS}, but {DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
