@@ -2,6 +2,6 @@
 
 One installed package, so the names of its parts (`epbench.harness`, `epbench.reports`,
 `epbench.cases`, `epbench.engine`) clash with no other distribution. In the repository
-the parts keep their top-level folders; `epbench/<part>` are links to them, which both
-setuptools and import-linter follow (see docs/design.md, "Layers").
+the parts keep their top-level folders, mapped into the package by pyproject.toml
+(`package-dir`; see docs/design.md, "No links").
 """

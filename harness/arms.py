@@ -295,10 +295,16 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
     return replace(arm, name=f"{arm.key}{TWIN_SUFFIX}")
 
 
-# What to do without the twin: `run` has it only when asked, compare-commits and validate
-# unless told not to.
-WITHOUT_TWIN = ("run without the A/A twin (no --aa-twin; --no-aa-twin for compare-commits "
-                "and validate)")
+def default_twin(arms: list[ArmSpec]) -> str | None:
+    """The arm `run` twins when not told: the first non-control arm, once two or more are
+    compared (a same-run comparison then has its own A/A noise; without it `compare`
+    falls back to a 4 % threshold and a 2 % slowdown between two arms is never flagged)."""
+    others = [a for a in with_control(list(arms)) if a.key != CONTROL_KEY]
+    return others[0].key if len(others) >= 2 else None
+
+
+# What to do without the twin: --no-aa-twin (run, compare-commits and validate).
+WITHOUT_TWIN = "run without the A/A twin (--no-aa-twin)"
 
 
 def copy_library(path: str | None, folder: Path, prefix: str = "twin-",

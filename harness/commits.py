@@ -91,7 +91,7 @@ def _tail(text: str) -> str:
 def _library_from(label: str, sha: str, worktree: Path, build: str | None,
                   run: BuildRun) -> Path:
     """The library the build's last line names, checked to be a regular ELF file."""
-    shown = build if build is not None else "python -m engine.build --out DIR"
+    shown = build if build is not None else "python -m epbench.engine.build --out DIR"
     if run.returncode != 0:
         tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
         # As an unprivileged user, a build cannot reach tools installed in root's home.

@@ -12,8 +12,9 @@ round. All I/O and time are injected (`read`, `sleep`, `clock`) for tests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from epbench.core.errors import GateError
 from epbench.harness.proc_stat import (
@@ -258,10 +259,10 @@ class RunWaitBudget:
     def next_budget_s(self) -> float:
         return self.per_process_s if self.waiting else 0.0
 
-    def record(self, rounds: list[dict]) -> None:
-        """Count a finished process's rounds (each with its `gate` reading), in order."""
-        for rnd in rounds:
-            self.futile_in_a_row = 0 if rnd["gate"]["passed"] else self.futile_in_a_row + 1
+    def record(self, gates: Iterable[Mapping[str, Any]]) -> None:
+        """Count a finished process's rounds by their `gate` readings, in order."""
+        for gate in gates:
+            self.futile_in_a_row = 0 if gate["passed"] else self.futile_in_a_row + 1
 
 
 def quietest_core(

@@ -12,6 +12,17 @@ Two ways, both used only in a dedicated pass of the case (a worker in mode
   only around each arm's counted calls and dumps the count per arm. Slow
   (tens of times), exact, and identical from run to run on the same binary.
 
+Under callgrind, what is counted is the Run below the interpreter: ORT, the EP, the C
+and C++ libraries. The instructions of the interpreter's own library (libpython, or
+the python executable where it is built in) are left out: they are the harness's
+binding layer, identical for every arm but for bookkeeping that moves with the
+process's heap (pymalloc pools emptied, a method-cache entry replaced: +15 to +170 of
+~18,000 in some calls and not others). With them in, the median call made two copies
+of one library differ by up to 0.35 %; without them, nearly every call of an arm
+counts the same, to the instruction. Each EP arm is also counted alone, beside the
+control, under one registration name (`counting_groups`): side by side, copies of one
+library still differed by 9 to 18 instructions in some cases.
+
 Counts land in each arm's ``counters_per_run`` as ``instructions``, so the
 comparator reports any change exactly, like the engine's probe counters.
 """
@@ -32,13 +43,26 @@ from epbench.cases.built import load_built_case
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import cache_dir as cache_root
+from epbench.harness.arms import ArmSpec
 
 METHODS = ("perf", "valgrind")
-# Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean,
-# callgrind the median call (odd, so the median is one call's exact count).
-COUNT_RUNS = 15
+# Counted calls per arm (after WARM_CALLS uncounted ones): perf gives their mean;
+# callgrind spreads them over COUNT_SESSIONS sessions and gives the cheapest session's
+# median call (odd per session, so the median is one call's exact count).
+COUNT_RUNS = 21
+# Sessions per arm under callgrind. A session's count can sit a few instructions above
+# the arm's (+9 to +18 of ~13,000 in one of five sessions: a lookup in ORT that walks
+# further, as where its objects lie decides), never below; the cheapest of three
+# sessions is the arm's.
+COUNT_SESSIONS = 3
 WARM_CALLS = 3
 COUNTER_NAME = "instructions"
+# How each method counts a Run, numbered: a count of one rule is not comparable with one
+# of another (the history keeps them in separate series). valgrind 2: the interpreter's
+# own instructions left out, names of one length (1: everything between the toggles).
+RULES = {"perf": 1, "valgrind": 2}
+# Every EP arm is registered under this name while counted, alone (see counting_groups).
+COUNTING_NAME = "epbench_instructions_counted_arm"
 
 _HELPER_SOURCE = r"""
 #include <valgrind/callgrind.h>
@@ -47,6 +71,18 @@ void epbench_cg_stop_instrumentation(void) { CALLGRIND_STOP_INSTRUMENTATION; }
 void epbench_cg_zero(void) { CALLGRIND_ZERO_STATS; }
 void epbench_cg_toggle_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
 void epbench_cg_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+/* One counted call: only `run` itself between the toggles, no interpreter around it. */
+typedef struct _object PyObject;
+extern PyObject *PyObject_CallObject(PyObject *callable, PyObject *args);
+extern void Py_DecRef(PyObject *o);
+int epbench_cg_count_call(PyObject *run) {
+    CALLGRIND_TOGGLE_COLLECT;
+    PyObject *result = PyObject_CallObject(run, 0);
+    CALLGRIND_TOGGLE_COLLECT;
+    if (result == 0) return -1;
+    Py_DecRef(result);
+    return 0;
+}
 """
 CALLGRIND_HEADER = Path("/usr/include/valgrind/callgrind.h")
 
@@ -195,14 +231,57 @@ _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 _DESC = re.compile(r"^desc: Trigger: Client Request: (.+)$", re.MULTILINE)
 
 
-def parse_dump(text: str) -> tuple[str | None, int]:
-    """(label of the dump, instructions) from one callgrind output file."""
+def parse_dump(text: str, leave_out: str | None = None) -> tuple[str | None, int]:
+    """(label of the dump, instructions) from one callgrind output file.
+
+    ``leave_out``: an object file (as callgrind names it, its real path) whose own
+    instructions are not counted: the interpreter's (see the module's docstring).
+    """
     label = _DESC.search(text)
     totals = _TOTALS.findall(text)
     if not totals:
         raise InstructionsError("a callgrind dump without a totals line; rerun with valgrind "
                                 ">= 3.15")
-    return (label.group(1).strip() if label else None), int(totals[-1])
+    total = int(totals[-1])
+    if leave_out is not None:
+        total -= _own_instructions(text, leave_out)
+    return (label.group(1).strip() if label else None), total
+
+
+def _own_instructions(text: str, obj: str) -> int:
+    """The instructions of the functions of object file ``obj`` itself (not their callees)
+    in a dump written with --compress-strings=no --dump-instr=no."""
+    current: str | None = None
+    own = 0
+    inclusive = False  # the line after calls= is the callee's cost, not the caller's
+    for line in text.splitlines():
+        if line.startswith("ob="):
+            current = line[3:]
+        elif line.startswith("calls="):
+            inclusive = True
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            if inclusive:
+                inclusive = False
+            elif current == obj:
+                parts = line.split()
+                own += int(parts[1]) if len(parts) > 1 else 0
+    return own
+
+
+def interpreter_object() -> str | None:
+    """The real path of the object file that holds this interpreter's C API (libpython,
+    or the python executable itself), from /proc/self/maps; None where it cannot tell."""
+    address = ctypes.cast(ctypes.pythonapi.PyObject_CallObject, ctypes.c_void_p).value
+    try:
+        maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        low, _, high = fields[0].partition("-")
+        if len(fields) == 6 and address is not None and int(low, 16) <= address < int(high, 16):
+            return os.path.realpath(fields[5].strip())
+    return None
 
 
 # --------------------------------------------------------------------------- worker side
@@ -214,7 +293,9 @@ def count_in_worker(worker: Any) -> None:
     One worker counts every case of the request (``cases``), so the interpreter, ORT
     and the libraries start once under valgrind, not once per case (the quick grid's
     pass with four arms, on a shared machine: 111 s one worker per case, 65 s one
-    worker in all, instrumented only while counting).
+    worker in all, instrumented only while counting). In each case every EP arm takes
+    a turn of its own beside the control (`counting_groups`), registered for the turn
+    and unregistered after it; the control's count is its first turn's.
     Each case is read from where the runner saved it (``built``, by case name; see
     cases.built). The request's ``instructions`` field names the method; for valgrind,
     ``helper`` is the toggle library and ``dump_dir`` where callgrind writes. A case that
@@ -223,23 +304,72 @@ def count_in_worker(worker: Any) -> None:
 
     request = worker.request
     method = request["instructions"]
-    arms = worker.setup_arms()
+    if method == "valgrind":
+        worker.config = {**worker.config, "sessions": COUNT_SESSIONS}
     count = _perf_counts if method == "perf" else _callgrind_counts(request)
+    groups = counting_groups(request)
     for index, case in enumerate(request["cases"]):
         spec = CaseSpec.from_dict(case)
-        for state in arms:  # the previous case's sessions are released first
-            state.sessions.clear()
-            state.bounds.clear()
         worker.emit({"event": "counting", "case": spec.name})  # a crash is pinned on it
+        per_run: dict[str, float] = {}
         try:
-            worker.build_sessions(arms, load_built_case(request["built"][spec.name]), spec)
-            per_run = count(arms, index)
+            built = load_built_case(request["built"][spec.name])
+            for n, (group, key) in enumerate(groups):
+                worker.request = group
+                arms = worker.setup_arms()
+                try:
+                    worker.build_sessions(arms, built, spec)
+                    counted = count(arms, index)
+                finally:
+                    _release(arms)
+                for state in arms:  # the control once, from the first group
+                    if state.registration is not None:
+                        per_run[key] = counted[state.arm.key]
+                    elif n == 0:
+                        per_run[state.arm.key] = counted[state.arm.key]
         except Exception as exc:  # noqa: BLE001 -- one case's failure is that case's record
             worker.emit({"event": "instructions", "case": spec.name,
                          "error": f"{type(exc).__name__}: {exc}"})
             continue
+        finally:
+            worker.request = request
         worker.emit({"event": "instructions", "case": spec.name, "method": method,
                      "runs": COUNT_RUNS, "per_run": per_run})
+
+
+def counting_groups(request: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """The request of each turn of a case's count, with the key of the EP arm it counts:
+    every EP arm in a turn of its own, beside the control, registered as COUNTING_NAME.
+
+    Counted side by side, copies of one library differed: ORT keeps what each registered
+    EP's devices add in shared tables, and a lookup walked past the other copies' equal
+    entries (+9 instructions per copy, in some sessions). Alone, under one name, every
+    copy meets the same tables. The name is 32 bytes or more: ORT compares it per Run
+    (memcmp), and under 32 bytes the compare's cost depends on where the name lies.
+    """
+    items = list(request["arms"])
+    control = [item for item in items if item["arm"]["kind"] == "ort"]
+    groups = []
+    for item in sorted((i for i in items if i["arm"]["kind"] != "ort"),
+                       key=lambda i: ArmSpec.from_dict(i["arm"]).key):
+        alone = {**item, "arm": {**item["arm"], "name": COUNTING_NAME}}
+        groups.append(({**request, "arms": [*control, alone]},
+                       ArmSpec.from_dict(item["arm"]).key))
+    if not groups:  # the control alone
+        groups.append(({**request, "arms": control}, ""))
+    return groups
+
+
+def _release(arms: list[Any]) -> None:
+    """Free a turn's sessions, then unregister its EP library (a session keeps its EP)."""
+    import onnxruntime as ort
+
+    for state in arms:
+        state.sessions.clear()
+        state.bounds.clear()
+    for state in arms:
+        if state.registration is not None:
+            ort.unregister_execution_provider_library(state.registration.registration_name)
 
 
 def _perf_counts(arms: list[Any], _index: int) -> dict[str, float]:
@@ -260,28 +390,35 @@ def _perf_counts(arms: list[Any], _index: int) -> dict[str, float]:
 
 def _count_calls(lib: Any, arms: list[Any], index: int) -> None:
     for state in arms:
-        for _ in range(WARM_CALLS):
-            state.bound.run()
-    # One dump per call: the median call is immune to the rare call that hits a boundary
-    # of Python's small-object allocator (which varies between processes). The arms take
+        for bound in state.bounds:
+            for _ in range(WARM_CALLS):
+                bound.run()
+    # One dump per call, labelled case/arm#session.call: a session's median call is immune
+    # to the rare call that does more (a hash table of ORT's grows). The arms take
     # turns, in a rotating order, as in the timed rounds: the interpreter's heap still
     # grows during a process's first case, and one arm counted after the other would see
     # a different heap (seen: 1.2 % between two copies of one library, in the first case).
+    # The helper's count_call toggles collection around the call alone: toggled from
+    # Python, ctypes' own call and return (an AttributeError built and freed, pymalloc
+    # pools) were counted too, +70 to +170 instructions in some calls and not others.
+    count_call, zero, dump = lib.epbench_cg_count_call, lib.epbench_cg_zero, lib.epbench_cg_dump
     for i in range(COUNT_RUNS):
         for j in range(len(arms)):
             state = arms[(i + j) % len(arms)]
-            lib.epbench_cg_zero()
-            lib.epbench_cg_toggle_collect()
-            state.bound.run()
-            lib.epbench_cg_toggle_collect()
-            lib.epbench_cg_dump(f"{index}/{state.arm.key}#{i}".encode())
+            session = i % len(state.bounds)
+            zero()
+            count_call(state.bounds[session].run)
+            dump(f"{index}/{state.arm.key}#{session}.{i}".encode())
 
 
 def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dict[str, float]]:
     """A counter of one case's arms under callgrind (the toggle helper loaded once)."""
-    lib = ctypes.CDLL(request["helper"])
+    # PyDLL: the GIL stays held, and an exception `run` raised inside count_call is raised.
+    lib = ctypes.PyDLL(request["helper"])
     lib.epbench_cg_dump.argtypes = [ctypes.c_char_p]
+    lib.epbench_cg_count_call.argtypes = [ctypes.py_object]
     dump_dir = Path(request["dump_dir"])
+    interpreter = interpreter_object()
 
     def count(arms: list[Any], index: int) -> dict[str, float]:
         # Instrumented code runs tens of times slower: only the counting is, never the
@@ -291,22 +428,32 @@ def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dic
             _count_calls(lib, arms, index)
         finally:
             lib.epbench_cg_stop_instrumentation()
-        calls: dict[str, list[int]] = {}
+        calls: dict[str, dict[str, list[int]]] = {}
         for path in sorted(dump_dir.glob(f"callgrind.out.{os.getpid()}.*")):
             try:
-                label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"))
+                label, total = parse_dump(path.read_text(encoding="utf-8", errors="replace"),
+                                          interpreter)
             finally:
                 path.unlink()  # read once, even when bad: the next case's dumps follow here
             if label is not None and "#" in label and label.startswith(f"{index}/"):
-                key = label.rsplit("#", 1)[0].split("/", 1)[1]
-                calls.setdefault(key, []).append(total)
-        missing = [s.arm.key for s in arms if len(calls.get(s.arm.key, ())) != COUNT_RUNS]
+                where, _, call = label.rpartition("#")
+                session = call.partition(".")[0]
+                calls.setdefault(where.split("/", 1)[1], {}).setdefault(session, []).append(
+                    total)
+        missing = [s.arm.key for s in arms
+                   if sum(map(len, calls.get(s.arm.key, {}).values())) != COUNT_RUNS]
         if missing:
             raise InstructionsError(f"callgrind wrote no count for arm(s) {missing}: is this "
                                     "worker running under valgrind --tool=callgrind?")
-        return {key: float(sorted(totals)[COUNT_RUNS // 2]) for key, totals in calls.items()}
+        return {key: cheapest_session(sessions) for key, sessions in calls.items()}
 
     return count
+
+
+def cheapest_session(sessions: dict[str, list[int]]) -> float:
+    """An arm's instructions per Run: its sessions' median calls, the least of them
+    (see COUNT_SESSIONS)."""
+    return float(min(sorted(totals)[(len(totals) - 1) // 2] for totals in sessions.values()))
 
 
 def worker_request(request: dict[str, Any], method: str, dump_dir: Path) -> tuple[

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import os
 import pwd
 import shutil
@@ -189,16 +190,24 @@ def _git_common_dir(repo: Path) -> Path | None:
 
 
 def _epbench_package() -> Path:
-    # Not resolved: an editable install's package is a tree of links to the source files.
     return Path(epbench.__file__).parent
 
 
+# The parts that a checkout maps into `epbench` from its top-level folders (`package-dir`
+# in pyproject.toml; tests/test_build_isolation.py holds the two lists equal).
+MAPPED_PARTS = ("cases", "engine", "harness", "reports")
+
+
 def package_roots() -> list[Path]:
-    """The real folders of epbench's code: the package's and, in a checkout, the top-level
-    folders its parts are mapped from (`package-dir` in pyproject.toml), each once."""
+    """The real folders of epbench's code, each once: the package's own and, in a checkout,
+    the top-level folders its parts are mapped from, as importlib finds them."""
     package = _epbench_package()
-    found = {(d / "__init__.py").resolve().parent
-             for d in (package, *package.iterdir()) if (d / "__init__.py").is_file()}
+    found = {package.resolve()}
+    for part in MAPPED_PARTS:
+        # The part's spec, not the part: finding it runs none of the part's code.
+        spec = importlib.util.find_spec(f"{epbench.__name__}.{part}")
+        if spec is not None and spec.submodule_search_locations:
+            found |= {Path(p).resolve() for p in spec.submodule_search_locations}
     # A folder inside another (all of them, in a wheel install) is walked once.
     return sorted(r for r in found if not any(o != r and o in r.parents for o in found))
 
@@ -231,9 +240,9 @@ class HarnessGuard:
     """What a build must leave as it was, and a way to tell that it did.
 
     By content (sha256): epbench's installed package (and, in a checkout, the folders its
-    parts link to), the epbench cache (other commits' libraries, ORT's headers, profiles), the
-    output folder, and the repository's hooks and config (which git runs and reads as
-    the harness's user). By stat (mode, owner, size, mtime and ctime, inode: cheap
+    parts are mapped from), the epbench cache (other commits' libraries, ORT's headers,
+    profiles), the output folder, and the repository's hooks and config (which git runs
+    and reads as the harness's user). By stat (mode, owner, size, mtime and ctime, inode: cheap
     enough for the tens of thousands of files of a venv): the interpreter's prefix and
     every folder on the harness's sys.path (ORT, numpy, the standard library), which
     the measuring processes import from.
@@ -399,13 +408,30 @@ def prepare_root(root: Path, *, engine: bool) -> None:
     _seed_include_dir(root)
 
 
+# The bundled engine's build, `python -m epbench.engine.build`, from a commit's worktree
+# that nothing installed. Its `epbench/` folder holds no `engine`: pyproject.toml maps the
+# top-level `engine/` in, so the worktree joins the package's search path, as an editable
+# install's finder would map it (a tree from when the parts were links finds `epbench/engine`
+# first). A tree from before the one package has only a top-level `engine`.
+ENGINE_BUILD = """
+import os, runpy
+try:
+    import epbench
+except ImportError:
+    runpy.run_module("engine.build", run_name="__main__", alter_sys=True)
+else:
+    epbench.__path__.append(os.getcwd())
+    runpy.run_module("epbench.engine.build", run_name="__main__", alter_sys=True)
+"""
+
+
 def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard,
               describe: str) -> BuildRun:
     """Run one build apart from the harness; refuse when it touched a guarded file.
 
     ``root`` is the build's own folder (from `prepare_root`), ``worktree`` the commit's
     checkout inside it, ``build`` a shell command run in the worktree (None: the bundled
-    engine's ``python -m engine.build --out ROOT/out`` with the build's own venv).
+    engine's ``python -m epbench.engine.build --out ROOT/out`` with the build's own venv).
     ``describe`` opens the refusal ("head (abc1234567)").
     """
     user = build_user()
@@ -427,7 +453,7 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
         # The worktree's own engine/ and epbench/ come first; nothing of the harness's.
         env["PYTHONPATH"] = str(worktree)
         env["PATH"] = str(Path(python).parent) + os.pathsep + env["PATH"]
-        command = [python, "-m", "engine.build", "--out", str(root / "out")]
+        command = [python, "-c", ENGINE_BUILD, "--out", str(root / "out")]
     else:
         command = ["/bin/bash", "-c", build]
     if user is not None:

@@ -33,28 +33,37 @@ class Shard:
 
 
 def _differences(first: Shard, other: Shard) -> list[str]:
-    a, b = first.results.to_dict(), other.results.to_dict()
+    a, b = first.results, other.results
     found = []
-    if a["host"].get("key") != b["host"].get("key"):
-        found.append(f"machine {a['host'].get('key')} vs {b['host'].get('key')}")
-    if a.get("epbench_version") != b.get("epbench_version"):
-        found.append(f"epbench {a.get('epbench_version')} vs {b.get('epbench_version')}")
-    config_a = {k: v for k, v in a["config"].items() if k not in PER_SHARD_CONFIG}
-    config_b = {k: v for k, v in b["config"].items() if k not in PER_SHARD_CONFIG}
+    if a.host.key != b.host.key:
+        found.append(f"machine {a.host.key} vs {b.host.key}")
+    version_a, version_b = a.extra.get("epbench_version"), b.extra.get("epbench_version")
+    if version_a != version_b:
+        found.append(f"epbench {version_a} vs {version_b}")
+    # The whole configuration as written, the keys this version does not model too.
+    config_a = {k: v for k, v in a.config.to_dict().items() if k not in PER_SHARD_CONFIG}
+    config_b = {k: v for k, v in b.config.to_dict().items() if k not in PER_SHARD_CONFIG}
     for key in sorted(set(config_a) | set(config_b)):
         if config_a.get(key) != config_b.get(key):
             found.append(f"config {key} {config_a.get(key)!r} vs {config_b.get(key)!r}")
-    arms_a = {k: v.get("spec") for k, v in a["arms"].items()}
-    arms_b = {k: v.get("spec") for k, v in b["arms"].items()}
+    arms_a = {k: v.spec for k, v in a.arms.items()}
+    arms_b = {k: v.spec for k, v in b.arms.items()}
     if arms_a != arms_b:
         found.append(f"arms {sorted(arms_a)} vs {sorted(arms_b)}")
-    if (a.get("control"), a.get("twin")) != (b.get("control"), b.get("twin")):
+    twin_a = a.twin.to_dict() if a.twin is not None else None
+    twin_b = b.twin.to_dict() if b.twin is not None else None
+    if (a.control, twin_a) != (b.control, twin_b):
         found.append("the control or the A/A twin")
     return found
 
 
-def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> dict[str, Any]:
-    """One results document holding every shard's cases, or MergeError in one line."""
+def _label(results: Results) -> Any:
+    """The shard's `K/N` label (`run --shard`), or whatever else the file holds there."""
+    return results.config.extra.get("shard")
+
+
+def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> Results:
+    """One run holding every shard's cases, or MergeError in one line."""
     if len(shards) < 2:
         raise MergeError("merge needs at least two results files (the shards of one grid)")
     first = shards[0]
@@ -73,7 +82,7 @@ def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> dict[str, A
                 raise MergeError(f"case {name} is in both {owner[name]} and {shard.source}; "
                                  "each case must come from one shard (drop one of the files)")
             owner[name] = shard.source
-    labels = [s.results.to_dict()["config"].get("shard") for s in shards]
+    labels = [_label(s.results) for s in shards]
     if all(isinstance(label, str) and "/" in label for label in labels):
         counts = {label.split("/")[1] for label in labels}
         if len(counts) == 1:
@@ -86,17 +95,18 @@ def merge_shards(shards: Sequence[Shard], *, force: bool = False) -> dict[str, A
                                      "shard's results file, or --force to merge the rest "
                                      "(recorded in the merged file)")
                 forced.append(f"shard(s) {gap} missing")
-    docs = [s.results.to_dict() for s in shards]
-    merged = dict(docs[0])
-    merged["cases"] = {name: case for doc in docs for name, case in doc["cases"].items()}
-    merged["config"] = {**docs[0]["config"], "shard": None,
-                        "case_names": [n for doc in docs for n in doc["config"]["case_names"]]}
-    merged["interrupted"] = any(doc.get("interrupted") for doc in docs)
-    merged["created"] = min(str(doc.get("created") or "") for doc in docs) or None
-    merged["shards"] = [{"source": s.source, "shard": doc["config"].get("shard"),
-                         "machine": doc["host"].get("key"), "created": doc.get("created"),
-                         "cases": sorted(doc["cases"])}
-                        for s, doc in zip(shards, docs, strict=True)]
+    runs = [s.results for s in shards]
+    base = runs[0]
+    extra = {**base.extra,
+             "shards": [{"source": s.source, "shard": _label(r), "machine": r.host.key,
+                         "created": r.created, "cases": sorted(r.cases)}
+                        for s, r in zip(shards, runs, strict=True)]}
     if forced:
-        merged["merge_forced"] = forced
-    return merged
+        extra["merge_forced"] = forced
+    return base.replaced(
+        cases={name: case for r in runs for name, case in r.cases.items()},
+        config=base.config.replaced(case_names=[n for r in runs for n in r.config.case_names or ()],
+                                    extra={**base.config.extra, "shard": None}),
+        interrupted=any(r.interrupted for r in runs),
+        created=min(str(r.created or "") for r in runs) or None,
+        extra=extra)

@@ -8,7 +8,7 @@ the CLI's defaults too.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,6 +34,9 @@ class RunConfig:
     # The key of an arm to run twice, the second time as an A/A twin from its own copy
     # of the library under its own registration name: the run's own noise measurement.
     aa_twin: str | None = None
+    # The twin was `run`'s default, not asked for: a library that cannot be loaded twice
+    # in one process then runs without it (said on the progress line) instead of failing.
+    aa_twin_optional: bool = False
     # Raw per-iteration samples into results.samples.jsonl.gz (the results file keeps
     # per-block summaries only).
     keep_samples: bool = False
@@ -91,9 +94,34 @@ class RunConfig:
                                "--case-timeout must be positive")
 
 
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the runner tells each worker process of a run; the request on the pipe
+    carries it as `to_dict` (the worker reads that JSON)."""
+
+    threads: int
+    allow_fallback: bool
+    warmup_ms: float
+    block_target_ms: float
+    block_slices: int
+    max_block_iters: int
+    silence_timeout_s: float
+    instructions: str | None
+    sessions: int
+    keep_samples: bool
+    gate: dict[str, Any]  # the results file's config.gate, budget_s this process's
+    overhead_case: dict[str, Any]  # where the overhead's one-node case was saved
+    measure_overhead: bool = False
+    process: int = 0
+    layout_seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 def defaults() -> dict[str, Any]:
     """RunConfig's defaults by field name (the CLI shows and uses these)."""
-    from dataclasses import MISSING, fields
+    from dataclasses import MISSING
 
     return {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
 

@@ -16,14 +16,16 @@ import gzip
 import random
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from epbench.cases.built import load_built_case, save_built_case
 from epbench.cases.grids import case_by_name
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import ArmError, CaseError, EpbenchError, scratch_remedy
+from epbench.core.model import Results
 from epbench.core.results import (
     SCHEMA,
     JsonlWriter,
@@ -58,6 +60,7 @@ from epbench.harness.overhead import OVERHEAD_CASE
 from epbench.harness.run_config import (
     Progress,
     RunConfig,
+    WorkerConfig,
     counterbalanced_order,
     fixed_order,
     rounds_per_process,
@@ -90,6 +93,16 @@ def _arm_records(arms: list[ArmSpec], libraries: dict[str, str | None],
     return records
 
 
+def _gate_record(config: RunConfig) -> dict[str, Any]:
+    """The idle gate's settings as the results file's config records them."""
+    return {"policy": config.gate_policy, "threshold": config.gate_threshold,
+            "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
+            # Per process: a case's processes share one case's budget.
+            "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
+            # ...and 0 once this many rounds in a row had no passing look.
+            "stops_waiting_after_rounds": FUTILE_ROUNDS_BEFORE_NO_WAIT}
+
+
 def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
     return {
         "rounds": per_process * config.processes, "rounds_requested": config.rounds,
@@ -98,12 +111,7 @@ def _config_record(config: RunConfig, per_process: int) -> dict[str, Any]:
         "block_target_ms": config.block_target_ms, "block_slices": config.block_slices,
         "max_block_iters": config.max_block_iters,
         "warmup_ms": config.warmup_ms, "seed": config.seed, "threads": config.threads,
-        "gate": {"policy": config.gate_policy, "threshold": config.gate_threshold,
-                 "max_wait_s": config.gate_max_wait_s, "window_s": DEFAULT_WINDOW_S,
-                 # Per process: a case's processes share one case's budget.
-                 "budget_s": round(DEFAULT_BUDGET_S / config.processes, 3),
-                 # ...and 0 once this many rounds in a row had no passing look.
-                 "stops_waiting_after_rounds": FUTILE_ROUNDS_BEFORE_NO_WAIT},
+        "gate": _gate_record(config),
         "silence_timeout_s": config.silence_timeout_s, "counter_runs": COUNTER_RUNS,
         "rewarm_calls": REWARM_CALLS,
         "allow_fallback": config.allow_fallback, "fixed_order": config.fixed_order,
@@ -143,13 +151,13 @@ class _NoProgress:
         pass
 
 
-def run(config: RunConfig) -> dict[str, Any]:
-    """Run every case of ``config``; return the results document.
+def run(config: RunConfig) -> Results:
+    """Run every case of ``config``; return the run as `Results`.
 
     With ``out_dir``, results.jsonl gets a line per process as it ends (and an
     ``end`` line when the run finishes), and results.json is rewritten
     atomically after each, marked ``interrupted`` until the run is whole.
-    Ctrl-C stops at once, keeps what was measured, and returns a document
+    Ctrl-C stops at once, keeps what was measured, and returns results
     marked ``interrupted``. Arms are checked before anything is written.
     """
     if config.instructions is not None:
@@ -175,7 +183,15 @@ def run(config: RunConfig) -> dict[str, Any]:
             if twin is None:
                 raise
             # Which one failed: the library alone, or the library loaded a second time?
-            probe_arms([a for a in arms if a.key != twin.key], libraries)
+            without = [a for a in arms if a.key != twin.key]
+            probed = probe_arms(without, libraries)
+            if config.aa_twin_optional:
+                (config.progress or _NoProgress()).status(
+                    f"no A/A twin: {config.aa_twin!r} cannot be loaded twice in one "
+                    f"process ({exc}); thresholds fall back to the default")
+                del libraries[twin.key]
+                return _run_arms(config, without, libraries, probed, None,
+                                 Path(scratch) / "cases")
             raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
                            f"it ({exc}); the library cannot be loaded twice in one process: "
                            f"{WITHOUT_TWIN}") from None
@@ -228,21 +244,20 @@ def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, s
     }
 
 
-def _worker_config(config: RunConfig, doc: dict[str, Any],
-                   overhead_case: dict[str, Any]) -> dict[str, Any]:
+def _worker_config(config: RunConfig, overhead_case: dict[str, Any]) -> WorkerConfig:
     """What every worker of the run is told, before its process's own fields."""
-    return {"threads": config.threads, "allow_fallback": config.allow_fallback,
-            "warmup_ms": config.warmup_ms, "block_target_ms": config.block_target_ms,
-            "block_slices": config.block_slices, "max_block_iters": config.max_block_iters,
-            "silence_timeout_s": config.silence_timeout_s,
-            "instructions": config.instructions, "sessions": config.sessions,
-            "keep_samples": config.keep_samples,
-            "gate": doc["config"]["gate"], "overhead_case": overhead_case}
+    return WorkerConfig(
+        threads=config.threads, allow_fallback=config.allow_fallback,
+        warmup_ms=config.warmup_ms, block_target_ms=config.block_target_ms,
+        block_slices=config.block_slices, max_block_iters=config.max_block_iters,
+        silence_timeout_s=config.silence_timeout_s, instructions=config.instructions,
+        sessions=config.sessions, keep_samples=config.keep_samples,
+        gate=_gate_record(config), overhead_case=overhead_case)
 
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
               probed: dict[str, dict], twin: ArmSpec | None,
-              cases_dir: Path) -> dict[str, Any]:
+              cases_dir: Path) -> Results:
     # A refused --out is said before the cases are built; the cases are built, saved and
     # hashed before the folder is touched, so a case that cannot be leaves an earlier
     # run's results as they were.
@@ -259,7 +274,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     per_process = (config.rounds if config.fixed_order
                    else rounds_per_process(config.rounds, len(keys), config.processes))
     doc = _new_document(config, arms, libraries, probed, twin, per_process)
-    worker_config = _worker_config(config, doc, overhead_case)
+    worker_config = _worker_config(config, overhead_case)
     jsonl = samples_out = samples_file = None
     out = Path(config.out_dir) if config.out_dir is not None else None
     if out is not None:
@@ -280,7 +295,7 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
     progress = config.progress or _NoProgress()
     progress.start(len(specs) * per_process * config.processes)
     stopped = False
-    share_s = doc["config"]["gate"]["budget_s"]
+    share_s = worker_config.gate["budget_s"]
     waits = RunWaitBudget(share_s, config.gate_policy, config.futile_rounds_before)
     says_waiting_changes = config.gate_max_wait_s > 0  # with no wait, nothing changes
     last_budget_s = share_s
@@ -298,11 +313,10 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 if says_waiting_changes and gate_budget_s != last_budget_s:
                     progress.status(_waiting_change(gate_budget_s, waits.futile_in_a_row))
                 last_budget_s = gate_budget_s
-                process_config = {**worker_config, "measure_overhead": process == 0,
-                                  "process": process,
-                                  "layout_seed": rng.getrandbits(32),
-                                  "gate": {**worker_config["gate"],
-                                           "budget_s": gate_budget_s}}
+                process_config = replace(
+                    worker_config, measure_overhead=process == 0, process=process,
+                    layout_seed=rng.getrandbits(32),
+                    gate={**worker_config.gate, "budget_s": gate_budget_s})
                 try:
                     record = run_process(
                         spec, arms, libraries, orders, process_config, saved[spec.name],
@@ -310,18 +324,19 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
                 except ProcessInterrupted as stop:
                     record, stopped = stop.partial, True
                 if samples_out is not None:
-                    _write_samples(samples_out, spec.name, process, record["rounds"])
-                record["definition_sha256"] = case["definition_sha256"]
-                waits.record(record["rounds"])
-                merge_process(case, process, record, per_process, gate_budget_s)
+                    _write_samples(samples_out, spec.name, process, record.rounds)
+                record.definition_sha256 = case["definition_sha256"]
+                waits.record([r["gate"] for r in record.rounds])
+                line = record.to_dict()  # the stream's line and the case's share its rounds
+                merge_process(case, process, line, per_process, gate_budget_s)
                 progress.process_done(spec.name, process, case,
-                                      per_process - len(record["rounds"]))
+                                      per_process - len(record.rounds))
                 if doc["overhead"] is None:
                     doc["overhead"] = case["overhead"]
                 if jsonl is not None:
                     jsonl.write({"type": "process", "name": spec.name, "process": process,
                                  "planned": per_process, "gate_budget_s": gate_budget_s,
-                                 "result": record})
+                                 "result": line})
                 if stopped:
                     break
                 if out is not None:
@@ -333,8 +348,8 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
             if counted:
                 progress.status(f"counting instructions ({config.instructions}) of "
                                 f"{len(counted)} case(s) in one untimed pass")
-                _count_instructions(counted, arms, libraries, worker_config, doc["cases"],
-                                    saved, progress, jsonl)
+                _count_instructions(config.instructions, counted, arms, libraries,
+                                    worker_config, doc["cases"], saved, progress, jsonl)
     except KeyboardInterrupt:
         # Ctrl-C between processes (or while writing): what is in `doc` was measured.
         stopped = True
@@ -352,7 +367,9 @@ def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str |
         jsonl.close()
     if out is not None:
         write_results(out / "results.json", doc)
-    return doc
+    # Typed once, from what results.json holds: a key a writer lost fails here, naming it.
+    return Results.from_dict(doc, source=str(out / "results.json") if out is not None
+                             else "the run")
 
 
 def _waiting_change(budget_s: float, futile_in_a_row: int) -> str:
@@ -363,18 +380,19 @@ def _waiting_change(budget_s: float, futile_in_a_row: int) -> str:
     return "idle gate: a look passed; rounds wait for a quiet moment again"
 
 
-def futile_rounds_at_end(doc: dict[str, Any], before: int = 0) -> int:
+def futile_rounds_at_end(results: Results, before: int = 0) -> int:
     """Rounds in a row with no passing gate look at the end of a run (in run order:
     process p of every case before process p + 1), counted on from ``before``: what
     ``RunConfig.futile_rounds_before`` of a run that continues this one gets."""
     waits = RunWaitBudget(0.0, "wait", before)  # only its count is used
-    for process in range(doc["config"]["processes"]):
-        for case in doc["cases"].values():
-            waits.record([r for r in case["rounds"] if r.get("process") == process])
+    for process in range(results.config.processes):
+        for case in results.cases.values():
+            waits.record([r.gate for r in case.rounds if r.process == process])
     return waits.futile_in_a_row
 
 
-def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any]]) -> None:
+def _write_samples(out: IO[str], case: str, process: int,
+                   rounds: list[dict[str, Any]]) -> None:
     """Move the raw samples of a process's rounds to the side file (one line per round)."""
     for rnd in rounds:
         samples = rnd.pop("samples_ns", None)
@@ -384,8 +402,8 @@ def _write_samples(out: Any, case: str, process: int, rounds: list[dict[str, Any
     out.flush()
 
 
-def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
-                        libraries: dict[str, str | None], worker_config: dict[str, Any],
+def _count_instructions(method: str, specs: list[CaseSpec], arms: list[ArmSpec],
+                        libraries: dict[str, str | None], worker_config: WorkerConfig,
                         cases: dict[str, dict[str, Any]], saved: dict[str, dict[str, Any]],
                         progress: Progress, jsonl: JsonlWriter | None) -> None:
     done: list[str] = []
@@ -405,6 +423,8 @@ def _count_instructions(specs: list[CaseSpec], arms: list[ArmSpec],
     request = {"mode": "instructions", "cases": [s.to_dict() for s in specs], "orders": [],
                "built": {s.name: saved[s.name] for s in specs},
                # One fixed load order: instruction counts are compared exactly.
-               "config": {**worker_config, "sessions": 1, "layout_seed": 0},
+               "config": replace(worker_config, sessions=1, layout_seed=0).to_dict(),
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    count_instructions(request, worker_config, {s.name: cases[s.name] for s in specs}, counted)
+    count_instructions(request, {s.name: cases[s.name] for s in specs}, counted,
+                       method=method,
+                       silence_timeout_s=worker_config.silence_timeout_s)

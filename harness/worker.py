@@ -1,7 +1,7 @@
 """The worker: runs one case, all its arms, round by round, in its own process.
 
-The parent (harness.worker_process) starts ``python -m harness.worker EVENTS_FD``, writes one
-JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
+The parent (harness.worker_process) starts ``python -m epbench.harness.worker EVENTS_FD``,
+writes one JSON request to stdin and reads JSON-lines events from EVENTS_FD. One worker is one
 *process* of a case: the runner starts several per case, each with its own memory layout.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from epbench.cases.built import load_built_case
+from epbench.cases.built import BuiltCase, load_built_case
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError, EpbenchError, GateError
 from epbench.core.numbers import block_summary, median
@@ -110,7 +110,8 @@ class Worker:
             arms.append(state)
         return arms
 
-    def build_sessions(self, arms: list[ArmRun], built: Any, spec: Any) -> dict[str, Any]:
+    def build_sessions(self, arms: list[ArmRun], built: BuiltCase,
+                       spec: CaseSpec) -> dict[str, Any]:
         """Create every session, check assignment, and verify the very call that is timed.
 
         Each arm's outputs from ``run`` and from the bound, timed call are both

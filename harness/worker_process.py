@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from epbench.core.results import dumps
 from epbench.harness import instructions
 from epbench.harness.arms import ArmSpec
 from epbench.harness.isolation import credential
+from epbench.harness.run_config import WorkerConfig
 
 # The module each worker process runs; tests point it at a worker that crashes.
 WORKER_MODULE = "epbench.harness.worker"
@@ -32,8 +33,8 @@ STDERR_TAIL_BYTES = 4000
 
 
 def _worker_env() -> dict[str, str]:
-    # The folder that holds the `epbench` package (the checkout, or site-packages);
-    # not resolved, since the package's parts are links in a checkout.
+    # The folder that holds the `epbench` package (the checkout, or site-packages); in a
+    # checkout the parts come from the install's finder (`package-dir` in pyproject.toml).
     root = str(Path(epbench.__file__).parent.parent)
     # The worker loads the libraries under test: it gets no credential (a token, the
     # history's URL) that the harness's environment may hold.
@@ -157,80 +158,96 @@ def empty_case(spec: CaseSpec) -> dict[str, Any]:
             "rounds": [], "processes": []}
 
 
+@dataclass
+class ProcessRecord:
+    """What one worker process of a case measured, crash or not, filled in as its events
+    arrive (so not frozen). Its fields are the case record's; `to_dict` is the record a
+    results.jsonl `process` line carries and `merge_process` adds to the case."""
+
+    spec: dict[str, Any]
+    status: str = "ok"
+    error: str | None = None
+    error_kind: str | None = None
+    signal: int | None = None
+    core: int | None = None
+    overhead: dict[str, Any] | None = None
+    arms: dict[str, Any] = field(default_factory=dict)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # the worker's, as sent
+    definition_sha256: str | None = None
+
+    def ended(self, status: str, kind: str, error: str) -> None:
+        """Mark the process ended otherwise than by finishing (failed, crashed, ...)."""
+        self.status, self.error_kind, self.error = status, kind, error
+
+    def to_dict(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: that deep-copies every round; the rounds stay shared.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 class ProcessInterrupted(Exception):
     """A Ctrl-C stopped a case's process; ``partial`` is what it measured before."""
 
-    def __init__(self, partial: dict[str, Any]) -> None:
+    def __init__(self, partial: ProcessRecord) -> None:
         super().__init__("interrupted")
         self.partial = partial
 
 
 def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | None],
-                orders: list[list[str]], worker_config: dict[str, Any],
-                built: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
+                orders: list[list[str]], worker_config: WorkerConfig,
+                built: dict[str, Any], on_event: OnEvent | None = None) -> ProcessRecord:
     """Run one process of a case in a worker; return what it measured, crash or not.
 
     ``built`` is where the case was saved (cases.built): the worker reads it, and also
     ``overhead_case`` from ``worker_config`` when it measures the harness's overhead.
-
-    The record has the case record's fields (status, error, core, arms, rounds, ...);
-    ``merge_process`` adds it to the case.
     """
-    result = empty_case(spec)
-    del result["processes"]
+    result = ProcessRecord(spec=spec.to_dict())
 
     def collect(event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "pinned":
-            result["core"] = event["core"]
+            result.core = event["core"]
         elif kind == "overhead":
-            result["overhead"] = event["overhead"]
+            result.overhead = event["overhead"]
         elif kind in ("verified", "sized"):
-            result["arms"] = event["arms"]
+            result.arms = event["arms"]
         elif kind == "round":
-            result["rounds"].append(event["round"])
+            result.rounds.append(event["round"])
         elif kind == "error":
-            result["status"] = "failed"
-            result["error"] = event["message"]
-            result["error_kind"] = event.get("kind", "internal")
+            result.ended("failed", event.get("kind", "internal"), event["message"])
         if on_event is not None:
             on_event(event)
 
     request = {"mode": "case", "case": spec.to_dict(), "built": built, "orders": orders,
-               "config": worker_config,
+               "config": worker_config.to_dict(),
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
+    silence_timeout_s = worker_config.silence_timeout_s
     try:
-        outcome = run_worker(request, collect, worker_config["silence_timeout_s"])
+        outcome = run_worker(request, collect, silence_timeout_s)
     except KeyboardInterrupt:
-        result["status"] = "interrupted"
-        result["error_kind"] = "interrupted"
-        result["error"] = "interrupted by Ctrl-C; rounds measured before it are kept"
+        result.ended("interrupted", "interrupted",
+                     "interrupted by Ctrl-C; rounds measured before it are kept")
         raise ProcessInterrupted(result) from None
     done = any(e.get("event") == "done" for e in outcome.events)
     tail = outcome.stderr_tail.strip()[-300:]
-    measured = f"after {len(result['rounds'])} round(s)"
+    measured = f"after {len(result.rounds)} round(s)"
     if outcome.timed_out:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker stopped: nothing reported for "
-                           f"{worker_config['silence_timeout_s']:g} s {measured} (a hung EP?); "
-                           "raise --case-timeout if a step is legitimately that slow")
+        result.ended("crashed", "crash",
+                     f"worker stopped: nothing reported for {silence_timeout_s:g} s "
+                     f"{measured} (a hung EP?); raise --case-timeout if a step is "
+                     "legitimately that slow")
     elif outcome.returncode < 0:
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["signal"] = -outcome.returncode
-        result["error"] = f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}"
-    elif not done and result["status"] == "ok":
-        result["status"] = "crashed"
-        result["error_kind"] = "crash"
-        result["error"] = (f"worker exited with status {outcome.returncode} {measured} "
-                           f"before finishing: {tail}")
+        result.signal = -outcome.returncode
+        result.ended("crashed", "crash",
+                     f"worker killed by {_signal_name(-outcome.returncode)} {measured}; {tail}")
+    elif not done and result.status == "ok":
+        result.ended("crashed", "crash", f"worker exited with status {outcome.returncode} "
+                                         f"{measured} before finishing: {tail}")
     return result
 
 
-def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
-                       cases: dict[str, dict[str, Any]],
-                       on_case: Callable[[str], None] = lambda _: None) -> None:
+def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]],
+                       on_case: Callable[[str], None] = lambda _: None, *, method: str,
+                       silence_timeout_s: float) -> None:
     """Run the instruction-count pass of ``cases`` (one worker) and add their counts.
 
     A failed pass does not fail a case (its times stand); the reason is kept in
@@ -239,10 +256,9 @@ def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
     "interrupted" when Ctrl-C stopped the pass (which then propagates). ``on_case``
     hears of each case as soon as its record is final, counted or not.
     """
-    method = worker_config["instructions"]
     for case in cases.values():
-        case["instructions"] = {"method": method, "runs": instructions.COUNT_RUNS,
-                                "error": None}
+        case["instructions"] = {"method": method, "rule": instructions.RULES.get(method),
+                                "runs": instructions.COUNT_RUNS, "error": None}
     finished: set[str] = set()
     current: list[str] = []  # the case the worker said it is counting
 
@@ -277,8 +293,7 @@ def count_instructions(request: dict[str, Any], worker_config: dict[str, Any],
                 errors.append(event["message"])
 
         try:
-            outcome = run_worker(pass_request, collect, worker_config["silence_timeout_s"],
-                                 prefix)
+            outcome = run_worker(pass_request, collect, silence_timeout_s, prefix)
         except KeyboardInterrupt:
             finish_rest("interrupted before this case was counted")
             raise

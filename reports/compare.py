@@ -12,8 +12,9 @@ Two shapes of input:
 Per case the threshold is t = max(floor, k x noise), noise from the host's
 calibration profile and the run's A/A twin (k x the twin's standard error; the
 larger of the two), or a conservative default, said out loud. The A/A variance the
-twins show beyond their own standard errors, pooled over the grid (tau^2), is added
-to every case's standard error. Verdicts test interval nulls, Benjamini-Hochberg
+twins show beyond their own standard errors, pooled over the grid (tau^2) and at
+least the case's own, is added to every case's standard error (a one-process case's
+too). Verdicts test interval nulls, Benjamini-Hochberg
 across the grid (judge_grid):
 
   🔴 alert        BH rejects "change <= alert level" (2t), and "within +-t"
@@ -68,17 +69,21 @@ from epbench.reports.findings import (
     control_shift,
     counter_changes,
     drift_warning,
+    flag_bar,
     instructions_change,
     median_ns,
     named,
     speed_warning,
+    target_warnings,
     twin_noise,
+    twin_over_target,
     with_twin,
     within_run_only,
 )
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
+    grid_detectable,
     judge_samples,
     overall_verdict,
     threshold_for,
@@ -317,7 +322,8 @@ def compare(
         measurable.append(name)
     twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
     # The A/A variance no process spread shows (a library copy's own bias), from the
-    # twin's changes pooled over the grid: added to every case's standard error.
+    # twin's changes pooled over the grid and at least each case's own: added to every
+    # case's standard error, one process or many.
     between: float | None = 0.0
     between_source = "one run"
     if not same_run:
@@ -325,8 +331,9 @@ def compare(
                                                        medians)
         if between is None:
             warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
+    extra = [v + (between or 0.0) for v in twins.extra]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
-                       extra_variance=twins.tau2 + (between or 0.0),
+                       extra_variance=extra,
                        extra_df=max(1.0, len(measurable) - 1.0))
     changes = grid.changes(confidence=settings.confidence)
     thresholds, unquiet, n_rounds, drifts, shifts = [], [], [], [], []
@@ -353,13 +360,24 @@ def compare(
             medians(b_case, base.control), medians(p_case, pr.control)))
     judgements, tests = judge_samples(grid, thresholds, unquiet, n_rounds, settings,
                                       dropped=dropped, changes=changes)
-    for name, change, th, j, u, r, drift, shift, p_beyond in zip(
+    # The twin's own A/A change per case, the larger of two runs' (--target-mde).
+    twin_aa: dict[str, float] = {}
+    for side in twins.info:
+        for name, aa in side.cases.items():
+            if (aa.change is not None and math.isfinite(aa.change)
+                    and abs(aa.change) >= abs(twin_aa.get(name, 0.0))):
+                twin_aa[name] = aa.change
+    bars = [flag_bar(th.t, shift, between is None, settings)
+            for th, shift in zip(thresholds, shifts, strict=True)]
+    detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
+    for name, change, th, j, u, r, drift, shift, p_beyond, mde in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
-        tests.beyond, strict=True,
+        tests.beyond, detectable, strict=True,
     ):
         j = across_speed_change(j, change, th, shift)
         if between is None:
             j = within_run_only(j, j.shown or change, settings)
+        j = twin_over_target(j, twin_aa.get(name), settings)
         b_vals = medians(base_cases[name], base.arm)
         p_vals = medians(pr_cases[name], pr.arm)
         # A ➖ row was not judged: it shows no change or interval that could be misread.
@@ -379,6 +397,7 @@ def compare(
             drift_exceeds_threshold=drift is not None and abs(drift) > th.t,
             control_shift=shift,
             family=_family(base_cases[name]),
+            detectable=stats.finite(mde) if j.verdict != "not_comparable" else None,
         ))
     rows = [_after_the_verdict(row, base, pr, settings) for row in rows]
     rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
@@ -388,6 +407,8 @@ def compare(
     drift = drift_warning(rows)
     if drift is not None:
         warnings.append(drift)
+    if settings.target_mde is not None:
+        warnings.extend(target_warnings(rows, settings.target_mde, budget=False))
     speed = speed_warning(rows)
     if speed is not None:
         warnings.insert(0, speed)
@@ -418,7 +439,10 @@ def compare(
         else {"run": _gate(pr.doc)},
         host=pr.doc.host.to_dict(),
         threads=pr.doc.config.threads,
-        cannot_catch=tuple(cannot_catch(base, pr, rows, profile is not None)),
+        cannot_catch=tuple(cannot_catch(
+            base, pr, rows, profile=profile is not None, twin=bool(twins.info),
+            unmodelled_sd=math.sqrt(twins.tau2),
+            between_sd=math.sqrt(between) if between else None, settings=settings)),
     )
 
 

@@ -114,6 +114,9 @@ class Settings:
     seed: int = defaults.SEED
     force: bool = False
     instructions_threshold: float = defaults.INSTRUCTIONS_THRESHOLD
+    # --target-mde: the detectable change every case should reach (a fraction); the
+    # floor is then half of it (target_settings), and a case that misses it is named.
+    target_mde: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.confidence < 1.0:
@@ -124,6 +127,8 @@ class Settings:
             raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
         if self.alert is not None and self.alert <= 0.0:
             raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
+        if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
+            raise CompareError("--target-mde is a percentage between 0 and 100, e.g. 1%")
         if self.resamples < defaults.MIN_RESAMPLES:
             raise CompareError(
                 f"--resamples must be at least {defaults.MIN_RESAMPLES} for stable 95 % intervals"
@@ -172,6 +177,9 @@ class CaseRow:
     # reaches --instructions-threshold.
     instructions_change: float | None = None
     instructions_flag: bool = False
+    # The smallest slowdown this run would have flagged (⚠️ or 🔴) with 95 % probability
+    # (verdicts.detectable_change); None for a case not judged.
+    detectable: float | None = None
     extra: dict[str, JsonValue] = field(default_factory=dict)
 
 

@@ -31,6 +31,9 @@ NOISE_WITHOUT_PROFILE = 0.02
 ALERT_FACTOR = 2.0
 # Benjamini-Hochberg false-discovery rate across a grid (`--fdr`).
 FDR = 0.05
+# A case's detectable change is the smallest slowdown it would have flagged (⚠️ or 🔴)
+# with this probability (verdicts.detectable_change).
+DETECT_POWER = 0.95
 # Fewer rounds than this cannot give a verdict (➖); the exact interval may need more
 # (6 at 95 % in one run, 7 per run for two runs: reports.stats.min_rounds).
 MIN_ROUNDS = 5
@@ -51,6 +54,10 @@ CONTROL_SHIFT_LIMIT = 0.05
 SPEED_CHANGE_ALLOWANCE = 0.07
 # A change in instructions per Run at or above this gets its own mark (never a 🔴 alone).
 INSTRUCTIONS_THRESHOLD = 0.01
+# `history detect`: a commit whose instructions per Run moved more than this from the
+# series' level starts a new level. Counts are exact (two copies of one library agree
+# within 0.05 %), so this is the smallest move that is never the harness's.
+HISTORY_INSTRUCTIONS_CHANGE = 0.001
 NOISE_PERCENTILE = 95.0
 
 

@@ -27,7 +27,7 @@ from epbench.reports.comparison import (
     TwinInfo,
 )
 from epbench.reports.summary import DRIFT_MEANING, family_of
-from epbench.reports.verdicts import Judgement, Settings, Threshold, threshold_for
+from epbench.reports.verdicts import Judgement, Settings, Threshold
 
 # Two runs with no estimate of what runs differ by (between_run_variance is None).
 WITHIN_ONLY_WARNING = (
@@ -54,7 +54,10 @@ def between_run_variance(
       A profile with one repeat only guesses separate-run noise and does not count.
     - Otherwise an arm measured in both runs (same key, same library hash, not the
       control): its A/A double ratio between the runs, pooled over the grid by the
-      moment estimator of nested.unmodelled_variance.
+      moment estimator of nested.unmodelled_variance. Not a twin of a judged arm: it is
+      the same code as the arm it copies, so whatever a run does to that code it does
+      to both, and its double ratio is the judged one again; fitted from the very
+      offset it is to judge, it would explain any A/A difference away.
     """
     from statistics import NormalDist
 
@@ -65,9 +68,12 @@ def between_run_variance(
             if offset > 0.0:
                 z = NormalDist().inv_cdf(0.5 + defaults.NOISE_PERCENTILE / 200.0)
                 return (math.log1p(offset) / z) ** 2, "calibration profile"
+    judged = (base.arm, pr.arm)
+    copies = {doc.twin.key for doc in (base.doc, pr.doc)
+              if doc.twin is not None and doc.twin.of in judged}
     for key, arm in sorted(base.doc.arms.items()):
         other = pr.doc.arms.get(key)
-        if (key in (base.control, pr.control, base.arm, pr.arm) or other is None
+        if (key in (base.control, pr.control, *judged) or key in copies or other is None
                 or arm.sha256 is None
                 or arm.sha256 != other.sha256):
             continue
@@ -103,6 +109,86 @@ def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> J
             "calibrate this host or compare both commits in one run", j.significant, j.q,
             j.shown, j.level)
     return j
+
+
+def flag_bar(t: float, shift: float | None, within_only: bool, settings: Settings) -> float:
+    """The threshold a slowdown's interval had to clear to be flagged: t, plus the
+    speed-change allowance across a change of speed (across_speed_change), at least
+    twice the floor when the intervals cover within-run noise only (within_run_only)."""
+    bar = t + defaults.SPEED_CHANGE_ALLOWANCE if beyond_speed_limit(shift) else t
+    return max(bar, 2.0 * settings.floor) if within_only else bar
+
+
+def twin_over_target(j: Judgement, twin_change: float | None,
+                     settings: Settings) -> Judgement:
+    """``j`` judged again against --target-mde: a ✅ whose A/A twin itself differed by more
+    than the target is ❔, since two copies of one library could not be told apart at the
+    size the run was asked to see."""
+    target = settings.target_mde
+    if target is None or j.verdict != "no_change" or twin_change is None or (
+            abs(twin_change) <= target):
+        return j
+    return Judgement(
+        "inconclusive",
+        f"{j.reason}, but the A/A twin itself differed by {twin_change:+.1%}, more than the "
+        f"target {target:.1%}; rerun with more --processes, on a quieter machine",
+        j.significant, j.q)
+
+
+# The start of the warning that names the cases short of --target-mde.
+TARGET_MISSED = "short of the target"
+
+
+def target_misses(rows: Sequence[CaseRow], target: float) -> dict[str, str]:
+    """The judged cases (``compare``'s rows) whose detectable change is above ``target``,
+    each with why: "no measured noise" (no profile, no twin: the default t is above
+    target / 2), "A/A noise" (k x the noise set t above target / 2: more processes
+    narrow a twin's noise too), "load" (some rounds failed the idle gate), else "processes"
+    (the interval is too wide: more worker processes narrow it)."""
+    missed = {}
+    for row in rows:
+        if row.verdict in ("failed", "not_comparable"):
+            continue
+        size = row.detectable
+        if size is not None and size <= target:
+            continue
+        if row.threshold > target / 2.0 * (1.0 + 1e-9):
+            # "no profile": no twin either, so t is the default no process can lower.
+            missed[row.case] = ("no measured noise" if row.noise_source == "no profile"
+                                else "A/A noise")
+        elif row.unquiet:
+            missed[row.case] = "load"
+        else:
+            missed[row.case] = "processes"
+    return missed
+
+
+def target_warnings(rows: Sequence[CaseRow], target: float, *,
+                    budget: bool) -> list[str]:
+    """The warnings naming the cases short of --target-mde, one per reason (each within
+    ``named``'s bound, as the schema bounds one warning). `budget`: re-runs added
+    processes until their budget ran out (compare-commits, `run --target-mde`)."""
+    missed = target_misses(rows, target)
+    sizes = {row.case: row.detectable for row in rows}
+    why = {"no measured noise": ("no measured noise (no calibration profile, no A/A twin: "
+                                 "the default t is above half the target; run with an A/A "
+                                 "twin)"),
+           "A/A noise": "A/A noise (k × the noise sets t above half the target; more "
+                        "processes narrow a twin's noise too)",
+           "load": "load (rounds failed the idle gate; rerun on a quieter machine)",
+           "processes": ("budget (the re-runs' budget ran out before more processes reached "
+                         "it; pass a larger --budget)" if budget else
+                         "too few processes (rerun with more --processes)")}
+    warnings = []
+    for reason, words in why.items():
+        names = [name for name, r in missed.items() if r == reason]
+        if not names:
+            continue
+        items = [f"{name} (≥ {sizes[name]:.1%})" if sizes[name] is not None
+                 else f"{name} (no estimate)" for name in names]
+        warnings.append(f"{len(names)} case(s) {TARGET_MISSED} detectable change of "
+                        f"{target:.1%}, for {words}: {named(items)}")
+    return warnings
 
 
 def control_shift(base_control: Iterable[float], pr_control: Iterable[float]) -> float | None:
@@ -231,6 +317,9 @@ class TwinNoise:
     flagged: list[str]  # cases whose twin differs from its arm beyond the floor
     info: list[TwinInfo] = field(default_factory=list)  # per side, for the comparison
     tau2: float = 0.0  # A/A variance beyond the twins' standard errors, pooled
+    # Per case of twin_noise's `cases`: the A/A variance beyond the twins' standard
+    # errors, pooled and at least the case's own (the two runs' mean).
+    extra: list[float] = field(default_factory=list)
 
 
 def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
@@ -240,19 +329,19 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
     `noise[case]`: the standard error of the twin's change (as a fraction), the
     larger of the two runs'; the threshold is k x that, not k x the change itself,
     whose coefficient of variation is 0.75 and which shares the base arm with the PR's
-    change. `tau2`: the A/A variance the twins show beyond their own standard errors,
-    pooled over the grid (nested.unmodelled_variance; with two runs, their mean): a
-    bias of one library copy that no process spread sees, added to every case's
-    standard error. A twin whose change would itself have been flagged against the
-    floor (significant, the whole interval beyond it) means the run cannot tell two
-    copies of one library apart from a regression: `flagged` names them. The twin
-    never gets a verdict of its own.
+    change. `extra`: per case of `cases`, the A/A variance the twins show beyond their
+    own standard errors (nested.unmodelled_variances: pooled over the grid, at least the
+    case's own; with two runs, their mean), added to the case's standard error; `tau2`
+    the grid's pooled term alone. `flagged`: the cases whose twin differs from the arm it
+    copies beyond what that noise explains (doubtful_twins), which means the run cannot
+    tell two copies of one library apart from a regression. The twin never gets a
+    verdict of its own.
     """
     noise: dict[str, float] = {}
     flagged: list[str] = []
     info = []
     tau2: list[float] = []
-    floor_only = threshold_for(settings.floor / settings.k, "floor", settings)
+    extra: list[list[float]] = []
     for side in sides:
         twin = side.doc.twin
         if twin is None or twin.key not in side.doc.arms:
@@ -267,8 +356,10 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 medians(case, twin.key), medians(case, twin.of),
                 stats.round_labels(case, "process")))
         changes = nested.nested_changes(samples, confidence=settings.confidence)
-        side_tau2 = nested.unmodelled_variance(changes)
+        side_tau2 = nested.pooled_unmodelled_variance(changes)
         tau2.append(side_tau2)
+        own = dict(zip(names, nested.unmodelled_variances(changes), strict=True))
+        extra.append([own.get(name, side_tau2) for name in cases])
         per_case = {}
         for name, change in zip(names, changes, strict=True):
             if not math.isfinite(change.ratio):
@@ -278,12 +369,51 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 noise[name] = max(noise.get(name, 0.0), math.expm1(se))
             per_case[name] = TwinCase(change=change.ratio - 1.0, se=stats.finite(se),
                                       ci=(change.lo - 1.0, change.hi - 1.0))
-            beyond = (change.lo - 1.0 >= floor_only.t) or (change.hi - 1.0 <= -floor_only.t)
-            if change.p < 1.0 - settings.confidence and beyond and name not in flagged:
+        for name in doubtful_twins(samples, changes, names, settings):
+            if name not in flagged:
                 flagged.append(name)
         info.append(TwinInfo(side=side.label, of=twin.of, key=twin.key, cases=per_case,
                              unmodelled_sd=math.sqrt(side_tau2)))
-    return TwinNoise(noise, flagged, info, sum(tau2) / len(tau2) if tau2 else 0.0)
+    mean_extra = ([sum(col) / len(col) for col in zip(*extra, strict=True)] if extra
+                  else [0.0] * len(cases))
+    return TwinNoise(noise, flagged, info, sum(tau2) / len(tau2) if tau2 else 0.0,
+                     mean_extra)
+
+
+def doubtful_twins(samples: Sequence[nested.ProcessSample], changes: Sequence[stats.Change],
+                   names: Sequence[str], settings: Settings) -> list[str]:
+    """The cases whose twin's A/A change is beyond what the run's noise explains.
+
+    A per-copy bias the processes cannot see is noise like any other here: each twin is
+    judged with the unmodelled variance the other twins show (leave-one-out, so its own
+    offset does not explain itself away), at confidence 1 - alpha / m over the m twins
+    (Bonferroni: a grid of healthy twins seldom raises the warning), and named when
+    that interval lies beyond the floor. A shift that every twin shares (the mean of
+    their changes beyond the floor by a t interval across cases) is not a copy's bias,
+    which is as often up as down: it names the twins whose own interval is beyond it.
+    """
+    alpha = 1.0 - settings.confidence
+    floor = settings.floor
+    finite = [i for i, c in enumerate(changes) if math.isfinite(c.ratio) and c.ratio > 0]
+    if not finite:
+        return []
+
+    def beyond(c: stats.Change) -> bool:
+        return c.lo - 1.0 >= floor or c.hi - 1.0 <= -floor
+
+    loo = nested.unmodelled_variances(changes, own=False)
+    # The others' pool is an estimate over m - 1 cases: its degrees of freedom count.
+    judged = nested.nested_changes(samples, confidence=1.0 - alpha / len(finite),
+                                   extra_variance=loo, extra_df=max(1.0, len(finite) - 2.0))
+    out = [names[i] for i in finite if beyond(judged[i])]
+    if len(finite) >= 2:
+        logs = [math.log(changes[i].ratio) for i in finite]
+        mean = sum(logs) / len(logs)
+        sd = math.sqrt(sum((y - mean) ** 2 for y in logs) / (len(logs) - 1))
+        half = nested.t_quantile(1.0 - alpha / 2.0, len(logs) - 1.0) * sd / math.sqrt(len(logs))
+        if math.expm1(mean - half) >= floor or math.expm1(mean + half) <= -floor:
+            out += [names[i] for i in finite if names[i] not in out and beyond(changes[i])]
+    return out
 
 
 def median_ns(values: Iterable[float]) -> float | None:
@@ -385,10 +515,54 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[CounterC
     return rows
 
 
+def detectable_span(values: Sequence[float | None]) -> tuple[float, float, int] | None:
+    """(median, worst, how many) of a grid's detectable changes (rows' `detectable`),
+    or None when no case has one."""
+    known = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not known:
+        return None
+    mid = median(known)
+    assert mid is not None
+    return mid, known[-1], len(known)
+
+
+def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[str]:
+    """The terms a comparison added to every standard error (log-scale sds), as words."""
+    def pct(sd: float) -> str:
+        # A file may hold any finite sd: exp of more than ~709 would overflow.
+        return f"{math.expm1(min(sd, 50.0)):.2%}"
+
+    terms = []
+    if unmodelled_sd is not None and unmodelled_sd > 0.0:
+        terms.append(f"the twin's A/A spread beyond its processes (sd {pct(unmodelled_sd)})")
+    if between_sd is not None and between_sd > 0.0:
+        terms.append(f"what two runs differ by (sd {pct(between_sd)})")
+    return terms
+
+
+def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
+    """Where a comparison's thresholds came from, as words."""
+    if profile and twin:
+        return "the larger of this host's calibration profile and the run's own A/A twin"
+    if profile:
+        return "this host's calibration profile"
+    if twin:
+        return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
+                f"{k:g} × the standard error of its change)")
+    return ("no measurement (no calibration profile, no A/A twin), so t is the "
+            f"conservative default max({floor:.0%}, {k:g} × "
+            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); `--aa-twin ARM` or `epbench calibrate` "
+            "measures it")
+
+
 def cannot_catch(
-    base: Side, pr: Side, rows: Sequence[CaseRow], calibrated: bool
+    base: Side, pr: Side, rows: Sequence[CaseRow], *, profile: bool, twin: bool,
+    unmodelled_sd: float, between_sd: float | None, settings: Settings,
 ) -> list[str]:
-    """What this comparison could not have seen, stated for this run."""
+    """What this comparison could not have seen, stated for this run: from each case's
+    detectable change, the noise its thresholds came from (`profile`, `twin`) and the
+    terms its standard errors were widened by (the twins' `unmodelled_sd`, the
+    `between_sd` of two runs; log scale)."""
     notes = []
     # A spec is cases.spec.CaseSpec's dict; a user model has no op or width.
     specs = [c.spec for c in pr.doc.cases.values()]
@@ -401,18 +575,26 @@ def cannot_catch(
         + " ran; other ops, shapes, dtypes and graph patterns were not measured."
     )
     judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
+    span = detectable_span([r.detectable for r in rows])
     if judged:
-        span = (f"{min(judged):.1%}" if f"{min(judged):.1%}" == f"{max(judged):.1%}"
-                else f"{min(judged):.1%} to {max(judged):.1%}")
+        lo, hi = f"{min(judged):.1%}", f"{max(judged):.1%}"
+        thresholds = lo if lo == hi else f"{lo} to {hi}"
+        widened = widened_by(unmodelled_sd, between_sd)
+        if span is None:
+            caught = "Changes below each case's threshold pass as ✅"
+        else:
+            mid, worst, n = span
+            caught = (f"A slowdown smaller than a case's detectable change can pass as ✅: "
+                      f"this run could catch ≥ {mid:.1%} in the median of its {n} judged "
+                      f"case(s) and ≥ {worst:.1%} in the worst, with "
+                      f"{defaults.DETECT_POWER:.0%} probability, each from its own interval "
+                      "width and threshold")
         notes.append(
-            f"Changes below each case's threshold ({span} here) "
-            "pass as ✅; such small regressions compound over many PRs, so compare against an "
+            f"{caught}. The thresholds ({thresholds} here) came from "
+            f"{noise_used(profile, twin, settings.floor, settings.k)}"
+            + (f"; the standard errors include {' and '.join(widened)}" if widened else "")
+            + ". Such small regressions compound over many PRs, so compare against an "
             "older base now and then."
-        )
-    if not calibrated:
-        notes.append(
-            "No A/A calibration profile: thresholds are a conservative default, so real "
-            "regressions smaller than that default can pass."
         )
     threads = pr.doc.config.threads
     if threads == 1:

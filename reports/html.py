@@ -307,6 +307,8 @@ def comparison_context(comparison: Comparison) -> dict[str, object]:
         "colours": styles,
         "tally": [(v, VERDICTS[v][1], counts[v]) for v in VERDICTS if counts.get(v)],
         "sentence": render.overall_sentence(comparison),
+        "catch_sentence": render.detectable_sentence(comparison),
+        "m": render.method_context(comparison),
         "confidence_pct": render.confidence_pct(comparison),
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
@@ -462,7 +464,7 @@ def environment() -> jinja2.Environment:
         ns=render.format_ns, pct=render.format_pct, share=render.format_share,
         ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
         stopped_waiting=render.gate_waiting_text, verdict_mark=verdict_mark,
-        with_marks=with_marks,
+        with_marks=with_marks, catch=render.format_detectable,
     )
     return env
 

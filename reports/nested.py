@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -201,39 +201,149 @@ def unmodelled_variance(aa: Sequence[Change]) -> float:
     return max(0.0, sum(y * y - s * s for y, s in pairs) / len(pairs))
 
 
+def _excess(c: Change) -> tuple[bool, float] | None:
+    """(one process?, y^2 - s^2) of an A/A change, None without a point or a standard
+    error: a t interval's, or a one-process interval's normal-equivalent one."""
+    if not (math.isfinite(c.ratio) and c.ratio > 0):
+        return None
+    one = c.processes < 2
+    s = standard_error(c) if one else c.se
+    return (one, math.log(c.ratio) ** 2 - s * s) if math.isfinite(s) else None
+
+
+def _pooled(total: Sequence[float], count: Sequence[int], one: bool) -> float:
+    """The moment estimate of a case's kind from per-kind sums of y^2 - s^2 and counts
+    (index 0: over processes, 1: one process), 0 from fewer than 2 changes. A
+    one-process case gets at least the processes' term."""
+    multi = max(0.0, total[0] / count[0]) if count[0] >= 2 else 0.0
+    if not one:
+        return multi
+    return max(multi, total[1] / count[1] if count[1] >= 2 else 0.0)
+
+
+def pooled_unmodelled_variance(aa: Sequence[Change]) -> float:
+    """The grid's pooled A/A variance no interval models (unmodelled_variances without
+    any case's own bound): the larger of the processes' and the one-process pool."""
+    total, count = [0.0, 0.0], [0, 0]
+    for e in map(_excess, aa):
+        if e is not None:
+            total[e[0]] += e[1]
+            count[e[0]] += 1
+    return max(0.0, _pooled(total, count, True))
+
+
+def unmodelled_variances(aa: Sequence[Change], *, own: bool = True) -> list[float]:
+    """Per case, the A/A variance its interval does not model (log scale), from the
+    grid's A/A changes `aa` (one per case; NaN where a case has none).
+
+    - Pooled by kind (the moment estimator of unmodelled_variance): over the changes
+      with a t interval over processes, and over one-process changes, whose
+      order-statistic interval's normal-equivalent standard error covers the rounds
+      only, so their pool also holds what processes differ by. A one-process case gets
+      at least the processes' pooled term: an interval that cannot see its own spread
+      is never narrower for it than one that can.
+    - `own`: every case gets at least its own y^2 - s^2, a per-case lower bound, so a
+      case whose copies differ more than the grid's typical one is not judged by the
+      typical one (equal pooling under a bias that varies by case under-covers the
+      biased cases). Without `own`: the pooled term of the other cases only
+      (leave-one-out), what a case's own A/A change is to be judged against.
+    """
+    excess = [_excess(c) for c in aa]
+    total, count = [0.0, 0.0], [0, 0]
+    for e in excess:
+        if e is not None:
+            total[e[0]] += e[1]
+            count[e[0]] += 1
+    out = []
+    for c, e in zip(aa, excess, strict=True):
+        one = c.processes < 2
+        if e is None:
+            out.append(_pooled(total, count, one))
+        elif own:
+            out.append(max(_pooled(total, count, one), e[1], 0.0))
+        else:
+            t, n = list(total), list(count)
+            t[e[0]] -= e[1]
+            n[e[0]] -= 1
+            out.append(_pooled(t, n, one))
+    return out
+
+
+def per_case(extra: float | Sequence[float], n: int) -> list[float]:
+    """An extra variance given once for a grid, or per case, as one value per case."""
+    if isinstance(extra, (int, float)):
+        return [float(extra)] * n
+    if len(extra) != n:
+        raise ValueError("one extra variance per case")
+    return [float(x) for x in extra]
+
+
+def _widened(exact: Change, extra: float, extra_df: float, confidence: float) -> Change:
+    """A one-process change (order-statistic interval over its rounds, at the default
+    confidence) with `extra` added to its normal-equivalent squared standard error: a
+    t interval at `confidence` around its point (Welch-Satterthwaite degrees of
+    freedom, the rounds' n - 1 for the sampled part)."""
+    s = standard_error(exact)
+    if not (math.isfinite(s) and math.isfinite(exact.ratio) and exact.ratio > 0):
+        return exact
+    df = min(satterthwaite_df(s * s, max(exact.n - 1.0, 1.0), extra, extra_df), 1e6)
+    return _t_change(math.log(exact.ratio), math.sqrt(s * s + extra), df, confidence,
+                     exact.n, 1)
+
+
 def nested_changes(samples: Sequence[ProcessSample], *,
                    confidence: float = defaults.CONFIDENCE,
-                   extra_variance: float = 0.0, extra_df: float = math.inf) -> list[Change]:
+                   extra_variance: float | Sequence[float] = 0.0,
+                   extra_df: float = math.inf) -> list[Change]:
     """Changes of one run (PR / base, or arm / control), processes as the replication unit.
 
     Two or more processes: Student's t over the per-process medians, with
-    `extra_variance` (log scale, e.g. `unmodelled_variance` of the run's twin) added to
-    the squared standard error. One process: the exact order-statistic interval over
-    its rounds (`paired_changes`), which has no standard error to add it to. The degrees
-    of freedom of the sum are Welch-Satterthwaite's, `extra_df` those of the extra term
-    (e.g. the number of cases it was pooled over).
+    `extra_variance` (log scale, one for the grid or one per case, e.g.
+    `unmodelled_variances` of the run's twin) added to the squared standard error. One
+    process: the exact order-statistic interval over its rounds (`paired_changes`);
+    with an extra variance, a t interval around its point whose squared standard error
+    is the exact interval's normal-equivalent one plus the extra (`_widened`), so a
+    case that cannot see its processes is not judged narrower than one that can. The
+    degrees of freedom of the sum are Welch-Satterthwaite's, `extra_df` those of the
+    extra term (e.g. the number of cases it was pooled over).
     """
     import numpy as np
 
+    extras = per_case(extra_variance, len(samples))
     out: list[Change] = [NAN_CHANGE] * len(samples)
     single = [i for i, s in enumerate(samples) if s.n_processes < 2]
-    for i, change in zip(single, paired_changes([samples[i].logs for i in single],
-                                                confidence=confidence), strict=True):
-        out[i] = change
+    _one_process(out, single, extras, extra_df, confidence,
+                 lambda level: paired_changes([samples[i].logs for i in single],
+                                              confidence=level))
     for i, sample in enumerate(samples):
         if sample.n_processes < 2:
             continue
         values = sample.per_process()
         sampled = float(np.var(values, ddof=1)) / len(values)
-        df = satterthwaite_df(sampled, len(values) - 1.0, extra_variance, extra_df)
-        out[i] = _t_change(float(np.mean(values)), math.sqrt(sampled + extra_variance),
+        df = satterthwaite_df(sampled, len(values) - 1.0, extras[i], extra_df)
+        out[i] = _t_change(float(np.mean(values)), math.sqrt(sampled + extras[i]),
                            min(df, 1e6), confidence, len(sample), len(values))
     return out
 
 
+def _one_process(out: list[Change], single: Sequence[int], extras: Sequence[float],
+                 extra_df: float, confidence: float,
+                 exact: Callable[[float], list[Change]]) -> None:
+    """Fill `out` at `single` with the exact intervals (`exact(level)`), widened by their
+    extra variance where it is positive."""
+    if not single:
+        return
+    plain = exact(confidence)
+    widen = [k for k, i in enumerate(single) if extras[i] > 0.0]
+    at_default = exact(defaults.CONFIDENCE) if widen else plain
+    for k, i in enumerate(single):
+        out[i] = (_widened(at_default[k], extras[i], extra_df, confidence)
+                  if extras[i] > 0.0 else plain[k])
+
+
 def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[ProcessSample],
                                 *, confidence: float = defaults.CONFIDENCE,
-                                extra_variance: float = 0.0,
+                                extra_variance: float | Sequence[float] = 0.0,
                                 extra_df: float = math.inf) -> list[Change]:
     """Changes between two runs, (PR / its control) / (base / its control), per case.
 
@@ -242,29 +352,31 @@ def nested_double_ratio_changes(pr: Sequence[ProcessSample], base: Sequence[Proc
     so it covers what two processes really differ by; `extra_variance` (log scale: an
     A/A component no process spread shows, or what two runs differ by) is added to the
     squared standard error (Welch-Satterthwaite degrees of freedom, `extra_df` its
-    own). Otherwise the
-    order-statistic two-sample interval over rounds (`double_ratio_changes`).
+    own; one for the grid or one per case). Otherwise the order-statistic two-sample
+    interval over rounds (`double_ratio_changes`), widened by the extra variance as a
+    one-process case of `nested_changes` is.
     """
     import numpy as np
 
     if len(pr) != len(base):
         raise ValueError("pr and base must list the same cases")
+    extras = per_case(extra_variance, len(pr))
     out: list[Change] = [NAN_CHANGE] * len(pr)
     single = [i for i in range(len(pr)) if min(pr[i].n_processes, base[i].n_processes) < 2]
-    fallback = double_ratio_changes([pr[i].logs for i in single], [base[i].logs for i in single],
-                                    confidence=confidence)
-    for i, change in zip(single, fallback, strict=True):
-        out[i] = change
+    _one_process(out, single, extras, extra_df, confidence,
+                 lambda level: double_ratio_changes([pr[i].logs for i in single],
+                                                    [base[i].logs for i in single],
+                                                    confidence=level))
     for i, (a, b) in enumerate(zip(pr, base, strict=True)):
         if min(a.n_processes, b.n_processes) < 2:
             continue
         va, vb = a.per_process(), b.per_process()
         sa = float(np.var(va, ddof=1)) / len(va)
         sb = float(np.var(vb, ddof=1)) / len(vb)
-        se = math.sqrt(sa + sb + extra_variance)
+        se = math.sqrt(sa + sb + extras[i])
         df = ((sa + sb) ** 2 / (sa**2 / (len(va) - 1) + sb**2 / (len(vb) - 1))
               if sa + sb > 0 else float(len(va) + len(vb) - 2))
-        df = min(satterthwaite_df(sa + sb, df, extra_variance, extra_df), 1e6)
+        df = min(satterthwaite_df(sa + sb, df, extras[i], extra_df), 1e6)
         out[i] = _t_change(float(np.mean(va) - np.mean(vb)), se, df, confidence,
                            min(len(a), len(b)), min(len(va), len(vb)))
     return out

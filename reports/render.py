@@ -27,7 +27,7 @@ from epbench.reports.comparison import (
     Profile,
     json_text,
 )
-from epbench.reports.findings import beyond_speed_limit
+from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
 from epbench.reports.sticky import STICKY_MARKER
 from epbench.reports.summary import DRIFT_MEANING, worst_drift
 
@@ -77,6 +77,50 @@ def format_share(value: float | None, digits: int = 1) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value * 100:.{digits}f}%"
+
+
+def format_detectable(value: float | None) -> str:
+    """A case's detectable change as the table shows it: ≥ 2.3%."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"≥ {format_share(value)}"
+
+
+def detectable_sentence(comparison: Comparison) -> str:
+    """The grid's detectable changes in one sentence, median and worst ("" when no case
+    has one): numbers only, whatever file the comparison came from."""
+    span = detectable_span([r.detectable for r in comparison.cases])
+    if span is None:
+        return ""
+    mid, worst, n = span
+    return (f"Could catch a slowdown of ≥ {format_share(mid)} in the median case and "
+            f"≥ {format_share(worst)} in the worst ({n} case(s) judged, "
+            f"{defaults.DETECT_POWER:.0%} probability each).")
+
+
+def method_context(comparison: Comparison) -> dict[str, object]:
+    """What templates/_method.j2 says of the method that judged a comparison: numbers and
+    fixed words only."""
+    settings = comparison.settings
+    twins = comparison.twin
+    sds = [t.unmodelled_sd for t in twins if t.unmodelled_sd is not None]
+    # compare() adds the mean of the sides' tau^2 (findings.twin_noise).
+    tau = math.sqrt(sum(sd * sd for sd in sds) / len(sds)) if sds else None
+    alert = (f"{format_share(settings.alert)} (or t, where t is larger)"
+             if settings.alert else f"{defaults.ALERT_FACTOR:g}t")
+    between = comparison.between_runs
+    return {
+        "floor": settings.floor, "k": f"{settings.k:g}", "fdr": settings.fdr,
+        "noise_from": noise_used(comparison.profile is not None, bool(twins),
+                                 settings.floor, settings.k),
+        "alert": alert,
+        # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
+        "tested": sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases),
+        "confidence_pct": confidence_pct(comparison),
+        "same_run": comparison.same_run,
+        "widened": widened_by(tau, between.sd if between is not None else None),
+        "power": f"{defaults.DETECT_POWER:.0%}",
+    }
 
 
 def format_ratio_ci(ratio: float | None,
@@ -129,6 +173,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
         count=format_count, stopped_waiting=gate_waiting_text, inert=inert,
+        catch=format_detectable,
     )
     return env
 
@@ -309,6 +354,8 @@ def _context(comparison: Comparison, code: Callable[[str], str] = inert) -> dict
         "instructions_flagged": any(r.instructions_flag for r in rows),
         "marker": sticky_marker(),
         "sentence": overall_sentence(comparison),
+        "catch_sentence": detectable_sentence(comparison),
+        "m": method_context(comparison),
         "confidence_pct": confidence_pct(comparison),
         "gates": comparison.gate,
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
@@ -374,10 +421,12 @@ def render_terminal(comparison: Comparison) -> str:
     """The same comparison as fixed-width text for a terminal."""
     ctx = _context(comparison, str)
     # The verdict goes last: emoji widths differ between terminals and would skew columns.
-    header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold", "")
+    header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold",
+              "could catch", "")
     table = [header] + [
         (r.case, format_ns(r.base_ns), format_ns(r.pr_ns), format_pct(r.change),
-         format_ci(r.ci), format_share(r.threshold), f"{r.emoji} {VERDICTS[r.verdict][1]}")
+         format_ci(r.ci), format_share(r.threshold), format_detectable(r.detectable),
+         f"{r.emoji} {VERDICTS[r.verdict][1]}")
         for r in comparison.cases
     ]
     ctx["table"] = align_columns(table)

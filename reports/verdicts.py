@@ -20,6 +20,17 @@ from epbench.reports.comparison import (  # Settings: re-exported, its home is c
 )
 
 
+def target_settings(settings: Settings, target_mde: float | None) -> Settings:
+    """`settings` aiming every case at a detectable change of `target_mde`: the floor
+    follows the target, t = max(target / 2, k x noise), so a threshold leaves room for
+    the interval's half-width under the target."""
+    if target_mde is None:
+        return settings
+    from dataclasses import replace
+
+    return replace(settings, floor=target_mde / 2.0, target_mde=target_mde)
+
+
 @dataclass(frozen=True)
 class Threshold:
     noise: float  # typical A/A |change| at this round count, as a fraction
@@ -71,6 +82,7 @@ def judge(
     dropped: int = 0,
     shared_load: bool = False,
     alert_significant: bool | None = None,
+    confidence: float = defaults.CONFIDENCE,
 ) -> Judgement:
     """The verdict of one case from its change, its tests and its threshold.
 
@@ -86,7 +98,8 @@ def judge(
     they show, a would-be alert is never weaker than ⚠️, the verdict a smaller
     slowdown with the same unquiet rounds gets. `needed` is the fewest usable rounds
     that give a bounded interval; `dropped` how many of the `rounds` had no usable
-    time (zero, negative or missing).
+    time (zero, negative or missing). `confidence`: the level of `quiet_only`'s
+    interval, quoted beside its bounds (the case's own may be FCR-adjusted).
     """
     needed = max(needed, defaults.MIN_ROUNDS)
     bounded = all(math.isfinite(x) for x in (change.ratio, change.lo, change.hi))
@@ -105,7 +118,7 @@ def judge(
         alert_significant = change.lo - 1.0 >= th.alert
     judgement = _judge_bounded(
         change, significant, q, th, unquiet, rounds, quiet_only, quiet_significant,
-        shared_load, alert_significant,
+        shared_load, alert_significant, confidence,
     )
     if dropped:
         reason = f"{judgement.reason} ({dropped} of {rounds} rounds dropped: no usable time)"
@@ -125,6 +138,7 @@ def _judge_bounded(
     quiet_significant: bool,
     shared_load: bool,
     alert_significant: bool,
+    confidence: float = defaults.CONFIDENCE,
 ) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
     band = f"±{t:.1%}"
@@ -147,11 +161,13 @@ def _judge_bounded(
             # Judged on the quiet rounds alone: they make the alert by themselves.
             assert quiet_only is not None
             q_c, q_lo = quiet_only.ratio - 1.0, quiet_only.lo - 1.0
+            # Their bound is the one the rule read: their own interval at `confidence`,
+            # not the (maybe FCR-adjusted) interval the case is shown with.
             return Judgement(
                 "alert",
-                f"slower by {q_c:.1%} (at least {q_lo:.1%}) on the {quiet_only.n} quiet "
-                f"rounds alone ({unquiet} unquiet set aside), beyond the alert level "
-                f"{th.alert:.1%}",
+                f"slower by {q_c:.1%} (at least {q_lo:.1%} at {confidence:.0%}) on the "
+                f"{quiet_only.n} quiet rounds alone ({unquiet} unquiet set aside), beyond "
+                f"the alert level {th.alert:.1%}",
                 significant, q,
             )
         rerun = ("rerun on a quiet machine" if shared_load else
@@ -164,7 +180,7 @@ def _judge_bounded(
                 f"slower by {c:.1%} (at least {lo:.1%}) on all rounds, but {unquiet} of "
                 f"{rounds} rounds failed the idle gate and the {quiet_only.n} quiet rounds "
                 f"alone put it below the alert level {th.alert:.1%} (at most "
-                f"{quiet_only.hi - 1.0:+.1%}): a regression, not an alert",
+                f"{quiet_only.hi - 1.0:+.1%} at {confidence:.0%}): a regression, not an alert",
                 significant, q,
             )
         alone = ("too few quiet ones stand alone" if quiet_only is None else
@@ -256,6 +272,7 @@ def judge_grid(
     dropped: Sequence[int] | None = None,
     shared_load: bool = False,
     tests: IntervalTests | None = None,
+    confidence: float = defaults.CONFIDENCE,
 ) -> list[Judgement]:
     """Benjamini-Hochberg across the grid decides what is significant, then each case
     is judged.
@@ -309,13 +326,26 @@ def judge_grid(
                alert_sig, shown, dropped, strict=True)
     for c, sig, qv, th, u, n, qc, qs, asig, sh, d in rows:
         j = judge(sh if sh is not None else c, sig, qv, th, u, n, qc, qs, needed=needed,
-                  dropped=d, shared_load=shared_load, alert_significant=asig)
+                  dropped=d, shared_load=shared_load, alert_significant=asig,
+                  confidence=confidence)
         if sh is not None and j.verdict in ("alert", "regression", "improvement"):
-            j = Judgement(j.verdict, f"{j.reason} (interval at {level:.2%}: adjusted for "
-                          f"the {n_selected} of {n_tested} cases selected, "
-                          "Benjamini-Yekutieli)", j.significant, j.q, sh, level, j.held_back)
+            assert level is not None
+            j = Judgement(j.verdict, f"{j.reason} ({adjusted_words(level, n_selected, n_tested)})",
+                          j.significant, j.q, sh, level, j.held_back)
         out.append(j)
     return out
+
+
+def adjusted_words(level: float, selected: int, tested: int) -> str:
+    """What the interval a selected case is shown with is: at `level`, adjusted for
+    choosing `selected` of `tested` cases (Benjamini-Yekutieli), or, when every case
+    tested was selected (one of one among them), at 1 - fdr with nothing to adjust."""
+    if selected >= tested:
+        which = ("the only case tested" if tested == 1 else
+                 f"all {tested} cases tested were selected")
+        return f"interval shown at {level:.2%}: {which}, nothing to adjust for"
+    return (f"interval shown at {level:.2%}: adjusted for selecting {selected} of the "
+            f"{tested} cases tested, Benjamini-Yekutieli")
 
 
 @dataclass(frozen=True)
@@ -323,8 +353,9 @@ class GridSamples:
     """The rounds every verdict of a grid reads: per measurable case, the PR side's log
     ratios with their processes (PR / base in one run, PR / its control between two),
     the base side's (two runs only), and the same over quiet rounds for the cases in
-    `quiet_index` (those with unquiet rounds). `extra_variance` (log scale) is added to
-    every t interval's squared standard error (twin_noise's tau^2)."""
+    `quiet_index` (those with unquiet rounds). `extra_variance` (log scale; one for the
+    grid or one per case of `pr`) is added to every case's squared standard error
+    (twin_noise's `extra`, with the between-run term of two runs)."""
 
     pr: Sequence[nested.ProcessSample]
     base: Sequence[nested.ProcessSample]
@@ -332,7 +363,7 @@ class GridSamples:
     quiet_pr: Sequence[nested.ProcessSample] = ()
     quiet_base: Sequence[nested.ProcessSample] = ()
     quiet_index: Sequence[int] = ()
-    extra_variance: float = 0.0
+    extra_variance: float | Sequence[float] = 0.0
     extra_df: float = math.inf  # of extra_variance: the cases it was pooled over
 
     def changes(self, shifts: Sequence[float] | None = None, *,
@@ -342,12 +373,16 @@ class GridSamples:
         scale) taken off the PR side: testing "shifted change <= 1" tests "change <=
         exp(shift)" with the same kernel as the verdicts."""
         pr, base = (self.quiet_pr, self.quiet_base) if quiet else (self.pr, self.base)
+        extras = nested.per_case(self.extra_variance, len(self.pr))
+        if quiet:  # a case's quiet rounds carry its own extra variance
+            extras = [extras[i] for i in self.quiet_index]
         if cases is not None:
             pr = [pr[i] for i in cases]
             base = [base[i] for i in cases] if base else []
+            extras = [extras[i] for i in cases]
         if shifts is not None:
             pr = [s.shifted(d) for s, d in zip(pr, shifts, strict=True)]
-        extra = {"extra_variance": self.extra_variance, "extra_df": self.extra_df}
+        extra = {"extra_variance": extras, "extra_df": self.extra_df}
         if self.same_run:
             return nested.nested_changes(pr, confidence=confidence, **extra)
         return nested.nested_double_ratio_changes(pr, base, confidence=confidence, **extra)
@@ -402,7 +437,7 @@ def judge_samples(
     needed = stats.min_rounds(settings.confidence, 1 if grid.same_run else 2)
     judgements = judge_grid(changes, thresholds, unquiet, rounds, settings.fdr, quiet_changes,
                             needed=needed, dropped=dropped, shared_load=grid.same_run,
-                            tests=tests)
+                            tests=tests, confidence=settings.confidence)
     return judgements, tests
 
 
@@ -425,3 +460,63 @@ def overall_verdict(rows: Sequence[CaseRow]) -> Overall:
     else:
         key = "no_change"
     return Overall(key=key, headline=HEADLINES[key])
+
+
+def _quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t (the normal's beyond 1e5 degrees of freedom)."""
+    if not math.isfinite(df) or df > 1e5:
+        from statistics import NormalDist
+
+        return NormalDist().inv_cdf(q)
+    return nested.t_quantile(q, df)
+
+
+def detectable_change(change: stats.Change, t: float, level: float,
+                      power: float = defaults.DETECT_POWER) -> float:
+    """The smallest slowdown (a fraction) this comparison would have flagged, ⚠️ or 🔴,
+    with probability `power`; NaN when the change has no standard error.
+
+    A case is flagged when the BH test rejects "within +-t" above at `level` (the
+    rejection level that applied to it, bh_levels), that is when the change's log
+    estimate less q_a x se clears log(1 + t), q_a the 1 - level / 2 quantile of
+    Student's t at the change's degrees of freedom (the interval-null p-values are
+    doubled one-sided ones). The estimate of a true slowdown d is log(1 + d) + se x T,
+    so it clears with probability `power` when log(1 + d) = log(1 + t) + (q_a + q_b) x
+    se, q_b the `power` quantile. `se` and `df` are the ones the verdict used: the
+    twin's tau^2 and the between-run term are in them already. `t` is the threshold the
+    flag had to clear (with the speed-change allowance, or the within-run-only cap,
+    where those applied).
+    """
+    se = nested.standard_error(change)
+    if not (math.isfinite(se) and math.isfinite(t) and 0.0 < level < 1.0):
+        return math.nan
+    df = change.df if math.isfinite(change.df) else math.inf
+    if df < 1.0:
+        return math.nan
+    q = _quantile(1.0 - level / 2.0, df) + _quantile(power, df)
+    return math.expm1(math.log1p(t) + q * se)
+
+
+def bh_levels(significant: Sequence[bool], tested: Sequence[bool], fdr: float) -> list[float]:
+    """Per case, the BH rejection level that applied to it: fdr x R / m for a case among
+    the R rejected of the m tested, fdr x (R + 1) / m for one that was not (the level it
+    would have needed with one more rejection: its own); NaN for a case not tested."""
+    m = sum(tested)
+    rejected = sum(s for s, ok in zip(significant, tested, strict=True) if ok)
+    return [fdr * (rejected + (not s)) / m if ok and m else math.nan
+            for s, ok in zip(significant, tested, strict=True)]
+
+
+def grid_detectable(changes: Sequence[stats.Change], judgements: Sequence[Judgement],
+                    tests: IntervalTests, bars: Sequence[float], settings: Settings,
+                    same_run: bool) -> list[float]:
+    """Every case's detectable change (detectable_change), at the BH level that applied
+    to it in this grid (bh_levels over the cases judge_grid tested), `bars` the
+    thresholds each flag had to clear."""
+    needed = max(stats.min_rounds(settings.confidence, 1 if same_run else 2),
+                 defaults.MIN_ROUNDS)
+    tested = [c.n >= needed and math.isfinite(p)
+              for c, p in zip(changes, tests.beyond, strict=True)]
+    levels = bh_levels([j.significant for j in judgements], tested, settings.fdr)
+    return [detectable_change(c, bar, level)
+            for c, bar, level in zip(changes, bars, levels, strict=True)]

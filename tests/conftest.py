@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grimp
 import pytest
 
 from tests.support.postgres import PgServer, server_or_skip
+from tests.support.staged import FOLDERS, import_graph, stage
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # docs/design.md, "No links": with PYTHONPATH naming one checkout and a venv installed
+    # from another, `epbench` comes from the first and its parts from the second.
+    found = {name: importlib.util.find_spec(name).origin for name in FOLDERS}
+    elsewhere = {name: origin for name, origin in found.items()
+                 if not Path(origin).resolve().is_relative_to(FOLDERS[name].resolve())}
+    if elsewhere:
+        raise pytest.UsageError(
+            f"this checkout's tests would run {', '.join(sorted(elsewhere))} from "
+            f"{sorted(set(map(str, elsewhere.values())))[0]}; run `make setup` here and "
+            "use its .venv (and no PYTHONPATH)")
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +54,15 @@ def _no_user_cache_root(monkeypatch: pytest.MonkeyPatch) -> None:
     # EPBENCH_CACHE_DIR outranks XDG_CACHE_HOME (epbench/core/paths.py): a developer's own
     # setting would steer the tests that point XDG_CACHE_HOME at a temporary folder.
     monkeypatch.delenv("EPBENCH_CACHE_DIR", raising=False)
+
+
+@pytest.fixture(scope="session")
+def staged_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder that holds `epbench` as its wheel installs it (tests/support/staged.py)."""
+    return stage(tmp_path_factory.mktemp("staged") / "site")
+
+
+@pytest.fixture(scope="session")
+def package_graph(staged_package: Path) -> grimp.ImportGraph:
+    """grimp's import graph of the whole package, read from the staged wheel."""
+    return import_graph(staged_package)

@@ -22,6 +22,7 @@ from epbench.reports.bot.annotations import (
 )
 from epbench.reports.comparison import Comparison
 from epbench.workflows.compare_commits import CommitsResult
+from tests.support.synthetic import as_results, results_doc
 from tests.test_reports_render import _separate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -115,7 +116,7 @@ def test_compare_commits_annotates_in_github_actions(
 
     def fake_comparison(**kwargs: Any) -> CommitsResult:
         side = BuiltSide("base", "a", "a" * 40, "/lib/a.so", cached=True, sha256="0" * 64)
-        return CommitsResult(side, side, {"interrupted": False, "cases": {}}, comparison, {})
+        return CommitsResult(side, side, as_results(results_doc({})), comparison, {})
 
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     args = ["compare-commits", "a", "b", "--case", "relu_d1_w8", "--out", str(tmp_path / "o"),

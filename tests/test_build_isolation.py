@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from click.testing import CliRunner
 
 import epbench
@@ -303,7 +304,7 @@ def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
         return synthetic.results_doc(
             {"relu_d10_w8": {"ort": 400.0, "base": 150.0, "head": 150.0}}, rounds=8, seed=3)
 
-    monkeypatch.setattr(cc, "run", hostile_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(hostile_run))
     out = tmp_path / "out"
     out.mkdir()
     config = RunConfig(cases=(case_by_name("relu_d10_w8"),), arms=(), rounds=8,
@@ -335,14 +336,15 @@ def test_the_code_snapshot_sees_code_and_templates_not_bytecode(tmp_path, monkey
 
 
 def test_the_guarded_code_is_every_part_where_it_really_lives() -> None:
-    # In a checkout the parts are links to top-level folders: each is walked as itself.
+    # In a checkout the parts are top-level folders mapped into the package by pyproject.toml.
+    mapped = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())[
+        "tool"]["setuptools"]["package-dir"]
+    assert [f"epbench.{part}" for part in isolation.MAPPED_PARTS] == sorted(mapped)
     roots = isolation.package_roots()
-    real = {PACKAGE.resolve(), *((PACKAGE / part).resolve() for part in
-                                 ("cases", "engine", "harness", "reports"))}
-    assert set(roots) == real
+    assert roots == sorted([PACKAGE, *(PACKAGE.parent / folder for folder in mapped.values())])
     snapshot = isolation.code_snapshot()
-    assert str((PACKAGE / "harness").resolve() / "runner.py") in snapshot
-    assert str((PACKAGE / "reports").resolve() / "templates" / "comment.md.j2") in snapshot
+    assert str(PACKAGE.parent / "harness" / "runner.py") in snapshot
+    assert str(PACKAGE.parent / "reports" / "templates" / "comment.md.j2") in snapshot
 
 
 def test_the_worker_that_loads_the_libraries_gets_no_credential(monkeypatch) -> None:

@@ -21,8 +21,10 @@ from epbench.core.paths import cache_dir
 from epbench.engine import build as engine_build
 from epbench.harness import instructions
 from epbench.harness.commits import build_commit, resolve_revision
+from epbench.harness.isolation import ENGINE_BUILD
 from epbench.reports import calibrate
 from tests.support.gitrepo import git, init_repo
+from tests.support.staged import checkout_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = f"{engine_build.NPM_PACKAGE}-{engine_build.NPM_VERSION}"
@@ -85,12 +87,12 @@ def test_ort_headers_when_setup_py_loads_the_build_by_path(roots) -> None:
 
 
 def test_ort_headers_when_another_commit_builds_its_engine(roots) -> None:
-    # harness/commits.py runs `python -m engine.build` in the commit's worktree, with the
-    # worktree first on PYTHONPATH.
+    # harness/isolation.py runs the engine's build in the commit's worktree, which nothing
+    # installed (-S: no site-packages), with the worktree first on PYTHONPATH.
     cache, _ = roots
     folder = _fake_headers(cache)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "engine.build", "--headers-only"],
+    out = subprocess.run([sys.executable, "-S", "-c", ENGINE_BUILD, "--headers-only"],
                          capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder)
@@ -129,10 +131,8 @@ def test_no_other_module_reads_the_cache_variables() -> None:
     # The rule lives in epbench/core/paths.py only; a second copy would drift from it.
     # A string that is exactly one of these names is a read (help texts only mention them).
     names = {"XDG_CACHE_HOME", "EPBENCH_CACHE_DIR", ".cache"}
-    package = ROOT / "epbench"
-    sources = [Path(d, f) for d, _, files in os.walk(package, followlinks=True)
-               for f in files if f.endswith(".py")]
-    assert len(sources) > 50
+    sources = list(checkout_modules().values())
+    assert len(sources) > 90
     readers = sorted({str(p.relative_to(ROOT)) for p in sources
                       for node in ast.walk(ast.parse(p.read_text()))
                       if isinstance(node, ast.Constant) and node.value in names})

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_CODES, EXIT_GATE, EXIT_USAGE, EXIT_USER_ERROR
 
@@ -348,14 +347,20 @@ def test_a_piped_stderr_gets_one_progress_line_per_process(tmp_path) -> None:
 
 
 def test_a_damaged_run_document_is_named_by_its_file_not_its_directory(tmp_path, monkeypatch):
-    """The report reads the document the runner wrote to results.json: a key it lacks is
+    """The runner types the document it wrote to results.json: a key a writer lost is
     reported against that file (a directory is not something to open and look at)."""
-    doc = json.loads((Path(__file__).parent / "fixtures" / "results" / "run_v2.json")
-                     .read_text())
-    del doc["cases"]["relu_d1_w8"]["status"]
-    monkeypatch.setattr(run_commands, "run_grid", lambda config: doc)
+    from epbench.harness import runner
+
+    merge = runner.merge_process
+
+    def losing_the_status(case, *args, **kwargs):
+        merge(case, *args, **kwargs)
+        del case["status"]
+
+    monkeypatch.setattr(runner, "merge_process", losing_the_status)
     out = tmp_path / "out"
-    one_error_line(invoke("run", "--case", "relu_d1_w8", "--out", str(out), *FAST),
+    one_error_line(invoke("run", "--case", "relu_d1_w8", "--processes", "1", "--out", str(out),
+                          *FAST),
                    f"{out / 'results.json'}: cases.relu_d1_w8.status: missing;")
 
 
@@ -416,3 +421,55 @@ def test_a_library_that_loads_alone_but_not_twice_is_one_line_naming_the_twin(
     assert result.exit_code == EXIT_USER_ERROR
     one_error_line(result, "cannot load libepbench_engine.so: bad ELF")
     assert "twice" not in result.output
+
+
+def test_run_twins_its_first_arm_by_default_once_two_arms_are_compared(tmp_path) -> None:
+    """Two or more arms beside the control: the first one gets its A/A twin unasked, so
+    `compare` has the run's own noise; one arm, or --no-aa-twin, runs none."""
+    import json
+
+    def twin_of(*args: str) -> tuple[dict | None, list[str]]:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        result = invoke("run", "--case", "relu_d1_w8", *args, "--processes", "1",
+                        "--out", str(out), *FAST)
+        assert result.exit_code == 0, result.output
+        doc = json.loads((out / "results.json").read_text())
+        return doc["twin"], sorted(doc["arms"])
+
+    assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node") == (
+        {"of": "engine", "key": "engine_twin"},
+        ["engine", "engine:partition=per_node", "engine_twin", "ort"])
+    assert twin_of("--arm", "engine") == (None, ["engine", "ort"])
+    assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node",
+                   "--no-aa-twin")[0] is None
+    result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",
+                    "--no-aa-twin", "--out", str(tmp_path / "both"), *FAST)
+    one_error_line(result, "--aa-twin ARM and --no-aa-twin contradict each other")
+
+
+def test_a_default_twin_that_cannot_load_is_dropped_with_a_note(tmp_path, monkeypatch) -> None:
+    """The default twin was not asked for: a library that refuses a second load runs
+    without it (the progress line says so) instead of failing the run."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import runner
+    from epbench.harness.arms import TWIN_SUFFIX
+
+    real_probe = runner.probe_arms
+
+    def probe(arms, libraries):
+        if any(a.key.endswith(TWIN_SUFFIX) for a in arms):
+            raise ArmError("the EP refused a second registration")
+        return real_probe(arms, libraries)
+
+    monkeypatch.setattr(runner, "probe_arms", probe)
+    out = tmp_path / "out"
+    args = ["run", "--case", "relu_d1_w8", "--arm", "engine", "--arm",
+            "engine:partition=per_node", "--processes", "1", "--out", str(out), *FAST]
+    result = invoke(*[a for a in args if a != "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert ("no A/A twin: 'engine' cannot be loaded twice in one process (the EP refused a "
+            "second registration)") in result.output
+    import json
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["twin"] is None
+    assert sorted(doc["arms"]) == ["engine", "engine:partition=per_node", "ort"]

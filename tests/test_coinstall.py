@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,18 +27,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.staged import build_wheel, checkout_modules, copy_source
+
 # The PyPI distributions whose names epbench's parts would have taken, pinned so that
 # pip's wheel cache answers; and the one PyPI module each installs.
 PYPI = {"harness==0.1.0": "harness", "reports==0.4.1": "reports", "cases==0.1.13": "cases"}
-# What `import reports` (0.4.1) needs beyond epbench's own dependencies.
+# What `import reports` (0.4.1) needs beyond epbench's own dependencies, `pkg_resources`
+# included: the test extras' newer setuptools (84) no longer ships it.
 PYPI_DEPENDENCIES = ("easydev==0.15.0", "colorlog==6.12.0", "colorama==0.4.6",
                         "pexpect==4.9.0", "ptyprocess==0.7.0", "platformdirs==4.14.9",
-                        "line-profiler==5.1.0", "colormap==1.3.0")
-# The source a wheel is built from; copied, so that the build leaves nothing in the
-# checkout (build/, *.egg-info) and never packs an in-place engine library.
-SOURCE = ("pyproject.toml", "README.md", "epbench", "cases", "engine", "harness",
-          "reports")
+                        "line-profiler==5.1.0", "colormap==1.3.0", "setuptools==80.9.0")
 # How pip says that it could not reach the index.
 OFFLINE_SIGNS = ("No matching distribution", "NewConnectionError", "Could not fetch",
                  "Temporary failure in name resolution", "Network is unreachable")
@@ -86,21 +83,9 @@ def _pip(*args: str | Path, cwd: Path) -> None:
         raise AssertionError(f"pip {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
 
 
-def _copy_source(dest: Path) -> Path:
-    dest.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.so", "_build")
-    for name in SOURCE:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, dest / name, symlinks=True, ignore=ignore)
-        else:
-            shutil.copy2(path, dest / name)
-    return dest
-
-
 @pytest.mark.slow
 def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) -> None:
-    source = _copy_source(tmp_path / "source")
+    source = copy_source(tmp_path / "source")
     wheels = tmp_path / "wheels"
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
     (wheel,) = wheels.glob("epbench-*.whl")
@@ -145,7 +130,7 @@ def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) 
 @pytest.mark.slow
 def test_the_wheel_runs_a_plugin_ep_without_a_compiler_or_npm(tmp_path: Path) -> None:
     pytest.importorskip("nxrt_ep_cpu")
-    source = _copy_source(tmp_path / "source")
+    source = copy_source(tmp_path / "source")
     wheels = tmp_path / "wheels"
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
     (wheel,) = wheels.glob("epbench-*.whl")
@@ -177,3 +162,47 @@ def test_the_wheel_runs_a_plugin_ep_without_a_compiler_or_npm(tmp_path: Path) ->
     assert len(lines) == 1, refused.stderr
     assert "cannot be: no C compiler found: install gcc (or set CC)." in lines[0] or (
         "`npm` is not installed" in lines[0]), lines[0]
+
+
+# Every module of the installed package, imported by name from outside the repository.
+IMPORT_ALL = """
+import importlib, json, sys
+names = json.loads(sys.argv[1])
+files = {name: importlib.import_module(name).__file__ for name in names}
+print(json.dumps({"files": files,
+                  "meta_path": [getattr(f, "__name__", type(f).__name__) for f in sys.meta_path]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_every_module_and_each_imports_from_it(tmp_path: Path) -> None:
+    # docs/design.md, "No links": the parts are mapped into the package, not linked; the
+    # wheel holds every module of the checkout under `epbench/`, and each imports from there.
+    wheel = build_wheel(tmp_path / "wheels")  # offline: no build isolation
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    _pip("--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel,
+         cwd=tmp_path)
+    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))",
+                     cwd=tmp_path).stdout.strip())
+    (site / "zz_epbench_test_dependencies.pth").write_text(
+        sysconfig.get_path("purelib") + "\n")
+
+    installed = {".".join(p.relative_to(site).with_suffix("").parts).removesuffix(".__init__"): p
+                 for p in (site / "epbench").rglob("*.py")}
+    assert set(installed) == set(checkout_modules())
+    assert len(installed) > 90
+    # The data the package reads at run time came along.
+    for data in ("cases/grids/default.toml", "engine/src/plugin.c", "engine/src/ep.c",
+                 "engine/src/epbench_engine.map", "reports/templates/comment.md.j2",
+                 "reports/comparison.schema.json", "core/results.schema.json"):
+        assert (site / "epbench" / data).is_file(), data
+
+    outside = tmp_path / "elsewhere"  # not the repository: no `epbench/` or `harness/` here
+    outside.mkdir()
+    probe = _run(python, "-c", IMPORT_ALL, json.dumps(sorted(installed)), cwd=outside)
+    assert probe.returncode == 0, probe.stderr
+    found = json.loads(probe.stdout)
+    assert found["files"] == {name: str(path) for name, path in installed.items()}
+    assert not any("editable" in finder.lower() for finder in found["meta_path"])

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.model import Results
 from epbench.reports import findings, html, render
 from epbench.reports.bot.artifact import comparison_schema
 from epbench.reports.comparison import Comparison, Rerun
@@ -21,6 +22,7 @@ from epbench.reports.findings import ambiguous_cases, held_back_by_gate
 from epbench.workflows.compare_commits import merge_rounds
 from tests.support.comparisons import case_row, comparison_of
 from tests.support.gitrepo import git, init_repo
+from tests.support.synthetic import results_doc, typed_runner
 
 ROOT = Path(__file__).parent.parent
 # The slowdown the second commit adds to every Run, and the extra ORT calls.
@@ -39,12 +41,12 @@ def engine_repo(tmp_path, monkeypatch) -> Path:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "engine", repo / "engine",
                     ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build"))
-    # What the engine's build imports of epbench, laid out as in this repository: the
-    # build runs in a venv of its own, which sees only the commit's files.
+    # What the engine's build imports of epbench, laid out as in this repository (engine/
+    # at the top, mapped into the package by pyproject.toml, which nothing installs here):
+    # the build runs in a venv of its own, which sees only the commit's files.
     shutil.copytree(ROOT / "epbench" / "core", repo / "epbench" / "core",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(ROOT / "epbench" / "__init__.py", repo / "epbench" / "__init__.py")
-    (repo / "epbench" / "engine").symlink_to(Path("..") / "engine")
     init_repo(repo)
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "engine as it is")
@@ -127,13 +129,23 @@ def test_an_unknown_revision_is_one_clear_line(engine_repo, tmp_path) -> None:
 
 
 def test_reruns_append_rounds_with_fresh_indices() -> None:
-    doc = {"cases": {"a": {"rounds": [{"index": 0}, {"index": 1}]}, "b": {"rounds": []}}}
-    extra = {"cases": {"a": {"status": "ok", "rounds": [{"index": 0}, {"index": 1}]},
-                       "b": {"status": "crashed", "error": "boom", "rounds": [{"index": 0}]}}}
-    assert merge_rounds(doc, extra) == {"a": 2}
-    assert [r["index"] for r in doc["cases"]["a"]["rounds"]] == [0, 1, 2, 3]
-    assert doc["cases"]["a"]["reruns"] == 1
-    assert doc["cases"]["b"]["rounds"] == [] and doc["cases"]["b"]["rerun_errors"] == ["boom"]
+    truth = {"ort": 1000.0, "base": 1000.0, "head": 1000.0}
+    first = Results.from_dict(results_doc({"a": truth, "b": truth}, rounds=2, processes=2))
+    extra = Results.from_dict(results_doc({"a": truth, "b": truth}, rounds=2, seed=1,
+                                          status={"b": "crashed"}))
+    merged, added = merge_rounds(first, extra)
+    assert added == {"a": 2}
+    a, b = merged.cases["a"], merged.cases["b"]
+    assert [(r.index, r.process) for r in a.rounds] == [(0, 0), (1, 1), (2, 2), (3, 2)]
+    assert [p.index for p in a.processes] == [0, 1, 2]
+    assert a.reruns == 1 and a.rerun_errors == []
+    assert b.rounds == first.cases["b"].rounds and b.rerun_errors == ["crashed: synthetic"]
+    # The merged run is a document again, key for key, and the first pass is unchanged.
+    doc = merged.to_dict()
+    assert doc["cases"]["a"]["reruns"] == 1 and "reruns" not in doc["cases"]["b"]
+    assert doc["cases"]["b"]["rerun_errors"] == ["crashed: synthetic"]
+    assert Results.from_dict(doc).to_dict() == doc
+    assert len(first.cases["a"].rounds) == 2 and first.cases["a"].reruns == 0
 
 
 def _fake_commits(monkeypatch, fake_run) -> None:
@@ -141,7 +153,7 @@ def _fake_commits(monkeypatch, fake_run) -> None:
     from epbench.workflows import compare_commits as cc
     from tests.support.fakebuild import fake_build_commit
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 40)
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))
@@ -185,7 +197,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert instructions == ["valgrind", None]
     assert result.reruns == dict.fromkeys(rerun, 6)
     for name in rerun:
-        assert len(result.doc["cases"][name]["rounds"]) == 12
+        assert len(result.results.cases[name].rounds) == 12
         assert result.comparison.reruns[name] == Rerun(reruns=1, rounds=12)
     assert not any(r.verdict == "inconclusive" for r in result.comparison.cases)
 
@@ -266,7 +278,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         doc["interrupted"] = True
         return doc
 
-    monkeypatch.setattr(cc, "run", interrupted_run)
+    monkeypatch.setattr(cc, "run", typed_runner(interrupted_run))
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert calls == [list(names)] and budget_warnings(result) == []
 
@@ -277,7 +289,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                             for c in config.cases}, rounds=config.rounds, seed=1, noise=quiet,
                            processes=config.processes)
 
-    monkeypatch.setattr(cc, "run", settled_run)
+    monkeypatch.setattr(cc, "run", typed_runner(settled_run))
     result = with_clock([0, 0, 20, 20] + [20] * 100, budget_s=None)
     assert calls == [list(names)] and not ambiguous_cases(result.comparison)
     assert budget_warnings(result) == []
@@ -553,7 +565,7 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
                                  budget_s=35)
     assert calls == [["relu_d1_w8", "relu_d10_w8"], ["relu_d1_w8"], ["relu_d10_w8"],
                      ["relu_d1_w8"]]
-    cases = result.doc["cases"]
+    cases = result.results.to_dict()["cases"]
     assert len(cases["relu_d1_w8"]["rerun_errors"]) == 2 and "reruns" not in cases["relu_d1_w8"]
     assert cases["relu_d10_w8"]["reruns"] == 1
     assert all(held_back_by_gate(row) for row in result.comparison.cases)

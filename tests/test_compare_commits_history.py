@@ -39,7 +39,7 @@ from epbench.reports.history.changes import (
     series_with_changes,
 )
 from epbench.reports.history.db import redact
-from epbench.reports.history.store import HistoryStore, run_record
+from epbench.reports.history.store import SCHEMA_VERSION, HistoryStore, run_record
 from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits as cc
 from tests.support import synthetic
@@ -233,7 +233,7 @@ def _compare(history, tmp_path, monkeypatch, base: int,
             {c.name: {"ort": 1000.0, "base": 1000.0, "head": 1300.0} for c in config.cases},
             rounds=config.rounds, seed=3, noise=QUIET, host_key=HOST)
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     out = tmp_path / "out"
     out.mkdir()
@@ -324,7 +324,7 @@ def _stub_run(monkeypatch, during_run=lambda: None) -> list[str]:
         built.append(label)
         return fake_side(label, rev, sha)
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", synthetic.typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build)
     return built
 
@@ -444,7 +444,7 @@ def test_a_history_given_that_cannot_be_read_is_one_line_and_exit_1_before_anyth
 def test_an_older_store_is_never_upgraded_by_the_check_but_named_with_how_to(
         history, tmp_path, monkeypatch, given):
     # Checked: with the workflow's HistoryStore.open (migrating) the file comes out at
-    # schema version 2.
+    # the current schema version.
     db = _old_store(tmp_path / "old.sqlite")
     if given:
         monkeypatch.delenv(DB_ENV, raising=False)
@@ -457,7 +457,7 @@ def test_an_older_store_is_never_upgraded_by_the_check_but_named_with_how_to(
     assert result.exit_code == EXIT_REGRESSION, result.output
     assert _schema_version(db) == 1
     (note,) = [ln for ln in result.output.splitlines() if ln.startswith("note:")]
-    assert "schema version 1, older than this epbench's (2)" in note
+    assert f"schema version 1, older than this epbench's ({SCHEMA_VERSION})" in note
     assert "run any `epbench history` command on it" in note
     assert "base_history" not in _assert_reports_written(tmp_path / "out")
 
@@ -477,7 +477,7 @@ def test_epbench_db_is_the_history_when_no_history_is_given(history, tmp_path, m
 def test_the_workflow_reads_an_older_store_as_it_is_and_says_why_it_could_not_check(
         history, tmp_path, monkeypatch):
     # The library called without history_to_check first. Checked: with the workflow's
-    # HistoryStore.open (migrating) the file comes out at schema version 2.
+    # HistoryStore.open (migrating) the file comes out at the current schema version.
     db = _old_store(tmp_path / "old.sqlite")
     out, result = _compare(history, tmp_path, monkeypatch, 3, db=str(db))
     assert _schema_version(db) == 1

@@ -22,6 +22,7 @@ from epbench.engine import EP_OPTIONS
 from epbench.harness.arms import find_arm, twin_arm
 from tests.support.fakebuild import fake_build_commit
 from tests.support.gitrepo import git, init_repo
+from tests.support.synthetic import typed_runner
 
 FAST = ["--rounds", "4", "--processes", "2", "--budget", "0", "--gate", "off", "--quiet",
         "--no-instructions"]
@@ -63,7 +64,7 @@ def faked(tmp_path, monkeypatch) -> dict[str, Any]:
     def run(config):
         seen["configs"].append(config)
         if "run" in seen:
-            return seen["run"](config)
+            return typed_runner(seen["run"])(config)
         raise KeyboardInterrupt  # what the run was handed is all these tests need
 
     monkeypatch.setenv("EPBENCH_CACHE_DIR", str(tmp_path / "cache"))

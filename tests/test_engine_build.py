@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 
 from epbench import engine
 from epbench.engine import build as engine_build
+from epbench.harness.isolation import ENGINE_BUILD
 
 EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
            "epbench_probe_snapshot_ep", "epbench_probe_reset", "epbench_probe_name",
@@ -30,10 +32,13 @@ EXPORTS = {"CreateEpFactories", "ReleaseEpFactory", "epbench_probe_snapshot",
 
 @pytest.fixture(scope="module")
 def built_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`python -m engine.build --out DIR`, as a two-commit comparison runs it."""
+    """`python -m epbench.engine.build --out DIR`, as a two-commit comparison runs it: in
+    the checkout, which nothing installed (-S: no site-packages, so no editable finder),
+    with the checkout first on PYTHONPATH."""
     out = tmp_path_factory.mktemp("engine-out")
-    proc = subprocess.run([sys.executable, "-m", "engine.build", "--out", str(out)],
-                          cwd=Path(engine.__file__).resolve().parent.parent,
+    root = Path(engine.__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-S", "-c", ENGINE_BUILD, "--out", str(out)],
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     last_line = proc.stdout.strip().splitlines()[-1]

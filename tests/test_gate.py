@@ -1014,10 +1014,15 @@ def test_steal_up_to_one_minus_the_threshold_still_carries() -> None:
 
 
 def _rounds(pattern: str) -> list[dict]:
-    """A process's rounds for RunWaitBudget: "P" a round whose gate look passed, "F" one
-    whose did not; "" a process that crashed before its first round."""
+    """A process's rounds: "P" a round whose gate look passed, "F" one whose did not; ""
+    a process that crashed before its first round."""
     return [{"quiet": c == "P", "summary_ns": {}, "gate": {"passed": c == "P"}}
             for c in pattern]
+
+
+def _gates(pattern: str) -> list[dict]:
+    """The gate readings of `_rounds(pattern)`, as RunWaitBudget counts them."""
+    return [r["gate"] for r in _rounds(pattern)]
 
 
 # Processes in run order (their rounds), and the budget each must get: the streak of
@@ -1036,7 +1041,7 @@ def test_a_run_stops_waiting_after_rounds_in_a_row_with_no_passing_look() -> Non
     budgets = []
     for pattern, _ in WAIT_SCRIPT:
         budgets.append(waits.next_budget_s())
-        waits.record(_rounds(pattern))
+        waits.record(_gates(pattern))
     assert budgets == [2.5 if b == "full" else b for _, b in WAIT_SCRIPT]
     assert waits.futile_in_a_row == 24 and waits.next_budget_s() == 0.0
     # A run that continues another (a re-run) starts from its count.
@@ -1049,7 +1054,7 @@ def test_only_the_wait_policy_stops_waiting(policy) -> None:
     from epbench.harness.gate import RunWaitBudget
 
     waits = RunWaitBudget(2.5, policy)
-    waits.record(_rounds("F" * 40))
+    waits.record(_gates("F" * 40))
     assert waits.next_budget_s() == 2.5 and waits.waiting
 
 
@@ -1088,18 +1093,17 @@ def test_each_process_gets_the_budget_the_rounds_before_it_leave(monkeypatch, tm
     names = ("relu_d1_w8", "relu_d10_w8", "add_d10_w8")
     config = run_config.RunConfig(cases=tuple(case_by_name(n) for n in names), arms=(),
                                   rounds=4, processes=3, progress=Said(), out_dir=tmp_path / "o")
-    doc = runner.run(config)
-    full = doc["config"]["gate"]["budget_s"]
-    assert full > 0 and doc["config"]["gate"]["stops_waiting_after_rounds"] == 16
+    results = runner.run(config)
+    full = results.config.gate.extra["budget_s"]
+    assert full > 0 and results.config.gate.extra["stops_waiting_after_rounds"] == 16
     assert sent == [full if b == "full" else b for _, b in WAIT_SCRIPT]
-    recorded = [doc["cases"][n]["processes"][p].get("gate_budget_s")
-                for p in range(3) for n in names]
+    recorded = [results.cases[n].processes[p].gate_budget_s for p in range(3) for n in names]
     assert recorded == sent
     stream, whole = load_results(tmp_path / "o" / "results.jsonl"), load_results(tmp_path / "o")
-    assert stream.to_dict() == whole.to_dict()
+    assert stream.to_dict() == whole.to_dict() == results.to_dict()
     assert [p.gate_budget_s for p in whole.cases["relu_d1_w8"].processes] == sent[::3]
-    assert runner.futile_rounds_at_end(doc) == 24
-    assert runner.futile_rounds_at_end(doc, before=100) == 24  # a passing look came since
+    assert runner.futile_rounds_at_end(results) == 24
+    assert runner.futile_rounds_at_end(results, before=100) == 24  # a passing look came since
     assert [s.split(" (")[0] for s in said] == [
         "idle gate: 16 rounds in a row had no passing look",
         "idle gate: a look passed; rounds wait for a quiet moment again",

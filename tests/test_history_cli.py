@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.results import SCHEMA, write_results
+from epbench.reports.history.store import SCHEMA_VERSION
 from tests.support import synthetic
 from tests.support.gitrepo import git, init_repo
 
@@ -135,7 +136,7 @@ def test_add_twice_show_list_and_export(history_repo, tmp_path):
         f"already stored as run 1 (commit {measured[0][:7]}); nothing added")
     invoke("import", runs, "--db", db)
     listing = invoke("list", "--db", db).output.splitlines()
-    assert listing[-1] == f"20 run(s) in {db} (schema version 2)"
+    assert listing[-1] == f"20 run(s) in {db} (schema version {SCHEMA_VERSION})"
     assert invoke("list", "--series", "--db", db).output.splitlines()[0].split() == [
         "relu_d100_w8", "engine", "host0001", "20", "commit(s)"]
     shown = invoke("show", "--db", db, "--case", "relu_d100_w8", "--arm", "engine").output
@@ -180,12 +181,12 @@ def test_a_run_without_a_commit_and_a_newer_database_are_one_line_each(tmp_path)
         f"Error: {tmp_path / 'newer.json'} uses epbench.results/99, newer than this epbench "
         f"understands ({SCHEMA}); upgrade epbench to read it")
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO schema_version VALUES (3, 'later')")
+        conn.execute("INSERT INTO schema_version VALUES (?, 'later')", (SCHEMA_VERSION + 1,))
     newer = invoke("list", "--db", db)
     assert newer.exit_code == EXIT_USER_ERROR
     assert newer.output.strip() == (
-        f"Error: the history database {db} has schema version 3, newer than this epbench "
-        "understands (2); upgrade epbench")
+        f"Error: the history database {db} has schema version {SCHEMA_VERSION + 1}, newer "
+        f"than this epbench understands ({SCHEMA_VERSION}); upgrade epbench")
 
 
 def test_epbench_db_selects_the_store(tmp_path, monkeypatch):

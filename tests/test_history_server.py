@@ -127,7 +127,7 @@ def _merged_shards(commit: str, machine: str, seed: int) -> dict:
         doc["host"]["git_commit"] = commit
         doc["created"] = f"2026-04-0{1 + seed}T00:00:0{k}Z"
         shards.append(Shard(f"{machine}/{k}", as_results(doc)))
-    return merge_shards(shards)
+    return merge_shards(shards).to_dict()
 
 
 def _waiting(conn, sql: str) -> int:

@@ -140,7 +140,7 @@ def test_an_old_database_is_upgraded_on_first_use(db_url):
     assert store.schema_version() == 1
     store.close()
     with HistoryStore.open(db_url) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 2
+        assert store.schema_version() == SCHEMA_VERSION == 3
         (run,) = store.runs()
         assert (run["commit"], run["machine_class"]) == ("abc1234", None)
     _add(db_url, make_doc(5), machine_class="m")  # the new column works
@@ -151,7 +151,7 @@ def test_a_database_of_a_newer_schema_is_refused_untouched(db_url):
     with HistoryStore.open(db_url) as store:
         store._db.execute("INSERT INTO schema_version (version, applied) VALUES (99, 'x')")
     with pytest.raises(HistoryError, match=r"schema version 99, newer than this epbench "
-                                                r"understands \(2\); upgrade epbench"):
+                                                rf"understands \({SCHEMA_VERSION}\); upgrade"):
         HistoryStore.open(db_url)
     store = HistoryStore.open(db_url, migrate=False)
     assert len(store.runs()) == 1 and store.schema_version() == 99

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_USER_ERROR
+from epbench.core.model import Results
 from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
 from epbench.reports import calibrate
@@ -215,7 +216,8 @@ class FakeRunner:
         }
         noise = synthetic.NoiseModel(machine_sigma=0.01, arm_sigma=0.005, spike_prob=0.0,
                                        session_sigma=0.0)
-        return synthetic.results_doc(cases, rounds=config.rounds, seed=config.seed, noise=noise)
+        return Results.from_dict(synthetic.results_doc(cases, rounds=config.rounds,
+                                                       seed=config.seed, noise=noise))
 
 
 def test_calibrate_runs_aa_repeats_then_the_fixed_order_self_test():
@@ -265,10 +267,10 @@ def test_calibrate_refuses_runs_where_no_case_ran():
     from epbench.cases.grids import case_by_name
 
     def failing(config):
-        doc = FakeRunner()(config)
+        doc = FakeRunner()(config).to_dict()
         for case in doc["cases"].values():
             case.update(status="failed", error="KeyError: 'ort_b'", rounds=[])
-        return doc
+        return Results.from_dict(doc)
 
     with pytest.raises(calibrate.ProfileError, match="no case ran.*KeyError"):
         calibration.calibrate([case_by_name("relu_d1_w8")], repeats=1, run=failing)

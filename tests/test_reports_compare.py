@@ -36,9 +36,11 @@ from epbench.reports.findings import (
     named,
 )
 from epbench.reports.verdicts import (
+    IntervalTests,
     Judgement,
     Settings,
     Threshold,
+    adjusted_words,
     judge,
     judge_grid,
     overall_verdict,
@@ -214,7 +216,8 @@ def test_a_would_be_alert_with_unquiet_rounds_stands_on_its_quiet_rounds(
     if verdict == "below" and quiet_only.n == 26 and quiet_only.lo == 1.025:
         assert j.reason == ("slower by 5.0% (at least 4.5%) on all rounds, but 4 of 30 rounds "
                             "failed the idle gate and the 26 quiet rounds alone put it below "
-                            "the alert level 4.0% (at most +3.5%): a regression, not an alert")
+                            "the alert level 4.0% (at most +3.5% at 95%): a regression, not an "
+                            "alert")
 
 
 def test_threshold_is_floor_or_k_times_noise_and_default_without_profile():
@@ -297,6 +300,35 @@ def _calibrated_profile(cases=CASES, repeats=5):
                                        arm_spec="ort")
 
 
+def test_a_quiet_alert_quotes_its_own_bound_at_its_own_level():
+    # The case is selected (1 of 2) and shown at the adjusted 97.5 %; the quiet rounds'
+    # bound the rule read is their own 95 % one, and the reason says which is which.
+    shown = _change(1.10, 1.06, 1.14)
+    tests = IntervalTests([0.001, 1.0], [0.001, 1.0], [0.001, math.nan],
+                          lambda cases, level: [shown for _ in cases])
+    quiet = _change(1.09, 1.05, 1.13, n=26)
+    j, _ = judge_grid([_change(1.10, 1.07, 1.13), _change(1.0, 0.99, 1.01)], [TH, TH],
+                      [4, 0], [30, 30], 0.05, [quiet, None], needed=6, tests=tests)
+    assert j.verdict == "alert"
+    assert j.reason == (
+        "slower by 9.0% (at least 5.0% at 95%) on the 26 quiet rounds alone (4 unquiet set "
+        "aside), beyond the alert level 4.0% (interval shown at 97.50%: adjusted for "
+        "selecting 1 of the 2 cases tested, Benjamini-Yekutieli)")
+    below = judge(_change(1.05, 1.045, 1.055), True, 0.01, TH, 4, 30,
+                  _change(1.03, 1.025, 1.035, n=26), True, needed=6, confidence=0.9)
+    assert "(at most +3.5% at 90%)" in below.reason
+
+
+def test_the_adjusted_interval_is_worded_for_one_case_and_for_all():
+    assert adjusted_words(0.95, 1, 1) == (
+        "interval shown at 95.00%: the only case tested, nothing to adjust for")
+    assert adjusted_words(0.95, 3, 3) == (
+        "interval shown at 95.00%: all 3 cases tested were selected, nothing to adjust for")
+    assert adjusted_words(0.9875, 1, 4) == (
+        "interval shown at 98.75%: adjusted for selecting 1 of the 4 cases tested, "
+        "Benjamini-Yekutieli")
+
+
 def test_same_run_flags_the_slowed_case_and_only_it():
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.06), seed=3)
     result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
@@ -314,7 +346,8 @@ def test_same_run_flags_the_slowed_case_and_only_it():
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["verdict"] == "regression"
     assert row["ci_level"] == pytest.approx(1 - 0.05 / 4)
-    assert "adjusted for the 1 of 4 cases selected, Benjamini-Yekutieli" in row["reason"]
+    assert ("interval shown at 98.75%: adjusted for selecting 1 of the 4 cases tested, "
+            "Benjamini-Yekutieli") in row["reason"]
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.12), seed=3)
     result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     by_case = {r["case"]: r for r in result["cases"]}

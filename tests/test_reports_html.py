@@ -30,7 +30,7 @@ from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits
 from tests.support import synthetic
 from tests.support.fakebuild import fake_build_commit
-from tests.support.synthetic import as_results
+from tests.support.synthetic import as_results, typed_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "results"
@@ -304,7 +304,7 @@ def test_compare_commits_writes_report_html_beside_report_md(tmp_path, monkeypat
         return _doc({c.name: {"ort": 1000.0, "base": 800.0, "head": 800.0}
                      for c in config.cases}, rounds=config.rounds)
 
-    monkeypatch.setattr(cc, "run", fake_run)
+    monkeypatch.setattr(cc, "run", typed_runner(fake_run))
     monkeypatch.setattr(cc, "build_commit", fake_build_commit)
     monkeypatch.setattr(cc, "resolve_revision", lambda repo, rev: rev * 8)
     monkeypatch.setattr(cc, "repo_root", lambda repo: Path(repo))

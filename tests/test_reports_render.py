@@ -198,8 +198,10 @@ def test_no_profile_is_said_out_loud():
     doc = _load("same_run.json")
     comparison = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
     text = render.render_markdown(comparison)
-    assert "no noise profile and no A/A twin, so t is the conservative default" in text
-    assert "No A/A calibration profile" in text
+    said = ("no measurement (no calibration profile, no A/A twin), so t is the conservative "
+            "default max(1%, 2 × 2%)")
+    assert f"the noise from {said}" in text  # the method paragraph
+    assert f"came from {said}" in text  # what this cannot catch
 
 
 def test_a_twin_is_named_as_the_source_of_the_thresholds():
@@ -208,8 +210,11 @@ def test_a_twin_is_named_as_the_source_of_the_thresholds():
                                 twin={"of": "base", "key": "base_twin"})
     text = render.render_markdown(compare.compare(Side("base", doc, "base"),
                                                   Side("pr", doc, "pr")))
-    assert "from the run's own A/A twin (a second copy of `base` measured beside it)" in text
-    assert "no noise profile and no A/A twin" not in text
+    twin = "the run's own A/A twin (a second copy of the base arm measured beside it; 2 ×"
+    assert f"the noise from {twin}" in text
+    assert f"came from {twin}" in text
+    # The generic sentence of a run without a profile is not said of thresholds a twin set.
+    assert "conservative default" not in text and "No A/A calibration profile" not in text
 
 
 def test_a_run_that_stopped_waiting_for_quiet_says_so_in_every_report():
@@ -308,7 +313,7 @@ def test_wording_follows_the_settings_and_the_thresholds():
                              settings=Settings(alert=0.01))
     text = render.render_markdown(result)
     # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
-    assert "threshold (4.0% here)" in text
+    assert "The thresholds (4.0% here)" in text
     assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
     assert f"across the {len(result.cases)} case(s) with a test" in text
 

@@ -94,6 +94,25 @@ def test_keys_this_version_does_not_know_survive_and_absent_ones_stay_absent() -
     assert model.cases["relu_d1_w8"].lost_rounds == 0  # the reader's default
 
 
+def test_a_replaced_record_writes_the_keys_it_was_given_and_keeps_the_rest() -> None:
+    doc = _synthetic()
+    case = doc["cases"]["relu_d1_w8"]
+    del case["lost_rounds"], doc["twin"]
+    model = Results.from_dict(copy.deepcopy(doc))
+    changed = model.replaced(
+        interrupted=True,
+        twin=Twin.from_dict({"of": "ep", "key": "ep_aa"}),
+        cases={**model.cases, "relu_d1_w8": model.cases["relu_d1_w8"].replaced(lost_rounds=2)})
+    out = changed.to_dict()
+    # A key the document lacked is written once given; the others are as they were.
+    assert out["twin"] == {"of": "ep", "key": "ep_aa"}
+    assert out["cases"]["relu_d1_w8"]["lost_rounds"] == 2 and out["interrupted"] is True
+    assert {k: v for k, v in out.items() if k not in ("twin", "cases", "interrupted")} == {
+        k: v for k, v in doc.items() if k not in ("cases", "interrupted")}
+    # The record it came from is unchanged, absent keys still absent.
+    assert model.to_dict() == doc
+
+
 @pytest.mark.parametrize(("where", "key", "said"), [
     (lambda d: d, "cases", "cases: missing"),
     (lambda d: d["host"], "key", "host.key: missing"),

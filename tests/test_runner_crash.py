@@ -30,7 +30,7 @@ def test_crash_mid_case_keeps_its_rounds_and_the_other_cases(tmp_path, monkeypat
     monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
                         "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", f"crash:relu_d10_w8:2:{signame}")
-    doc = run(_config(tmp_path))
+    doc = run(_config(tmp_path)).to_dict()
     import signal
 
     crashed = doc["cases"]["relu_d10_w8"]
@@ -58,7 +58,8 @@ def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
                         "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "crashp:relu_d10_w8:1:1:SIGSEGV")
     # 4 rounds over 3 processes: 2 each (whole designs of the 2 arms), 6 in all.
-    doc = run(_config(tmp_path, processes=3))
+    results = run(_config(tmp_path, processes=3))
+    doc = results.to_dict()
     case = doc["cases"]["relu_d10_w8"]
     assert case["status"] == "ok"  # the other two processes finished
     assert [p["status"] for p in case["processes"]] == ["ok", "crashed", "ok"]
@@ -74,7 +75,7 @@ def test_a_crashed_process_costs_only_its_own_rounds(tmp_path, monkeypatch):
         "relu_d10_w8"]["rounds"] == case["rounds"]
     from epbench.cli.exit_codes import exit_code_for
 
-    assert exit_code_for(run=doc)[0] == 4  # a crash is never silent
+    assert exit_code_for(run=results)[0] == 4  # a crash is never silent
 
 
 def test_a_crashed_case_fails_the_run_with_exit_4(tmp_path, monkeypatch):
@@ -100,7 +101,7 @@ def test_a_worker_that_exits_mid_case_is_reported_crashed(tmp_path, monkeypatch)
     monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
                         "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "exit:relu_d10_w8:1:7")
-    doc = run(_config(tmp_path))
+    doc = run(_config(tmp_path)).to_dict()
     case = doc["cases"]["relu_d10_w8"]
     assert (case["status"], case["signal"], len(case["rounds"])) == ("crashed", None, 1)
     assert "status 7 after 1 round(s)" in case["error"]
@@ -112,7 +113,7 @@ def test_a_hung_worker_is_killed_after_the_silence_timeout(tmp_path, monkeypatch
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "hang:relu_d10_w8:3")
     # Long enough for a loaded machine's worker start-up between two events (seen to
     # take more than 5 s with both cores busy).
-    doc = run(_config(tmp_path, silence_timeout_s=15.0))
+    doc = run(_config(tmp_path, silence_timeout_s=15.0)).to_dict()
     case = doc["cases"]["relu_d10_w8"]
     assert case["status"] == "crashed" and len(case["rounds"]) == 3
     assert "nothing reported for 15 s after 3 round(s)" in case["error"]

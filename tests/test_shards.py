@@ -103,6 +103,34 @@ def test_merging_shards_with_one_missing_names_it(tmp_path) -> None:
     with pytest.raises(MergeError, match=r"shard\(s\) 3/3 of this grid are missing"):
         merge_shards(two)
     forced = merge_shards(two, force=True)
-    assert "shard(s) 3/3 missing" in forced["merge_forced"]
-    assert sorted(merge_shards([*two, shard(3, "add_d10_w8")])["cases"]) == [
+    assert "shard(s) 3/3 missing" in forced.extra["merge_forced"]
+    assert sorted(merge_shards([*two, shard(3, "add_d10_w8")]).cases) == [
         "add_d10_w8", "relu_d10_w8", "relu_d1_w8"]
+
+
+def test_a_merged_run_is_written_in_the_shards_own_format() -> None:
+    from epbench.core.model import Results
+    from epbench.harness.merge import Shard, merge_shards
+    from tests.support.synthetic import results_doc
+
+    docs = []
+    for k, case in enumerate(("relu_d1_w8", "relu_d10_w8"), start=1):
+        doc = results_doc({case: {"ort": 400.0, "engine": 150.0}}, rounds=4, seed=1)
+        doc["config"]["shard"] = f"{k}/2"
+        doc["created"] = f"2026-01-0{3 - k}T00:00:00Z"
+        docs.append(doc)
+    docs[1]["interrupted"] = True
+    merged = merge_shards([Shard(f"s{k}.json", Results.from_dict(d))
+                           for k, d in enumerate(docs, start=1)]).to_dict()
+    # The first shard's document but for what a merge says of the whole run.
+    first = {k: v for k, v in docs[0].items() if k not in ("cases", "config")}
+    assert {k: v for k, v in merged.items() if k not in ("cases", "config", "shards")} == {
+        **first, "interrupted": True, "created": "2026-01-01T00:00:00Z"}
+    assert merged["config"] == {**docs[0]["config"], "shard": None,
+                                "case_names": ["relu_d1_w8", "relu_d10_w8"]}
+    assert merged["cases"] == {**docs[0]["cases"], **docs[1]["cases"]}
+    assert merged["shards"] == [
+        {"source": "s1.json", "shard": "1/2", "machine": "host0001",
+         "created": "2026-01-02T00:00:00Z", "cases": ["relu_d1_w8"]},
+        {"source": "s2.json", "shard": "2/2", "machine": "host0001",
+         "created": "2026-01-01T00:00:00Z", "cases": ["relu_d10_w8"]}]

@@ -144,5 +144,5 @@ def test_a_flag_across_a_speed_change_keeps_its_adjusted_interval() -> None:
     assert flagged
     for row in flagged:
         assert row["ci_level"] > result["settings"]["confidence"]  # adjusted: wider
-        assert f"interval at {row['ci_level'] * 100:.2f}%" in row["reason"]
+        assert f"interval shown at {row['ci_level'] * 100:.2f}%" in row["reason"]
         assert "the ORT control took" in row["reason"] or "clears the threshold" in row["reason"]

@@ -40,7 +40,7 @@ def test_partial_assignment_fails_the_case_naming_the_node(tmp_path):
     from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
-    doc = run(_config([spec], tmp_path / "out"))
+    doc = run(_config([spec], tmp_path / "out")).to_dict()
     case = doc["cases"]["model:shrink"]
     assert case["status"] == "failed"
     assert "1 node(s) did not run on cpu_ep: shrink0 (Shrink) on CPUExecutionProvider" in (
@@ -55,7 +55,7 @@ def test_allow_fallback_records_the_split(tmp_path):
     from epbench.cases.spec import model_case
 
     spec = model_case(_shrink_model(tmp_path / "shrink.onnx"), {"batch": 2})
-    doc = run(_config([spec], tmp_path / "out", allow_fallback=True))
+    doc = run(_config([spec], tmp_path / "out", allow_fallback=True)).to_dict()
     case = doc["cases"]["model:shrink"]
     assert case["status"] == "ok", case["error"]
     assert case["arms"]["plugin:nxrt_ep_cpu"]["nodes_by_ep"] == {
@@ -68,7 +68,7 @@ def test_output_mismatch_fails_the_case_with_the_largest_error(tmp_path, monkeyp
     monkeypatch.setattr("epbench.harness.worker_process.WORKER_MODULE",
                         "tests.support.faulty_worker")
     monkeypatch.setenv("EPBENCH_TEST_FAULT", "wrong:plugin:nxrt_ep_cpu:0.25")
-    doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out"))
+    doc = run(_config([case_by_name("relu_d10_w8")], tmp_path / "out")).to_dict()
     case = doc["cases"]["relu_d10_w8"]
     assert case["status"] == "failed"
     assert "arm 'plugin:nxrt_ep_cpu': outputs differ" in case["error"]
@@ -87,13 +87,13 @@ def test_outputs_are_judged_against_the_control_whatever_the_arm_order(tmp_path,
                        arms=(parse_arm("plugin:nxrt_ep_cpu"), parse_arm("ort")), rounds=2,
                        block_target_ms=0.2, max_block_iters=10, warmup_ms=1.0,
                        gate_policy="off", out_dir=tmp_path / "out")
-    case = run(config)["cases"]["relu_d1_w8"]
+    case = run(config).to_dict()["cases"]["relu_d1_w8"]
     assert "arm 'plugin:nxrt_ep_cpu': outputs differ" in case["error"]
     assert case["arms"]["ort"]["verified"] is True
 
 
 def test_identity_chain_executes_every_node_on_every_arm(tmp_path):
-    doc = run(_config([case_by_name("identity_d10_w4096")], tmp_path / "out"))
+    doc = run(_config([case_by_name("identity_d10_w4096")], tmp_path / "out")).to_dict()
     arms = doc["cases"]["identity_d10_w4096"]["arms"]
     assert {k: a["nodes_executed"] for k, a in arms.items()} == {
         "ort": 10, "plugin:nxrt_ep_cpu": 10}

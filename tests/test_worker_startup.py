@@ -36,7 +36,7 @@ def test_timed_workers_never_import_onnx(tmp_path, monkeypatch) -> None:
     names = ("relu_d1_w8", "add_d10_w8")  # node counts apart: each worker got its own case
     doc = run(RunConfig(cases=tuple(case_by_name(n) for n in names),
                         arms=(parse_arm("engine"),), rounds=4, processes=2, sessions=1,
-                        warmup_ms=5.0, gate_policy="off"))
+                        warmup_ms=5.0, gate_policy="off")).to_dict()
     for name in names:
         case = doc["cases"][name]
         assert case["status"] == "ok", case["error"]
@@ -198,8 +198,7 @@ def test_a_copy_on_a_noexec_mount_is_refused_in_one_line(tmp_path, monkeypatch) 
     assert str(error.value) == (
         f"cannot copy {library} for the A/A twin: {tempfile.gettempdir()} is on a file system "
         "mounted noexec, so a library copied there cannot be loaded; point TMPDIR at a folder "
-        "on one mounted with exec, or run without the A/A twin (no --aa-twin; --no-aa-twin "
-        "for compare-commits and validate)")
+        "on one mounted with exec, or run without the A/A twin (--no-aa-twin)")
     assert not any(noexec.iterdir())  # nothing copied there
 
     # A file system that cannot say (statvfs fails there): the copy goes ahead, as before.
@@ -229,7 +228,7 @@ def test_a_case_that_cannot_be_built_fails_alone(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(CaseSpec, "build", build_but_one)
     doc = runner.run(run_config.RunConfig(
         cases=(case_by_name("add_d10_w8"), case_by_name("relu_d1_w8")), arms=(parse_arm("ort"),),
-        rounds=2, processes=1, sessions=1, warmup_ms=5.0, gate_policy="off"))
+        rounds=2, processes=1, sessions=1, warmup_ms=5.0, gate_policy="off")).to_dict()
     failed, ok = doc["cases"]["add_d10_w8"], doc["cases"]["relu_d1_w8"]
     assert (failed["status"], failed["error_kind"], failed["error"]) == (
         "failed", "case", "cannot build case add_d10_w8: input 'x' has no --dim")

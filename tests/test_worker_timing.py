@@ -151,8 +151,8 @@ def test_slices_reach_every_worker_and_the_results_file(monkeypatch, tmp_path) -
     monkeypatch.setattr(worker_process, "run_worker", fake_worker)
     config = run_config.RunConfig(cases=(case_by_name("relu_d1_w8"),), arms=(), rounds=4,
                                   processes=2, block_slices=8, out_dir=tmp_path / "out")
-    doc = runner.run(config)
-    assert doc["config"]["block_slices"] == 8
+    results = runner.run(config)
+    assert results.config.block_slices == 8
     cases = [r for r in sent if r.get("mode") == "case"]
     assert len(cases) == 2 and all(r["config"]["block_slices"] == 8 for r in cases)
 

@@ -20,8 +20,10 @@ values between runs has expectation F. History: 20 series of 50 points, AR(1) no
 with lag-1 correlation rho and sd 2.4 %.
 
 Seeds: numpy's default_rng([--seed, scenario number, ...parameters, trial]); --seed 46
-and --trials 100 (grids per figure; a quarter of that for the quiet-rounds and history
-figures) give the committed table, in about 6 minutes on a busy 2-core machine.
+and --trials 60 (grids per figure; a quarter of that for the quiet-rounds figures, half
+and at most 25 detects for the history ones) give the committed table. --before names
+the revisions measured beside this tree (default: d031736, before issue 46, and
+99080bb, its first fixes).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ PER_PROCESS = 8
 ROUND_SD = 0.01
 PROCESS_SD = 0.003
 HISTORY_SD = 0.024
+# `detect` runs per history figure at most: each is 20 series of 50 points.
+HISTORY_RUNS = 25
 
 
 # --------------------------------------------------------------------------- data
@@ -82,13 +86,34 @@ def _new_api() -> bool:
     return hasattr(compare, "judge_samples")
 
 
-def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=True):
-    """Verdicts of a grid the way compare() reaches them, in either version.
+def _per_case_api() -> bool:
+    """Since the review of #46's first fixes: per-case unmodelled variances, one-process
+    cases widened, the twin warning judged against the other twins' noise."""
+    return hasattr(_nested(), "unmodelled_variances")
+
+
+def _twin_warned(twin_samples, twin_changes, settings) -> bool:
+    """Would compare() warn that the run's A/A twin differs from the arm it copies?"""
+    if _per_case_api():
+        from epbench.reports import findings
+
+        names = [str(i) for i in range(len(twin_samples))]
+        return bool(findings.doubtful_twins(twin_samples, twin_changes, names, settings))
+    # Before: a twin significant at the run's level whose interval clears the floor.
+    alpha, floor = 1.0 - settings.confidence, settings.floor
+    return any(c.p < alpha and (c.lo - 1.0 >= floor or c.hi - 1.0 <= -floor)
+               for c in twin_changes)
+
+
+def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=True,
+           warned=None):
+    """Verdicts of a grid the way compare() reaches them, in any version.
 
     pr, base: per case ProcessSample (base empty for one run); twins: per run, per case
     the twin's ProcessSample; unquiet: per case the unquiet round count; quiet: per case
     (PR, base) quiet-round samples or None; between: separate runs' between-run
-    variance (None: not known)."""
+    variance (None: not known); warned: a list to append whether the twin warning
+    fired."""
     from epbench.reports import compare, stats
 
     nested = _nested()
@@ -103,10 +128,20 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
     quiet = quiet or [None] * n
     rounds = [len(s) for s in pr]
     twin_changes = [nested.nested_changes(t) for t in twins]
-    if _new_api():
+    if warned is not None:
+        warned.append(any(_twin_warned(t, c, settings)
+                          for t, c in zip(twins, twin_changes, strict=True)))
+    if _per_case_api():
         noise = [max(math.expm1(nested.standard_error(c[i])) for c in twin_changes)
                  for i in range(n)]
-        tau2 = sum(nested.unmodelled_variance(c) for c in twin_changes) / len(twin_changes)
+        per_run = [nested.unmodelled_variances(c) for c in twin_changes]
+        tau2 = [sum(v[i] for v in per_run) / len(per_run) + (between or 0.0)
+                for i in range(n)]
+    elif _new_api():
+        noise = [max(math.expm1(nested.standard_error(c[i])) for c in twin_changes)
+                 for i in range(n)]
+        tau2 = (sum(nested.unmodelled_variance(c) for c in twin_changes) / len(twin_changes)
+                + (between or 0.0))
     else:
         noise = [max(abs(c[i].ratio - 1.0) for c in twin_changes) for i in range(n)]
         tau2 = 0.0
@@ -115,7 +150,7 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
     if _new_api():
         grid = verdicts.GridSamples(pr, base, same_run, [quiet[i][0] for i in index],
                                    [quiet[i][1] for i in index] if not same_run else [],
-                                   index, extra_variance=tau2 + (between or 0.0),
+                                   index, extra_variance=tau2,
                                    extra_df=max(1.0, n - 1.0))
         js, _ = verdicts.judge_samples(grid, thresholds, unquiet, rounds, settings)
         changes = grid.changes(confidence=settings.confidence)
@@ -142,20 +177,26 @@ FLAGS = ("alert", "regression")
 
 
 def _same_run_grid(rng, *, bias=0.0, effects=None, processes=PROCESSES,
-                   round_sd=ROUND_SD, process_sd=PROCESS_SD, unquiet_processes=()):
+                   round_sd=ROUND_SD, process_sd=PROCESS_SD, unquiet_processes=(),
+                   per_process=PER_PROCESS, twin_off=None):
+    """One run's grid: per case PR / base and twin / base. `bias`: the per-copy bias's
+    sd, one for every case or one per case; `twin_off`: per case a fixed offset of the
+    twin (a twin that really differs)."""
     import numpy as np
 
     nested = _nested()
 
     effects = effects if effects is not None else [0.0] * GRID
-    labels = _labels(processes, PER_PROCESS)
+    biases = list(bias) if isinstance(bias, (list, tuple)) else [bias] * len(effects)
+    offs = twin_off or [0.0] * len(effects)
+    labels = _labels(processes, per_process)
     pr, twins, unquiet, quiet = [], [], [], []
     keep = ~np.isin(labels, list(unquiet_processes))
-    for effect in effects:
+    for effect, b, off in zip(effects, biases, offs, strict=True):
         kw = {"round_sd": round_sd, "process_sd": process_sd}
-        base = _arm(rng, processes, PER_PROCESS, bias, **kw)
-        twin = _arm(rng, processes, PER_PROCESS, bias, **kw)
-        new = _arm(rng, processes, PER_PROCESS, bias, effect, **kw)
+        base = _arm(rng, processes, per_process, b, **kw)
+        twin = _arm(rng, processes, per_process, b, off, **kw)
+        new = _arm(rng, processes, per_process, b, effect, **kw)
         pr.append(nested.ProcessSample(new - base, labels))
         twins.append(nested.ProcessSample(twin - base, labels))
         unquiet.append(int((~keep).sum()))
@@ -178,18 +219,57 @@ def coverage(trials: int, seed: int, processes: int) -> float:
     return covered / total
 
 
-def false_flags(trials: int, seed: int, bias: float) -> tuple[float, float]:
+def false_flags(trials: int, seed: int, bias: float, processes: int = PROCESSES,
+                per_process: int = PER_PROCESS) -> tuple[float, float, float]:
+    """A/A grids: share of cases ⚠️ or 🔴, of grids with one, of grids whose twin
+    warning fired."""
     import numpy as np
 
-    per_case, grids = 0, 0
+    per_case, grids, warned = 0, 0, []
     for trial in range(trials):
-        rng = np.random.default_rng([seed, 2, int(bias * 1e4), trial])
-        pr, twins, _, _ = _same_run_grid(rng, bias=bias)
-        verdicts, _ = _judge(pr, [], [twins])
+        rng = np.random.default_rng([seed, 2, int(bias * 1e4), processes, trial])
+        pr, twins, _, _ = _same_run_grid(rng, bias=bias, processes=processes,
+                                         per_process=per_process)
+        verdicts, _ = _judge(pr, [], [twins], warned=warned)
         flagged = sum(v in FLAGS for v in verdicts)
         per_case += flagged
         grids += flagged > 0
-    return per_case / (trials * GRID), grids / trials
+    return per_case / (trials * GRID), grids / trials, sum(warned) / trials
+
+
+# Per-case bias that varies by case: a fifth of the cases' copies differ by sd 2 %, the
+# rest by 0.5 % (the mean variance is that of a 1 % bias).
+MIXED = [0.02 if i % 5 == 0 else 0.005 for i in range(GRID)]
+
+
+def mixed_bias(trials: int, seed: int) -> tuple[float, float, float]:
+    """false_flags under MIXED."""
+    import numpy as np
+
+    per_case, grids, warned = 0, 0, []
+    for trial in range(trials):
+        rng = np.random.default_rng([seed, 7, trial])
+        pr, twins, _, _ = _same_run_grid(rng, bias=MIXED)
+        verdicts, _ = _judge(pr, [], [twins], warned=warned)
+        flagged = sum(v in FLAGS for v in verdicts)
+        per_case += flagged
+        grids += flagged > 0
+    return per_case / (trials * GRID), grids / trials, sum(warned) / trials
+
+
+def twin_off(trials: int, seed: int, off: float) -> float:
+    """Share of grids (per-copy bias 1 %) whose twin warning fires when one case's twin
+    really sits `off` away from its arm."""
+    import numpy as np
+
+    warned: list[bool] = []
+    for trial in range(trials):
+        rng = np.random.default_rng([seed, 8, int(off * 1e4), trial])
+        offs = [0.0] * GRID
+        offs[trial % GRID] = off
+        pr, twins, _, _ = _same_run_grid(rng, bias=0.01, twin_off=offs)
+        _judge(pr, [], [twins], warned=warned)
+    return sum(warned) / trials
 
 
 def power(trials: int, seed: int, effect: float, bias: float) -> float:
@@ -273,7 +353,7 @@ def history(trials: int, seed: int, rho: float) -> float:
 
     many = getattr(changepoints, "detect_many", None)
     hits = 0
-    runs = max(1, trials // 4)
+    runs = min(HISTORY_RUNS, max(1, trials // 2))
     for trial in range(runs):
         rng = np.random.default_rng([seed, 6, int(rho * 100), trial])
         eps = rng.normal(0.0, HISTORY_SD * math.sqrt(1.0 - rho * rho), (20, 50))
@@ -294,9 +374,19 @@ def measure(trials: int, seed: int) -> dict[str, Any]:
     for p in (3, 6):
         out[f"coverage, one run, P = {p}"] = coverage(trials, seed, p)
     for bias in (0.0, 0.01):
-        case, grid = false_flags(trials, seed, bias)
+        case, grid, warned = false_flags(trials, seed, bias)
         out[f"A/A false flags per case, per-copy bias {bias:.0%}"] = case
         out[f"A/A grids with a false flag, per-copy bias {bias:.0%}"] = grid
+        out[f"A/A grids with the twin warning, per-copy bias {bias:.0%}"] = warned
+    case, grid, warned = false_flags(trials, seed, 0.01, processes=1, per_process=16)
+    out["one process (16 rounds), per-copy bias 1%: A/A false flags per case"] = case
+    out["one process (16 rounds), per-copy bias 1%: A/A grids with a false flag"] = grid
+    case, grid, warned = mixed_bias(trials, seed)
+    out["per-copy bias by case (2% or 0.5%): A/A false flags per case"] = case
+    out["per-copy bias by case (2% or 0.5%): A/A grids with a false flag"] = grid
+    out["per-copy bias by case (2% or 0.5%): A/A grids with the twin warning"] = warned
+    out["one twin 6% off its arm, per-copy bias 1%: grids with the twin warning"] = twin_off(
+        trials, seed, 0.06)
     for bias in (0.0, 0.01):
         for effect in (0.01, 0.02, 0.03):
             out[f"power at +{effect:.0%}, per-copy bias {bias:.0%}"] = power(
@@ -314,6 +404,46 @@ def measure(trials: int, seed: int) -> dict[str, Any]:
     for rho in (0.0, 0.2, 0.4):
         out[f"history detect, 20 null series, rho = {rho}: runs with a change"] = history(
             trials, seed, rho)
+    return out
+
+
+# --------------------------------------------------------------------------- ceiling
+
+
+def within_se(processes: int = PROCESSES, per_process: int = PER_PROCESS) -> float:
+    """The standard error of one run's PR / base change in this model, over processes:
+    per process the median of `per_process` rounds of two arms' noise (1.2533 x sd /
+    sqrt(n)) and two process offsets."""
+    per = 2.0 * (PROCESS_SD**2 + (1.2533 * ROUND_SD) ** 2 / per_process)
+    return math.sqrt(per / processes)
+
+
+def power_ceiling(effect: float, bias: float, *, processes: int = PROCESSES,
+                  copies: int = 1, tested: int = GRID, threshold: float = 0.01,
+                  fdr: float = 0.05) -> float:
+    """The power of an oracle that knows every variance, testing "change <= threshold"
+    for the one slowed case of a grid: its doubled one-sided p must reach BH's smallest
+    cut-off fdr / tested. The copies' bias does not shrink with processes (they share
+    the copy), only with `copies` per arm averaged."""
+    from statistics import NormalDist
+
+    sd = math.sqrt(2.0 * bias**2 / copies + within_se(processes) ** 2)
+    z = NormalDist().inv_cdf(1.0 - fdr / tested / 2.0)
+    return NormalDist().cdf((math.log1p(effect) - math.log1p(threshold)) / sd - z)
+
+
+def ceiling_lines() -> list[str]:
+    """The power ceilings statistics.md quotes."""
+    out = []
+    for processes in (3, 6, 1000):
+        out.append(f"ceiling, +3 %, per-copy bias 1 %, P = {processes}, BH over {GRID}: "
+                   f"{power_ceiling(0.03, 0.01, processes=processes):.1%}")
+    out.append(f"ceiling, +3 %, per-copy bias 1 %, P = 6, one case alone: "
+               f"{power_ceiling(0.03, 0.01, tested=1):.1%}")
+    out.append(f"ceiling, +3 %, no bias, P = 6, BH over {GRID}: "
+               f"{power_ceiling(0.03, 0.0):.1%}")
+    need = next(n for n in range(1, 10_000) if power_ceiling(0.03, 0.01, copies=n) >= 0.99)
+    out.append(f"copies per arm for a 99 % ceiling at +3 %, per-copy bias 1 %: {need}")
     return out
 
 
@@ -338,8 +468,9 @@ def _run(tree: Path, trials: int, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="d031736", help="git revision of 'before'")
-    parser.add_argument("--trials", type=int, default=100, help="grids per figure")
+    parser.add_argument("--before", default="d031736,99080bb",
+                        help="git revisions to measure before this tree, comma-separated")
+    parser.add_argument("--trials", type=int, default=60, help="grids per figure")
     parser.add_argument("--seed", type=int, default=46)
     parser.add_argument("--measure", action="store_true",
                         help="measure the importable epbench only, print JSON")
@@ -348,15 +479,22 @@ def main() -> None:
         print(json.dumps(measure(args.trials, args.seed)))
         return
     root = Path(__file__).resolve().parents[2]
-    with tempfile.TemporaryDirectory() as tmp:
-        _tree_at(args.before, Path(tmp))
-        before = _run(Path(tmp), args.trials, args.seed)
+    revs = [r for r in args.before.split(",") if r]
+    before = []
+    for rev in revs:
+        with tempfile.TemporaryDirectory() as tmp:
+            _tree_at(rev, Path(tmp))
+            before.append(_run(Path(tmp), args.trials, args.seed))
     after = _run(root, args.trials, args.seed)
     print(f"| figure ({args.trials} grids of {GRID} cases a figure, seed {args.seed}) | "
-          f"before ({args.before}) | after |")
-    print("|---|---|---|")
+          + "".join(f"{rev} | " for rev in revs) + "after |")
+    print("|---|" + "---|" * (len(revs) + 1))
     for key in after:
-        print(f"| {key} | {before.get(key, float('nan')):.1%} | {after[key]:.1%} |")
+        cells = "".join(f"{b.get(key, float('nan')):.1%} | " for b in before)
+        print(f"| {key} | {cells}{after[key]:.1%} |")
+    print()
+    for line in ceiling_lines():
+        print(f"- {line}")
 
 
 if __name__ == "__main__":

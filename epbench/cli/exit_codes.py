@@ -6,9 +6,6 @@ against them); here is only which outcome gets which.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from epbench.core.errors import (
     EXIT_CASE_FAILED,
     EXIT_GATE,
@@ -16,10 +13,11 @@ from epbench.core.errors import (
     EXIT_OK,
     EXIT_REGRESSION,
 )
+from epbench.core.model import Results
 from epbench.reports.comparison import FAIL_ON, CompareError, Comparison
 
 
-def exit_code_for(*, run: Mapping[str, Any] | None = None,
+def exit_code_for(*, run: Results | None = None,
                   comparison: Comparison | None = None,
                   fail_on: str | None = None) -> tuple[int, str | None]:
     """The exit code and the line that explains it, for a run and/or a comparison.
@@ -29,13 +27,12 @@ def exit_code_for(*, run: Mapping[str, Any] | None = None,
     `fail_on` gives 5.
     """
     if run is not None:
-        if run["interrupted"]:
+        if run.interrupted:
             return EXIT_INTERRUPTED, "interrupted: everything measured so far is on disk"
         # A case whose process crashed kept the others' rounds, but the crash is the EP's.
-        bad = [n for n, c in run["cases"].items()
-               if c["status"] != "ok" or c.get("error_kind") == "crash"]
+        bad = [n for n, c in run.cases.items() if not c.ok or c.error_kind == "crash"]
         if bad:
-            gated = any(run["cases"][n].get("error_kind") == "gate" for n in bad)
+            gated = any(run.cases[n].error_kind == "gate" for n in bad)
             return (EXIT_GATE if gated else EXIT_CASE_FAILED,
                     f"{len(bad)} case(s) did not finish: {', '.join(bad)}")
     if comparison is not None and fail_on is not None:

@@ -22,6 +22,7 @@ from epbench.cli.options import case_option, format_option, out_option
 from epbench.core.errors import EXIT_OK, EXIT_REGRESSION, EpbenchError
 from epbench.core.gitcmd import git_argv, git_env
 from epbench.core.paths import DB_ENV
+from epbench.reports.defaults import HISTORY_INSTRUCTIONS_CHANGE
 from epbench.reports.history import changepoints, documents
 from epbench.reports.history.changes import (
     Finding,
@@ -31,6 +32,11 @@ from epbench.reports.history.changes import (
 )
 from epbench.reports.history.changes import detect as detect_changes  # `detect` is the command
 from epbench.reports.history.db import HistoryError
+from epbench.reports.history.instruction_series import (
+    InstructionFinding,
+    instruction_changes,
+    instruction_series,
+)
 from epbench.reports.history.store import DEFAULT_DB_NAME, HistoryStore, add_file, import_dir
 
 FORMATS = ("text", "json", "csv")
@@ -182,20 +188,29 @@ def show(case_name: str, arm: str, machine: str | None, fmt: str, out: str | Non
     """
     with HistoryStore.open(db_url) as store:
         result = series_with_changes(store, case_name, arm, machine)
-    doc = documents.series_document(case_name, arm, result)
+        counted = instruction_series(store, case_name, arm, result.machine)
+    moved = instruction_changes(counted, case=case_name, arm=arm, machine=result.machine)
+    doc = documents.series_document(case_name, arm, result, counted, moved)
     if fmt == "json":
         emit(json.dumps(doc, sort_keys=True, indent=1) + "\n", out)
         return
     if fmt == "csv":
         emit(_csv(doc["points"], ["commit", "created", "ratio", "lo", "hi", "runs",
-                                  "change_point"]), out)
+                                  "change_point"] + (["instructions", "instructions_change"]
+                                                     if counted else [])), out)
         return
-    lines = [f"{case_name}, {arm} on {result.machine}: ratio to the in-run ORT control"]
+    lines = [f"{case_name}, {arm} on {result.machine}: ratio to the in-run ORT control"
+             + (", and instructions per Run" if counted else "")]
     for p in doc["points"]:
         ci = "" if p["lo"] is None or p["hi"] is None else f" [{p['lo']:.3f}, {p['hi']:.3f}]"
         mark = ("" if p["change_point"] is None
                 else f"   <- change {_pct(p['change_point'])} %")
-        lines.append(f"  {_short(p['commit'])}  {p['created']}  {p['ratio']:.3f}{ci}  "
+        if p.get("instructions_change") is not None:
+            mark += f"   <- instructions {p['instructions_change'] * 100:+.2f} %"
+        instr = "" if not counted else (
+            f"  {'-' if p['instructions'] is None else format(p['instructions'], ',.0f'):>10}"
+            " instr")
+        lines.append(f"  {_short(p['commit'])}  {p['created']}  {p['ratio']:.3f}{ci}{instr}  "
                      f"({p['runs']} run{'s' if p['runs'] > 1 else ''}){mark}")
     if len(result.points) < changepoints.MIN_POINTS:
         lines.append(f"  ({len(result.points)} commits; change points need "
@@ -223,6 +238,12 @@ def _finding_line(f: Finding) -> str:
           else f" [{_pct(f.change.lo - 1.0)}, {_pct(f.change.hi - 1.0)}]")
     return (f"`{f.case}`, {f.arm}: {_pct(f.change.ratio - 1.0)} %{ci} between "
             f"`{_short(f.before)}` and `{_short(f.after)}`{between}")
+
+
+def _instruction_line(f: InstructionFinding) -> str:
+    return (f"`{f.case}`, {f.arm}: instructions per Run {f.old:,.0f} -> {f.new:,.0f} "
+            f"({f.change * 100:+.2f} %) between `{_short(f.before)}` and `{_short(f.after)}`"
+            f", machine {f.machine}")
 
 
 def _csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -259,6 +280,9 @@ def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[s
     in-run ORT control), each split tested by permutation (p <= 0.01, 199
     shuffles, at least 4 commits a side). A change is the
     median level after over the median before, with a distribution-free interval.
+    Instructions per Run, where runs counted them: a change point at each commit
+    whose count moved more than 0.1 % from the level held (counts are exact);
+    only --fail-on any fails on them.
     Exit codes: 0 nothing matched --fail-on, 5 a change point did, 1 bad input.
     """
     repo_path = Path(repo)
@@ -266,7 +290,7 @@ def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[s
         since_sha = None if since is None else _resolve_since(store, since, repo_path)
         found = detect_changes(store, cases=case_names, arms=arms, machines=machines,
                                since=since_sha, weighted=weighted)
-    if found.tested == 0:
+    if found.tested == 0 and found.instruction_series == 0:
         raise HistoryError(found.too_short[0] if len(found.too_short) == 1 else
                                 f"{len(found.too_short)} series, none long enough to test "
                                 f"(a test needs {changepoints.MIN_POINTS} commits); "
@@ -277,7 +301,10 @@ def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[s
         findings.append(f if count is None else replace(f, commits_between=int(count)))
     if fmt == "json":
         click.echo(json.dumps({"tested": found.tested, "too_short": found.too_short,
-                               "findings": [f.to_dict() for f in findings]},
+                               "findings": [f.to_dict() for f in findings],
+                               "instruction_series": found.instruction_series,
+                               "instruction_findings": [
+                                   f.to_dict() for f in found.instruction_findings]},
                               sort_keys=True, indent=1))
     elif fmt == "csv":
         columns = ["case", "arm", "machine", "direction", "change", "lo", "hi", "p", "before",
@@ -293,11 +320,20 @@ def detect(case_names: tuple[str, ...], arms: tuple[str, ...], machines: tuple[s
             if f.counters_changed:
                 changed = ", ".join(f"{k} {a} -> {b}" for k, (a, b) in f.counters_changed.items())
                 click.echo(f"    counters changed: {changed}")
+        for g in found.instruction_findings:
+            click.echo(_instruction_line(g))
         scope = "" if since is None else f" since {since}"
         click.echo(f"{len(findings)} change point(s){scope} in {found.tested} series tested")
+        if found.instruction_series:
+            click.echo(f"{len(found.instruction_findings)} instruction change(s){scope} in "
+                       f"{found.instruction_series} instruction series (a move of more than "
+                       f"{HISTORY_INSTRUCTIONS_CHANGE * 100:g} % from the level held)")
         for line in found.too_short:
             click.echo(f"note: not tested: {line}", err=True)
     hits = [f for f in findings if fail_on == "any" or (fail_on == "regression" and f.regression)]
+    # An instruction count alone never fails a job on `regression` (as in compare, where
+    # it is a mark, never a 🔴): only `any` counts its changes.
+    hits += found.instruction_findings if fail_on == "any" else []
     click.get_current_context().exit(EXIT_REGRESSION if hits else EXIT_OK)
 
 

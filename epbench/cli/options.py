@@ -291,10 +291,30 @@ def overwrite_option(f: F) -> F:
                         help="Replace output already at --out.")(f)
 
 
+class Percent(click.ParamType):
+    """A percentage, "1%" or "1", as a fraction (0.01), strictly between 0 and 100 %."""
+
+    name = "PCT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().removesuffix("%").strip()
+        try:
+            pct = float(text)
+        except ValueError:
+            pct = float("nan")
+        if not 0.0 < pct < 100.0:  # NaN fails too
+            self.fail(f"{value!r} is not a percentage between 0 and 100; write e.g. 1% or 0.5",
+                      param, ctx)
+        return pct / 100.0
+
+
 def verdict_options(f: F) -> F:
     """How verdicts are judged: shared by `compare` and `compare-commits`.
 
-    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on;
+    Adds profile_path, floor, k, alert, confidence, fdr, resamples, seed, fail_on,
+    target_mde;
     `settings_from` turns them into reports.verdicts.Settings.
     """
     options = [
@@ -321,6 +341,12 @@ def verdict_options(f: F) -> F:
                           "(verdicts use exact intervals, no resampling)."),
         click.option("--seed", type=int, default=defaults.SEED, show_default=True,
                      help="Seed of the decomposition's resampling."),
+        click.option("--target-mde", "target_mde", type=Percent(), default=None,
+                     help="The detectable change every case should reach (e.g. 1%): the "
+                          "floor becomes half of it, a ✅ whose A/A twin moved more is ❔, "
+                          "and the report names the cases short of it and why "
+                          "(compare-commits re-runs them with more worker processes "
+                          "within its budget)."),
         click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
                      default=defaults.FAIL_ON, show_default=True,
                      help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "

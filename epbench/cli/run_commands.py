@@ -15,6 +15,7 @@ from epbench.cases.shards import parse_shard, shard_cases
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
+    Percent,
     allow_fallback_option,
     annotations_wanted,
     arm_option,
@@ -40,10 +41,9 @@ from epbench.cli.options import (
 from epbench.cli.progress import progress_for
 from epbench.cli.verdict_commands import emit_annotations, settings_from
 from epbench.core.errors import EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
-from epbench.core.model import Results
 from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results, prepare_out_dir, write_results
-from epbench.harness.arms import parse_arm
+from epbench.harness.arms import default_twin, parse_arm
 from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
@@ -67,6 +67,7 @@ from epbench.workflows.compare_commits import (
     default_instructions,
 )
 from epbench.workflows.compare_commits import compare_commits as run_comparison
+from epbench.workflows.run_target import run_to_target
 
 _RUN = run_defaults()
 
@@ -83,7 +84,12 @@ _RUN = run_defaults()
 @click.option("--aa-twin", "aa_twin", metavar="ARM", default=None,
               help="Also run a twin of ARM (its own copy of the library, its own "
                    "registration name): the run measures its own A/A noise, which "
-                   "`compare` then uses for its thresholds.")
+                   "`compare` then uses for its thresholds. Default: the first arm "
+                   "after the ORT control, once two or more arms are compared (one more "
+                   "arm per round).")
+@click.option("--no-aa-twin", "no_aa_twin", is_flag=True,
+              help="Run no twin, even when two or more arms are compared (`compare` "
+                   "then falls back to a 4 % threshold unless given a --profile).")
 @click.option("--keep-samples", is_flag=True,
               help="Keep every timed call's sample in OUT/results.samples.jsonl.gz (the "
                    "results file keeps per-block summaries: median, min, quartiles, count).")
@@ -123,17 +129,28 @@ _RUN = run_defaults()
 @click.option("--shard", metavar="K/N", default=None,
               help="Run only the K-th of N deterministic slices of the cases (a chain family "
                    "stays in one slice); `epbench merge` joins the N results files.")
+@click.option("--target-mde", "target_mde", type=Percent(), default=None,
+              help="After the first pass, compare the base arm (the twin's, else the first "
+                   "besides ort) with each other arm as `compare --target-mde` would, and "
+                   "run the cases whose detectable change is above this (e.g. 1%) again "
+                   "with --processes more worker processes, until they reach it or --budget "
+                   "is spent; a note names the cases left short.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
+              help="With --target-mde: seconds for its re-runs [default: until "
+                   f"{DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began, less "
+                   f"{REPORT_RESERVE_S:g} s].")
 @out_option(directory=True, default="epbench-out",
             help_text="Output directory: results.jsonl, results.json and the report.")
 @overwrite_option
 @quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
         dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
-        sessions: int, aa_twin: str | None, keep_samples: bool, block_ms: float, slices: int,
+        sessions: int, aa_twin: str | None, no_aa_twin: bool, keep_samples: bool,
+        block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
-        instructions: str | None, shard: str | None, out: str, overwrite: bool,
-        quiet: bool) -> None:
+        instructions: str | None, shard: str | None, target_mde: float | None,
+        budget_s: float | None, out: str, overwrite: bool, quiet: bool) -> None:
     """Run cases x arms in interleaved, counterbalanced rounds and write the results.
 
     \b
@@ -156,9 +173,16 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         if not specs:
             raise EpbenchError(f"--shard {shard} holds no case: the cases make fewer than "
                                f"{count} slices (a chain family is one); use fewer shards")
+    if aa_twin is not None and no_aa_twin:
+        raise EpbenchError("--aa-twin ARM and --no-aa-twin contradict each other; pass one")
+    arms = tuple(parse_arm(s) for s in arm_specs)
+    twin_optional = aa_twin is None and not no_aa_twin
+    if twin_optional:
+        aa_twin = default_twin(list(arms))
     config = RunConfig(
-        cases=tuple(specs), arms=tuple(parse_arm(s) for s in arm_specs), rounds=rounds,
-        processes=processes, sessions=sessions, aa_twin=aa_twin, keep_samples=keep_samples,
+        cases=tuple(specs), arms=arms, rounds=rounds, processes=processes,
+        sessions=sessions, aa_twin=aa_twin, aa_twin_optional=twin_optional,
+        keep_samples=keep_samples,
         block_target_ms=block_ms, block_slices=slices, max_block_iters=max_block_iters,
         warmup_ms=warmup_ms, seed=seed, threads=threads, gate_policy=gate_policy,
         gate_threshold=gate_threshold, gate_max_wait_s=gate_max_wait,
@@ -166,15 +190,26 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
         instructions=instructions, out_dir=Path(out), overwrite=overwrite,
         progress=progress_for(quiet), grids=tuple(grids), shard=shard,
     )
+    if target_mde is not None and sum(a.kind != "ort" for a in config.arms) < 2:
+        raise EpbenchError("--target-mde compares arms of the run: give two arms besides "
+                           "ort, e.g. --arm engine --arm plugin:PATH (the first is the base)")
+    started_at = time.monotonic()
     try:
-        doc = run_grid(config)
+        if target_mde is None:
+            results = run_grid(config)
+        else:
+            aimed = run_to_target(config, target_mde, budget_s=budget_s, started_at=started_at,
+                                  on_status=lambda line: click.echo(line, err=True))
+            results = aimed.results
+            # the re-runs' rounds merged in
+            write_results(Path(out) / "results.json", results.to_dict())
+            for note in aimed.notes:
+                click.echo(f"note: {note}", err=True)
     except KeyboardInterrupt:
         click.echo("interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
-    # The document is results.json's (the runner wrote it there): errors name that file.
-    results = Results.from_dict(doc, source=str(Path(out) / "results.json"))
     click.echo(write_run_report(results, Path(out)))
-    code, message = exit_code_for(run=doc)
+    code, message = exit_code_for(run=results)
     if message:
         click.echo(f"{message} (see {out}/report.md)", err=True)
     click.get_current_context().exit(code)
@@ -276,13 +311,13 @@ def merge(results: tuple[str, ...], force: bool, out: str, overwrite: bool) -> N
     compare, report, history add and export read the merged file like any other.
     """
     shards = [Shard(source=path, results=load_results(path)) for path in results]
-    doc = merge_shards(shards, force=force)
+    merged = merge_shards(shards, force=force)
     prepare_out_dir(Path(out), overwrite=overwrite)
-    write_results(Path(out) / "results.json", doc)
-    merged = Results.from_dict(doc, source=str(Path(out) / "results.json"))
+    write_results(Path(out) / "results.json", merged.to_dict())
     click.echo(write_run_report(merged, Path(out)))
-    if "merge_forced" in doc:
-        click.echo(f"note: merged with --force: {'; '.join(doc['merge_forced'])}", err=True)
+    if "merge_forced" in merged.extra:
+        click.echo(f"note: merged with --force: {'; '.join(merged.extra['merge_forced'])}",
+                   err=True)
 
 
 @click.command(cls=Command)
@@ -310,7 +345,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @click.option("--build", "build_command", metavar="COMMAND", default=None,
               help="Shell command run in each commit's worktree; its last line on stdout is "
                    "the built library's path [default: the bundled engine's "
-                   "`python -m engine.build --out DIR`].")
+                   "`python -m epbench.engine.build --out DIR`].")
 @grid_option
 @case_option
 @model_option(note="Read once from your working tree (relative to the current directory, "
@@ -370,7 +405,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                     out: str, overwrite: bool, quiet: bool, github_annotations: bool | None,
                     profile_path: str | None, floor: float, k: float, alert: float | None,
                     confidence: float, fdr: float, resamples: int, seed: int,
-                    fail_on: str) -> None:
+                    fail_on: str, target_mde: float | None) -> None:
     """Compare two commits of an EP in one interleaved run, with ORT as the control.
 
     \b
@@ -425,7 +460,8 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                        out_dir=Path(out), overwrite=overwrite,
                        progress=progress_for(quiet), grids=tuple(grids))
     settings = replace(settings_from(floor=floor, k=k, alert=alert, confidence=confidence,
-                                     fdr=fdr, resamples=resamples, seed=seed),
+                                     fdr=fdr, resamples=resamples, seed=seed,
+                                     target_mde=target_mde),
                        instructions_threshold=instructions_threshold)
     try:
         result = run_comparison(
@@ -447,6 +483,6 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
                f"{out}/report.html", err=True)
 
     code, _ = exit_code_for(comparison=result.comparison, fail_on=fail_on)
-    if result.doc["interrupted"]:
+    if result.results.interrupted:
         code = EXIT_INTERRUPTED
     click.get_current_context().exit(code)

@@ -36,6 +36,7 @@ from epbench.reports import defaults, render
 from epbench.reports import export as exp
 from epbench.reports.bot.annotations import annotation_lines
 from epbench.reports.comparison import Comparison, Settings
+from epbench.reports.verdicts import target_settings
 from epbench.workflows.calibrate import calibrate as run_calibration
 
 
@@ -46,11 +47,13 @@ def emit_annotations(comparison: Comparison, *, err: bool = False) -> None:
 
 
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
-                  resamples: int, seed: int, force: bool = False) -> Settings:
-    """The comparison's Settings from the verdict options."""
+                  resamples: int, seed: int, force: bool = False,
+                  target_mde: float | None = None) -> Settings:
+    """The comparison's Settings from the verdict options (--target-mde sets the floor)."""
 
-    return Settings(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
-                        resamples=resamples, seed=seed, force=force)
+    return target_settings(Settings(floor=floor, k=k, alert=alert, confidence=confidence,
+                                    fdr=fdr, resamples=resamples, seed=seed, force=force),
+                           target_mde)
 
 
 @click.command(cls=Command)
@@ -66,7 +69,7 @@ def settings_from(*, floor: float, k: float, alert: float | None, confidence: fl
 @out_option(directory=False, help_text="Write the report to this file instead of stdout.")
 @github_annotations_option
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
-            resamples, seed, force, fmt, out, github_annotations, fail_on) -> None:
+            resamples, seed, force, fmt, out, github_annotations, fail_on, target_mde) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
 
     \b
@@ -90,7 +93,8 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     """
 
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
-                             resamples=resamples, seed=seed, force=force)
+                             resamples=resamples, seed=seed, force=force,
+                             target_mde=target_mde)
     comparison = cmp.compare_files(
         results, base_arm=base_arm, pr_arm=pr_arm, arm=arm, settings=settings,
         profile_path=profile_path,

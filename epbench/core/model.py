@@ -20,9 +20,10 @@ shared with it: they are not to be modified. (A deep freeze would copy every rou
 of every case on load.) `to_dict` hands the same nested objects back: copy its result
 before editing it.
 
-The writers (the runner, the worker) still build plain dicts; readers go through
-`epbench.core.results.load_results`, or `Results.from_dict` for a document held in
-memory.
+The runner returns its run as `Results` (built once from the document it wrote);
+readers of a file go through `epbench.core.results.load_results`, or
+`Results.from_dict` for a document held in memory. `Record.replaced` makes a changed
+copy (compare-commits adds re-run rounds so).
 """
 
 from __future__ import annotations
@@ -277,6 +278,13 @@ class Record:
         values["extra"] = {k: v for k, v in data.items() if k not in known}
         values["absent"] = frozenset(absent)
         return cls(**values)
+
+    def replaced(self: T, **changes: Any) -> T:
+        """A copy with ``changes`` (by attribute), each key then present in the document
+        (`dataclasses.replace` alone would leave a key absent that the record lacked)."""
+        keys = {f[1] for f in _fields_of(type(self))[0] if f[0] in changes}
+        return dataclasses.replace(self, **changes,  # type: ignore[type-var]
+                                   absent=self.absent - keys)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -21,7 +21,6 @@ import tempfile
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from epbench.cases.grids import grid_names
 from epbench.core.errors import EpbenchError
@@ -176,7 +175,8 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
                known_options: Collection[str] = (),
                ort_include_dir: Callable[[], Path] | None = None,
                log: Callable[[str], None] = lambda _: None,
-               runner: Callable[..., Any] = subprocess.run) -> int:
+               runner: Callable[..., subprocess.CompletedProcess[bytes]] = subprocess.run
+               ) -> int:
     """Measure the event's pull request; return compare-commits' exit code.
 
     Writes ``out``/PR_FILE (the PR number, for the comment workflow) and appends the

@@ -39,7 +39,7 @@ def calibrate(
     rounds: int | None = None,  # default: the run's default round count
     seed: int = noise_defaults.SEED,
     position_test: bool = True,
-    run: Callable[[Any], dict[str, Any]] | None = None,
+    run: Callable[[run_config.RunConfig], Results] | None = None,
     runner_options: Mapping[str, Any] | None = None,
     on_repeat: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -73,7 +73,5 @@ def calibrate(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
             fixed_order=True, out_dir=None, **options,
         ))
-    return noise.profile_from_runs(
-        [Results.from_dict(d, source="an A/A run") for d in docs],
-        Results.from_dict(fixed_doc, source="the fixed-order run") if fixed_doc else None,
-        arm_a.key, arm_b.key, arm_spec=arm, seed=seed)
+    return noise.profile_from_runs(docs, fixed_doc, arm_a.key, arm_b.key, arm_spec=arm,
+                                   seed=seed)

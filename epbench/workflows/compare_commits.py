@@ -35,7 +35,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from epbench.core.errors import ArmError, CaseError
 from epbench.core.model import Results
@@ -57,7 +56,14 @@ from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
 from epbench.reports.comparison import CaseRow, Comparison, Rerun, Side
-from epbench.reports.findings import ambiguous_cases, held_back_by_gate, named
+from epbench.reports.findings import (
+    TARGET_MISSED,
+    ambiguous_cases,
+    held_back_by_gate,
+    named,
+    target_misses,
+    target_warnings,
+)
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
 from epbench.reports.history.store import HistoryStore
@@ -114,7 +120,7 @@ class CommitsResult:
 
     base: BuiltSide
     head: BuiltSide
-    doc: dict[str, Any]
+    results: Results  # the first pass with the re-runs' rounds added
     comparison: Comparison
     reruns: dict[str, int]
     notes: list[str] = field(default_factory=list)
@@ -153,49 +159,52 @@ def model_definitions(config: RunConfig) -> dict[str, str]:
     return {spec.name: spec.definition_sha256 for spec in config.cases if spec.kind == "model"}
 
 
-def pin_models(runner: Callable[[RunConfig], dict[str, Any]],
-               pinned: Mapping[str, str]) -> Callable[[RunConfig], dict[str, Any]]:
+def pin_models(runner: Callable[[RunConfig], Results],
+               pinned: Mapping[str, str]) -> Callable[[RunConfig], Results]:
     """``runner``, refusing a pass whose user-model cases ran another definition than the
     one hashed before the builds (``pinned``): both sides, and every pass, must measure
     the file as it was when the command began."""
-    def pinned_run(config: RunConfig) -> dict[str, Any]:
-        doc = runner(config)
+    def pinned_run(config: RunConfig) -> Results:
+        results = runner(config)
         for name, digest in pinned.items():
-            ran = (doc["cases"].get(name) or {}).get("definition_sha256")
+            case = results.cases.get(name)
+            ran = case.definition_sha256 if case is not None else None
             if ran is not None and ran != digest:
                 path = next(c.path for c in config.cases if c.name == name)
                 raise CaseError(f"{name}: the model {path} changed while compare-commits ran "
                                 f"(sha256 {digest[:12]} when it began, {ran[:12]} measured); "
                                 "keep the file unchanged during the run and rerun")
-        return doc
+        return results
 
     return pinned_run
 
 
-def merge_rounds(doc: dict[str, Any], extra: dict[str, Any]) -> dict[str, int]:
-    """Append the rounds of re-run cases (``extra``) to ``doc``; return rounds added per case.
+def merge_rounds(results: Results, extra: Results) -> tuple[Results, dict[str, int]]:
+    """``results`` with the rounds of re-run cases (``extra``) appended, and the rounds
+    added per case.
 
     Rounds are the unit of replication, each with its own in-run control, so
     rounds from a later worker are as valid as the first pass's. A re-run that
     did not finish adds nothing and leaves its error on record.
     """
     added = {}
-    for name, case in extra["cases"].items():
-        target = doc["cases"][name]
-        if case["status"] != "ok":
-            target.setdefault("rerun_errors", []).append(case["error"])
+    cases = dict(results.cases)
+    for name, case in extra.cases.items():
+        target = cases[name]
+        if not case.ok:
+            cases[name] = target.replaced(rerun_errors=[*target.rerun_errors, case.error])
             continue
         # The re-run's processes are new processes of the case: numbered after the others.
-        first = 1 + max((p["index"] for p in target.get("processes", [])), default=-1)
-        start = len(target["rounds"])
-        for offset, rnd in enumerate(case["rounds"]):
-            target["rounds"].append({**rnd, "index": start + offset,
-                                     "process": first + rnd.get("process", 0)})
-        target.setdefault("processes", []).extend(
-            {**p, "index": first + p["index"]} for p in case.get("processes", []))
-        target["reruns"] = target.get("reruns", 0) + 1
-        added[name] = len(case["rounds"])
-    return added
+        first = 1 + max((p.index for p in target.processes), default=-1)
+        start = len(target.rounds)
+        rounds = [rnd.replaced(index=start + offset, process=first + rnd.process)
+                  for offset, rnd in enumerate(case.rounds)]
+        processes = [p.replaced(index=first + p.index) for p in case.processes]
+        cases[name] = target.replaced(rounds=[*target.rounds, *rounds],
+                                      processes=[*target.processes, *processes],
+                                      reruns=target.reruns + 1)
+        added[name] = len(case.rounds)
+    return results.replaced(cases=cases), added
 
 
 def held_back_with_no_quiet_round(row: CaseRow) -> bool:
@@ -235,8 +244,21 @@ def rerun_order(comparison: Comparison, attempts: Mapping[str, int]) -> list[str
     rows = {row.case: row for row in comparison.cases}
     settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
-    return sorted(settle,  # a stable sort: compare's order in ties
-                  key=lambda name: (held_back_by_gate(rows[name]), attempts.get(name, 0)))
+    short = [name for name in short_of_target(comparison) if name not in settle]
+    return sorted(settle + short,  # a stable sort: compare's order in ties
+                  key=lambda name: (name in short, held_back_by_gate(rows[name]),
+                                    attempts.get(name, 0)))
+
+
+def short_of_target(comparison: Comparison) -> list[str]:
+    """The cases short of --target-mde that more worker processes can bring to it (each
+    re-run adds a pass's processes): all but those judged against the default noise,
+    which no process measures (no twin, no profile)."""
+    target = comparison.settings.target_mde
+    if target is None:
+        return []
+    return [name for name, why in target_misses(comparison.cases, target).items()
+            if why != "no measured noise"]
 
 
 def rerun_seconds_per_case(seconds_per_case: float) -> int:
@@ -300,17 +322,18 @@ def default_instructions() -> tuple[str | None, str]:
 
 
 def rerun_ambiguous(
-    doc: dict[str, Any], config: RunConfig, judge: Callable[[], Comparison], *,
+    results: Results, config: RunConfig, judge: Callable[[Results], Comparison], *,
     budget_s: float | None, started_at: float, first_pass_s: float,
-    runner: Callable[[RunConfig], dict[str, Any]] | None = None,
+    runner: Callable[[RunConfig], Results] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
-) -> tuple[Comparison, dict[str, int]]:
-    """Re-run ``doc``'s ambiguous cases (`rerun_order`) within budget, merging their rounds
-    into ``doc``; return the last comparison, with the left-over warnings, and the rounds
-    added per case.
+) -> tuple[Results, Comparison, dict[str, int]]:
+    """Re-run the ambiguous cases of ``results`` (`rerun_order`) within budget; return
+    ``results`` with their rounds merged in, the last comparison, with the left-over
+    warnings, and the rounds added per case.
 
-    ``config`` is the first pass's (arms included); ``judge`` compares ``doc`` as it stands;
+    ``config`` is the first pass's (arms included); ``judge`` compares the results as
+    they stand;
     ``first_pass_s`` is what the first pass took, from which a case's re-run is estimated.
     With no ``budget_s``, re-runs end by `rerun_deadline` counted from ``started_at``
     (``clock``'s time when the command began). ``runner`` and ``clock`` are
@@ -319,20 +342,20 @@ def rerun_ambiguous(
     """
     runner = runner or run
     clock = clock or time.monotonic
-    seconds_per_case = first_pass_s / max(1, len(doc["cases"]))
-    comparison = judge()
+    seconds_per_case = first_pass_s / max(1, len(results.cases))
+    comparison = judge(results)
     reruns: dict[str, int] = {}
     budget_start = clock()
     defaulted = budget_s is None
     if budget_s is None:
         # Spending at most this from now on ends the re-runs by the deadline.
-        budget_s = rerun_deadline(started_at, len(doc["cases"])) - budget_start
+        budget_s = rerun_deadline(started_at, len(results.cases)) - budget_start
     attempt = 0
     attempts: Counter[str] = Counter()  # per case, failed re-runs too (merge_rounds skips them)
     # A re-run goes on from the gate's count of the run before it: a load that the first
     # pass found sustained is not waited out again by every re-run's first processes.
-    futile_rounds = futile_rounds_at_end(doc)
-    while not doc["interrupted"]:
+    futile_rounds = futile_rounds_at_end(results)
+    while not results.interrupted:
         left = budget_s - (clock() - budget_start)
         pending = rerun_order(comparison, attempts)[:cases_that_fit(left, seconds_per_case)]
         if not pending:
@@ -340,7 +363,8 @@ def rerun_ambiguous(
         attempts.update(pending)
         attempt += 1
         on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
-                  f"idle gate): {', '.join(pending)}")
+                  f"idle gate{', or short of --target-mde' if short_of_target(comparison) else ''}"
+                  f"): {', '.join(pending)}")
         # More rounds only: the first pass's instruction counts are exact already, and
         # counting again cost more than the rounds themselves (a valgrind start per pass).
         extra = runner(replace(
@@ -350,19 +374,27 @@ def rerun_ambiguous(
             futile_rounds_before=futile_rounds,
         ))
         futile_rounds = futile_rounds_at_end(extra, futile_rounds)
-        for name, count in merge_rounds(doc, extra).items():
+        results, added = merge_rounds(results, extra)
+        for name, count in added.items():
             reruns[name] = reruns.get(name, 0) + count
-        doc["interrupted"] = bool(extra["interrupted"])
-        comparison = judge()
+        results = results.replaced(interrupted=extra.interrupted)
+        comparison = judge(results)
+    warnings = [*comparison.warnings]
+    target = comparison.settings.target_mde
+    if target is not None:
+        # compare() named the cases short of the target as for one pass; re-runs added
+        # processes to them until the budget ran out.
+        warnings = [w for w in warnings if TARGET_MISSED not in w]
+        warnings.extend(target_warnings(comparison.cases, target, budget=True))
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-    left_over = left_over_warnings(
-        comparison, seconds_per_case, budget_ran_out=defaulted and not doc["interrupted"])
-    return replace(comparison, warnings=(*comparison.warnings, *left_over)), reruns
+    warnings.extend(left_over_warnings(
+        comparison, seconds_per_case, budget_ran_out=defaulted and not results.interrupted))
+    return results, replace(comparison, warnings=tuple(warnings)), reruns
 
 
 def compare_commits(
     *, repo: str | Path, base_rev: str, head_rev: str, build: str | None,
-    config: RunConfig, settings: Any, profile_path: str | None, budget_s: float | None,
+    config: RunConfig, settings: cmp.Settings, profile_path: str | None, budget_s: float | None,
     on_status: Callable[[str], None] = lambda _: None,
     history_db: str | None = None, history_machine: str | None = None,
     history_arms: tuple[str, ...] = (),
@@ -417,17 +449,15 @@ def compare_commits(
         arms = tuple(side_arm(staged[label], build is None, ep_options) for label in staged)
         started = time.monotonic()
         code_before = code_snapshot()
-        doc = measure(replace(config, arms=arms))
+        first = measure(replace(config, arms=arms))
         # What the first pass cost: re-runs are planned from it so they fit the budget.
         first_pass_s = time.monotonic() - started
-        # The host is the first pass's (re-runs only add rounds): read once, through the model.
-        host_key = Results.from_dict(doc, source="the run").host.key
+        # The host is the first pass's (re-runs only add rounds).
+        host_key = first.host.key
         profile = cmp.load_profile_for(host_key, profile_path)
 
-        def judge() -> Comparison:
-            # The run's document grows with every re-run (merge_rounds): read it afresh, once
-            # for both sides, so they are one run.
-            results = Results.from_dict(doc, source="the run")
+        def judge(results: Results) -> Comparison:
+            # One Results for both sides, so they are one run.
             comparison = cmp.compare(
                 Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
@@ -438,8 +468,8 @@ def compare_commits(
                 for name, case in results.cases.items() if case.reruns
             })
 
-        comparison, reruns = rerun_ambiguous(
-            doc, replace(config, arms=arms), judge, budget_s=budget_s,
+        results, comparison, reruns = rerun_ambiguous(
+            first, replace(config, arms=arms), judge, budget_s=budget_s,
             started_at=started_at, first_pass_s=first_pass_s, runner=measure,
             on_status=on_status)
         changed = HarnessGuard.changes(code_before, code_snapshot())
@@ -447,7 +477,7 @@ def compare_commits(
             # The measurements stay on disk for a look; no verdict is written from code
             # that the libraries measured (or what they left running) may have rewritten.
             if config.out_dir is not None:
-                write_results(Path(config.out_dir) / RESULTS_FILE, doc)
+                write_results(Path(config.out_dir) / RESULTS_FILE, results.to_dict())
             raise BuildIsolationError(
                 f"epbench's own code changed while the libraries ran ({len(changed)} file(s), "
                 f"e.g. {changed[0]}): refusing to judge; results.json is kept, reinstall "
@@ -458,7 +488,7 @@ def compare_commits(
             try:
                 with HistoryStore.open_for_reading(history_db) as store:
                     history = base_report(
-                        store, shas[BASE_ARM], cases=list(doc["cases"]), machine=machine,
+                        store, shas[BASE_ARM], cases=list(results.cases), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
             except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
@@ -468,6 +498,7 @@ def compare_commits(
                 notes.append(f"the base commit was not checked against the history: {exc}")
             comparison = replace(comparison, base_history=history)
         if config.out_dir is not None:
-            write_outputs(config.out_dir, Results.from_dict(doc, source="the run"), comparison)
-        return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], doc, comparison, reruns, notes)
+            write_outputs(config.out_dir, results, comparison)
+        return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], results, comparison, reruns,
+                             notes)
 

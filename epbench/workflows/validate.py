@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from epbench.harness.load import BackgroundLoad, background_load
+from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import run as real_run
 from epbench.reports import compare as cmp
 from epbench.workflows.validate_judge import summarize
@@ -62,12 +63,17 @@ from epbench.workflows.validate_report import document
 from epbench.workflows.validate_run import Execution, run_pilot
 
 
+def _run_document(config: RunConfig) -> dict[str, Any]:
+    """The runner, its results as the document validate keeps and merges per repeat."""
+    return real_run(config).to_dict()
+
+
 def validate(
     plan: Plan,
     *,
-    settings: Any = None,
+    settings: cmp.Settings | None = None,
     profile_path: str | None = None,
-    run: Callable[[Any], dict[str, Any]] | None = None,
+    run: Callable[[RunConfig], dict[str, Any]] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_status: Callable[[str], None] = lambda _: None,
     load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]] = background_load,
@@ -89,7 +95,7 @@ def validate(
     """
 
     if run is None:
-        run = real_run
+        run = _run_document
     settings = settings or cmp.Settings()
     start = clock()
     notes: list[str] = []

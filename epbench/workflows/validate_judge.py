@@ -39,13 +39,19 @@ from epbench.workflows.validate_run import Repeat, finite_median
 # 4: plan.levels any set of whole percents (--levels), where it was always LEVELS.
 # 5: plan.own_builds: every arm but the base loads its own copy of the library (OwnBuilds).
 # 6: stopped: the error that ended the validation after some repeats, else null.
-VALIDATION_SCHEMA = "epbench.validation/6"
+# 7: results' calibration: per level, the (case, repeat) pairs whose stated detectable
+#    change was at most it, and how many of those were flagged.
+VALIDATION_SCHEMA = "epbench.validation/7"
 
 
 # Verdicts that count as "flagged a slowdown": a false positive in A/A, a detection otherwise.
 FLAGGED = frozenset({"regression", "alert"})
 # A level is detectable when flagged in at least this share of repeats.
 POWER_TARGET = 0.95
+# A comparison states what it could catch with 95 % probability (reports' detectable
+# change); the statement holds at a level when the cases stated to catch it were
+# flagged at it in at least this share of repeats.
+CALIBRATION_TARGET = 0.90
 
 
 def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None]:
@@ -113,7 +119,7 @@ def summarize(
     fixed_doc: Mapping[str, Any] | None,
     engine_ns: Mapping[str, float],
     *,
-    settings: Any,
+    settings: cmp.Settings,
     profile: Mapping[str, Any] | None,
     loads: Sequence[str],
     levels: Sequence[float] = LEVELS,
@@ -200,6 +206,7 @@ class _Seen:
     verdicts: dict[str, dict[str, list[str]]]
     changes: dict[str, dict[str, list[float | None]]]
     thresholds: dict[str, list[float]]  # of the A/A comparisons
+    detectable: dict[str, dict[str, list[float | None]]]  # stated, per case and comparison
     sources: dict[str, set[str]]  # where those thresholds came from
     # (repeat, case) pairs whose control drift was measured, and the drifts beyond the
     # threshold seen in each: a repeat's comparisons share its runs (on the
@@ -213,7 +220,7 @@ class _Seen:
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
                 profile: Mapping[str, Any] | None, names: Sequence[str],
-                engine_ns: Mapping[str, float], settings: Any,
+                engine_ns: Mapping[str, float], settings: cmp.Settings,
                 warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
     prefix = f"{path}, {load} load, {label} profile: "
@@ -224,13 +231,14 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
 
 
 def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
-                     names: Sequence[str], settings: Any, warnings: set[str], prefix: str,
+                     names: Sequence[str], settings: cmp.Settings, warnings: set[str], prefix: str,
                      levels: Sequence[float]) -> _Seen:
     """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
     into ``warnings`` but for the drift and speed ones, which `_note_speed_changes` sums."""
     whats = [what for what, _, _ in comparisons(repeats[0], path, levels)] if repeats else []
     seen = _Seen(verdicts={n: {w: [] for w in whats} for n in names},
                  changes={n: {w: [] for w in whats} for n in names},
+                 detectable={n: {w: [] for w in whats} for n in names},
                  thresholds={n: [] for n in names}, sources={n: set() for n in names})
     verdicts = seen.verdicts
     for index, rep in enumerate(repeats):
@@ -257,6 +265,7 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str,
                 row = rows.get(n)
                 verdicts[n][what].append(row.verdict if row else "failed")
                 seen.changes[n][what].append(row.change if row else None)
+                seen.detectable[n][what].append(row.detectable if row else None)
                 if what == "aa" and row:
                     seen.thresholds[n].append(row.threshold)
                     seen.sources[n].add(row.noise_source)
@@ -341,6 +350,7 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
     mdes = [cases[n]["mde"] for n in names]
     known = sorted(m for m in mdes if m is not None)
     return {
+        "calibration": calibration(seen, names, levels),
         "path": path, "load": load, "profile": label,
         "repeats": len(repeats),
         "false_positive_rate": proportion(fp_hits, fp_n),
@@ -354,6 +364,24 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
         "cases": cases,
         **({"commands": _commands(repeats, names)} if path == COMMITS else {}),
     }
+
+
+def calibration(seen: _Seen, names: Sequence[str],
+                levels: Sequence[float]) -> dict[str, Any]:
+    """Does each comparison's "could catch" hold? Per level: of the (case, repeat) pairs
+    whose stated detectable change was at most the level, how many were flagged at it
+    (`holds`: at least CALIBRATION_TARGET of them; None when no pair stated it)."""
+    table = {}
+    for level in levels:
+        key = level_arm(level)
+        stated = [verdict in FLAGGED for n in names
+                  for verdict, size in zip(seen.verdicts[n][key], seen.detectable[n][key],
+                                           strict=True)
+                  if size is not None and size <= level]
+        share = proportion(sum(stated), len(stated))
+        table[key] = {"level": level, **share,
+                      "holds": share["rate"] >= CALIBRATION_TARGET if stated else None}
+    return table
 
 
 def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]:

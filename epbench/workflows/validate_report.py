@@ -14,7 +14,7 @@ from typing import Any
 from epbench.core.results import atomic_write_text
 from epbench.reports.render import environment, to_json
 from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, REPORT_RESERVE_S
-from epbench.workflows.validate_judge import POWER_TARGET
+from epbench.workflows.validate_judge import CALIBRATION_TARGET, POWER_TARGET
 from epbench.workflows.validate_plan import (
     API_CALLS,
     COMMITS,
@@ -43,6 +43,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     levels = levels_of(result)
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in levels], power=POWER_TARGET,
+        calibration_target=CALIBRATION_TARGET,
         top_level=max(levels),
         flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
         deadline_s_per_case=DEFAULT_TARGET_S_PER_CASE, report_reserve_s=REPORT_RESERVE_S,

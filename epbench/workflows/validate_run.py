@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from epbench.core.errors import EpbenchError, Interrupted, disk_full
 from epbench.core.model import Results
@@ -45,6 +45,8 @@ from epbench.workflows.validate_plan import (
 
 if TYPE_CHECKING:
     from epbench.cases.spec import CaseSpec
+
+T = TypeVar("T")  # what write_or_fail writes: whatever its `write` takes
 
 # The note of a validation a Ctrl-C cut short, however it landed.
 INTERRUPTED_NOTE = "interrupted: the report covers the repeats finished before it"
@@ -221,7 +223,7 @@ def prepare_runs_dir(out_dir: str | Path) -> Path:
     return runs
 
 
-def write_or_fail(write: Callable[[Path, Any], None], path: Path, content: Any, what: str,
+def write_or_fail(write: Callable[[Path, T], None], path: Path, content: T, what: str,
                    remedy: str) -> None:
     """``write(path, content)``; an OSError (a full disk, say) as one epbench error, not a
     traceback: "cannot WHAT 'PATH': why; [free space on its disk or] REMEDY"."""
@@ -250,7 +252,7 @@ class Pilot:
         return {c.name: self.engine_ns[c.name] for c in self.specs}
 
 
-def run_pilot(plan: Plan, run: Callable[[Any], dict[str, Any]],
+def run_pilot(plan: Plan, run: Callable[[RunConfig], dict[str, Any]],
               on_status: Callable[[str], None], notes: list[str]) -> Pilot:
     """Measure each case's engine time per Run and size the arms from it; a case the engine
     did not run is left out with a note, and none run is an error."""
@@ -298,8 +300,8 @@ class Execution:
     """The runs of one validation after its pilot: each load's repeats, each run kept in
     ``runs_dir`` as it ends, counted in ``runs`` (the pilot is run 1)."""
 
-    def __init__(self, plan: Plan, pilot: Pilot, *, settings: Any,
-                 run: Callable[[Any], dict[str, Any]], clock: Callable[[], float],
+    def __init__(self, plan: Plan, pilot: Pilot, *, settings: cmp.Settings,
+                 run: Callable[[RunConfig], dict[str, Any]], clock: Callable[[], float],
                  on_status: Callable[[str], None],
                  load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]],
                  runs_dir: str | Path | None, notes: list[str]) -> None:
@@ -333,25 +335,25 @@ class Execution:
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
 
-        def judge() -> Comparison:
-            results = Results.from_dict(doc, source="a compare-commits run")
+        def judge(results: Results) -> Comparison:
             return cmp.compare(cmp.Side("base", results, base_arm),
                                cmp.Side("pr", results, head_arm), settings=self.settings)
 
         done = 0
 
-        def rerun(rerun_config: RunConfig) -> dict[str, Any]:
+        def rerun(rerun_config: RunConfig) -> Results:
             nonlocal done
             self.runs += 1
             done += 1
             extra = self.run(rerun_config)
             self.keep(extra, self.runs, load, f"{label}-rerun{done}")
-            return extra
+            return Results.from_dict(extra, source="a compare-commits re-run")
 
-        rerun_ambiguous(doc, config, judge, budget_s=None, started_at=began,
-                        first_pass_s=self.clock() - began,
-                        runner=rerun, clock=self.clock, on_status=self.on_status)
-        return doc
+        merged, _, _ = rerun_ambiguous(
+            Results.from_dict(doc, source="a compare-commits run"), config, judge,
+            budget_s=None, started_at=began, first_pass_s=self.clock() - began,
+            runner=rerun, clock=self.clock, on_status=self.on_status)
+        return merged.to_dict()
 
     def measure(self, config: RunConfig, load: str, seed: int, label: str,
                 whole_command: bool = False) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from epbench.core.model import changed_counters
@@ -25,6 +25,11 @@ from epbench.reports.history.db import (
     HistoryError,
     parse_db_url,
     redact,
+)
+from epbench.reports.history.instruction_series import (
+    InstructionFinding,
+    instruction_changes,
+    instruction_series,
 )
 from epbench.reports.history.store import HistoryStore, HistoryTooOld
 
@@ -280,6 +285,9 @@ class Detection:
     findings: list[Finding]
     tested: int  # series tested
     too_short: list[str]  # why series could not be tested
+    # Instructions per Run, a series per case, arm and machine that counted them.
+    instruction_findings: list[InstructionFinding] = field(default_factory=list)
+    instruction_series: int = 0
 
 
 def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str] = (),
@@ -312,7 +320,15 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
     findings: list[Finding] = []
     too_short: list[str] = []
     testable = []
+    counted: list[InstructionFinding] = []
+    instruction_series_tested = 0
     for case, arm, machine in keys:
+        # Exact counts: a series of two commits is already a test.
+        ipoints = instruction_series(store, case, arm, machine)
+        instruction_series_tested += len(ipoints) > 1
+        counted.extend(f for f in instruction_changes(ipoints, case=case, arm=arm,
+                                                      machine=machine)
+                       if since_pos is None or order[f.after] >= since_pos)
         points = series(store, case, arm, machine)
         if len(points) < changepoints.MIN_POINTS:
             too_short.append(_too_short(points, case, arm, machine))
@@ -321,7 +337,7 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
     # One family: BH across the series, so a detect over many series is not many tests.
     for found in find_many(testable, weighted=weighted):
         findings.extend(f for f in found if since_pos is None or order[f.after] >= since_pos)
-    return Detection(findings, len(testable), too_short)
+    return Detection(findings, len(testable), too_short, counted, instruction_series_tested)
 
 
 # --------------------------------------------------------------------------- a PR's base

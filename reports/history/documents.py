@@ -7,9 +7,11 @@ validate real output against them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from epbench.reports.history.changes import SeriesChanges, series
+from epbench.reports.history.instruction_series import InstructionFinding, InstructionPoint
 from epbench.reports.history.store import HistoryStore
 
 LIST_SCHEMA = "epbench.history-list/1"
@@ -40,7 +42,18 @@ def point_rows(result: SeriesChanges) -> list[dict[str, Any]]:
             for i, p in enumerate(result.points)]
 
 
-def series_document(case: str, arm: str, result: SeriesChanges) -> dict[str, Any]:
-    """One series and its change points."""
+def series_document(case: str, arm: str, result: SeriesChanges,
+                    counted: Sequence[InstructionPoint] = (),
+                    counted_changes: Sequence[InstructionFinding] = ()) -> dict[str, Any]:
+    """One series and its change points; with ``counted`` (the instruction series of the
+    same case, arm and machine), each point's instructions per Run beside its time."""
+    rows = point_rows(result)
+    if counted:
+        by_commit = {p.commit: p.instructions for p in counted}
+        moved = {counted[f.index].commit: f.change for f in counted_changes}
+        for row in rows:
+            row["instructions"] = by_commit.get(row["commit"])
+            row["instructions_change"] = moved.get(row["commit"])
     return {"schema": SERIES_SCHEMA, "case": case, "arm": arm, "machine": result.machine,
-            "points": point_rows(result), "findings": [f.to_dict() for f in result.findings]}
+            "points": rows, "findings": [f.to_dict() for f in result.findings],
+            "instruction_findings": [f.to_dict() for f in counted_changes]}

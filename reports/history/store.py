@@ -12,6 +12,9 @@ use, under a lock, in one transaction; a newer database is refused):
        and points (per case and arm: ratio to the in-run control with its interval,
        p50, per-round medians, counters, instructions).
   2 -- runs.machine_class: machines grouped into one series (`--machine-class`).
+  3 -- points.instructions_method: how the run counted its instructions (`method/rule`,
+       e.g. `valgrind/2`; NULL before), so an instruction series never joins counts
+       of two ways of counting.
 
 A run's identity is a hash of its canonical content (the results document as
 `epbench.core.results.dumps` writes it, which includes its created time and host):
@@ -106,6 +109,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE runs ADD COLUMN machine_class TEXT",
     ),
+    (
+        "ALTER TABLE points ADD COLUMN instructions_method TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -127,6 +133,7 @@ class PointRecord:
     round_medians_ns: list[float | None]
     counters: dict[str, Any] | None
     instructions: float | None
+    instructions_method: str | None = None  # see instructions_method()
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,15 @@ def _epbench_version(doc: Results) -> str | None:
     return epbench_version()
 
 
+def instructions_method(counted: Any) -> str | None:
+    """How a case's instructions were counted, from its results record (`instructions`:
+    method, rule, error): `method/rule`, the rule 1 when the record names none (the
+    way of counting before rules were numbered); None when nothing was counted."""
+    if not isinstance(counted, dict) or counted.get("error") or not counted.get("method"):
+        return None
+    return f"{counted['method']}/{counted.get('rule') or 1}"
+
+
 def run_record(doc: Results, *, source: str, commit: str | None = None,
                branch: str | None = None, machine_class: str | None = None,
                confidence: float = 0.95) -> RunRecord:
@@ -194,6 +210,7 @@ def run_record(doc: Results, *, source: str, commit: str | None = None,
     changes = dict(zip(jobs, stats.paired_changes(logs, confidence=confidence), strict=True))
     points = []
     for name, case in doc.cases.items():
+        method = instructions_method(dict(case.instructions or {}))
         for arm, info in case.arms.items():
             values = medians[name, arm]
             good = values[np.isfinite(values)]
@@ -214,6 +231,7 @@ def run_record(doc: Results, *, source: str, commit: str | None = None,
                 counters=dict(counters) if counters else None,
                 instructions=stats.finite(float(instructions)) if isinstance(
                     instructions, (int, float)) else None,
+                instructions_method=method if isinstance(instructions, (int, float)) else None,
             ))
     record = RunRecord(
         run_key=run_key(doc), commit=str(commit), branch=branch, created=str(created),
@@ -367,12 +385,12 @@ class HistoryStore:
             for p in record.points:
                 self._db.execute(
                     "INSERT INTO points (run_id, case_name, arm, status, ratio, ratio_lo, "
-                    "ratio_hi, p50_ns, rounds, round_medians_ns, counters, instructions) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "ratio_hi, p50_ns, rounds, round_medians_ns, counters, instructions, "
+                    "instructions_method) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run_id, p.case, p.arm, p.status, p.ratio, p.ratio_lo, p.ratio_hi,
                      p.p50_ns, len(p.round_medians_ns), json.dumps(p.round_medians_ns),
                      json.dumps(p.counters, sort_keys=True) if p.counters else None,
-                     p.instructions))
+                     p.instructions, p.instructions_method))
         return AddResult(run_id, True, record.commit, record.branch, len(record.points))
 
     # ----------------------------------------------------------------- reading
@@ -408,18 +426,19 @@ class HistoryStore:
         rows = self._db.execute(
             "SELECT r.commit_sha, r.branch, r.created, r.machine, p.status, p.ratio, "
             "p.ratio_lo, p.ratio_hi, p.p50_ns, p.round_medians_ns, p.counters, p.instructions, "
-            "r.id FROM points p JOIN runs r ON r.id = p.run_id "
+            "r.id, p.instructions_method FROM points p JOIN runs r ON r.id = p.run_id "
             "WHERE p.case_name = ? AND p.arm = ? AND COALESCE(r.machine_class, r.machine) = ? "
             "ORDER BY r.created, r.id", (case, arm, machine))
         out = []
         for (commit, branch, created, host, status, ratio, lo, hi, p50, medians, counters,
-             instructions, run_id) in rows:
+             instructions, run_id, method) in rows:
             out.append({
                 "commit": commit, "branch": branch, "created": created, "machine": host,
                 "status": status, "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
                 "p50_ns": p50, "round_medians_ns": json.loads(medians),
                 "counters": json.loads(counters) if counters else None,
-                "instructions": instructions, "run_id": int(run_id),
+                "instructions": instructions, "instructions_method": method,
+                "run_id": int(run_id),
             })
         return out
 

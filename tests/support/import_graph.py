@@ -1,6 +1,6 @@
 """The project's import graph, as docs/design.md describes it: cycles and hidden imports.
 
-    python -m tests.support.import_graph                     # this checkout: epbench
+    python -m tests.support.staged python -m tests.support.import_graph    # this checkout
     python -m tests.support.import_graph --root OLD harness reports cases engine
 
 `--root` is a source tree put first on sys.path (e.g. an older commit unpacked with
@@ -59,14 +59,19 @@ def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
     return found
 
 
-def hidden_imports(packages: list[str]) -> list[str]:
-    """`file:line` of every import of one of ``packages`` made inside a function."""
+def hidden_imports(packages: list[str], root: Path | None = None) -> list[str]:
+    """`file:line` of every import of one of ``packages`` made inside a function; the
+    packages are read in ``root`` (a staged wheel, a source tree) or where importlib
+    finds them."""
     hidden = []
     for package in packages:
-        spec = importlib.util.find_spec(package)
-        assert spec is not None and spec.submodule_search_locations, package
-        folder = Path(list(spec.submodule_search_locations)[0])
-        for d, _, files in os.walk(folder, followlinks=True):
+        if root is not None:
+            folder = root / package
+        else:
+            spec = importlib.util.find_spec(package)
+            assert spec is not None and spec.submodule_search_locations, package
+            folder = Path(list(spec.submodule_search_locations)[0])
+        for d, _, files in os.walk(folder):
             for name in sorted(files):
                 if not name.endswith(".py"):
                     continue
@@ -93,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.root:
         sys.path.insert(0, str(args.root.resolve()))
-    graph = grimp.build_graph(*args.packages)
+    graph = grimp.build_graph(*args.packages, cache_dir=None)
     found = cycles(graph)
-    hidden = hidden_imports(args.packages)
+    hidden = hidden_imports(args.packages, args.root.resolve() if args.root else None)
     print(f"{len(graph.modules)} modules, {len(found)} import cycles, "
           f"{len(hidden)} project imports inside functions")
     for component in found:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,6 +313,12 @@ def change_point_rates(rows: int, length: int, *, step: float = 0.0, at: int | N
 
 
 _MODELS: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def typed_runner(fake: Callable[[Any], Mapping[str, Any]]) -> Callable[[Any], Results]:
+    """A fake runner that makes synthetic documents, returning `Results` as
+    harness.runner.run does."""
+    return lambda config: Results.from_dict(fake(config), source="a fake run")
 
 
 def as_results(doc: Any) -> Any:
