@@ -367,7 +367,7 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
 
 
 def calibration(seen: _Seen, names: Sequence[str],
-                levels: Sequence[float]) -> dict[str, Any]:
+                levels: Sequence[float]) -> dict[str, dict[str, object]]:
     """Does each comparison's "could catch" hold? Per level: of the (case, repeat) pairs
     whose stated detectable change was at most the level, how many were flagged at it
     (`holds`: at least CALIBRATION_TARGET of them; None when no pair stated it)."""
