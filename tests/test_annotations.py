@@ -34,7 +34,7 @@ EXPECTED = [
     "synthetic",
     # A flagged case's interval is at its false-coverage-adjusted level, and says so.
     "::error title=epbench%3A relu_d100_w8 regressed (alert)::🔴 relu_d100_w8 regressed "
-    "(alert): +11.5%25 (98.33 %25 CI [+8.1%25, +15.2%25]), threshold 2.4%25",
+    "(alert): +11.5%25 (98.33 %25 CI [+7.9%25, +15.3%25]), threshold 2.4%25",
 ]
 
 

@@ -228,7 +228,9 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     assert [f["id"] for f in page.drawn()] == ["forest"]
     forest = re.search(r'<figure id="forest">(.*?)</figure>', text, re.S).group(1)
     verdicts = {r.verdict for r in comparison.cases}
-    assert verdicts == {"alert", "inconclusive", "no_change", "failed"}
+    # relu_d1_w8, measured in one process, is ❔: its interval is widened by what two runs
+    # differ by (a one-process case's too, since the per-case extra variance).
+    assert verdicts == {"alert", "inconclusive", "failed"}
     for verdict, (colour, _) in plots.VERDICT_STYLE.items():
         # The alert colour also draws each row's alert tick; every other colour is a verdict.
         if verdict != "alert":
