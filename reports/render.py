@@ -119,6 +119,10 @@ def method_context(comparison: Comparison) -> dict[str, object]:
         "confidence_pct": confidence_pct(comparison),
         "same_run": comparison.same_run,
         "widened": widened_by(tau, between.sd if between is not None else None),
+        # A one-process case's exact interval is widened into a t interval by the twins'
+        # term and the two runs' (nested._one_process), plain only without either.
+        "one_twin": bool(twins),
+        "one_between": between is not None and (between.sd or 0.0) > 0.0,
         "power": f"{defaults.DETECT_POWER:.0%}",
     }
 

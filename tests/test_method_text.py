@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from html import unescape
 
 import markupsafe
@@ -90,3 +91,17 @@ def test_a_file_with_absurd_numbers_still_renders_as_numbers(comparison) -> None
     assert "the twin's A/A spread beyond its processes (sd " in body
     assert "what two runs differ by" not in body  # a negative sd widens nothing
     assert f"| {render.format_detectable(1e300)} |" in body
+
+
+def test_the_one_process_interval_is_worded_as_nested_computes_it(comparison) -> None:
+    # With a twin, a one-process case's exact interval is widened into a t interval by the
+    # twins' pooled one-process variance (nested._one_process); with no extra term at all
+    # (one run, no twin) it stays the exact order-statistic interval.
+    twinned = _method(comparison)
+    assert ("a case measured in one process only gets a t interval around the median of "
+            "its rounds") in twinned
+    assert "pooled over the grid's one-process twins" in twinned
+    assert "what two runs differ by" not in twinned  # one run: no between-run term
+    plain = _method(replace(comparison, twin=()))
+    assert ("a case measured in one process only gets the exact order-statistic interval "
+            "of the median over its rounds, which covers that process alone.") in plain
