@@ -38,22 +38,27 @@ A deterministic counter that changed is reported whatever the noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import replace
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
 from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
 from epbench.reports.comparison import (
-    SCHEMA,
     SEVERITY,
     VERDICTS,
+    BetweenRuns,
     CaseRow,
     CompareError,
+    Comparison,
+    Gate,
+    Profile,
+    ProfileInfo,
     RoundMedians,
+    Settings,
     Side,
+    SideInfo,
 )
 from epbench.reports.families import family_changes
 from epbench.reports.findings import (
@@ -78,7 +83,6 @@ from epbench.reports.findings import (
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
-    Settings,
     grid_detectable,
     judge_samples,
     overall_verdict,
@@ -117,7 +121,7 @@ def compare_files(
     arm: str | None = None,
     settings: Settings | None = None,
     profile_path: str | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     """`epbench compare`: load one file (two arms) or two (base, PR), pick the arms and the
     profile, and compare. Raises CompareError with a remedy for any unusable input."""
     from pathlib import Path
@@ -150,8 +154,7 @@ def compare_files(
             )
     profile = load_profile_for(base.host_key, profile_path)
     comparison = compare(base, pr, settings=settings, profile=profile)
-    comparison["warnings"][:0] = warnings
-    return comparison
+    return replace(comparison, warnings=(*warnings, *comparison.warnings))
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:
@@ -185,9 +188,9 @@ def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[s
 
 
 def _load_profile_noise(
-    profile: Mapping[str, Any] | None, host_key: str | None, slices: int, settings: Settings,
+    profile: Profile | None, host_key: str | None, slices: int, settings: Settings,
     warnings: list[str],
-) -> Mapping[str, Any] | None:
+) -> Profile | None:
     if profile is None:
         return None
     if profile.get("host_key") != host_key:
@@ -211,7 +214,7 @@ def _load_profile_noise(
 
 
 def _case_noise(
-    profile: Mapping[str, Any] | None, name: str, definition: str | None, rounds: int, mode: str
+    profile: Profile | None, name: str, definition: str | None, rounds: int, mode: str
 ) -> tuple[float | None, str]:
 
     if profile is None:
@@ -224,11 +227,12 @@ def compare(
     pr: Side,
     *,
     settings: Settings | None = None,
-    profile: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    profile: Profile | None = None,
+) -> Comparison:
     """Compare two sides (the same document for a same-run comparison) case by case.
 
-    Returns the comparison document that render.py turns into markdown, text or JSON.
+    Returns the comparison that render.py turns into markdown or text, and
+    Comparison.to_json into compare.json.
     Raises CompareError when the two sides cannot be compared honestly.
     """
 
@@ -327,7 +331,7 @@ def compare(
                                                        medians)
         if between is None:
             warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
-    extra = [v + (between or 0.0) for v in twins["extra"]]
+    extra = [v + (between or 0.0) for v in twins.extra]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
                        extra_variance=extra,
                        extra_df=max(1.0, len(measurable) - 1.0))
@@ -338,7 +342,7 @@ def compare(
         noise, source = _case_noise(
             profile, name, b_case.definition_sha256, max(change.n, 1), mode
         )
-        noise, source = with_twin(noise, source, twins["noise"].get(name))
+        noise, source = with_twin(noise, source, twins.noise.get(name))
         thresholds.append(threshold_for(noise, source, settings))
         u = int((~stats.quiet_mask(p_case)).sum())
         r = len(p_case.rounds)
@@ -358,10 +362,11 @@ def compare(
                                       dropped=dropped, changes=changes)
     # The twin's own A/A change per case, the larger of two runs' (--target-mde).
     twin_aa: dict[str, float] = {}
-    for side in twins["info"]:
-        for name, aa in side["cases"].items():
-            if math.isfinite(aa["change"]) and abs(aa["change"]) >= abs(twin_aa.get(name, 0.0)):
-                twin_aa[name] = aa["change"]
+    for side in twins.info:
+        for name, aa in side.cases.items():
+            if (aa.change is not None and math.isfinite(aa.change)
+                    and abs(aa.change) >= abs(twin_aa.get(name, 0.0))):
+                twin_aa[name] = aa.change
     bars = [flag_bar(th.t, shift, between is None, settings)
             for th, shift in zip(thresholds, shifts, strict=True)]
     detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
@@ -383,7 +388,7 @@ def compare(
             case=name, verdict=j.verdict, emoji=VERDICTS[j.verdict][0], reason=j.reason,
             base_ns=median_ns(b_vals), pr_ns=median_ns(p_vals),
             change=stats.finite(shown.ratio - 1.0),
-            ci=[stats.finite(shown.lo - 1.0), stats.finite(shown.hi - 1.0)],
+            ci=(stats.finite(shown.lo - 1.0), stats.finite(shown.hi - 1.0)),
             p=stats.finite(p_beyond if j.verdict != "not_comparable" else math.nan),
             q=stats.finite(j.q), significant=j.significant,
             ci_level=level, held_back=j.held_back,
@@ -394,61 +399,67 @@ def compare(
             family=_family(base_cases[name]),
             detectable=stats.finite(mde) if j.verdict != "not_comparable" else None,
         ))
-    for row in rows:
-        errors = [*base_cases[row.case].rerun_errors]
-        if not same_run:
-            errors += pr_cases[row.case].rerun_errors
-        row.rerun_errors = [str(e) for e in errors]
-    for row in rows:
-        row.instructions_change = instructions_change(base, pr, row.case)
-        row.instructions_flag = (row.instructions_change is not None and abs(
-            row.instructions_change) >= settings.instructions_threshold)
+    rows = [_after_the_verdict(row, base, pr, settings) for row in rows]
     rows.sort(key=lambda row: (SEVERITY[row.verdict], -(row.change or 0.0), row.case))
     counters = counter_changes(base, pr, common)
     families = family_changes(base, pr, rows, settings, medians)
     overall = overall_verdict(rows)
-    case_rows = [asdict(r) for r in rows]
-    drift = drift_warning(case_rows)
+    drift = drift_warning(rows)
     if drift is not None:
         warnings.append(drift)
     if settings.target_mde is not None:
-        warnings.extend(target_warnings(case_rows, settings.target_mde, budget=False))
-    speed = speed_warning(case_rows)
+        warnings.extend(target_warnings(rows, settings.target_mde, budget=False))
+    speed = speed_warning(rows)
     if speed is not None:
         warnings.insert(0, speed)
-    if twins["flagged"]:
+    if twins.flagged:
         warnings.insert(0,
             "the run's A/A twin differs from the arm it copies beyond the threshold on "
-            f"{named(twins['flagged'])}: two copies of one library measured apart, so "
+            f"{named(twins.flagged)}: two copies of one library measured apart, so "
             "this run's verdicts are not to be trusted; rerun (more --processes), on a "
             "quieter machine")
-    return {
-        "schema": SCHEMA,
-        "mode": mode,
-        "twin": twins["info"],
-        "between_runs": {"sd": None if between is None else math.sqrt(between),
-                         "source": between_source},
-        "base": _side_info(base),
-        "pr": _side_info(pr),
-        "settings": asdict(settings),
-        "profile": _profile_info(profile),
-        "warnings": warnings,
-        "overall": overall,
-        "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
-        "cases": case_rows,
-        "only_base": only_base,
-        "only_pr": only_pr,
-        "counters": counters,
-        "families": families,
-        "gate": {"base": gate_summary(base.doc), "pr": gate_summary(pr.doc)} if not same_run
-        else {"run": gate_summary(pr.doc)},
-        "host": pr.doc.host.to_dict(),
-        "threads": pr.doc.config.threads,
-        "cannot_catch": cannot_catch(
-            base, pr, rows, profile=profile is not None, twin=bool(twins["info"]),
-            unmodelled_sd=math.sqrt(twins["tau2"]),
-            between_sd=math.sqrt(between) if between else None, settings=settings),
-    }
+    return Comparison(
+        mode=mode,
+        twin=tuple(twins.info),
+        between_runs=BetweenRuns(sd=None if between is None else math.sqrt(between),
+                                 source=between_source),
+        base=_side_info(base),
+        pr=_side_info(pr),
+        settings=settings,
+        profile=_profile_info(profile),
+        warnings=tuple(warnings),
+        overall=overall,
+        counts={v: sum(r.verdict == v for r in rows) for v in VERDICTS},
+        cases=tuple(rows),
+        only_base=tuple(only_base),
+        only_pr=tuple(only_pr),
+        counters=tuple(counters),
+        families=tuple(families),
+        gate={"base": _gate(base.doc), "pr": _gate(pr.doc)} if not same_run
+        else {"run": _gate(pr.doc)},
+        host=pr.doc.host.to_dict(),
+        threads=pr.doc.config.threads,
+        cannot_catch=tuple(cannot_catch(
+            base, pr, rows, profile=profile is not None, twin=bool(twins.info),
+            unmodelled_sd=math.sqrt(twins.tau2),
+            between_sd=math.sqrt(between) if between else None, settings=settings)),
+    )
+
+
+def _after_the_verdict(row: CaseRow, base: Side, pr: Side, settings: Settings) -> CaseRow:
+    """A row with what does not judge it: failed re-runs and the instruction count."""
+    errors = [*base.doc.cases[row.case].rerun_errors]
+    if base.doc is not pr.doc:
+        errors += pr.doc.cases[row.case].rerun_errors
+    change = instructions_change(base, pr, row.case)
+    return replace(
+        row, rerun_errors=tuple(str(e) for e in errors), instructions_change=change,
+        instructions_flag=change is not None and abs(change) >= settings.instructions_threshold,
+    )
+
+
+def _gate(doc: Results) -> Gate:
+    return Gate(**gate_summary(doc))
 
 
 def _family(case: Case) -> str | None:
@@ -477,35 +488,36 @@ def _precheck(
     reason = "; ".join(p for p in (pr_problem, base_problem) if p)
     return CaseRow(
         case=name, verdict=verdict, emoji=VERDICTS[verdict][0], reason=reason,
-        base_ns=None, pr_ns=None, change=None, ci=[None, None], p=None, q=None,
+        base_ns=None, pr_ns=None, change=None, ci=(None, None), p=None, q=None,
         significant=False, threshold=math.nan, alert=math.nan, noise=math.nan,
         noise_source="-", rounds=len(p_case.rounds), unquiet=0, control_drift=None,
-        family=_family(b_case),
+        held_back=False, family=_family(b_case),
     )
 
 
 # --------------------------------------------------------------------------- context
 
 
-def _side_info(side: Side) -> dict[str, Any]:
+def _side_info(side: Side) -> SideInfo:
     arm = side.doc.arms.get(side.arm)
-    return {
-        "path": side.path, "arm": side.arm, "spec": arm.spec if arm else None,
-        "sha256": arm.sha256 if arm else None, "ep_name": arm.ep_name if arm else None,
-        "control": side.control, "rounds": side.doc.config.rounds,
-        "arms": sorted(side.doc.arms), "created": side.doc.created,
-        "git_commit": side.doc.host.git_commit,
-        "host_key": side.host_key, "interrupted": bool(side.doc.interrupted),
-    }
+    return SideInfo(
+        path=side.path, arm=side.arm, spec=arm.spec if arm else None,
+        sha256=arm.sha256 if arm else None, ep_name=arm.ep_name if arm else None,
+        control=side.control, rounds=side.doc.config.rounds,
+        arms=tuple(sorted(side.doc.arms)), created=side.doc.created,
+        git_commit=side.doc.host.git_commit,
+        host_key=side.host_key, interrupted=bool(side.doc.interrupted),
+    )
 
 
-def _profile_info(profile: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _profile_info(profile: Profile | None) -> ProfileInfo | None:
     if profile is None:
         return None
-    return {k: profile.get(k) for k in ("path", "host_key", "created", "arm", "rounds", "repeats")}
+    return ProfileInfo(**{k: profile.get(k) for k in  # type: ignore[arg-type]
+                          ("path", "host_key", "created", "arm", "rounds", "repeats")})
 
 
-def load_profile_for(host_key: str | None, path: str | None) -> dict[str, Any] | None:
+def load_profile_for(host_key: str | None, path: str | None) -> Profile | None:
     """The calibration profile to judge with: --profile FILE, else the host's cached one."""
 
     if path is not None:

@@ -6,15 +6,25 @@ reports.stats.fit_family on both sides (the double ratio to the control between 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from epbench.core.model import Results
 from epbench.reports import defaults, stats
-from epbench.reports.comparison import CaseRow, RoundMedians, Side
+from epbench.reports.comparison import (
+    CaseRow,
+    FamilyChange,
+    Fit,
+    FitChange,
+    RoundMedians,
+    Settings,
+    Side,
+)
 from epbench.reports.findings import beyond_speed_limit, named
 from epbench.reports.summary import family_members
-from epbench.reports.verdicts import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def family_changes(
@@ -23,7 +33,7 @@ def family_changes(
     rows: Sequence[CaseRow],
     settings: Settings,
     medians: RoundMedians | None = None,
-) -> list[dict[str, Any]]:
+) -> list[FamilyChange]:
     """Per chain family: did the per-node cost (slope) or the per-Run cost (intercept) change?"""
     medians = medians or RoundMedians()
     judged = {r.case: r for r in rows if r.change is not None}
@@ -73,43 +83,47 @@ def family_changes(
                 p_fit.intercept * bc.intercept, b_fit.intercept * pc.intercept, settings,
             )
         moved = [n for n in names if beyond_speed_limit(judged[n].control_shift)]
-        out.append({
-            "family": family, "cases": names, "depths": depths, "threshold": t,
-            "base": b_fit.to_dict(), "pr": p_fit.to_dict(),
-            "per_node": slope, "per_run": icept,
-            "finding": _family_finding(slope, icept, t) if not moved else (
+        out.append(FamilyChange(
+            family=family, cases=tuple(names), depths=tuple(depths), threshold=t,
+            base=_fit(b_fit), pr=_fit(p_fit), per_node=slope, per_run=icept,
+            finding=_family_finding(slope, icept, t) if not moved else (
                 "not judged: the ORT control's time per Run differs between the runs by more "
                 f"than {defaults.CONTROL_SHIFT_LIMIT:.0%} on {named(moved)}, so a change in "
                 "either cost cannot be told from the machine's speed"),
-        })
+        ))
     return out
 
 
-def _processes(doc: Results, names: Sequence[str]) -> list[Any]:
+def _fit(fit: stats.FamilyFit) -> Fit:
+    return Fit(slope_ns=fit.slope, intercept_ns=fit.intercept,
+               slope_ci95=tuple(fit.slope_ci), intercept_ci95=tuple(fit.intercept_ci))
+
+
+def _processes(doc: Results, names: Sequence[str]) -> list[np.ndarray]:
     return [stats.round_labels(doc.cases[n], "process") for n in names]
 
 
-def _ratio(num: Any, den: Any, point_num: float, point_den: float,
-           settings: Settings) -> dict[str, float | None]:
+def _ratio(num: np.ndarray, den: np.ndarray, point_num: float, point_den: float,
+           settings: Settings) -> FitChange:
     if point_den <= 0 or point_num <= 0:
-        return {"change": None, "lo": None, "hi": None}
+        return FitChange(change=None, lo=None, hi=None)
     point, lo, hi = stats.ratio_with_ci(num, den, point_num / point_den, settings.confidence)
-    return {"change": stats.finite(point - 1.0), "lo": stats.finite(lo - 1.0),
-            "hi": stats.finite(hi - 1.0)}
+    return FitChange(change=stats.finite(point - 1.0), lo=stats.finite(lo - 1.0),
+                     hi=stats.finite(hi - 1.0))
 
 
-def _family_finding(slope: Mapping[str, Any], icept: Mapping[str, Any], t: float) -> str:
+def _family_finding(slope: FitChange, icept: FitChange, t: float) -> str:
     parts = []
     for what, ch in (("per-node cost", slope), ("per-Run cost", icept)):
-        lo, hi = ch.get("lo"), ch.get("hi")
-        if lo is None or hi is None:
+        lo, hi, change = ch.lo, ch.hi, ch.change
+        if lo is None or hi is None or change is None:
             parts.append(f"{what}: too small to resolve")
         elif lo >= t:
-            parts.append(f"{what} rose by {ch['change']:.1%}")
+            parts.append(f"{what} rose by {change:.1%}")
         elif hi <= -t:
-            parts.append(f"{what} fell by {-ch['change']:.1%}")
+            parts.append(f"{what} fell by {-change:.1%}")
         else:
             # Stated as a finding only when the whole interval is beyond the threshold.
-            parts.append(f"{what}: no change resolved ({ch['change']:+.1%}, "
+            parts.append(f"{what}: no change resolved ({change:+.1%}, "
                          f"[{lo:+.1%}, {hi:+.1%}] against ±{t:.1%})")
     return "; ".join(parts)

@@ -8,15 +8,25 @@ one-line warnings (drift, speed) and what the comparison could not have caught.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from epbench.core.model import Case, changed_counters
 from epbench.core.numbers import median
 from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import pooled_offset
-from epbench.reports.comparison import VERDICTS, CaseRow, RoundMedians, Side
-from epbench.reports.summary import family_of
+from epbench.reports.comparison import (
+    VERDICTS,
+    CaseRow,
+    Comparison,
+    CounterChange,
+    Profile,
+    RoundMedians,
+    Side,
+    TwinCase,
+    TwinInfo,
+)
+from epbench.reports.summary import DRIFT_MEANING, family_of
 from epbench.reports.verdicts import Judgement, Settings, Threshold
 
 # Two runs with no estimate of what runs differ by (between_run_variance is None).
@@ -30,7 +40,7 @@ WITHIN_ONLY_WARNING = (
 
 
 def between_run_variance(
-    profile: Mapping[str, Any] | None, base: Side, pr: Side, cases: Sequence[str],
+    profile: Profile | None, base: Side, pr: Side, cases: Sequence[str],
     settings: Settings, medians: RoundMedians,
 ) -> tuple[float | None, str]:
     """The log-scale variance of what two runs differ by beyond their processes (a run's
@@ -129,7 +139,7 @@ def twin_over_target(j: Judgement, twin_change: float | None,
 TARGET_MISSED = "short of the target"
 
 
-def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str, str]:
+def target_misses(rows: Sequence[CaseRow], target: float) -> dict[str, str]:
     """The judged cases (``compare``'s rows) whose detectable change is above ``target``,
     each with why: "no measured noise" (no profile, no twin: the default t is above
     target / 2), "A/A noise" (k x the noise set t above target / 2: more processes
@@ -137,29 +147,29 @@ def target_misses(rows: Sequence[Mapping[str, Any]], target: float) -> dict[str,
     (the interval is too wide: more worker processes narrow it)."""
     missed = {}
     for row in rows:
-        if row["verdict"] in ("failed", "not_comparable"):
+        if row.verdict in ("failed", "not_comparable"):
             continue
-        size = row.get("detectable")
+        size = row.detectable
         if size is not None and size <= target:
             continue
-        if row["threshold"] > target / 2.0 * (1.0 + 1e-9):
+        if row.threshold > target / 2.0 * (1.0 + 1e-9):
             # "no profile": no twin either, so t is the default no process can lower.
-            missed[row["case"]] = ("no measured noise" if row.get("noise_source") == "no profile"
-                                   else "A/A noise")
-        elif row.get("unquiet"):
-            missed[row["case"]] = "load"
+            missed[row.case] = ("no measured noise" if row.noise_source == "no profile"
+                                else "A/A noise")
+        elif row.unquiet:
+            missed[row.case] = "load"
         else:
-            missed[row["case"]] = "processes"
+            missed[row.case] = "processes"
     return missed
 
 
-def target_warnings(rows: Sequence[Mapping[str, Any]], target: float, *,
+def target_warnings(rows: Sequence[CaseRow], target: float, *,
                     budget: bool) -> list[str]:
     """The warnings naming the cases short of --target-mde, one per reason (each within
     ``named``'s bound, as the schema bounds one warning). `budget`: re-runs added
     processes until their budget ran out (compare-commits, `run --target-mde`)."""
     missed = target_misses(rows, target)
-    sizes = {row["case"]: row.get("detectable") for row in rows}
+    sizes = {row.case: row.detectable for row in rows}
     why = {"no measured noise": ("no measured noise (no calibration profile, no A/A twin: "
                                  "the default t is above half the target; run with an A/A "
                                  "twin)"),
@@ -181,16 +191,16 @@ def target_warnings(rows: Sequence[Mapping[str, Any]], target: float, *,
     return warnings
 
 
-def control_shift(base_control: Any, pr_control: Any) -> float | None:
+def control_shift(base_control: Iterable[float], pr_control: Iterable[float]) -> float | None:
     """How much longer the PR run's ORT control took a Run than the base run's, from
     each run's per-round medians (negative: less time), or None without a time."""
     b, p = median_ns(base_control), median_ns(pr_control)
     return p / b - 1.0 if b and p else None
 
 
-def longer_run(shift: Any) -> tuple[str, float] | None:
+def longer_run(shift: float | None) -> tuple[str, float] | None:
     """Which run's control took longer a Run ("PR" or "base") and by how much (0.3: 30 %
-    longer), from a ``control_shift``; None for anything else (a file may hold anything)."""
+    longer), from a ``control_shift``; None without one."""
     if isinstance(shift, bool) or not isinstance(shift, (int, float)):
         return None
     if not math.isfinite(shift) or shift <= -1.0:
@@ -198,7 +208,7 @@ def longer_run(shift: Any) -> tuple[str, float] | None:
     return ("PR", float(shift)) if shift >= 0 else ("base", 1.0 / (1.0 + shift) - 1.0)
 
 
-def beyond_speed_limit(shift: Any) -> bool:
+def beyond_speed_limit(shift: float | None) -> bool:
     """Did one run's control take more than CONTROL_SHIFT_LIMIT longer than the other's?"""
     longer = longer_run(shift)
     return longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
@@ -258,15 +268,15 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     )
 
 
-def speed_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def speed_warning(rows: Sequence[CaseRow]) -> str | None:
     """The one warning for every judged case (``compare``'s rows) whose two runs' controls
     ran more than CONTROL_SHIFT_LIMIT apart, or None (one for them all, as drift_warning)."""
     moved = []
     for row in rows:
-        longer = longer_run(row.get("control_shift"))
+        longer = longer_run(row.control_shift)
         if (longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
-                and row["verdict"] not in ("failed", "not_comparable")):
-            moved.append(f"{row['case']} (the {longer[0]} run's control {longer[1]:.1%} "
+                and row.verdict not in ("failed", "not_comparable")):
+            moved.append(f"{row.case} (the {longer[0]} run's control {longer[1]:.1%} "
                          "longer)")
     if not moved:
         return None
@@ -299,8 +309,21 @@ def with_twin(noise: float | None, source: str,
     return noise, f"{source} (larger than the in-run A/A twin's)"
 
 
+@dataclass(frozen=True)
+class TwinNoise:
+    """What the runs' A/A twins measured (twin_noise)."""
+
+    noise: dict[str, float]  # case -> the twin's standard error, as a fraction
+    flagged: list[str]  # cases whose twin differs from its arm beyond the floor
+    info: list[TwinInfo] = field(default_factory=list)  # per side, for the comparison
+    tau2: float = 0.0  # A/A variance beyond the twins' standard errors, pooled
+    # Per case of twin_noise's `cases`: the A/A variance beyond the twins' standard
+    # errors, pooled and at least the case's own (the two runs' mean).
+    extra: list[float] = field(default_factory=list)
+
+
 def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
-               medians: RoundMedians) -> dict[str, Any]:
+               medians: RoundMedians) -> TwinNoise:
     """The A/A noise each run measured on itself, from its twin (a copy of an arm).
 
     `noise[case]`: the standard error of the twin's change (as a fraction), the
@@ -344,17 +367,17 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
             se = nested.standard_error(change)
             if math.isfinite(se):
                 noise[name] = max(noise.get(name, 0.0), math.expm1(se))
-            per_case[name] = {"change": change.ratio - 1.0, "se": stats.finite(se),
-                              "ci": [change.lo - 1.0, change.hi - 1.0]}
+            per_case[name] = TwinCase(change=change.ratio - 1.0, se=stats.finite(se),
+                                      ci=(change.lo - 1.0, change.hi - 1.0))
         for name in doubtful_twins(samples, changes, names, settings):
             if name not in flagged:
                 flagged.append(name)
-        info.append({"side": side.label, "of": twin.of, "key": twin.key,
-                     "cases": per_case, "unmodelled_sd": math.sqrt(side_tau2)})
+        info.append(TwinInfo(side=side.label, of=twin.of, key=twin.key, cases=per_case,
+                             unmodelled_sd=math.sqrt(side_tau2)))
     mean_extra = ([sum(col) / len(col) for col in zip(*extra, strict=True)] if extra
                   else [0.0] * len(cases))
-    return {"noise": noise, "flagged": flagged, "info": info, "extra": mean_extra,
-            "tau2": sum(tau2) / len(tau2) if tau2 else 0.0}
+    return TwinNoise(noise, flagged, info, sum(tau2) / len(tau2) if tau2 else 0.0,
+                     mean_extra)
 
 
 def doubtful_twins(samples: Sequence[nested.ProcessSample], changes: Sequence[stats.Change],
@@ -393,7 +416,7 @@ def doubtful_twins(samples: Sequence[nested.ProcessSample], changes: Sequence[st
     return out
 
 
-def median_ns(values: Any) -> float | None:
+def median_ns(values: Iterable[float]) -> float | None:
     # the same rounds the ratios use: finite, positive
     return median(float(v) for v in values if math.isfinite(v) and v > 0)
 
@@ -415,13 +438,13 @@ def _counters(side: Side, case: str) -> Mapping[str, float] | None:
     return arm.counters_per_run if arm is not None else None
 
 
-def ambiguous_cases(comparison: Mapping[str, Any]) -> list[str]:
+def ambiguous_cases(comparison: Comparison) -> list[str]:
     """Cases worth re-running, a budget permitting: ❔, which more rounds can settle, and
     ⚠️ held back from 🔴 by the idle gate (all rounds at the alert level, some unquiet),
     which more quiet rounds can make 🔴."""
-    return [row["case"] for row in comparison["cases"]
-            if (row["verdict"] == "inconclusive" or held_back_by_gate(row))
-            and not beyond_speed_limit(row.get("control_shift"))]
+    return [row.case for row in comparison.cases
+            if (row.verdict == "inconclusive" or held_back_by_gate(row))
+            and not beyond_speed_limit(row.control_shift)]
 
 
 # A warning names at most this many cases, in at most this many characters: the comment
@@ -435,16 +458,16 @@ DRIFT_CANCELS = ("The per-round ratios cancel a change that slows every arm alik
 DRIFT_MAY_NOT_CANCEL = "a change that depends on the machine's state (clock, cache) may not cancel"
 
 
-def drift_warning(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def drift_warning(rows: Sequence[CaseRow]) -> str | None:
     """The one warning for every case (``compare``'s rows) whose ORT control drifted
     beyond its threshold, or None. One for them all: on a drifting machine every case
     drifts, and a warning per case buried the PR comment's table (the rows keep each
     case's drift)."""
-    drifted = [f"{row['case']} ({row['control_drift']:+.1%})" for row in rows
-               if row["drift_exceeds_threshold"]]
+    drifted = [f"{row.case} ({row.control_drift:+.1%})" for row in rows
+               if row.drift_exceeds_threshold and row.control_drift is not None]
     if not drifted:
         return None
-    return ("the ORT control drifted from the first round to the last by more than each "
+    return (f"the ORT control drifted ({DRIFT_MEANING}) by more than each "
             f"case's own threshold on {named(drifted)}: the machine changed speed during the "
             f"run. {DRIFT_CANCELS}, but the ns columns are, and {DRIFT_MAY_NOT_CANCEL}; rerun "
             "on a quieter machine to be sure")
@@ -461,24 +484,23 @@ def named(cases: Sequence[str]) -> str:
     return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
-def held_back_by_gate(row: Mapping[str, Any]) -> bool:
+def held_back_by_gate(row: CaseRow) -> bool:
     """A ⚠️ that all rounds would make 🔴, held back by the idle gate (`judge`): its quiet
     rounds alone were too few to stand alone, or neither reached nor excluded the alert
     level, so the gate, not the change, kept it from 🔴 and more quiet rounds can settle
     it. A row without `held_back` (an older file) counts when its change reaches the
     alert level with unquiet rounds."""
-    if row["verdict"] != "regression" or beyond_speed_limit(row.get("control_shift")):
+    if row.verdict != "regression" or beyond_speed_limit(row.control_shift):
         return False  # a case held by the speed rule is not for a rerun of one side
-    if "held_back" in row:
-        return bool(row["held_back"])
-    return (row["change"] is not None and row["change"] >= row["alert"]
-            and bool(row.get("unquiet")))
+    if row.held_back is not None:
+        return row.held_back
+    return row.change is not None and row.change >= row.alert and bool(row.unquiet)
 
 
 # --------------------------------------------------------------------------- counters
 
 
-def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str, Any]]:
+def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[CounterChange]:
     """Every deterministic counter that differs between base and PR, exactly, with the
     change as a fraction of base (None when base is 0 or a side lacks the counter)."""
     rows = []
@@ -488,8 +510,8 @@ def counter_changes(base: Side, pr: Side, cases: Sequence[str]) -> list[dict[str
             continue
         for counter, (old, new) in changed_counters(b, p).items():
             change = (new - old) / old if old and new is not None else None
-            rows.append({"case": name, "counter": counter, "base": old, "pr": new,
-                         "change": change})
+            rows.append(CounterChange(case=name, counter=counter, base=old, pr=new,
+                                      change=change))
     return rows
 
 

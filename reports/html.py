@@ -6,7 +6,7 @@ its plots are inline SVG drawn by matplotlib (reports.plots), it has no script a
 names no URL, so it opens from a CI artifact or a mail attachment alike.
 
 The numbers are the markdown reports' own: a run through reports.summary (per-round
-medians through reports.stats.round_medians), a comparison as the dict of
+medians through reports.stats.round_medians), a comparison as the Comparison of
 reports.compare. The page carries the markdown's tables as HTML tables too, so a
 reader never needs the markdown. A plot that cannot be drawn (one arm, a family with
 one depth, no judged case) is replaced by a sentence that says why.
@@ -19,15 +19,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
 from epbench.reports import defaults, plots, render, stats
-from epbench.reports.comparison import SCHEMA, VERDICTS, Side
+from epbench.reports.comparison import SCHEMA, VERDICTS, Comparison, JsonValue, Side
+from epbench.reports.render import Document
 from epbench.reports.summary import family_of, gate_rounds, summarize
+
+if TYPE_CHECKING:
+    import jinja2
+    import markupsafe
 
 PAGE_NAME = "index.html"
 TEMPLATE = "report.html.j2"
@@ -51,7 +56,7 @@ class Plot:
     anchor: str
     title: str
     caption: str  # one line: how to read it
-    svg: Any = None  # markupsafe.Markup of the inline SVG
+    svg: markupsafe.Markup | None = None  # the inline SVG
     missing: str | None = None
 
 
@@ -61,7 +66,7 @@ class Source:
 
     label: str
     doc: Results | None = None
-    comparison: dict[str, Any] | None = None
+    comparison: Comparison | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -111,7 +116,7 @@ def load_source(path: str | Path) -> Source:
     return source
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, JsonValue]:
     try:
         # The results reader's parser: it refuses nesting and NaN before json recurses.
         doc = parse_json(path.read_text(encoding="utf-8"), str(path))
@@ -123,17 +128,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _comparison(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+def _comparison(doc: dict[str, JsonValue], path: Path) -> Comparison:
     name, current = SCHEMA.split("/")
     schema_version(doc.get("schema"), name, int(current), path, "comparison", ReportError,
                    remedy=" to draw it")
-    return doc
+    return Comparison.from_json(doc, str(path))
 
 
 # --------------------------------------------------------------------------- run
 
 
-def _ratio_arms(case: Case, summary_case: Mapping[str, Any],
+def _ratio_arms(case: Case, summary_case: Document,
                 control: str) -> list[plots.ArmRatios]:
     import numpy as np
 
@@ -153,7 +158,7 @@ def _ratio_arms(case: Case, summary_case: Mapping[str, Any],
     return out
 
 
-def round_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
+def round_plots(doc: Results, summary: Document) -> list[Plot]:
     """Per case, the per-round ratio of every arm to the in-run control."""
     control = summary["control"]
     pct = f"{summary['confidence'] * 100:g} %"
@@ -186,7 +191,7 @@ def round_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     return out
 
 
-def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
+def family_plots(doc: Results, summary: Document) -> list[Plot]:
     """Per chain family, time per Run against depth with the fitted line, per arm."""
     control = summary["control"]
     out = []
@@ -227,7 +232,7 @@ def family_plots(doc: Results, summary: Mapping[str, Any]) -> list[Plot]:
     return out
 
 
-def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
+def gate_plot(doc: Results, summary: Document) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
     caption = ("A column per round in run order: idle of the worst core before it and of the "
                "other cores during it (a round too short to judge alone: over a window "
@@ -247,7 +252,7 @@ def gate_plot(doc: Results, summary: Mapping[str, Any]) -> Plot:
     return Plot("gate", "Idle gate over the run", caption, _markup(svg))
 
 
-def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_context(doc: Results, summary: Document | None = None) -> dict[str, object]:
     """Everything the page shows of one run: its tables and its plots."""
     summary = summary if summary is not None else summarize(doc)
     control = summary["control"]
@@ -255,12 +260,10 @@ def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[
     for name, case in summary["cases"].items():
         arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
         cases.append({"name": name, **case, "arm_rows": arms})
-    drifts = [(abs(c["control_drift"]), n, c["control_drift"])
-              for n, c in summary["cases"].items() if c.get("control_drift") is not None]
     return {
         "doc": doc, "s": summary, "control": control, "cases": cases,
         "cfg": doc.config,
-        "worst_drift": max(drifts) if drifts else None,
+        "drift": _markup_code(render.drift_sentence(render.run_drifts(summary), _CODE)),
         "failures": [c for c in cases if c["status"] != "ok" or not c["verified"]],
         "round_plots": round_plots(doc, summary),
         "family_plots": family_plots(doc, summary),
@@ -272,18 +275,18 @@ def run_context(doc: Results, summary: Mapping[str, Any] | None = None) -> dict[
 # --------------------------------------------------------------------------- comparison
 
 
-def forest_plot(comparison: Mapping[str, Any]) -> Plot:
+def forest_plot(comparison: Comparison) -> Plot:
     """Each case's change with its interval against its ±t band, in the verdict's colour."""
-    pct = f"{comparison['settings']['confidence'] * 100:g} %"
+    pct = render.confidence_pct(comparison)
     caption = (f"A row per case, regressions on top: the change of PR vs base, its {pct} "
                "interval in the verdict's colour (▲ slower, ▼ faster); grey band: ±t.")
     rows = [
         plots.ForestRow(
-            case=r["case"], verdict=r["verdict"], label=VERDICTS[r["verdict"]][1],
-            change=_number(r.get("change")), lo=_number(r["ci"][0]), hi=_number(r["ci"][1]),
-            threshold=_number(r.get("threshold")), alert=_number(r.get("alert")),
+            case=r.case, verdict=r.verdict, label=VERDICTS[r.verdict][1],
+            change=_number(r.change), lo=_number(r.ci[0]), hi=_number(r.ci[1]),
+            threshold=_number(r.threshold), alert=_number(r.alert),
         )
-        for r in comparison["cases"]
+        for r in comparison.cases
     ]
     if not any(r.change is not None for r in rows):
         return Plot("forest", "Changes", caption, missing=(
@@ -293,10 +296,10 @@ def forest_plot(comparison: Mapping[str, Any]) -> Plot:
                 _markup(plots.forest("forest", rows)))
 
 
-def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def comparison_context(comparison: Comparison) -> dict[str, object]:
     """The comparison's headline, tables and forest plot."""
-    rows = list(comparison["cases"])
-    counts = comparison["counts"]
+    rows = list(comparison.cases)
+    counts = comparison.counts
     styles = {v: plots.VERDICT_STYLE[v][0] for v in VERDICTS}
     return {
         "c": comparison,
@@ -307,26 +310,36 @@ def comparison_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "sentence": render.overall_sentence(comparison),
         "catch_sentence": render.detectable_sentence(comparison),
         "m": render.method_context(comparison),
-        "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
+        "confidence_pct": render.confidence_pct(comparison),
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
-        "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
-        "drifts": [r for r in rows if r.get("control_drift") is not None],
+        "tested": render.tested_count(comparison),
+        "drift": _markup_code(render.comparison_drift(comparison, _CODE)),
         "forest_plot": forest_plot(comparison),
-        "host": _host_rows(comparison.get("host") or {}),
+        "host": _host_rows(comparison.host),
+        "headline_words": comparison.overall.headline.split(" ", 1)[1],
         "base_history": _base_history_markup(comparison),
     }
 
 
-def _base_history_markup(comparison: Mapping[str, Any]) -> list[Any]:
-    """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
+def _CODE(text: str) -> str:  # noqa: N802 (named as the constant it stands for)
+    """A name or commit, marked for _markup_code to put in <code>."""
+    return f"\x00{text}\x01"
+
+
+def _markup_code(line: str | None) -> markupsafe.Markup | None:
+    """A report's sentence as HTML: the text escaped, what _CODE marked in <code>."""
     import markupsafe
 
-    out = []
-    for line in render.base_history_lines(comparison, lambda s: f"\x00{s}\x01"):
-        text = str(markupsafe.escape(line))
-        out.append(markupsafe.Markup(text.replace("\x00", "<code>").replace("\x01", "</code>")))
-    return out
+    if line is None:
+        return None
+    text = str(markupsafe.escape(line))
+    return markupsafe.Markup(text.replace("\x00", "<code>").replace("\x01", "</code>"))
+
+
+def _base_history_markup(comparison: Comparison) -> list[markupsafe.Markup]:
+    """render.base_history_lines as HTML: the text escaped, names and commits in <code>."""
+    return [_markup_code(line) for line in render.base_history_lines(comparison, _CODE)]
 
 
 # --------------------------------------------------------------------------- history
@@ -375,7 +388,7 @@ def history_plots(
 
 
 def history_points(series: plots.HistorySeries, commit_url: str | None = None,
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[dict[str, object]]:
     """A series' points as table rows, newest first: commit, ratio, interval, instructions."""
     n = len(series.ratio)
 
@@ -390,7 +403,7 @@ def history_points(series: plots.HistorySeries, commit_url: str | None = None,
 def history_rows(
     entries: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]],
     commit_url: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The change points as table rows: case, arm, change, interval, commit range, and
     whether it is open (the series' latest change point, a regression: still slower)."""
     rows = []
@@ -415,7 +428,7 @@ def history_rows(
 def render_html(
     *,
     doc: Results | None = None,
-    comparison: Mapping[str, Any] | None = None,
+    comparison: Comparison | None = None,
     history: Sequence[tuple[plots.HistorySeries, Sequence[plots.ChangePoint]]] | None = None,
     source: str | None = None,
     notes: Sequence[str] = (),
@@ -425,7 +438,7 @@ def render_html(
     or a history, each with its plots and tables."""
     if doc is None and comparison is None and history is None:
         raise ReportError("nothing to report: pass a results file, a comparison or a history")
-    context: dict[str, Any] = {
+    context: dict[str, object] = {
         "source": source, "notes": list(notes), "run": None, "cmp": None, "history": None,
     }
     if comparison is not None:
@@ -442,8 +455,7 @@ def render_html(
             "points": [history_points(series, commit_url) for series, _ in history],
         }
     if comparison is not None:
-        context["title"] = f"{comparison['overall']['headline']} · epbench comparison"
-        context["cmp"]["headline_words"] = comparison["overall"]["headline"].split(" ", 1)[1]
+        context["title"] = f"{comparison.overall.headline} · epbench comparison"
     elif doc is not None:
         context["title"] = "epbench run report"
     else:
@@ -484,7 +496,7 @@ def write_report(input_path: str | Path, out_dir: str | Path) -> Path:
     return write_page(text, out_dir)
 
 
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     """jinja2 over reports/templates with HTML autoescaping and the reports' number formats."""
     import jinja2
 
@@ -520,7 +532,7 @@ _MARK_SHAPES = {
 }
 
 
-def with_marks(text: Any) -> Any:
+def with_marks(text: object) -> markupsafe.Markup:
     """`text`, escaped, with every verdict emoji in it drawn as its inline SVG mark."""
     import markupsafe
 
@@ -531,7 +543,7 @@ def with_marks(text: Any) -> Any:
     return out
 
 
-def verdict_mark(verdict: str) -> Any:
+def verdict_mark(verdict: str) -> markupsafe.Markup:
     """The verdict's marker as inline SVG, its emoji as the accessible name.
 
     Without an emoji font a browser draws the verdict emoji as empty boxes; the marks are
@@ -547,17 +559,17 @@ def verdict_mark(verdict: str) -> Any:
         f'{_MARK_SHAPES[marker]}</svg>')
 
 
-def _markup(svg: str) -> Any:
+def _markup(svg: str) -> markupsafe.Markup:
     import markupsafe
 
     return markupsafe.Markup(svg)  # matplotlib's own SVG, not user text
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _dash(value: Any) -> Any:
+def _dash(value: object) -> object:
     """Missing values as "-" (never "None" or "nan" on the page)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
@@ -568,7 +580,7 @@ def _ratio_text(value: float | None) -> str:
     return f"{value:.3f}×" if value is not None and math.isfinite(value) else "-"
 
 
-def _host_rows(host: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _host_rows(host: Mapping[str, JsonValue]) -> list[tuple[str, str]]:
     rows = []
     for key, value in sorted(host.items()):
         if isinstance(value, Mapping):

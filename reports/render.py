@@ -1,4 +1,4 @@
-"""Rendering: the PR comment (markdown), the terminal text and JSON, from one comparison dict.
+"""Rendering: the PR comment (markdown) and the terminal text, from one Comparison.
 
 Templates live in reports/templates/*.j2; this module only supplies the
 environment and the number formats, so wording changes are template diffs. One
@@ -13,15 +13,29 @@ goes through a number format.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from epbench.reports import defaults, stats
-from epbench.reports.comparison import VERDICTS
+from epbench.reports.comparison import (
+    VERDICTS,
+    CaseRow,
+    Comparison,
+    Gate,
+    JsonValue,
+    Profile,
+    json_text,
+)
 from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
 from epbench.reports.sticky import STICKY_MARKER
+from epbench.reports.summary import DRIFT_MEANING, worst_drift
+
+if TYPE_CHECKING:
+    import jinja2
+
+# A JSON document other than a comparison (a run summary, a profile, a validation).
+Document = Mapping[str, JsonValue]
 
 
 def sticky_marker() -> str:
@@ -72,10 +86,10 @@ def format_detectable(value: float | None) -> str:
     return f"≥ {format_share(value)}"
 
 
-def detectable_sentence(comparison: Mapping[str, Any]) -> str:
+def detectable_sentence(comparison: Comparison) -> str:
     """The grid's detectable changes in one sentence, median and worst ("" when no case
     has one): numbers only, whatever file the comparison came from."""
-    span = detectable_span([r.get("detectable") for r in comparison["cases"]])
+    span = detectable_span([r.detectable for r in comparison.cases])
     if span is None:
         return ""
     mid, worst, n = span
@@ -84,32 +98,37 @@ def detectable_sentence(comparison: Mapping[str, Any]) -> str:
             f"{defaults.DETECT_POWER:.0%} probability each).")
 
 
-def method_context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def method_context(comparison: Comparison) -> dict[str, object]:
     """What templates/_method.j2 says of the method that judged a comparison: numbers and
     fixed words only."""
-    settings = comparison["settings"]
-    twins = comparison.get("twin") or []
-    sds = [t["unmodelled_sd"] for t in twins if t.get("unmodelled_sd") is not None]
+    settings = comparison.settings
+    twins = comparison.twin
+    sds = [t.unmodelled_sd for t in twins if t.unmodelled_sd is not None]
     # compare() adds the mean of the sides' tau^2 (findings.twin_noise).
     tau = math.sqrt(sum(sd * sd for sd in sds) / len(sds)) if sds else None
-    alert = (f"{format_share(settings['alert'])} (or t, where t is larger)"
-             if settings.get("alert") else f"{defaults.ALERT_FACTOR:g}t")
+    alert = (f"{format_share(settings.alert)} (or t, where t is larger)"
+             if settings.alert else f"{defaults.ALERT_FACTOR:g}t")
+    between = comparison.between_runs
     return {
-        "floor": settings["floor"], "k": f"{settings['k']:g}", "fdr": settings["fdr"],
-        "noise_from": noise_used(bool(comparison.get("profile")), bool(twins),
-                                 settings["floor"], settings["k"]),
+        "floor": settings.floor, "k": f"{settings.k:g}", "fdr": settings.fdr,
+        "noise_from": noise_used(comparison.profile is not None, bool(twins),
+                                 settings.floor, settings.k),
         "alert": alert,
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
-        "tested": sum(r["verdict"] not in ("failed", "not_comparable")
-                      for r in comparison["cases"]),
-        "confidence_pct": f"{settings['confidence'] * 100:g} %",
-        "same_run": comparison["mode"] == "same-run",
-        "widened": widened_by(tau, (comparison.get("between_runs") or {}).get("sd")),
+        "tested": sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases),
+        "confidence_pct": confidence_pct(comparison),
+        "same_run": comparison.same_run,
+        "widened": widened_by(tau, between.sd if between is not None else None),
+        # A one-process case's exact interval is widened into a t interval by the twins'
+        # term and the two runs' (nested._one_process), plain only without either.
+        "one_twin": bool(twins),
+        "one_between": between is not None and (between.sd or 0.0) > 0.0,
         "power": f"{defaults.DETECT_POWER:.0%}",
     }
 
 
-def format_ratio_ci(ratio: float | None, ci: list[float | None] | None) -> tuple[str, str]:
+def format_ratio_ci(ratio: float | None,
+                    ci: Sequence[float | None] | None) -> tuple[str, str]:
     """A ratio and its interval as text: ('1.023x', '[0.998, 1.047]')."""
     if ratio is None or not math.isfinite(ratio):
         return "-", "-"
@@ -118,12 +137,13 @@ def format_ratio_ci(ratio: float | None, ci: list[float | None] | None) -> tuple
     return f"{ratio:.3f}x", f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def to_json(doc: Mapping[str, Any]) -> str:
-    """Stable JSON (sorted keys; NaN becomes null) for machines."""
-    return json.dumps(_clean(doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+def to_json(doc: Document) -> str:
+    """Stable JSON (sorted keys; NaN becomes null) for machines; a comparison has its own
+    (Comparison.to_json)."""
+    return json_text(_clean(doc))
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: JsonValue) -> JsonValue:
     if isinstance(value, float):
         return stats.finite(value)
     if isinstance(value, Mapping):
@@ -140,7 +160,7 @@ COLLAPSE_NO_CHANGE_OVER = 8
 TEMPLATES = ("comment.md.j2", "terminal.txt.j2", "calibration.txt.j2")
 
 
-def environment() -> Any:
+def environment() -> jinja2.Environment:
     """The jinja2 environment over reports/templates, with the number formats as filters."""
     from pathlib import Path
 
@@ -162,13 +182,16 @@ def environment() -> Any:
     return env
 
 
-def gate_waiting_text(gate: Mapping[str, Any]) -> str:
-    """What the gate's pause budget did, when the run stopped waiting ("" otherwise)."""
-    stopped = gate.get("processes_not_waiting") or 0
+def gate_waiting_text(gate: Gate | Document) -> str:
+    """What the gate's pause budget did, when the run stopped waiting ("" otherwise); a run
+    summary's gate is the same fields as a mapping (summary.gate_summary)."""
+    if not isinstance(gate, Gate):
+        gate = Gate(**gate)  # type: ignore[arg-type]
+    stopped = gate.processes_not_waiting
     if not stopped:
         return ""
-    return (f"; the gate stopped waiting for quiet in {stopped} of {gate['processes']} "
-            f"processes (after {gate.get('stops_waiting_after_rounds') or 'many'} rounds in "
+    return (f"; the gate stopped waiting for quiet in {stopped} of {gate.processes} "
+            f"processes (after {gate.stops_waiting_after_rounds or 'many'} rounds in "
             "a row had no passing look: a sustained load)")
 
 
@@ -181,15 +204,15 @@ def format_count(value: float | int | None) -> str:
     return f"{value:g}"
 
 
-def rounds_text(comparison: Mapping[str, Any]) -> str:
+def rounds_text(comparison: Comparison) -> str:
     """The round count of the comparison, both sides' when two runs differ."""
-    base, pr = comparison["base"].get("rounds"), comparison["pr"].get("rounds")
-    if comparison["mode"] != "same-run" and base != pr:
+    base, pr = comparison.base.rounds, comparison.pr.rounds
+    if not comparison.same_run and base != pr:
         return f"{base} (base) and {pr} (PR) rounds"
     return f"{pr} rounds"
 
 
-def format_ci(ci: list[float | None] | None) -> str:
+def format_ci(ci: Sequence[float | None] | None) -> str:
     """An interval of fractional changes: [+1.2 %, +3.4 %]."""
     if not ci or ci[0] is None or ci[1] is None:
         return "-"
@@ -203,7 +226,7 @@ _INERT = str.maketrans({"`": "\u02cb", "|": "\u2502", "\n": " ", "\r": " ", "\x0
                         "\x0c": " ", "\x85": " ", "\u2028": " ", "\u2029": " "})
 
 
-def inert(value: Any) -> str:
+def inert(value: object) -> str:
     """Text from a comparison as data in markdown: one code span on one line.
 
     GitHub renders nothing inside a code span: no @mention, link, autolinked URL,
@@ -216,15 +239,38 @@ def inert(value: Any) -> str:
     return f"`{text}`" if text else "` `"  # `` would be two literal backticks, not a span
 
 
-def md_cell(value: Any) -> str:
+def md_cell(value: object) -> str:
     """Text safe inside a markdown table cell (a '|' would end the cell)."""
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def drift_sentence(drifts: Mapping[str, float | None], code: Callable[[str], str] = inert,
+                   exceeded: int | None = None) -> str | None:
+    """The one sentence on the ORT control's drift that every report shows: the worst
+    case's drift (stats.control_drift, DRIFT_MEANING) and, for a comparison, in how many
+    cases it passed the case's threshold (``exceeded``). None when no case has a drift."""
+    worst = worst_drift(drifts)
+    if worst is None:
+        return None
+    name, drift = worst
+    text = f"ORT control drift ({DRIFT_MEANING}): worst {format_pct(drift)} ({code(name)})"
+    if exceeded is None:
+        return text + "."
+    if exceeded:
+        return text + f", more than the case's threshold in {exceeded} case(s)."
+    return text + ", within every case's threshold."
+
+
+def comparison_drift(comparison: Comparison, code: Callable[[str], str] = inert) -> str | None:
+    """drift_sentence for a comparison's rows."""
+    return drift_sentence({r.case: r.control_drift for r in comparison.cases}, code,
+                          exceeded=sum(r.drift_exceeds_threshold for r in comparison.cases))
 
 
 SHORT_SHA = 7
 
 
-def base_history_lines(comparison: Mapping[str, Any],
+def base_history_lines(comparison: Comparison,
                        code: Callable[[str], str] = inert) -> list[str]:
     """What the history says about the base commit (compare.json's `base_history`), as
     sentences; [] when the comparison has none. `code` marks up every string taken
@@ -235,69 +281,69 @@ def base_history_lines(comparison: Mapping[str, Any],
     history that could not be read after the run (`error`). `change_points` and
     `unplaced` are optional (compare.json files written before them still render).
     """
-    bh = comparison.get("base_history")
+    bh = comparison.base_history
     if not bh:
         return []
-    base = code(bh["commit"][:SHORT_SHA])
-    if bh.get("error"):
+    base = code(bh.commit[:SHORT_SHA])
+    if bh.error:
         return [f"Base {base} was not checked against the history, which could not be read "
-                f"after the run: {code(bh['error'])}"]
-    unplaced = bh.get("unplaced") or 0
+                f"after the run: {code(bh.error)}"]
+    unplaced = bh.unplaced or 0
     unknown = (f"git does not know the commits of {unplaced} change point(s) (a shallow "
                "clone, or commits of another fork?), so it could not place the base "
                "against them: no claim either way about those.")
     lines = []
-    for f in bh["findings"]:
-        ci = ("" if f["lo"] is None or f["hi"] is None
-              else f" [{format_pct(f['lo'])}, {format_pct(f['hi'])}]")
-        where = (f"{code(f['case'])}, {code(f['arm'])}: {format_pct(f['change'])}{ci} between "
-                 f"{code(f['before'][:SHORT_SHA])} and {code(f['after'][:SHORT_SHA])}")
-        if f["kind"] == "inside":
-            lines.append(f"Base {base} sits inside a {f['direction']} change point of {where}: "
+    for f in bh.findings:
+        ci = ("" if f.lo is None or f.hi is None
+              else f" [{format_pct(f.lo)}, {format_pct(f.hi)}]")
+        where = (f"{code(f.case)}, {code(f.arm)}: {format_pct(f.change)}{ci} between "
+                 f"{code(f.before[:SHORT_SHA])} and {code(f.after[:SHORT_SHA])}")
+        if f.kind == "inside":
+            lines.append(f"Base {base} sits inside a {f.direction} change point of {where}: "
                          "the base itself may carry that change.")
         else:
             lines.append(f"Base {base} comes soon after a regression change point of {where}: "
                          "the PR is measured against a base that already carries it.")
     if lines:
         return lines + ([f"Base {base}: {unknown}"] if unplaced else [])
-    if not bh["series"]:
+    if not bh.series:
         return [f"Base {base}: the history holds no series of these cases for machine "
-                f"{code(bh['machine'])}, so no change point was checked (pass "
+                f"{code(bh.machine)}, so no change point was checked (pass "
                 "--machine-class when the history groups machines)."]
-    if not bh["tested"]:
-        return [f"Base {base}: the history's {bh['series']} series of these cases are too short "
-                f"for a change-point test (it needs {bh['min_points']} commits)."]
-    short = f", {bh['too_short']} too short to test" if bh["too_short"] else ""
-    tested = f"no change point of its {bh['tested']} series tested{short} touches it."
-    if bh["measured"]:
+    if not bh.tested:
+        return [f"Base {base}: the history's {bh.series} series of these cases are too short "
+                f"for a change-point test (it needs {bh.min_points} commits)."]
+    short = f", {bh.too_short} too short to test" if bh.too_short else ""
+    tested = f"no change point of its {bh.tested} series tested{short} touches it."
+    if bh.measured:
         return [f"Base {base} is in the history; {tested}"]
-    if bh["placed_by_git"] and unplaced:
+    if bh.placed_by_git and unplaced:
         return [f"Base {base} has no run in the history; placed by git ancestry, no change "
                 f"point it could be placed against touches it, but {unknown}"]
-    if bh["placed_by_git"]:
+    if bh.placed_by_git:
         return [f"Base {base} has no run in the history; placed by git ancestry, {tested}"]
     if unplaced:
         return [f"Base {base} has no run in the history, and {unknown}"]
-    if bh.get("change_points") == 0:
-        return [f"Base {base} has no run in the history; its {bh['tested']} series tested"
+    if bh.change_points == 0:
+        return [f"Base {base} has no run in the history; its {bh.tested} series tested"
                 f"{short} have no change point."]
     return [f"Base {base} has no run in the history and nothing placed it; no change point "
             "was checked."]
 
 
-def _split_rows(rows: list[Mapping[str, Any]]) -> tuple[list[Any], list[Any]]:
+def _split_rows(rows: list[CaseRow]) -> tuple[list[CaseRow], list[CaseRow]]:
     """(rows shown in the main table, ✅ rows folded away) for the PR comment."""
-    quiet = [r for r in rows if r["verdict"] == "no_change"]
+    quiet = [r for r in rows if r.verdict == "no_change"]
     if len(quiet) <= COLLAPSE_NO_CHANGE_OVER:
         return list(rows), []
-    return [r for r in rows if r["verdict"] != "no_change"], quiet
+    return [r for r in rows if r.verdict != "no_change"], quiet
 
 
-def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
+def _context(comparison: Comparison, code: Callable[[str], str] = inert) -> dict[str, object]:
 
-    rows = list(comparison["cases"])
+    rows = list(comparison.cases)
     shown, folded = _split_rows(rows)
-    counts = comparison["counts"]
+    counts = comparison.counts
     tally = ", ".join(
         f"{counts[v]} {VERDICTS[v][0]}" for v in VERDICTS if counts.get(v)
     )
@@ -308,27 +354,37 @@ def _context(comparison: Mapping[str, Any]) -> dict[str, Any]:
         "folded": folded,
         "tally": tally,
         "verdicts": VERDICTS,
-        "instructions": any(r.get("instructions_change") is not None for r in rows),
-        "instructions_flagged": any(r.get("instructions_flag") for r in rows),
+        "instructions": any(r.instructions_change is not None for r in rows),
+        "instructions_flagged": any(r.instructions_flag for r in rows),
         "marker": sticky_marker(),
         "sentence": overall_sentence(comparison),
         "catch_sentence": detectable_sentence(comparison),
         "m": method_context(comparison),
-        "confidence_pct": f"{comparison['settings']['confidence'] * 100:g} %",
-        "gates": comparison["gate"],
+        "confidence_pct": confidence_pct(comparison),
+        "gates": comparison.gate,
         "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": rounds_text(comparison),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
-        "tested": sum(r["verdict"] not in ("failed", "not_comparable") for r in rows),
-        "drifts": [r for r in rows if r.get("control_drift") is not None],
+        "tested": tested_count(comparison),
+        "drift": comparison_drift(comparison, code),
         "base_history": base_history_lines(comparison),
     }
 
 
-def overall_sentence(comparison: Mapping[str, Any]) -> str:
+def confidence_pct(comparison: Comparison) -> str:
+    """The run's confidence level as the tables head their interval column: "95 %"."""
+    return f"{comparison.settings.confidence * 100:g} %"
+
+
+def tested_count(comparison: Comparison) -> int:
+    """How many cases Benjamini-Hochberg ran over: those with a p-value (not ❌ or ➖)."""
+    return sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases)
+
+
+def overall_sentence(comparison: Comparison) -> str:
     """One plain sentence that says what happened."""
-    counts = comparison["counts"]
-    n = len(comparison["cases"])
+    counts = comparison.counts
+    n = len(comparison.cases)
     bad = counts.get("alert", 0) + counts.get("regression", 0)
     parts = []
     if counts.get("failed"):
@@ -339,8 +395,8 @@ def overall_sentence(comparison: Mapping[str, Any]) -> str:
         parts.append(f"{counts['improvement']} got faster")
     if counts.get("inconclusive"):
         # More rounds do not help a case whose two runs ran at different machine speeds.
-        moved = sum(r["verdict"] == "inconclusive" and beyond_speed_limit(r.get("control_shift"))
-                    for r in comparison["cases"])
+        moved = sum(r.verdict == "inconclusive" and beyond_speed_limit(r.control_shift)
+                    for r in comparison.cases)
         parts.append(f"{counts['inconclusive']} could not be decided (" + (
             "rerun with more rounds" if not moved else
             f"{moved} as the two runs' controls ran at different speeds: rerun both back to "
@@ -360,22 +416,22 @@ def overall_sentence(comparison: Mapping[str, Any]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def render_markdown(comparison: Mapping[str, Any]) -> str:
+def render_markdown(comparison: Comparison) -> str:
     """The PR comment: GitHub-flavoured markdown with the hidden sticky-comment marker."""
     return environment().get_template("comment.md.j2").render(**_context(comparison))
 
 
-def render_terminal(comparison: Mapping[str, Any]) -> str:
+def render_terminal(comparison: Comparison) -> str:
     """The same comparison as fixed-width text for a terminal."""
-    ctx = _context(comparison)
+    ctx = _context(comparison, str)
     # The verdict goes last: emoji widths differ between terminals and would skew columns.
     header = ("case", "base", "pr", "change", f"{ctx['confidence_pct']} CI", "threshold",
               "could catch", "")
     table = [header] + [
-        (r["case"], format_ns(r["base_ns"]), format_ns(r["pr_ns"]), format_pct(r["change"]),
-         format_ci(r["ci"]), format_share(r["threshold"]), format_detectable(r.get("detectable")),
-         f"{r['emoji']} {ctx['verdicts'][r['verdict']][1]}")
-        for r in ctx["rows"]
+        (r.case, format_ns(r.base_ns), format_ns(r.pr_ns), format_pct(r.change),
+         format_ci(r.ci), format_share(r.threshold), format_detectable(r.detectable),
+         f"{r.emoji} {VERDICTS[r.verdict][1]}")
+        for r in comparison.cases
     ]
     ctx["table"] = align_columns(table)
     return environment().get_template("terminal.txt.j2").render(**ctx)
@@ -389,7 +445,7 @@ def align_columns(rows: list[tuple[str, ...]]) -> list[str]:
     ]
 
 
-def render_calibration(profile: Mapping[str, Any]) -> str:
+def render_calibration(profile: Profile) -> str:
     """A noise profile for the terminal: per case the noise it will judge with."""
     rows = [("case", "noise same run", "noise two runs", "p95 |A/A|", "fixed-order bias")]
     for name, entry in sorted(profile.get("cases", {}).items()):
@@ -410,7 +466,7 @@ def _pct_or_dash(value: float | None) -> str:
     return format_share(value, 2)
 
 
-def format_overhead(overhead: dict[str, Any]) -> str:
+def format_overhead(overhead: Document) -> str:
     """The harness's overhead (`epbench overhead`) as a few lines for the terminal."""
     lines = [
         f"timer (two clock reads)        {format_ns(overhead['timer_ns'])}",
@@ -424,7 +480,7 @@ def format_overhead(overhead: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_summary_table(summary: Mapping[str, Any]) -> str:
+def render_summary_table(summary: Document) -> str:
     """The summary as fixed-width text for the terminal."""
     lines: list[str] = []
     rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
@@ -445,17 +501,10 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
                          f"{a['nodes_executed']}{split}", status))
             name, status = "", ""
     lines.extend(align_columns(rows))
-    drifts = [
-        (abs(c["control_drift"]), n, c["control_drift"])
-        for n, c in summary["cases"].items() if c.get("control_drift") is not None
-    ]
-    if drifts:
-        _, worst_case, worst = max(drifts)
+    drift = drift_sentence(run_drifts(summary), str)
+    if drift is not None:
         lines.append("")
-        lines.append(
-            f"control drift: worst {worst:+.1%} ({worst_case}), "
-            "last third of the rounds vs the first third"
-        )
+        lines.append(drift)
     if summary.get("families"):
         lines.append("")
         frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
@@ -478,6 +527,11 @@ def render_summary_table(summary: Mapping[str, Any]) -> str:
             f"{gate_waiting_text(g)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def run_drifts(summary: Document) -> dict[str, float | None]:
+    """Each case's control drift from a run summary (summary.summarize)."""
+    return {name: case.get("control_drift") for name, case in summary["cases"].items()}
 
 
 def _ci_ns(ci: list[float | None]) -> str:

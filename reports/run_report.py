@@ -12,7 +12,13 @@ from typing import Any
 
 from epbench.core.model import Results
 from epbench.core.results import atomic_write_text
-from epbench.reports.render import environment, render_summary_table
+from epbench.reports.render import (
+    drift_sentence,
+    environment,
+    inert,
+    render_summary_table,
+    run_drifts,
+)
 from epbench.reports.summary import summarize
 
 REPORT_NAME = "report.md"
@@ -27,12 +33,10 @@ def render_run_report(doc: Results, summary: Mapping[str, Any] | None = None) ->
     for name, case in summary["cases"].items():
         arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
         cases.append({"name": name, **case, "arm_rows": arms})
-    drifts = [(abs(c["control_drift"]), n, c["control_drift"])
-              for n, c in summary["cases"].items() if c.get("control_drift") is not None]
     return environment().get_template("run_report.md.j2").render(
         doc=doc, s=summary, cases=cases, control=control, cfg=doc.config,
         host=doc.host.to_dict(),
-        worst_drift=max(drifts) if drifts else None,
+        drift=drift_sentence(run_drifts(summary), inert),
         failures=[c for c in cases if c["status"] != "ok" or not c["verified"]],
     )
 

@@ -100,6 +100,20 @@ def gate_rounds(doc: Results) -> list[dict[str, Any]]:
     return out
 
 
+# What a case's control drift is (stats.control_drift), in the words every report quotes.
+DRIFT_MEANING = "first round to last, Theil–Sen"
+
+
+def worst_drift(drifts: Mapping[str, float | None]) -> tuple[str, float] | None:
+    """The case whose ORT control drifted most, either way, and its drift (None if no case
+    has one); ties go to the case named last, as `max` over (|drift|, name) gives."""
+    known = [(abs(d), name, d) for name, d in drifts.items() if d is not None]
+    if not known:
+        return None
+    _, name, drift = max(known)
+    return name, drift
+
+
 def summarize(
     doc: Results,
     *,

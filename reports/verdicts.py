@@ -12,39 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from epbench.reports import defaults, nested, stats
-from epbench.reports.comparison import HEADLINES, CaseRow, CompareError
-
-
-@dataclass(frozen=True)
-class Settings:
-    floor: float = defaults.FLOOR
-    k: float = defaults.K
-    alert: float | None = None  # absolute alert level; default ALERT_FACTOR x t per case
-    confidence: float = defaults.CONFIDENCE
-    fdr: float = defaults.FDR
-    resamples: int = defaults.RESAMPLES
-    seed: int = defaults.SEED
-    force: bool = False
-    instructions_threshold: float = defaults.INSTRUCTIONS_THRESHOLD
-    # --target-mde: the detectable change every case should reach (a fraction); the
-    # floor is then half of it (target_settings), and a case that misses it is named.
-    target_mde: float | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.confidence < 1.0:
-            raise CompareError("--confidence must be between 0 and 1, e.g. 0.95")
-        if not 0.0 < self.fdr < 1.0:
-            raise CompareError("--fdr must be between 0 and 1, e.g. 0.05")
-        if self.floor < 0.0 or self.k <= 0.0:
-            raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
-        if self.alert is not None and self.alert <= 0.0:
-            raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
-        if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
-            raise CompareError("--target-mde is a percentage between 0 and 100, e.g. 1%")
-        if self.resamples < defaults.MIN_RESAMPLES:
-            raise CompareError(
-                f"--resamples must be at least {defaults.MIN_RESAMPLES} for stable 95 % intervals"
-            )
+from epbench.reports.comparison import (  # Settings: re-exported, its home is comparison
+    HEADLINES,
+    CaseRow,
+    Overall,
+    Settings,
+)
 
 
 def target_settings(settings: Settings, target_mde: float | None) -> Settings:
@@ -474,7 +447,7 @@ def judge_samples(
     return judgements, tests
 
 
-def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
+def overall_verdict(rows: Sequence[CaseRow]) -> Overall:
     """The headline: the worst verdict of the grid, in words people know.
 
     A grid where no case could be judged (every row ➖) is ❔, never ✅: nothing
@@ -492,7 +465,7 @@ def overall_verdict(rows: Sequence[CaseRow]) -> dict[str, str]:
         key = "inconclusive"
     else:
         key = "no_change"
-    return {"key": key, "headline": HEADLINES[key]}
+    return Overall(key=key, headline=HEADLINES[key])
 
 
 def _quantile(q: float, df: float) -> float:

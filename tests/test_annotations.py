@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,13 @@ from click.testing import CliRunner
 from epbench.cli import run_commands
 from epbench.cli.main import cli
 from epbench.harness.commits import BuiltSide
-from epbench.reports import render
 from epbench.reports.bot.annotations import (
     annotation_lines,
     escape_data,
     escape_property,
     workflow_command,
 )
+from epbench.reports.comparison import Comparison
 from epbench.workflows.compare_commits import CommitsResult
 from tests.support.synthetic import as_results, results_doc
 from tests.test_reports_render import _separate
@@ -47,20 +48,20 @@ def test_escaping_follows_githubs_workflow_command_format() -> None:
 
 
 def test_flagged_cases_and_only_those_are_annotated() -> None:
-    comparison = json.loads(render.to_json(_separate()))
+    comparison = Comparison.from_json(_separate().to_json())
     assert annotation_lines(comparison) == EXPECTED
     # A ⚠️ regression is a warning; every other verdict stays silent.
-    regression = dict(comparison["cases"][1], verdict="regression")
-    quiet = [dict(comparison["cases"][1], verdict=v)
+    regression = replace(comparison.cases[1], verdict="regression")
+    quiet = [replace(comparison.cases[1], verdict=v)
              for v in ("inconclusive", "not_comparable", "improvement", "no_change")]
-    (line,) = annotation_lines({**comparison, "cases": [regression, *quiet]})
+    (line,) = annotation_lines(replace(comparison, cases=(regression, *quiet)))
     assert line.startswith("::warning title=epbench%3A relu_d100_w8 regressed::⚠️ relu_d100_w8")
 
 
 def test_a_newline_in_a_name_cannot_start_a_second_command() -> None:
-    comparison = json.loads(render.to_json(_separate()))
-    row = dict(comparison["cases"][0], case="x\n::error::forged", reason="a\r\n::warning::b")
-    (line,) = annotation_lines({**comparison, "cases": [row]})
+    comparison = Comparison.from_json(_separate().to_json())
+    row = replace(comparison.cases[0], case="x\n::error::forged", reason="a\r\n::warning::b")
+    (line,) = annotation_lines(replace(comparison, cases=(row,)))
     assert "\n" not in line and "\r" not in line
     assert line == (
         "::error title=epbench%3A x%0A%3A%3Aerror%3A%3Aforged failed::❌ x%0A::error::forged "
@@ -115,8 +116,7 @@ def test_compare_commits_annotates_in_github_actions(
 
     def fake_comparison(**kwargs: Any) -> CommitsResult:
         side = BuiltSide("base", "a", "a" * 40, "/lib/a.so", cached=True, sha256="0" * 64)
-        results = as_results(results_doc({"relu_d1_w8": {"ort": 1.0, "head": 1.0}}))
-        return CommitsResult(side, side, results, comparison, {})
+        return CommitsResult(side, side, as_results(results_doc({})), comparison, {})
 
     monkeypatch.setattr(run_commands, "run_comparison", fake_comparison)
     args = ["compare-commits", "a", "b", "--case", "relu_d1_w8", "--out", str(tmp_path / "o"),

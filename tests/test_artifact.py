@@ -34,6 +34,7 @@ from epbench.reports.bot.artifact import (
     read_artifact,
 )
 from epbench.reports.bot.github import STICKY_MARKER
+from epbench.reports.comparison import Comparison
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_reports_render import _same_run, _separate, _verdicts
 
@@ -48,7 +49,7 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubGitHub]:
 @pytest.fixture(scope="module")
 def comparison() -> dict[str, Any]:
     """A real comparison with every verdict, as compare-commits writes it (JSON round trip)."""
-    return json.loads(render.to_json(_verdicts()))
+    return json.loads(_verdicts().to_json())
 
 
 def write_artifact(folder: Path, comparison: Any, pr: Any = None) -> Path:
@@ -97,7 +98,8 @@ def test_real_comparisons_match_the_schema(make: Callable[[], dict[str, Any]]) -
 
     schema = comparison_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    doc = json.loads(render.to_json(make()))
+    made = make()
+    doc = json.loads(made.to_json() if isinstance(made, Comparison) else render.to_json(made))
     assert doc["schema"] == schema["properties"]["schema"]["const"]
     jsonschema.Draft202012Validator(schema).validate(doc)
 
@@ -116,7 +118,7 @@ def test_a_good_artifact_is_posted_as_this_branch_renders_it(
     ]
     (posted,) = stub.comments
     # Exactly what `compare --format markdown` (and report.md) renders from these verdicts.
-    assert posted["body"] == render.render_markdown(comparison)
+    assert posted["body"] == render.render_markdown(Comparison.from_json(comparison))
     assert result.stdout.startswith(f"created the epbench comment on {REPO}#{PR}: https://")
     assert f"GitHub confirmed its head is {HEAD_SHA[:12]}" in result.stdout
 
@@ -126,7 +128,7 @@ def test_the_zip_github_serves_reads_the_same(tmp_path: Path, comparison: dict[s
     members = {p.name: p.read_bytes() for p in folder.iterdir()}
     from_zip = read_artifact(zip_of(tmp_path / "bench-out.zip", members))
     from_folder = read_artifact(folder)
-    assert from_zip.comparison == from_folder.comparison == comparison
+    assert from_zip.comparison == from_folder.comparison == Comparison.from_json(comparison)
     assert from_zip.pr_number == from_folder.pr_number == PR
 
 
@@ -486,8 +488,9 @@ def test_a_pr_number_that_is_no_pull_request_gets_no_comment(
 
 
 def test_the_comment_points_at_the_html_report_in_the_artifact(comparison):
-    plain = artifact.comment_body(comparison)
-    linked = artifact.comment_body(comparison, "https://github.example/run/7")
+    typed = Comparison.from_json(comparison)
+    plain = artifact.comment_body(typed)
+    linked = artifact.comment_body(typed, "https://github.example/run/7")
     assert "report.html" not in plain
     assert linked.startswith(plain.rstrip("\n"))
     assert linked.endswith("`report.html` in the run's artifact, https://github.example/run/7\n")

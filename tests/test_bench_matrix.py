@@ -233,7 +233,7 @@ def test_three_slices_join_into_the_artifact_the_comment_reads(
     assert result.exit_code == 0, result.output
     artifact = read_artifact(out)  # what comment.yml's plan job accepts
     assert artifact.pr_number == 9
-    assert sorted(row["case"] for row in artifact.comparison["cases"]) == sorted(CASES)
+    assert sorted(row.case for row in artifact.comparison.cases) == sorted(CASES)
     merged = load_results(out / "results.json")
     assert [s["shard"] for s in merged.extra["shards"]] == [f"{k}/{SHARDS}"
                                                             for k in range(1, SHARDS + 1)]

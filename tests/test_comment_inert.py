@@ -26,6 +26,7 @@ from epbench.reports import compare, render
 from epbench.reports.bot import artifact
 from epbench.reports.bot.artifact import ArtifactError, comparison_schema, read_artifact
 from epbench.reports.bot.github import STICKY_MARKER
+from epbench.reports.comparison import Comparison
 from tests.support import synthetic
 from tests.support.github_stub import PR, StubGitHub, no_proxies, serve_stub
 from tests.test_artifact import invoke, write_artifact
@@ -126,12 +127,12 @@ def _fill(schema: dict[str, Any], node: dict[str, Any], value: Any, text: str, n
 def _twin_comparison() -> dict[str, Any]:
     """Every verdict, a re-run, a failed re-run, instructions, and an A/A twin without a
     profile (the comment names the twin's arm only then)."""
-    doc = _verdicts()
+    doc = _verdicts().to_dict()
     truth = {"ort": 1000.0, "base": 800.0, "base_twin": 800.0, "pr": 800.0}
     run = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
                                 twin={"of": "base", "key": "base_twin"})
     twinned = compare.compare(Side("base", run, "base"), Side("pr", run, "pr"))
-    doc["twin"], doc["profile"] = twinned["twin"], None
+    doc["twin"], doc["profile"] = twinned.to_dict()["twin"], None
     doc["cases"][0].update(rerun_errors=["crashed"], instructions_change=0.2,
                            instructions_flag=True)
     return json.loads(render.to_json(doc))
@@ -139,7 +140,7 @@ def _twin_comparison() -> dict[str, Any]:
 
 def _variants() -> dict[str, dict[str, Any]]:
     with_twin = _twin_comparison()
-    folded = json.loads(render.to_json(_same_run()))  # > 8 ✅ rows: the <details> table
+    folded = json.loads(_same_run().to_json())  # > 8 ✅ rows: the <details> table
     return {"twin": with_twin, "folded": folded}
 
 
@@ -212,7 +213,8 @@ def _strings(value: Any, keyed: bool = False) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def skeletons() -> dict[str, str]:
-    return {name: artifact.comment_body(doc) for name, doc in VARIANTS.items()}
+    return {name: artifact.comment_body(Comparison.from_json(doc))
+            for name, doc in VARIANTS.items()}
 
 
 def test_the_hostile_documents_match_the_schema_and_fill_every_string() -> None:
@@ -358,7 +360,7 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[StubGitHub]:
 def test_a_number_that_is_not_finite_is_refused_naming_file_and_key(
     stub: StubGitHub, tmp_path: Path, token: str, where: str
 ) -> None:
-    doc = json.loads(render.to_json(_verdicts()))
+    doc = json.loads(_verdicts().to_json())
     doc["gate"] = {"run": doc["gate"]["pr"]}
     # Put the token in the place `where` names, as the file would spell it.
     key = where.rsplit(".", 1)[-1]
@@ -381,7 +383,7 @@ def test_a_number_that_is_not_finite_is_refused_naming_file_and_key(
 
 def test_the_comment_never_shows_inf(tmp_path: Path) -> None:
     # Before: 1e400 decoded to inf and the comment said "inf × A/A noise".
-    doc = json.loads(render.to_json(_verdicts()))
+    doc = json.loads(_verdicts().to_json())
     text = render.to_json(doc).replace('"k": 2.0', '"k": 1e400', 1)
     assert '"k": 1e400' in text
     with pytest.raises(ArtifactError, match="at 'settings.k' holds '1e400'"):

@@ -32,6 +32,7 @@ from epbench.reports.bot.github import (
     plan_sticky_comment,
     write_plan,
 )
+from epbench.reports.comparison import Comparison
 from tests.support.action_steps import epbench_bin, load, run_step
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_artifact import write_artifact
@@ -56,7 +57,7 @@ def workflow() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def comparison() -> dict[str, Any]:
-    return json.loads(render.to_json(_verdicts()))
+    return json.loads(_verdicts().to_json())
 
 
 def _named(job: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def test_a_new_comment_is_planned_read_only_and_posted_by_curl(
         ("POST", f"/repos/{REPO}/issues/{PR}/comments"),
     ]
     (posted,) = stub.comments
-    assert posted["body"] == render.render_markdown(comparison) + (
+    assert posted["body"] == render.render_markdown(Comparison.from_json(comparison)) + (
         "\nPlots of every case and the forest plot: `report.html` in the run's artifact, "
         f"{CONTEXT['github.event.workflow_run.html_url']}\n")
     assert TOKEN not in done.stdout + done.stderr

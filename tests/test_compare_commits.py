@@ -17,8 +17,10 @@ from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.model import Results
 from epbench.reports import findings, html, render
 from epbench.reports.bot.artifact import comparison_schema
+from epbench.reports.comparison import Comparison, Rerun
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate
 from epbench.workflows.compare_commits import merge_rounds
+from tests.support.comparisons import case_row, comparison_of
 from tests.support.gitrepo import git, init_repo
 from tests.support.synthetic import results_doc, typed_runner
 
@@ -79,7 +81,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     # The verdicts for machines (and the PR-comment job): valid, and the same judgement.
     verdicts = json.loads((out / "compare.json").read_text())
     jsonschema.Draft202012Validator(comparison_schema()).validate(verdicts)
-    assert comparison_md == render.render_markdown(verdicts)
+    assert comparison_md == render.render_markdown(Comparison.from_json(verdicts))
     assert not (out / "comment.md").exists()
     assert '<figure id="forest">' in (out / "report.html").read_text(encoding="utf-8")
     doc = json.loads((out / "results.json").read_text())
@@ -196,8 +198,8 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert result.reruns == dict.fromkeys(rerun, 6)
     for name in rerun:
         assert len(result.results.cases[name].rounds) == 12
-        assert result.comparison["reruns"][name] == {"reruns": 1, "rounds": 12}
-    assert not any(r["verdict"] == "inconclusive" for r in result.comparison["cases"])
+        assert result.comparison.reruns[name] == Rerun(reruns=1, rounds=12)
+    assert not any(r.verdict == "inconclusive" for r in result.comparison.cases)
 
     calls.clear()
     cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None, config=config,
@@ -214,7 +216,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
                                   profile_path=None, budget_s=budget_s)
 
     def budget_warnings(result):
-        return [w for w in result.comparison["warnings"] if "re-run budget" in w]
+        return [w for w in result.comparison.warnings if "re-run budget" in w]
 
     # Every clock reading 50 s after the last (the command's start, the first pass's start
     # and end: it took 50 s for 2 cases). 60 s of budget are not spent yet when the loop
@@ -249,7 +251,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
         "takes about 10 s here (rounded up, so that much a case fits them all): pass --budget "
         "with that much for each such case to re-run them "
         "(in CI, to the bench workflow's compare-commits)")
-    assert result.comparison["warnings"][-1] == warning and result.notes == []
+    assert result.comparison.warnings[-1] == warning and result.notes == []
     written = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     assert written["warnings"][-1] == warning
     report_md = (out / "report.md").read_text(encoding="utf-8")
@@ -262,7 +264,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     monkeypatch.setattr(findings, "NAMED_CASES", 1)
     result = with_clock([0, 30, 50, 50] + [50] * 100, budget_s=None)
     assert len(left) == 2
-    assert result.comparison["warnings"][-1].startswith(f"{left[0]} and 1 more left ❔: ")
+    assert result.comparison.warnings[-1].startswith(f"{left[0]} and 1 more left ❔: ")
 
     # A first pass that ends past the deadline by more than a case's time (15 s): nothing
     # is re-run, though both cases are ❔ (a negative count would slice some off the end).
@@ -368,11 +370,11 @@ def test_a_warning_held_back_from_an_alert_by_the_idle_gate_is_rerun(tmp_path,
                                 config=config, settings=Settings(), profile_path=None,
                                 budget_s=None)
     assert calls == [list(names), ["relu_d1_w8"]]
-    rows = {r["case"]: r for r in result.comparison["cases"]}
-    assert (rows["relu_d1_w8"]["verdict"], rows["relu_d10_w8"]["verdict"]) == (
+    rows = {r.case: r for r in result.comparison.cases}
+    assert (rows["relu_d1_w8"].verdict, rows["relu_d10_w8"].verdict) == (
         "regression", "no_change")
     assert held_back_by_gate(rows["relu_d1_w8"])
-    assert result.comparison["warnings"][-1].startswith(
+    assert result.comparison.warnings[-1].startswith(
         "relu_d1_w8 left ❔ or held back from 🔴 by the idle gate: the default re-run budget")
 
 
@@ -411,8 +413,8 @@ def test_a_held_back_warning_with_no_quiet_round_is_not_rerun(tmp_path, monkeypa
         result = cc.compare_commits(repo=tmp_path, base_rev="a", head_rev="b", build=None,
                                     config=config, settings=Settings(), profile_path=None,
                                     budget_s=budget_s)
-        return {r["case"]: r["verdict"] for r in result.comparison["cases"]}, [
-            w for w in result.comparison["warnings"] if "idle gate" in w or "budget" in w]
+        return {r.case: r.verdict for r in result.comparison.cases}, [
+            w for w in result.comparison.warnings if "idle gate" in w or "budget" in w]
 
     quiet_machine = ("relu_d1_w8: ⚠️ held back from 🔴 by the idle gate, none of its rounds "
                      "quiet: rounds under this load cannot make it 🔴, so re-runs pass it by; "
@@ -441,11 +443,10 @@ def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_ca
     from epbench.workflows import compare_commits as cc
 
     def row(case, verdict, unquiet, change=0.05):
-        return {"case": case, "verdict": verdict, "change": change, "alert": 0.02,
-                "unquiet": unquiet, "rounds": 96}
+        return case_row(case, verdict, change=change, alert=0.02, unquiet=unquiet, rounds=96)
 
     def warnings(*cases, budget_ran_out=True):
-        return cc.left_over_warnings({"cases": list(cases)}, 12.4, budget_ran_out)
+        return cc.left_over_warnings(comparison_of(cases), 12.4, budget_ran_out)
 
     # A ❔ whose rounds all failed the gate too: more rounds may still settle it.
     unsure = row("unsure", "inconclusive", 96, change=0.012)
@@ -467,7 +468,7 @@ def test_the_left_over_warnings_offer_a_budget_only_where_rounds_can_settle_a_ca
     assert warnings(unsure, held_never_quiet)[0].startswith("unsure left ❔: the default")
     assert warnings(held_never_quiet, budget_ran_out=False) == [rerun]
     assert warnings(held_never_quiet, fine) == [rerun]  # the budget ran out on nothing
-    two = [held_never_quiet, dict(held_never_quiet, case="held_never_quiet_too")]
+    two = [held_never_quiet, replace(held_never_quiet, case="held_never_quiet_too")]
     assert warnings(*two) == [
         "held_never_quiet, held_never_quiet_too: ⚠️ held back from 🔴 by the idle gate, none "
         "of their rounds quiet: rounds under this load cannot make them 🔴, so re-runs pass "
@@ -488,15 +489,14 @@ def test_the_rerun_order_puts_unanswered_and_least_tried_cases_first() -> None:
     from epbench.workflows import compare_commits as cc
 
     def row(case, verdict, change=0.012, alert=0.02, unquiet=95):
-        return {"case": case, "verdict": verdict, "change": change, "alert": alert,
-                "unquiet": unquiet, "rounds": 96}
+        return case_row(case, verdict, change=change, alert=alert, unquiet=unquiet, rounds=96)
 
-    comparison = {"cases": [row("never_quiet", "regression", change=0.06, unquiet=96),
-                            row("held", "regression", change=0.05),
-                            row("big", "inconclusive", change=0.018),
-                            row("small", "inconclusive", change=0.011),
-                            row("flagged", "regression"),  # ⚠️ below the alert level
-                            row("fine", "no_change", change=0.001)]}
+    comparison = comparison_of([row("never_quiet", "regression", change=0.06, unquiet=96),
+                                row("held", "regression", change=0.05),
+                                row("big", "inconclusive", change=0.018),
+                                row("small", "inconclusive", change=0.011),
+                                row("flagged", "regression"),  # ⚠️ below the alert level
+                                row("fine", "no_change", change=0.001)])
     assert cc.rerun_order(comparison, {}) == ["big", "small", "held"]
     assert cc.rerun_order(comparison, {"big": 1}) == ["small", "big", "held"]
     assert cc.rerun_order(comparison, {"big": 2, "small": 1}) == ["small", "big", "held"]
@@ -568,7 +568,7 @@ def test_a_budget_short_of_the_ambiguous_cases_takes_them_in_turn(tmp_path,
     cases = result.results.to_dict()["cases"]
     assert len(cases["relu_d1_w8"]["rerun_errors"]) == 2 and "reruns" not in cases["relu_d1_w8"]
     assert cases["relu_d10_w8"]["reruns"] == 1
-    assert all(held_back_by_gate(row) for row in result.comparison["cases"])
+    assert all(held_back_by_gate(row) for row in result.comparison.cases)
 
 
 def test_a_budget_of_k_cases_fits_k_though_the_clock_moved(tmp_path, monkeypatch) -> None:
@@ -649,12 +649,13 @@ def test_the_output_folder_holds_compare_json_one_markdown_and_one_html_report(t
                                 config=config, settings=Settings(), profile_path=None,
                                 budget_s=0)
     written = (out / "compare.json").read_text(encoding="utf-8")
-    assert written == render.to_json(result.comparison)
+    assert written == result.comparison.to_json()
     doc = json.loads(written)
     jsonschema.Draft202012Validator(comparison_schema()).validate(doc)
     assert doc["schema"] == "epbench.comparison/1"
     assert [r["verdict"] for r in doc["cases"]] == ["alert"]  # 30 % slower, little noise
-    assert (out / "report.md").read_text(encoding="utf-8") == render.render_markdown(doc)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert report == render.render_markdown(Comparison.from_json(doc))
     assert sorted(p.name for p in out.iterdir()) == ["compare.json", "report.html", "report.md",
                                                     "results.json"]
 

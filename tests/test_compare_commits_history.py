@@ -24,6 +24,7 @@ from epbench.harness.commits import is_ancestor
 from epbench.harness.run_config import RunConfig
 from epbench.reports import render, stats
 from epbench.reports.bot.artifact import comment_body, comparison_schema
+from epbench.reports.comparison import Comparison
 from epbench.reports.history import changepoints
 from epbench.reports.history.changes import (
     BASE_AFTER,
@@ -42,6 +43,7 @@ from epbench.reports.history.store import SCHEMA_VERSION, HistoryStore, run_reco
 from epbench.reports.verdicts import Settings
 from epbench.workflows import compare_commits as cc
 from tests.support import synthetic
+from tests.support.comparisons import comparison_of
 from tests.support.fakebuild import fake_build_commit, fake_side
 from tests.support.gitrepo import git, init_repo
 
@@ -106,23 +108,23 @@ def test_the_history_finds_the_step_between_the_last_old_and_the_first_new_measu
 ])
 def test_where_the_base_sits_against_the_change_point(history, base, kind, measured):
     report = _report(history, base)
-    assert report["measured"] is measured
-    assert (report["series"], report["tested"], report["too_short"]) == (1, 1, 0)
-    assert [f["kind"] for f in report["findings"]] == ([kind] if kind else [])
+    assert report.measured is measured
+    assert (report.series, report.tested, report.too_short) == (1, 1, 0)
+    assert [f.kind for f in report.findings] == ([kind] if kind else [])
     if kind:
-        (f,) = report["findings"]
+        (f,) = report.findings
         _, shas, _ = history
-        assert (f["case"], f["arm"], f["direction"]) == (CASE, "engine", "regression")
-        assert (f["before"], f["after"]) == (shas[STEP_AT - 1], shas[STEP_AT + 1])
-        assert f["lo"] <= f["change"] <= f["hi"]
+        assert (f.case, f.arm, f.direction) == (CASE, "engine", "regression")
+        assert (f.before, f.after) == (shas[STEP_AT - 1], shas[STEP_AT + 1])
+        assert f.lo <= f.change <= f.hi
 
 
 def test_an_unmeasured_base_inside_the_range_is_not_placed_without_git(history):
     repo, shas, db = history
     with HistoryStore.open(db) as store:
         report = base_report(store, shas[STEP_AT], cases=[CASE], machine=HOST)
-    assert report["findings"] == [] and not report["placed_by_git"]
-    (line,) = render.base_history_lines({"base_history": report})
+    assert report.findings == () and not report.placed_by_git
+    (line,) = render.base_history_lines(comparison_of([], base_history=report))
     assert "has no run in the history and nothing placed it" in line
 
 
@@ -199,25 +201,25 @@ def test_a_base_git_cannot_place_makes_no_claim_either_way(history):
                                   is_ancestor=lambda a, b: None)
         measured = base_report(store, shas[STEP_AT + 1], cases=[CASE], machine=HOST,
                                     is_ancestor=lambda a, b: None)
-    assert report["findings"] == [] and not report["measured"]
-    assert report["placed_by_git"] is False and report["unplaced"] == 1
-    (line,) = render.base_history_lines({"base_history": report})
+    assert report.findings == () and not report.measured
+    assert report.placed_by_git is False and report.unplaced == 1
+    (line,) = render.base_history_lines(comparison_of([], base_history=report))
     assert "git does not know the commits of 1 change point(s)" in line
     assert "no claim either way" in line and "placed by git" not in line
     assert "touches it" not in line
-    assert measured["measured"] and measured["placed_by_git"] is False
-    assert measured["unplaced"] == 0 and [f["kind"] for f in measured["findings"]] == ["inside"]
+    assert measured.measured and measured.placed_by_git is False
+    assert measured.unplaced == 0 and [f.kind for f in measured.findings] == ["inside"]
     placed = _report(history, STEP_AT)  # real git knows them
-    assert placed["placed_by_git"] is True and placed["unplaced"] == 0
-    assert _report(history, STEP_AT + 1)["placed_by_git"] is False
+    assert placed.placed_by_git is True and placed.unplaced == 0
+    assert _report(history, STEP_AT + 1).placed_by_git is False
 
 
 def test_no_series_of_this_machine_is_one_short_line(history):
     report = _report(history, STEP_AT + 1, arms=("engine",))
-    assert report["findings"]
+    assert report.findings
     other = _report(history, 3, arms=("no-such-arm",))
-    assert other["series"] == 0
-    (line,) = render.base_history_lines({"base_history": other})
+    assert other.series == 0
+    (line,) = render.base_history_lines(comparison_of([], base_history=other))
     assert line.startswith(f"Base `{history[1][3][:7]}`: the history holds no series")
 
 
@@ -259,7 +261,7 @@ def test_compare_commits_says_the_base_sits_inside_a_change_point_in_every_repor
     assert "the base itself may carry that change" in md
     page = (out / "report.html").read_text(encoding="utf-8")
     assert f"Base <code>{shas[STEP_AT][:7]}</code> sits inside a regression change point" in page
-    comment = comment_body(doc)
+    comment = comment_body(Comparison.from_json(doc))
     assert sentence in comment and between in comment
     assert sentence in render.render_terminal(result.comparison)
 
@@ -274,7 +276,7 @@ def test_a_base_no_change_point_touches_is_one_line_in_the_report_and_none_in_th
             "touches it.")
     assert line in (out / "report.md").read_text(encoding="utf-8")
     assert "Base commit in the history" not in (out / "report.md").read_text(encoding="utf-8")
-    comment = comment_body(doc)
+    comment = comment_body(Comparison.from_json(doc))
     assert shas[3][:7] not in comment.split("Host")[0] and "in the history" not in comment
 
 
@@ -388,7 +390,8 @@ def test_a_history_that_fails_after_the_run_costs_the_check_not_the_reports(
     assert "was not checked against the history" in (
         tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "history: " + line in result.output  # the terminal's verdicts
-    assert "not checked" not in comment_body(doc)  # no finding: the PR comment says nothing
+    # No finding: the PR comment says nothing.
+    assert "not checked" not in comment_body(Comparison.from_json(doc))
 
 
 def _unreadable(kind: str, tmp_path: Path, db: str) -> tuple[str, str]:
@@ -478,6 +481,6 @@ def test_the_workflow_reads_an_older_store_as_it_is_and_says_why_it_could_not_ch
     db = _old_store(tmp_path / "old.sqlite")
     out, result = _compare(history, tmp_path, monkeypatch, 3, db=str(db))
     assert _schema_version(db) == 1
-    assert "schema version 1, older than" in result.comparison["base_history"]["error"]
+    assert "schema version 1, older than" in result.comparison.base_history.error
     assert any("run any `epbench history` command" in note for note in result.notes)
     _assert_reports_written(out)

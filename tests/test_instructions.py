@@ -117,7 +117,7 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
     assert all(count["c"] - count["a"] > 200 for count in counts), counts
     run = as_results(doc)
     rows = counter_changes(Side("base", run, "a"), Side("pr", run, "c"), ["relu_d1_w8"])
-    shown = {r["counter"]: (r["base"], r["pr"]) for r in rows}
+    shown = {r.counter: (r.base, r.pr) for r in rows}
     assert shown["instructions"] == (counts[1]["a"], counts[1]["c"])
     assert shown["ort_api_calls"][1] - shown["ort_api_calls"][0] == 50
     assert doc["config"]["instructions"] == "valgrind"

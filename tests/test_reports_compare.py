@@ -9,10 +9,12 @@ under the same model, like `epbench calibrate` would measure them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ import pytest
 from epbench.cli.exit_codes import exit_code_for
 from epbench.core.numbers import block_summary
 from epbench.reports import calibrate, compare, comparison, defaults, findings, render, stats
-from epbench.reports.comparison import CaseRow, CompareError
+from epbench.reports.comparison import CaseRow, CompareError, Comparison
 from epbench.reports.findings import (
     NAMED_CASES,
     NAMED_CHARS,
@@ -244,6 +246,36 @@ CASES = {
 }
 
 
+def _compared(base, pr, **kwargs):
+    """compare.compare's comparison as its JSON document (compare.json)."""
+    return compare.compare(base, pr, **kwargs).to_dict()
+
+
+def _compared_files(paths, **kwargs):
+    return compare.compare_files(paths, **kwargs).to_dict()
+
+
+def typed(doc):
+    """A comparison's JSON document read back as compare.json is (Comparison.from_json)."""
+    return doc if isinstance(doc, Comparison) else Comparison.from_json(doc)
+
+
+def _row(**fields):
+    """A CaseRow as an older compare.json gives it: only the required keys and `fields`."""
+    base = {"case": "x", "verdict": "no_change", "emoji": "", "reason": "", "base_ns": None,
+            "pr_ns": None, "change": None, "ci": [None, None], "threshold": 0.02, "rounds": 30,
+            "unquiet": 0, "control_drift": None}
+    return typed({**_empty(), "cases": [{**base, **fields}]}).cases[0]
+
+
+@functools.cache
+def _empty():
+    """A comparison document to hang hand-made rows on."""
+    fixtures = Path(__file__).parent / "fixtures" / "results"
+    return _compared_files([str(fixtures / "same_run.json")], base_arm="base",
+                                 pr_arm="pr")
+
+
 def _doc(cases=CASES, **kw):
     # These tests check the comparison's logic on known effects; the error rates under
     # session offsets are the simulations' business above.
@@ -299,7 +331,7 @@ def test_the_adjusted_interval_is_worded_for_one_case_and_for_all():
 
 def test_same_run_flags_the_slowed_case_and_only_it():
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.06), seed=3)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     by_case = {r["case"]: r for r in result["cases"]}
     # No profile: t = max(1 %, 2 x 2 %) = 4 %, so +6 % is a regression, not an alert.
     assert by_case["relu_d100_w8"]["verdict"] == "regression"
@@ -310,21 +342,21 @@ def test_same_run_flags_the_slowed_case_and_only_it():
     # ⚠️: 🔴 needs the alert level itself rejected (the interval starts at 4.4 %); its
     # interval, selected, is shown FCR-adjusted. +12 % is an alert.
     profile = _calibrated_profile()
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["verdict"] == "regression"
     assert row["ci_level"] == pytest.approx(1 - 0.05 / 4)
     assert ("interval shown at 98.75%: adjusted for selecting 1 of the 4 cases tested, "
             "Benjamini-Yekutieli") in row["reason"]
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.12), seed=3)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     by_case = {r["case"]: r for r in result["cases"]}
     assert by_case["relu_d100_w8"]["verdict"] == "alert"
     assert result["cases"][0]["case"] == "relu_d100_w8"  # worst first
     assert {by_case[c]["verdict"] for c in CASES if c != "relu_d100_w8"} == {"no_change"}
     assert result["overall"]["headline"] == "🔴 Regression"
-    assert exit_code_for(comparison=result, fail_on="alert")[0] == 5
-    assert exit_code_for(comparison=result, fail_on="never")[0] == 0
+    assert exit_code_for(comparison=typed(result), fail_on="alert")[0] == 5
+    assert exit_code_for(comparison=typed(result), fail_on="never")[0] == 0
 
 
 def _profile_for(doc, noise, rounds=30):
@@ -351,7 +383,7 @@ def test_separate_runs_use_the_double_ratio_and_ignore_machine_speed():
     # straddle it.)
     slow = _machine(CASES, 1.03)
     pr = _doc(_slower(slow, ["relu_d10_w8"], 1.12), seed=2)
-    result = compare.compare(
+    result = _compared(
         Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
     )
     by_case = {r["case"]: r for r in result["cases"]}
@@ -369,7 +401,7 @@ def test_two_runs_at_speeds_too_far_apart_are_inconclusive_whatever_they_show(fa
     # not move every case as it moves the control, so no case is judged.
     base = _doc(seed=1)
     pr = _doc(_slower(_machine(CASES, factor), ["relu_d10_w8"], 1.12), seed=2)
-    result = compare.compare(
+    result = _compared(
         Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
     )
     by_case = {r["case"]: r for r in result["cases"]}
@@ -394,7 +426,7 @@ def test_two_runs_at_speeds_too_far_apart_are_inconclusive_whatever_they_show(fa
     assert f"relu_d10_w8 (the {slower} run's control {longer:.1%} longer)" in warning
     assert "more than 5% longer a Run" in warning and "by more than 7%" in warning
     assert warning == result["warnings"][0]
-    assert render.overall_sentence(result) == (
+    assert render.overall_sentence(typed(result)) == (
         "4 could not be decided (4 as the two runs' controls ran at different speeds: rerun "
         "both back to back).")
 
@@ -405,7 +437,7 @@ def test_a_change_beyond_the_allowance_keeps_its_verdict_across_a_speed_change()
     base = _doc(seed=1)
     pr = _doc(_slower(_slower(_machine(CASES, 1.2), ["relu_d10_w8"], 1.3),
                       ["relu_d100_w8"], 1 / 1.3), seed=2)
-    result = compare.compare(
+    result = _compared(
         Side("base", base, "base"), Side("pr", pr, "pr"), profile=_calibrated_profile()
     )
     by_case = {r["case"]: r for r in result["cases"]}
@@ -415,7 +447,7 @@ def test_a_change_beyond_the_allowance_keeps_its_verdict_across_a_speed_change()
         assert "longer a Run in the PR run than in the base one" in row["reason"]
         assert "clears the threshold by more than the 7%" in row["reason"]
     assert {by_case[c]["verdict"] for c in ("relu_d1_w8", "matmul_128x128")} == {"inconclusive"}
-    assert render.overall_sentence(result) == (
+    assert render.overall_sentence(typed(result)) == (
         "1 of 4 cases got slower beyond their threshold; 1 got faster; 2 could not be "
         "decided (2 as the two runs' controls ran at different speeds: rerun both back to "
         "back).")
@@ -462,13 +494,13 @@ def test_across_a_speed_change_only_what_clears_the_allowance_stands():
 
 def test_cases_held_by_the_speed_rule_are_not_for_a_rerun_of_one_side():
     # More rounds of one run cannot settle a case whose two runs ran at different speeds.
-    rows = [{"case": name, "verdict": verdict, "change": 0.05, "alert": 0.02,
-             "control_shift": shift, "unquiet": 3}
+    rows = [_row(case=name, verdict=verdict, change=0.05, alert=0.02, control_shift=shift,
+                 unquiet=3)
             for name, verdict, shift in (("unsure", "inconclusive", None),
                                          ("held", "regression", None),
                                          ("moved", "inconclusive", 0.3),
                                          ("moved_held", "regression", -0.3))]
-    assert ambiguous_cases({"cases": rows}) == ["unsure", "held"]
+    assert ambiguous_cases(replace(typed(_empty()), cases=tuple(rows))) == ["unsure", "held"]
     assert [held_back_by_gate(r) for r in rows] == [False, True, False, False]
 
 
@@ -514,7 +546,7 @@ def test_a_family_across_a_speed_change_is_not_judged():
     base = _doc(cases, seed=3)
     for factor, judged in ((1.02, True), (1.3, False)):
         pr = _doc(_slower(_machine(cases, factor), ["relu_d100_w8"], 1.2), seed=4)
-        (fam,) = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))["families"]
+        (fam,) = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))["families"]
         assert fam["finding"].startswith("not judged") is not judged
         if not judged:
             assert "relu_d1_w8, relu_d10_w8, relu_d100_w8" in fam["finding"]
@@ -523,7 +555,7 @@ def test_a_family_across_a_speed_change_is_not_judged():
 def test_aa_of_two_runs_of_the_same_code_shows_no_red_or_warning():
     base, pr = _doc(seed=10), _doc(seed=11)
     for profile in (None, _calibrated_profile()):
-        result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"), profile=profile)
+        result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"), profile=profile)
         assert not {r["verdict"] for r in result["cases"]} & {"alert", "regression", "failed"}
 
 
@@ -531,7 +563,7 @@ def test_counters_changes_are_reported_exactly_whatever_the_noise():
     counters = {"relu_d1_w8": {"base": {"ort_api_calls": 7, "allocs": 2},
                                "pr": {"ort_api_calls": 4, "allocs": 2}}}
     doc = _doc(counters=counters)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["counters"] == [
         {"case": "relu_d1_w8", "counter": "ort_api_calls", "base": 7, "pr": 4, "change": -3 / 7}
     ]
@@ -539,38 +571,38 @@ def test_counters_changes_are_reported_exactly_whatever_the_noise():
     counters = {"relu_d1_w8": {"base": {"allocs": 2.0}, "pr": {"allocs": 2.0, "locks": 5.0}},
                 "relu_d10_w8": {"pr": {"allocs": 1.0}}}
     doc = _doc(counters=counters)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["counters"] == [
         {"case": "relu_d1_w8", "counter": "locks", "base": None, "pr": 5.0, "change": None},
         {"case": "relu_d10_w8", "counter": "allocs", "base": None, "pr": 1.0, "change": None},
     ]
-    text = render.render_terminal(result)
+    text = render.render_terminal(typed(result))
     assert "relu_d1_w8  locks/Run  - -> 5\n" in text  # integers print as integers
 
 
 def test_counter_change_prints_its_percentage_and_integers():
     counters = {"relu_d1_w8": {"base": {"ort_api_calls": 8.0}, "pr": {"ort_api_calls": 6.0}}}
     doc = _doc(counters=counters)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
-    assert "ort_api_calls/Run  8 -> 6 (-25.0%)" in render.render_terminal(result)
-    assert "| 8 | 6 | -25.0% |" in render.render_markdown(result)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    assert "ort_api_calls/Run  8 -> 6 (-25.0%)" in render.render_terminal(typed(result))
+    assert "| 8 | 6 | -25.0% |" in render.render_markdown(typed(result))
 
 
 def test_rerun_errors_reach_the_report_one_line_per_case():
     doc = _doc()
     doc["cases"]["relu_d1_w8"]["rerun_errors"] = ["crashed: signal 11", "timed out"]
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
-    text = render.render_terminal(result)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    text = render.render_terminal(typed(result))
     assert "re-run failed: relu_d1_w8: crashed: signal 11; timed out" in text
     assert "Re-run of `relu_d1_w8` failed: `crashed: signal 11; timed out`." in (
-        render.render_markdown(result))
+        render.render_markdown(typed(result)))
 
 
 def test_separate_runs_with_unequal_rounds_name_both_counts():
     base, pr = _doc(rounds=20, seed=1), _doc(rounds=30, seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
-    assert "20 (base) and 30 (PR) rounds" in render.render_terminal(result)
-    assert "20 (base) and 30 (PR) rounds per case" in render.render_markdown(result)
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    assert "20 (base) and 30 (PR) rounds" in render.render_terminal(typed(result))
+    assert "20 (base) and 30 (PR) rounds per case" in render.render_markdown(typed(result))
 
 
 def test_family_decomposition_tells_per_node_from_per_run():
@@ -581,7 +613,7 @@ def test_family_decomposition_tells_per_node_from_per_run():
         for d in depths
     }
     doc = _doc(cases, noise=synthetic.NoiseModel(0.01, 0.005, 0.0, session_sigma=0.0), seed=5)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"),
                              profile=_profile_for(doc, 0.003))
     (fam,) = result["families"]
     assert fam["family"] == "relu_w8" and fam["depths"] == list(depths)
@@ -598,12 +630,12 @@ def test_family_decomposition_tells_per_node_from_per_run():
 def test_failed_pr_case_is_failed_and_base_failure_is_not_comparable():
     base = _doc(seed=1)
     pr = _doc(status={"relu_d1_w8": "crashed"}, seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     by_case = {r["case"]: r for r in result["cases"]}
     assert by_case["relu_d1_w8"]["verdict"] == "failed"
     assert "pr crashed" in by_case["relu_d1_w8"]["reason"]
-    assert exit_code_for(comparison=result, fail_on="alert")[0] == 5
-    result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
+    assert exit_code_for(comparison=typed(result), fail_on="alert")[0] == 5
+    result = _compared(Side("base", pr, "pr"), Side("pr", base, "pr"))
     by_case = {r["case"]: r for r in result["cases"]}
     assert by_case["relu_d1_w8"]["verdict"] == "not_comparable"
 
@@ -612,7 +644,7 @@ def test_one_sided_cases_are_listed_not_dropped():
     base = _doc(seed=1)
     pr = _doc({n: a for n, a in CASES.items() if n != "matmul_128x128"} |
               {"relu_d1_w4096": {"ort": 5000.0, "base": 4000.0, "pr": 4000.0}}, seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     assert result["only_base"] == ["matmul_128x128"]
     assert result["only_pr"] == ["relu_d1_w4096"]
     assert len(result["cases"]) == 3
@@ -625,7 +657,7 @@ def test_compare_of_a_50_case_grid_is_one_kernel_call_per_test(monkeypatch):
     cases = {f"relu_d{d}_w{w}": {"ort": 1000.0 + d, "base": 900.0 + d, "pr": 900.0 + d}
              for d in range(1, 11) for w in (8, 16, 32, 64, 128)}
     doc = _doc(cases, samples=3)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert len(result["cases"]) == 50
     # The change, then its three interval nulls (above t, below -t, above the alert
     # level); nothing is selected, so no FCR-adjusted interval is computed.
@@ -639,7 +671,7 @@ def test_refuses_different_hosts_unless_forced():
     base, pr = _doc(seed=1), _doc(seed=2, host_key="otherhost")
     with pytest.raises(CompareError, match="different hosts.*pass --force"):
         compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"),
                              settings=Settings(force=True))
     assert any("different hosts" in w and "--force" in w for w in result["warnings"])
 
@@ -647,13 +679,13 @@ def test_refuses_different_hosts_unless_forced():
 def test_separate_runs_timed_with_different_slices_are_compared_with_a_warning():
     base, pr = _doc(seed=1), _doc(seed=2)
     pr["config"]["block_slices"] = 32  # base: an older file, which has no such key
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     assert [w for w in result["warnings"] if "slices" in w] == [
         "base and PR cut their blocks into different numbers of slices (1 vs 32): how often "
         "the arms alternate can move their ratio to the control; re-run the older side with "
         "the other's --slices"]
     base["config"]["block_slices"] = 32
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     assert not [w for w in result["warnings"] if "slices" in w]
 
 
@@ -701,15 +733,15 @@ def test_a_profile_timed_with_other_slices_is_used_with_a_warning():
     doc = _doc()
     profile = _profile_for(doc, 0.01)  # no block_slices: an older profile, whole blocks
     doc["config"]["block_slices"] = 64
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     assert [w for w in result["warnings"] if "slice" in w] == [
         "the noise profile was calibrated with 1 slice(s) per block, these results were "
         "timed with 64: its noise figures overstate this run's; re-run `epbench calibrate`"]
     profile["block_slices"] = 64
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     assert not [w for w in result["warnings"] if "slice" in w]
     doc["config"]["block_slices"] = 1
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"), profile=profile)
     assert [w for w in result["warnings"] if "slice" in w] == [
         "the noise profile was calibrated with 64 slice(s) per block, these results were "
         "timed with 1: its noise figures understate this run's; re-run `epbench calibrate`"]
@@ -832,7 +864,7 @@ def test_compare_judges_alerts_on_quiet_rounds_only(unquiet, verdict):
     few to stand alone, and the load, shared by both arms, caps the alert at ⚠️."""
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.10), seed=3,
                unquiet_rounds={"relu_d100_w8": list(unquiet)})
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"),
                              profile=_calibrated_profile())
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["verdict"] == verdict
@@ -849,7 +881,7 @@ def test_between_two_runs_an_unquiet_would_be_alert_is_held_back_to_a_regression
     base = _doc(CASES, seed=3, unquiet_rounds=unquiet if loaded != "pr" else None)
     pr = _doc(_slower(CASES, ["relu_d100_w8"], 1.30), seed=4,
               unquiet_rounds=unquiet if loaded != "base" else None)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"),
                              profile=_calibrated_profile())
     row = next(r for r in result["cases"] if r["case"] == "relu_d100_w8")
     assert row["ci"][0] >= row["alert"]  # all of it beyond the alert level
@@ -861,9 +893,9 @@ def test_between_two_runs_an_unquiet_would_be_alert_is_held_back_to_a_regression
 def test_interrupted_runs_are_said_and_ambiguous_cases_listed():
     doc = _doc(_slower(CASES, ["relu_d100_w8"], 1.06), seed=3)
     doc["interrupted"] = True
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert any("the pr run was interrupted" in w for w in result["warnings"])
-    assert ambiguous_cases(result) == [
+    assert ambiguous_cases(typed(result)) == [
         r["case"] for r in result["cases"] if r["verdict"] == "inconclusive"
     ]
 
@@ -875,20 +907,23 @@ def test_a_warning_the_idle_gate_held_back_from_an_alert_is_worth_a_rerun():
     doc = _doc(_slower(_slower(CASES, ["relu_d100_w8", "relu_d10_w8"], 1.10),
                        ["matmul_128x128"], 1.03), seed=3,
                unquiet_rounds={"relu_d100_w8": unquiet, "matmul_128x128": unquiet})
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"),
                              profile=_calibrated_profile())
     verdicts = {r["case"]: r["verdict"] for r in result["cases"]}
     assert verdicts == {"relu_d1_w8": "no_change", "relu_d10_w8": "alert",
                         "relu_d100_w8": "regression", "matmul_128x128": "regression"}
-    assert ambiguous_cases(result) == ["relu_d100_w8"]
+    assert ambiguous_cases(typed(result)) == ["relu_d100_w8"]
 
 
 def test_held_back_is_a_warning_whose_change_reaches_the_alert_level() -> None:
-    row = {"verdict": "regression", "change": 0.04, "alert": 0.04, "unquiet": 3}
+    # An older file's row, which does not say whether the gate held it back.
+    row = _row(verdict="regression", change=0.04, alert=0.04, unquiet=3)
+    assert row.held_back is None
     assert held_back_by_gate(row)  # at the alert level exactly: held back
-    assert not held_back_by_gate({**row, "change": 0.0399})
-    assert not held_back_by_gate({**row, "verdict": "alert"})
-    assert not held_back_by_gate({**row, "change": None})
+    assert not held_back_by_gate(replace(row, change=0.0399))
+    assert not held_back_by_gate(replace(row, verdict="alert"))
+    assert not held_back_by_gate(replace(row, change=None))
+    assert not held_back_by_gate(replace(row, held_back=False))
 
 
 def test_documented_defaults_match_the_constants():
@@ -914,32 +949,32 @@ def test_documented_defaults_match_the_constants():
 def test_a_grid_with_no_judged_case_is_inconclusive_not_no_regression():
     # 4 rounds: too few for an exact 95 % interval, however slow the PR is.
     doc = _doc(_slower(CASES, list(CASES), 2.0), rounds=4)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert {r["verdict"] for r in result["cases"]} == {"not_comparable"}
     assert result["overall"] == {"key": "inconclusive", "headline": "❔ Inconclusive"}
     row = result["cases"][0]
     # A ➖ row shows no change or interval, and its remedy names the rounds it needs.
     assert row["change"] is None and row["ci"] == [None, None]
     assert "need 6" in row["reason"] and "--rounds 6 or more" in row["reason"]
-    assert ambiguous_cases(result) == []  # ➖ is not something a re-run settles
+    assert ambiguous_cases(typed(result)) == []  # ➖ is not something a re-run settles
 
 
 def test_every_base_case_crashed_is_inconclusive_and_failures_head_the_headline():
     base = _doc(status=dict.fromkeys(CASES, "crashed"), seed=1)
     pr = _doc(seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     assert {r["verdict"] for r in result["cases"]} == {"not_comparable"}
     assert result["overall"]["key"] == "inconclusive"
     # A failed PR case with everything else within noise: ❌, not ✅.
-    result = compare.compare(Side("base", pr, "pr"), Side("pr", base, "pr"))
+    result = _compared(Side("base", pr, "pr"), Side("pr", base, "pr"))
     assert result["overall"] == {"key": "failed", "headline": "❌ Failed"}
     rows = [CaseRow(case="x", verdict=v, emoji="", reason="", base_ns=None, pr_ns=None,
                             change=None, ci=[None, None], p=None, q=None, significant=False,
                             threshold=0.0, alert=0.0, noise=0.0, noise_source="", rounds=0,
                             unquiet=0, control_drift=None)
             for v in ("no_change", "failed")]
-    assert overall_verdict(rows)["key"] == "failed"
-    assert overall_verdict(rows[:1])["key"] == "no_change"
+    assert overall_verdict(rows).key == "failed"
+    assert overall_verdict(rows[:1]).key == "no_change"
 
 
 def test_rounds_without_a_usable_time_are_named_in_the_reason():
@@ -947,13 +982,13 @@ def test_rounds_without_a_usable_time_are_named_in_the_reason():
     # A block with no calls has no time (a zero or negative one is refused at load).
     for r in doc["cases"]["relu_d10_w8"]["rounds"][:16]:
         r["summary_ns"]["pr"] = block_summary([])
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert "16 of 30 rounds dropped" in row["reason"]
     assert row["pr_ns"] == pytest.approx(1500.0, rel=0.05)  # not "0.00 ns"
     for r in doc["cases"]["relu_d10_w8"]["rounds"][:27]:
         r["summary_ns"]["pr"] = block_summary([])
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert row["verdict"] == "not_comparable"
     assert "27 of 30 rounds had no usable time" in row["reason"] and "--rounds" not in row["reason"]
@@ -978,7 +1013,7 @@ def test_quiet_rounds_alone_need_their_lower_bound_above_the_alert_and_significa
 def test_unquiet_rounds_of_the_base_run_count_too():
     base = _doc(seed=1, unquiet_rounds={"relu_d10_w8": (0, 10, 20)})
     pr = _doc(_slower(CASES, ["relu_d10_w8"], 1.25), seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d10_w8")
     assert row["unquiet"] == 3
     # The base run's unquiet rounds count too: set aside, they leave 27 quiet base rounds,
@@ -989,7 +1024,7 @@ def test_unquiet_rounds_of_the_base_run_count_too():
 
 def test_a_falling_control_warns_like_a_rising_one(monkeypatch):
     doc = _doc(noise=synthetic.NoiseModel(0.0, 0.002, 0.0, drift=-0.08, session_sigma=0.0))
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     assert result["cases"][0]["control_drift"] == pytest.approx(-0.08, abs=0.01)
     # Every case drifted: one warning names them all, each with its drift.
     (warning,) = [w for w in result["warnings"] if "control drifted" in w]
@@ -999,7 +1034,7 @@ def test_a_falling_control_warns_like_a_rising_one(monkeypatch):
         assert f"{row['case']} ({row['control_drift']:+.1%})" in warning
     # A long list is cut: the comment job refuses a warning over 4000 characters.
     monkeypatch.setattr(findings, "NAMED_CASES", 1)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = _compared(Side("base", doc, "base"), Side("pr", doc, "pr"))
     (warning,) = [w for w in result["warnings"] if "control drifted" in w]
     first = result["cases"][0]
     assert (f"{first['case']} ({first['control_drift']:+.1%}) and "
@@ -1009,7 +1044,7 @@ def test_a_falling_control_warns_like_a_rising_one(monkeypatch):
 def test_both_sides_failed_is_not_comparable_not_failed():
     base = _doc(status={"relu_d1_w8": "crashed"}, seed=1)
     pr = _doc(status={"relu_d1_w8": "crashed"}, seed=2)
-    result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
+    result = _compared(Side("base", base, "pr"), Side("pr", pr, "pr"))
     row = next(r for r in result["cases"] if r["case"] == "relu_d1_w8")
     assert row["verdict"] == "not_comparable"
     assert "pr crashed" in row["reason"] and "base crashed" in row["reason"]
@@ -1022,7 +1057,7 @@ def test_two_runs_family_fits_resample_independently():
              for d in (1, 10, 100)}
     doc = _doc(cases, seed=3)
     copy = json.loads(json.dumps(doc))
-    result = compare.compare(Side("base", doc, "pr"), Side("pr", copy, "pr"))
+    result = _compared(Side("base", doc, "pr"), Side("pr", copy, "pr"))
     (fam,) = result["families"]
     assert fam["per_node"]["lo"] < 0.0 < fam["per_node"]["hi"]
 

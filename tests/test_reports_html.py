@@ -23,7 +23,7 @@ from epbench.cli.main import cli
 from epbench.core.errors import EXIT_OK, EXIT_USER_ERROR
 from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
-from epbench.reports import html, plots, render
+from epbench.reports import html, plots
 from epbench.reports.comparison import VERDICTS
 from epbench.reports.summary import gate_rounds
 from epbench.reports.verdicts import Settings
@@ -220,15 +220,16 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     comparison = cmp.compare_files([str(FIXTURES / "base.json"), str(FIXTURES / "pr.json")],
                                    profile_path=str(FIXTURES / "profile.json"))
     path = tmp_path / "compare.json"
-    path.write_text(render.to_json(comparison))
+    path.write_text(comparison.to_json())
     result = CliRunner().invoke(cli, ["report", str(path), "--html", str(tmp_path / "out")])
     assert result.exit_code == EXIT_OK, result.output
     text = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     page = check_page(text)
     assert [f["id"] for f in page.drawn()] == ["forest"]
     forest = re.search(r'<figure id="forest">(.*?)</figure>', text, re.S).group(1)
-    verdicts = {r["verdict"] for r in comparison["cases"]}
-    # relu_d1_w8 ran in one process a side: the between-run term leaves it ❔, not ✅.
+    verdicts = {r.verdict for r in comparison.cases}
+    # relu_d1_w8, measured in one process, is ❔: its interval is widened by what two runs
+    # differ by (a one-process case's too, since the per-case extra variance).
     assert verdicts == {"alert", "inconclusive", "failed"}
     for verdict, (colour, _) in plots.VERDICT_STYLE.items():
         # The alert colour also draws each row's alert tick; every other colour is a verdict.
@@ -250,9 +251,9 @@ def test_a_comparison_json_gets_a_forest_plot_in_verdict_colours(tmp_path):
     for emoji, _ in VERDICTS.values():
         assert emoji.rstrip("\ufe0f") not in visible, emoji
     # The tables of the markdown come along: every case, with its reason.
-    for row in comparison["cases"]:
-        assert f"<code>{row['case']}</code>" in text
-        assert row["reason"].split(",")[0] in text
+    for row in comparison.cases:
+        assert f"<code>{row.case}</code>" in text
+        assert row.reason.split(",")[0] in text
 
 
 def test_verdict_colours_are_the_colours_of_their_emoji():
@@ -332,58 +333,6 @@ def test_history_series_with_a_change_point():
     # The table names the range: the last commit before the step, the first after it.
     assert "0b0b0b0 .. 0c0c0c0" in text and "+4.0%" in text and "[+3.2%, +5.0%]" in text
     assert "Only 1 run of this series is stored: a history needs two" in text
-
-
-HOSTILE = '<img src=x onerror=alert(1)>"\'&'
-
-
-def test_the_history_page_lists_open_regressions_links_hex_commits_and_stays_inert():
-    commits = [f"{i:02x}" * 20 for i in range(32)]
-    commits[5] = "javascript:alert(1)"  # a stored commit name that is not a sha: text only
-    n = len(commits)
-    up = plots.HistorySeries(f"relu_{HOSTILE}", f"engine ({HOSTILE})", commits,
-                             [0.50] * 20 + [0.53] * 12, [0.49] * n, [0.54] * n,
-                             instructions=[2100.0] * 20 + [2163.0] * 12)
-    back = plots.HistorySeries("add_d10_w8", "engine (github-ubuntu-latest)", commits,
-                               [0.5] * 10 + [0.53] * 12 + [0.5] * 10)
-    prefix = "https://github.com/OWNER/REPO/commit/"
-    text = html.render_html(history=[(up, [plots.ChangePoint(20, 0.06, 0.04, 0.08)]),
-                                     (back, [plots.ChangePoint(10, 0.06, 0.04, 0.08),
-                                             plots.ChangePoint(22, -0.057, -0.07, -0.04)])],
-                            commit_url=prefix)
-    page = Page(text)
-    assert page.scripts == 0 and HOSTILE not in text and "<img" not in text
-    assert f"relu_{HOSTILE}" in page.not_drawn_text()  # shown, as text
-    # Links: the page's own anchors, and the commits that are shas, under the prefix.
-    links = [u for u in page.urls if not u.startswith("#")]
-    assert links and all(re.fullmatch(re.escape(prefix) + "[0-9a-f]{40}", u) for u in links)
-    assert "javascript:alert(1)" in page.not_drawn_text()
-    assert not any("javascript" in u for u in page.urls)
-    # Open: the series whose latest change point is a regression, not the one that came back.
-    open_part = text.split('id="open-regressions"')[1].split("Every change point")[0]
-    assert open_part.count("<tr>") == 2  # the header and one row
-    assert "relu_&lt;img" in open_part and "add_d10_w8" not in open_part
-    assert f'<a href="{prefix}{commits[19]}">{commits[19][:7]}</a>' in open_part
-    assert ">12</td>" in open_part  # commits since the change, the first slower one included
-    # Time and instructions: the series with counts gets its second panel, the other not.
-    assert [f["id"] for f in page.drawn()] == ["history-0", "history-1"]
-    svgs = [f.split("</svg>")[0] for f in text.split("<figure")[1:]]
-    assert "instructions per Run" in svgs[0] and "instructions per Run" not in svgs[1]
-    # Each series' commits as a table, newest first, with its instructions.
-    assert text.count("32 commit(s) of") == 2 and ">2163</td>" in text
-
-
-@pytest.mark.parametrize("url", ["javascript:alert(1)//", 'https://x/" onmouseover="a',
-                                 "https://x/<b>", "ftp://x/", "https://x/ y"])
-def test_a_commit_url_that_is_not_a_plain_http_prefix_is_refused(tmp_path, url):
-    result = _report("--history", tmp_path / "h.db", "--html", tmp_path / "x",
-                     "--commit-url", url)
-    assert result.exit_code == EXIT_USER_ERROR
-    assert "is not a plain http(s) URL; pass a prefix such as" in result.output
-    assert not (tmp_path / "h.db").exists() and not (tmp_path / "x").exists()
-    alone = _report(FIXTURES / "base.json", "--html", tmp_path / "x", "--commit-url",
-                    "https://github.com/o/r/commit/")
-    assert alone.exit_code == EXIT_USER_ERROR and "give it with --history DB" in alone.output
 
 
 def test_gate_rounds_follow_the_run_order_with_worst_core_readings():

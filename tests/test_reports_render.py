@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,14 @@ def _verdicts():
                "cases": {n: {"definition_sha256": f"def-{n}", "same-run": {"noise": 0.008},
                              "separate-runs": {"noise": 0.008}} for n in truth}}
     result = compare.compare(Side("base", base, "ep"), Side("pr", pr, "ep"), profile=profile)
-    result["reruns"] = {"sigmoid_d10_w4096": {"reruns": 1, "rounds": 60}}
-    return result
+    return replace(result, reruns={"sigmoid_d10_w4096": comparison.Rerun(reruns=1, rounds=60)})
+
+
+def _edited(result, edit):
+    """`result` with its JSON document changed by `edit`, read back as compare.json is."""
+    doc = result.to_dict()
+    edit(doc)
+    return comparison.Comparison.from_json(doc)
 
 
 def test_the_verdicts_golden_holds_every_verdict_and_paragraph():
@@ -111,7 +118,7 @@ def test_golden(name, make):
 
 
 def test_json_format_is_stable_and_strict():
-    text = render.to_json(_separate())
+    text = _separate().to_json()
     doc = json.loads(text)
     assert doc["schema"] == SCHEMA
     assert "NaN" not in text  # NaN thresholds of failed rows become null
@@ -176,7 +183,7 @@ def test_headline_and_table_order():
 
 def test_many_no_change_rows_fold_into_details():
     comparison = _same_run()
-    quiet = [r for r in comparison["cases"] if r["verdict"] == "no_change"]
+    quiet = [r for r in comparison.cases if r.verdict == "no_change"]
     assert len(quiet) > render.COLLAPSE_NO_CHANGE_OVER
     text = render.render_markdown(comparison)
     assert f"<details><summary>{len(quiet)} cases within noise ✅</summary>" in text
@@ -252,39 +259,50 @@ def test_write_run_report_writes_report_md_and_returns_the_table(tmp_path):
 def test_the_sentence_counts_cases_that_could_not_be_compared():
     result = _verdicts()
     assert "1 could not be compared" in render.overall_sentence(result)
-    for row in result["cases"]:
-        row["verdict"] = "not_comparable"
-    result["counts"] = {"not_comparable": len(result["cases"])}
+
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"] = "not_comparable"
+        doc["counts"] = {"not_comparable": len(doc["cases"])}
+    result = _edited(result, edit)
     assert render.overall_sentence(result) == (
         "No case of 6 could be compared (see the reasons below).")
 
 
 def test_the_sentence_of_a_clean_grid_with_a_case_not_compared():
-    result = _verdicts()
-    for row in result["cases"]:
-        row["verdict"] = "no_change"
-    result["cases"][0]["verdict"] = "not_comparable"
-    result["counts"] = {"no_change": 5, "not_comparable": 1}
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"] = "no_change"
+        doc["cases"][0]["verdict"] = "not_comparable"
+        doc["counts"] = {"no_change": 5, "not_comparable": 1}
+    result = _edited(_verdicts(), edit)
     assert render.overall_sentence(result) == (
         "No case of 5 changed beyond its threshold; 1 could not be compared.")
 
 
 def test_the_sentence_says_which_undecided_cases_more_rounds_cannot_help():
-    result = _verdicts()
-    for row in result["cases"]:
-        row["verdict"], row["control_shift"] = "no_change", None
-    for row, shift in zip(result["cases"][:3], (0.3, -0.2, 0.05), strict=True):
-        row["verdict"], row["control_shift"] = "inconclusive", shift
-    result["counts"] = {"no_change": 3, "inconclusive": 3}
+    def edit(doc):
+        for row in doc["cases"]:
+            row["verdict"], row["control_shift"] = "no_change", None
+        for row, shift in zip(doc["cases"][:3], (0.3, -0.2, 0.05), strict=True):
+            row["verdict"], row["control_shift"] = "inconclusive", shift
+        doc["counts"] = {"no_change": 3, "inconclusive": 3}
+    result = _edited(_verdicts(), edit)
     assert render.overall_sentence(result) == (
         "3 could not be decided (2 as the two runs' controls ran at different speeds; the "
         "others: rerun with more rounds).")
-    result["cases"][2]["control_shift"] = -0.5  # the base run's control twice as slow
+
+    def base_twice_as_slow(doc):
+        doc["cases"][2]["control_shift"] = -0.5  # the base run's control twice as slow
+    result = _edited(result, base_twice_as_slow)
     assert render.overall_sentence(result) == (
         "3 could not be decided (3 as the two runs' controls ran at different speeds: rerun "
         "both back to back).")
-    for row in result["cases"][:3]:
-        row["control_shift"] = 0.05
+
+    def small_shifts(doc):
+        for row in doc["cases"][:3]:
+            row["control_shift"] = 0.05
+    result = _edited(result, small_shifts)
     assert render.overall_sentence(result) == (
         "3 could not be decided (rerun with more rounds).")
 
@@ -297,7 +315,7 @@ def test_wording_follows_the_settings_and_the_thresholds():
     # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
     assert "The thresholds (4.0% here)" in text
     assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
-    assert f"across the {len(result['cases'])} case(s) with a test" in text
+    assert f"across the {len(result.cases)} case(s) with a test" in text
 
 
 def test_run_report_says_a_per_node_cost_it_cannot_resolve_instead_of_a_negative_one():
@@ -321,3 +339,50 @@ def test_run_report_gives_every_arm_row_its_case_status():
     first_table = text.split("\n### ", 1)[0]
     rows = [line.split("|") for line in first_table.splitlines() if "`plugin:ep` | " in line]
     assert [r[2].strip() for r in rows] == ["crashed (unverified)", "ok", "ok", "ok", "ok"]
+
+
+def test_write_outputs_writes_the_run_its_verdicts_and_both_reports(tmp_path):
+    from epbench.core.results import read_document
+    from epbench.reports import outputs
+
+    run, result = _load("same_run.json"), _same_run()
+    paths = outputs.write_outputs(tmp_path, run, result)
+    assert [p.name for p in paths] == ["results.json", "compare.json", "report.md",
+                                       "report.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(outputs.OUTPUT_FILES)
+    assert read_document(tmp_path / "results.json")[0] == run.to_dict()
+    assert (tmp_path / "compare.json").read_text(encoding="utf-8") == result.to_json()
+    assert (tmp_path / "report.md").read_text(encoding="utf-8") == render.render_markdown(result)
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert page.startswith("<!doctype html>") and '<figure id="forest">' in page
+
+
+def test_every_report_quotes_one_control_drift_in_the_same_words():
+    """Issue 47: the drift was "last third vs first third" in text and markdown, "first
+    round to last, Theil–Sen" in HTML, "first round to last" in compare's warning. Now one
+    number (stats.control_drift, the worst case) in one sentence, run and comparison alike."""
+    import markupsafe
+
+    run, result = _load("same_run.json"), _same_run()
+    drifts = render.run_drifts(summary.summarize(run))
+    # One run compared with itself: the comparison's drifts are the run's.
+    assert {r.case: r.control_drift for r in result.cases} == drifts
+    plain = render.drift_sentence(drifts, str)
+    head = plain.removesuffix(".")
+    assert head.startswith(f"ORT control drift ({summary.DRIFT_MEANING}): worst ")
+    name, drift = summary.worst_drift(drifts)
+    assert abs(drift) == max(abs(d) for d in drifts.values() if d is not None)
+    assert head.endswith(f"worst {render.format_pct(drift)} ({name})")
+    marked = head.replace(f"({name})", f"({render.inert(name)})")
+    in_html = str(markupsafe.escape(head)).replace(f"({name})", f"(<code>{name}</code>)")
+    page = html.render_html(doc=run, comparison=result)
+    assert render.render_summary_table(summary.summarize(run)).count(head) == 1
+    assert run_report.render_run_report(run).count(marked) == 1
+    assert render.render_terminal(result).count(head) == 1
+    assert render.render_markdown(result).count(marked) == 1
+    assert page.count(in_html) == 2  # the comparison's section and the run's
+    for text in (render.render_markdown(result), page, render.render_terminal(result)):
+        assert "last third" not in text and "across a case's rounds" not in text
+    # compare's warning, for the cases whose drift passed their threshold, in those words.
+    (warning,) = [w for w in result.warnings if "drifted" in w]
+    assert warning.startswith(f"the ORT control drifted ({summary.DRIFT_MEANING}) by more")

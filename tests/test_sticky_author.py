@@ -17,7 +17,6 @@ from click.testing import CliRunner
 
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EXIT_USER_ERROR
-from epbench.reports import render
 from epbench.reports.bot.github import ACTIONS_BOT_LOGIN, STICKY_MARKER, upsert_sticky_comment
 from tests.support.github_stub import (
     BOT_LOGIN,
@@ -131,7 +130,7 @@ def test_the_comment_workflows_command_ignores_a_users_marker(
 
     folder = tmp_path / "bench-out"
     folder.mkdir()
-    (folder / "compare.json").write_text(render.to_json(_separate()), encoding="utf-8")
+    (folder / "compare.json").write_text(_separate().to_json(), encoding="utf-8")
     (folder / "pull-request.json").write_text(json.dumps({"number": PR}), encoding="utf-8")
     mallory = stub.add_comment(HIJACK, login="mallory")
     result = CliRunner().invoke(

@@ -3,6 +3,7 @@ cases short of it are named with why, and compare-commits adds worker processes 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.model import Results
 from epbench.reports import compare
-from epbench.reports.comparison import Side
+from epbench.reports.comparison import CaseRow, Comparison, Side
 from epbench.reports.findings import (
     TARGET_MISSED,
     target_misses,
@@ -35,7 +36,7 @@ def _doc(sigma: float, seed: int = 1, rounds: int = 24, processes: int = 6,
                                         process_sigma=sigma))
 
 
-def _compare(doc: dict[str, Any], target: float | None) -> dict[str, Any]:
+def _compare(doc: dict[str, Any], target: float | None) -> Comparison:
     results = Results.from_dict(doc, source="a test")
     return compare.compare(Side("base", results, "base"), Side("pr", results, "pr"),
                            settings=target_settings(Settings(), target))
@@ -44,27 +45,27 @@ def _compare(doc: dict[str, Any], target: float | None) -> dict[str, Any]:
 def test_the_floor_follows_the_target_and_the_cases_short_of_it_are_named() -> None:
     plain = _compare(_doc(0.003), None)
     aimed = _compare(_doc(0.003), 0.01)
-    assert [r["threshold"] for r in plain["cases"]] == [0.01, 0.01]  # the floor
-    assert [r["threshold"] for r in aimed["cases"]] == [0.005, 0.005]  # target / 2
-    assert aimed["settings"]["target_mde"] == 0.01
-    assert [round(r["detectable"], 4) for r in aimed["cases"]] == [0.0129, 0.0132]
-    assert target_misses(aimed["cases"], 0.01) == dict.fromkeys(NAMES, "processes")
+    assert [r.threshold for r in plain.cases] == [0.01, 0.01]  # the floor
+    assert [r.threshold for r in aimed.cases] == [0.005, 0.005]  # target / 2
+    assert aimed.settings.target_mde == 0.01
+    assert [round(r.detectable, 4) for r in aimed.cases] == [0.0129, 0.0132]
+    assert target_misses(aimed.cases, 0.01) == dict.fromkeys(NAMES, "processes")
     # A judged case with no estimate is short of any target.
-    unknown = {"case": "x", "verdict": "no_change", "detectable": None, "threshold": 0.005,
-               "unquiet": 0}
+    unknown = CaseRow(case="x", verdict="no_change", emoji="✅", reason="", base_ns=None,
+                      pr_ns=None, change=None, ci=(None, None), threshold=0.005, rounds=24,
+                      unquiet=0, control_drift=None, detectable=None)
     assert target_misses([unknown], 0.01) == {"x": "processes"}
-    assert target_misses([{**unknown, "unquiet": 3}], 0.01) == {"x": "load"}
+    assert target_misses([replace(unknown, unquiet=3)], 0.01) == {"x": "load"}
     # No profile and no twin: the default t, which no re-run lowers.
-    default = {**unknown, "threshold": 0.04, "noise_source": "no profile"}
+    default = replace(unknown, threshold=0.04, noise_source="no profile")
     assert target_misses([default], 0.01) == {"x": "no measured noise"}
     from epbench.workflows.compare_commits import short_of_target
 
-    aimed_rows = {"settings": {"target_mde": 0.01}}
-    assert short_of_target({**aimed_rows, "cases": [default]}) == []  # no re-run lowers it
-    assert short_of_target({**aimed_rows, "cases": [unknown]}) == ["x"]
+    assert short_of_target(replace(aimed, cases=(default,))) == []  # no re-run lowers it
+    assert short_of_target(replace(aimed, cases=(unknown,))) == ["x"]
     # One warning per reason, each naming its cases.
-    rows = [unknown, {**unknown, "case": "y", "unquiet": 3, "detectable": 0.02},
-            {**unknown, "case": "z", "threshold": 0.008, "detectable": 0.03}]
+    rows = [unknown, replace(unknown, case="y", unquiet=3, detectable=0.02),
+            replace(unknown, case="z", threshold=0.008, detectable=0.03)]
     assert target_warnings(rows, 0.01, budget=False) == [
         "1 case(s) short of the target detectable change of 1.0%, for A/A noise (k × the "
         "noise sets t above half the target; more processes narrow a twin's noise too): "
@@ -73,16 +74,16 @@ def test_the_floor_follows_the_target_and_the_cases_short_of_it_are_named() -> N
         "the idle gate; rerun on a quieter machine): y (≥ 2.0%)",
         "1 case(s) short of the target detectable change of 1.0%, for too few processes "
         "(rerun with more --processes): x (no estimate)"]
-    missed = [w for w in aimed["warnings"] if TARGET_MISSED in w]
+    missed = [w for w in aimed.warnings if TARGET_MISSED in w]
     assert missed == [
         "2 case(s) short of the target detectable change of 1.0%, for too few processes "
         "(rerun with more --processes): relu_d1_w8 (≥ 1.3%), relu_d10_w8 (≥ 1.3%)"]
-    assert not any(TARGET_MISSED in w for w in plain["warnings"])
+    assert not any(TARGET_MISSED in w for w in plain.warnings)
     # Quieter processes reach it: nothing named.
-    assert not any(TARGET_MISSED in w for w in _compare(_doc(0.001), 0.01)["warnings"])
+    assert not any(TARGET_MISSED in w for w in _compare(_doc(0.001), 0.01).warnings)
     # A twin whose noise sets t above half the target is the reason, not the processes.
     noisy = _compare(_doc(0.01), 0.01)
-    assert target_misses(noisy["cases"], 0.01) == dict.fromkeys(NAMES, "A/A noise")
+    assert target_misses(noisy.cases, 0.01) == dict.fromkeys(NAMES, "A/A noise")
 
 
 def test_a_twin_that_moved_beyond_the_target_leaves_a_case_inconclusive() -> None:
@@ -133,8 +134,8 @@ def test_compare_commits_adds_processes_until_the_target_is_met(tmp_path,
     assert calls == [list(NAMES), list(NAMES)]
     cases = result.results.cases
     assert [len(cases[n].processes) for n in NAMES] == [12, 12]
-    assert all(r["detectable"] <= 0.01 for r in result.comparison["cases"])
-    assert not any(TARGET_MISSED in w for w in result.comparison["warnings"])
+    assert all(r.detectable <= 0.01 for r in result.comparison.cases)
+    assert not any(TARGET_MISSED in w for w in result.comparison.warnings)
     # Without a target the first pass is all ✅ at the 1 % floor: nothing is re-run.
     _, calls = _commits(monkeypatch, tmp_path, sigmas=[0.0025, 0.001], budget_s=3600,
                         target=None)
@@ -145,7 +146,7 @@ def test_compare_commits_names_the_cases_the_budget_left_short(tmp_path,
                                                                monkeypatch) -> None:
     result, calls = _commits(monkeypatch, tmp_path, sigmas=[0.003], budget_s=0, target=0.01)
     assert calls == [list(NAMES)]
-    missed = [w for w in result.comparison["warnings"] if TARGET_MISSED in w]
+    missed = [w for w in result.comparison.warnings if TARGET_MISSED in w]
     assert missed == [
         "2 case(s) short of the target detectable change of 1.0%, for budget (the re-runs' "
         "budget ran out before more processes reached it; pass a larger --budget): "

@@ -32,6 +32,7 @@ from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import BetweenRuns, CounterChange
 from epbench.reports.render import to_json
 from epbench.reports.verdicts import Settings
 from epbench.workflows import validate as val
@@ -293,7 +294,7 @@ def test_the_separate_runs_aa_takes_no_between_run_term_from_its_own_twin():
     assert what == "aa" and base.doc.twin.of == pr.doc.twin.of == base.arm == pr.arm
     assert base.doc.twin.key in pr.doc.arms
     result = cmp.compare(base, pr, settings=SETTINGS)
-    assert result["between_runs"] == {"sd": None, "source": "none"}
+    assert result.between_runs == BetweenRuns(sd=None, source="none")
 
 
 def test_runs_use_compare_commits_defaults():
@@ -505,10 +506,11 @@ def _compare_leaving_ambiguous(case: str, head: str):
 
     def compare(base, pr, *, settings=None, profile=None):
         comparison = real(base, pr, settings=settings, profile=profile)
-        for row in comparison["cases"]:
-            if row["case"] == case and pr.arm == head:
-                row["verdict"] = "inconclusive"
-        return comparison
+        if pr.arm != head:
+            return comparison
+        return replace(comparison, cases=tuple(
+            replace(row, verdict="inconclusive") if row.case == case else row
+            for row in comparison.cases))
 
     return compare
 
@@ -540,11 +542,11 @@ def test_counter_miscount_is_reported_not_hidden():
 
 
 def test_counter_check_rules():
-    row = {"case": "x", "counter": "ort_api_calls", "base": 5.0, "pr": 10.0}
+    row = CounterChange(case="x", counter="ort_api_calls", base=5.0, pr=10.0, change=1.0)
     assert vjudge.counter_check([row], "x") == (True, "ort_api_calls/Run 5 -> 10")
     assert not vjudge.counter_check([], "x")[0]
-    assert not vjudge.counter_check([{**row, "pr": 11.0}], "x")[0]
-    other = {"case": "x", "counter": "heap_allocs", "base": 0.0, "pr": 1.0}
+    assert not vjudge.counter_check([replace(row, pr=11.0)], "x")[0]
+    other = CounterChange(case="x", counter="heap_allocs", base=0.0, pr=1.0, change=None)
     assert vjudge.counter_check([row, other], "x") == (False,
                                                        "other counters changed too: heap_allocs")
 
@@ -1115,8 +1117,8 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
                           clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
     assert len(fake.configs) == call(2, "relu_d1_w8", "same")
     drift_notes = sorted(n for n in result["notes"] if "control drifted" in n)
-    start = ("{}, none load, without profile: the ORT control drifted from the first round "
-             "to the last by more than the case's threshold in {} case-repeats (a case's runs "
+    start = ("{}, none load, without profile: the ORT control drifted (first round to last, "
+             "Theil–Sen) by more than the case's threshold in {} case-repeats (a case's runs "
              "in one repeat; ")
     same, separate = drift_notes
     # Same-process: the failed run's case-repeat has no drift to count, so 1 of 5.

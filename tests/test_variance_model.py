@@ -165,7 +165,7 @@ def _twin_doc(twin_ns: float, seed: int = 0):
 
 def test_the_twin_sets_the_threshold_when_there_is_no_profile():
     doc = _twin_doc(800.0 * 1.008)  # the twin measures 0.8 % apart from base
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr")).to_dict()
     for row in result["cases"]:
         twin = next(t for t in result["twin"] if t["side"] == "base")["cases"][row["case"]]
         assert row["noise_source"] == "in-run A/A twin"
@@ -189,7 +189,7 @@ def test_with_two_runs_the_noisier_twin_sets_the_threshold():
                                      twin=twin)
         pr = synthetic.results_doc(cases, rounds=48, processes=6, noise=second, seed=2,
                                    twin=twin)
-        result = compare.compare(Side("base", base, "base"), Side("pr", pr, "base"))
+        result = compare.compare(Side("base", base, "base"), Side("pr", pr, "base")).to_dict()
         for row in result["cases"]:
             se = [t["cases"][row["case"]]["se"] for t in result["twin"]]
             assert len(se) == 2 and max(se) > 1.5 * min(se)
@@ -205,7 +205,7 @@ def test_a_profile_and_a_twin_judge_by_the_larger_noise():
 
 def test_a_twin_that_differs_from_its_arm_puts_the_run_in_doubt():
     doc = _twin_doc(800.0 * 1.05)  # two copies of one library 5 % apart: not to be trusted
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr")).to_dict()
     assert result["warnings"][0].startswith("the run's A/A twin differs from the arm it copies")
     assert "relu_d10_w8" in result["warnings"][0]
     assert all(row["case"] != "base_twin" for row in result["cases"])  # never a verdict
@@ -216,7 +216,7 @@ def test_a_two_percent_regression_is_flagged_with_the_twin_and_no_profile():
         {"relu_d10_w8": {**TRUTH, "pr": 800.0 * 1.02}}, rounds=48, processes=6,
         noise=NOISE, seed=2, twin={"of": "base", "key": "base_twin"})
     (row,) = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"),
-                             settings=Settings())["cases"]
+                             settings=Settings()).to_dict()["cases"]
     assert row["verdict"] in ("regression", "alert"), row["reason"]
     # One case tested and selected: its interval is at 1 - fdr, with nothing to adjust.
     assert row["reason"].endswith(
@@ -235,7 +235,8 @@ def test_an_aa_pair_of_runs_states_no_per_node_finding():
     for seed in range(20):
         a = synthetic.results_doc(cases, rounds=24, processes=4, noise=noise, seed=seed)
         b = synthetic.results_doc(cases, rounds=24, processes=4, noise=noise, seed=100 + seed)
-        (family,) = compare.compare(Side("base", a, "ep"), Side("pr", b, "ep"))["families"]
+        compared = compare.compare(Side("base", a, "ep"), Side("pr", b, "ep")).to_dict()
+        (family,) = compared["families"]
         findings.append(family["finding"])
     assert not [f for f in findings if "rose" in f or "fell" in f]
     # A pair whose controls ran more than CONTROL_SHIFT_LIMIT apart is not judged at all.
@@ -256,12 +257,12 @@ def test_an_instruction_change_gets_its_own_mark_and_never_a_red_alone(pr_instru
     truth = {"ort": 1000.0, "base": 800.0, "pr": 800.0}
     doc = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
                                 counters=counters)
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr")).to_dict()
     (row,) = result["cases"]
     assert row["instructions_change"] == pytest.approx(pr_instructions / 20000.0 - 1.0)
     assert row["instructions_flag"] is flagged
     assert row["verdict"] not in ("alert", "regression")  # the clock saw no change
-    text = render.render_markdown(result)
+    text = render.render_markdown(comparison.Comparison.from_json(result))
     assert (" ▲ |" in text) is flagged
     assert ("instructions per Run (exact" in text) is flagged
 
@@ -275,7 +276,7 @@ def _two_runs(factor, arms=("ort", "pr"), seed=5):
     pr = synthetic.results_doc(slower, rounds=36, processes=6, noise=quiet, seed=seed + 1)
     # k 0.5: the no-profile threshold max(1 %, 0.5 x 2 %) = 1 %, so +1.5 % clears it.
     return compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"),
-                           settings=Settings(k=0.5))
+                           settings=Settings(k=0.5)).to_dict()
 
 
 def test_separate_runs_without_a_between_run_estimate_cap_below_twice_the_floor():
@@ -304,7 +305,7 @@ def test_a_per_copy_bias_the_twins_show_widens_every_interval():
              for i, n in enumerate(names)}
     doc = synthetic.results_doc(cases, rounds=48, processes=6, noise=NOISE, seed=3,
                                 twin={"of": "base", "key": "base_twin"})
-    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    result = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr")).to_dict()
     (info,) = result["twin"]
     assert 0.010 <= info["unmodelled_sd"] <= 0.020
     for row in result["cases"]:
@@ -335,7 +336,7 @@ def test_a_one_process_case_gets_the_twins_unmodelled_variance_too():
     # The twins' one-process changes, pooled, measure it; A/A grids with a 1 % per-copy
     # bias then flag at most 1 of 12 grids (before: the one-process interval took no
     # extra term and most grids had a false flag).
-    flagged = [sum(r["verdict"] in FLAGS for r in _aa_grid(seed, 1)["cases"])
+    flagged = [sum(r.verdict in FLAGS for r in _aa_grid(seed, 1).cases)
                for seed in range(12)]
     assert sum(f > 0 for f in flagged) <= 1, flagged
     # The extra term widens a one-process interval by at least its own size.
@@ -354,24 +355,24 @@ def test_a_case_whose_copies_differ_more_than_the_grids_keeps_its_own_noise():
     odd = "relu_d3_w16"
     truth = {odd: {"base": 800.0 / 1.06}}
     result = _aa_grid(0, 6, noise=NOISE, truth=truth)
-    row = next(r for r in result["cases"] if r["case"] == odd)
-    assert row["verdict"] not in FLAGS, row["reason"]
-    assert not [r["case"] for r in result["cases"] if r["verdict"] in FLAGS]
+    row = next(r for r in result.cases if r.case == odd)
+    assert row.verdict not in FLAGS, row.reason
+    assert not [r.case for r in result.cases if r.verdict in FLAGS]
     # ...and its twin is named as two copies measured apart: the other twins explain it not.
-    assert result["warnings"][0].startswith("the run's A/A twin differs")
-    assert odd in result["warnings"][0]
+    assert result.warnings[0].startswith("the run's A/A twin differs")
+    assert odd in result.warnings[0]
 
 
 def test_healthy_twins_with_a_per_copy_bias_raise_no_warning():
     # Twins that differ from their arm by no more than the grid's copies do: no "the
     # run's A/A twin differs" warning in at least 11 of 12 grids (before: in most).
-    warned = [any(w.startswith("the run's A/A twin differs") for w in _aa_grid(seed, 6)["warnings"])
+    warned = [any(w.startswith("the run's A/A twin differs") for w in _aa_grid(seed, 6).warnings)
               for seed in range(12)]
     assert sum(warned) <= 1, warned
     # Twins that all sit 3 % off their arm are a shift no copy's bias (as often down as
     # up) explains, though their spread pooled would: the warning names them.
     off = {n: {"base_twin": 800.0 * 1.03} for n in GRID20}
-    warnings = _aa_grid(0, 6, noise=NOISE, truth=off)["warnings"]
+    warnings = _aa_grid(0, 6, noise=NOISE, truth=off).warnings
     assert warnings[0].startswith("the run's A/A twin differs"), warnings
 
 
@@ -386,5 +387,5 @@ def test_the_twin_of_a_judged_arm_is_no_estimate_of_what_runs_differ_by():
     base = synthetic.results_doc(cases, rounds=36, processes=6, noise=quiet, seed=5, twin=twin)
     pr = synthetic.results_doc(cases, rounds=36, processes=6, noise=quiet, seed=6, twin=twin)
     result = compare.compare(Side("base", base, "pr"), Side("pr", pr, "pr"))
-    assert result["between_runs"] == {"sd": None, "source": "none"}
-    assert any("cover within-run noise only" in w for w in result["warnings"])
+    assert result.between_runs == comparison.BetweenRuns(sd=None, source="none")
+    assert any("cover within-run noise only" in w for w in result.warnings)

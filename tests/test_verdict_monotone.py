@@ -97,7 +97,7 @@ def _loaded_grid(seed, effect):
                                 unquiet_rounds={n: range(24) for n in cases},
                                 twin={"of": "base", "key": "twin"})
     doc = as_results(doc)
-    return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    return compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr")).to_dict()
 
 
 def test_twelve_percent_with_four_of_six_processes_unquiet_is_flagged():
@@ -138,7 +138,8 @@ def test_a_flag_across_a_speed_change_keeps_its_adjusted_interval() -> None:
     base = results_doc({n: {"ort": 1000.0, "ep": 800.0} for n in names}, seed=1, processes=3)
     pr = results_doc({n: {"ort": 1100.0, "ep": 800.0 * (1.3 if i < 2 else 1.0) * 1.1}
                       for i, n in enumerate(names)}, seed=2, processes=3)
-    result = cmp_mod.compare(Side("base", as_results(base), "ep"), Side("pr", as_results(pr), "ep"))
+    result = cmp_mod.compare(Side("base", as_results(base), "ep"),
+                             Side("pr", as_results(pr), "ep")).to_dict()
     flagged = [r for r in result["cases"] if r["verdict"] in ("alert", "regression")]
     assert flagged
     for row in flagged:

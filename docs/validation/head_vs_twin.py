@@ -25,7 +25,7 @@ def main(paths: list[str]) -> None:
         doc = load_results(path)
         base, head = (k for k in doc.arms if k != "ort" and not k.endswith("_twin"))
         out = cmp.compare(Side("base", doc, base), Side("pr", doc, head),
-                          settings=Settings())
+                          settings=Settings()).to_dict()
         twin = {case: v for info in out["twin"] for case, v in info["cases"].items()}
         name = path.rsplit("/", 1)[-1]
         for row in out["cases"]:

@@ -57,7 +57,7 @@ def main(out: Path, arm: str, slow_factor: float) -> int:
     failed = 0
     for path, label, base, pr in level_comparisons(out / RUNS_DIR, arm, report):
         cells = []
-        for row in cmp.compare(base, pr, settings=settings)["cases"]:
+        for row in cmp.compare(base, pr, settings=settings).to_dict()["cases"]:
             if row["case"] not in pilot_ns or row["change"] is None or not row["base_ns"]:
                 failed += 1  # a case that failed in the run: no change to split
                 continue

@@ -19,7 +19,7 @@ out, arm = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "d2")
 for path in sorted(glob.glob(f"{out}/runs/*-commits-{arm}.json")):
     doc = load_results(path)
     judged = cmp.compare(Side("base", doc, "a"), Side("pr", doc, arm),
-                         settings=Settings())
+                         settings=Settings()).to_dict()
     cells = [f"{r['case']}:{r['change']:+.1%}[{r['ci'][0]:+.1%},{r['ci'][1]:+.1%}]"
              f"t{r['threshold']:.1%}"
              + ("" if r["verdict"] in ("regression", "alert") else "*" + r["verdict"])

@@ -19,12 +19,12 @@ import sys
 
 from epbench.core.results import load_results
 from epbench.reports import compare as cmp
-from epbench.reports.comparison import Side
+from epbench.reports.comparison import Comparison, Side
 from epbench.reports.findings import ambiguous_cases
 from epbench.reports.verdicts import Settings
 
 
-def judged(path: str, profile_path: str | None) -> dict:
+def judged(path: str, profile_path: str | None) -> Comparison:
     doc = load_results(path)
     profile = cmp.load_profile_for(doc.host.key, profile_path) if profile_path else None
     return cmp.compare(Side("base", doc, "base"), Side("pr", doc, "head"),
@@ -37,11 +37,12 @@ def main(args: list[str]) -> None:
         profile_path, args = args[1], args[2:]
     stored_counts, new_counts, changed = collections.Counter(), collections.Counter(), []
     for d in args:
-        first = judged(f"{d}/results.jsonl", profile_path)
-        whole = {r["case"]: r for r in judged(f"{d}/results.json", profile_path)["cases"]}
+        typed = judged(f"{d}/results.jsonl", profile_path)
+        first = typed.to_dict()
+        whole = {r["case"]: r for r in judged(f"{d}/results.json", profile_path).to_dict()["cases"]}
         with open(f"{d}/compare.json", encoding="utf-8") as fh:
             stored = {r["case"]: r for r in json.load(fh)["cases"]}
-        rerun = set(ambiguous_cases(first))
+        rerun = set(ambiguous_cases(typed))
         for row in first["cases"]:
             name = row["case"]
             new = whole[name] if name in rerun else row

@@ -46,7 +46,7 @@ def main(out: Path, profile: dict | None = None) -> None:
     aa: dict[bool, list[float]] = {False: [], True: []}
     for (load, repeat), rep in kept_repeats(out / RUNS_DIR, report).items():
         for what, base, pr in comparisons(rep, SEPARATE_RUNS, levels):
-            for row in cmp.compare(base, pr, settings=settings, profile=profile)["cases"]:
+            for row in cmp.compare(base, pr, settings=settings, profile=profile).to_dict()["cases"]:
                 found = stored[(load, row["case"])]
                 was = (found["false_positives"] if what == "aa"
                        else found["detection"][what])["verdicts"][repeat - 1]

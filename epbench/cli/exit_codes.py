@@ -6,9 +6,6 @@ against them); here is only which outcome gets which.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from epbench.core.errors import (
     EXIT_CASE_FAILED,
     EXIT_GATE,
@@ -17,11 +14,11 @@ from epbench.core.errors import (
     EXIT_REGRESSION,
 )
 from epbench.core.model import Results
-from epbench.reports.comparison import FAIL_ON, CompareError
+from epbench.reports.comparison import FAIL_ON, CompareError, Comparison
 
 
 def exit_code_for(*, run: Results | None = None,
-                  comparison: Mapping[str, Any] | None = None,
+                  comparison: Comparison | None = None,
                   fail_on: str | None = None) -> tuple[int, str | None]:
     """The exit code and the line that explains it, for a run and/or a comparison.
 
@@ -41,7 +38,7 @@ def exit_code_for(*, run: Results | None = None,
     if comparison is not None and fail_on is not None:
         if fail_on not in FAIL_ON:
             raise CompareError(f"--fail-on must be one of {', '.join(FAIL_ON)}")
-        hits = [row["case"] for row in comparison["cases"] if row["verdict"] in FAIL_ON[fail_on]]
+        hits = [row.case for row in comparison.cases if row.verdict in FAIL_ON[fail_on]]
         if hits:
             return EXIT_REGRESSION, f"{len(hits)} case(s) matched --fail-on {fail_on}"
     return EXIT_OK, None

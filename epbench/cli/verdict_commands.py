@@ -8,7 +8,6 @@ library and shown by click as one line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -36,11 +35,12 @@ from epbench.reports import compare as cmp
 from epbench.reports import defaults, render
 from epbench.reports import export as exp
 from epbench.reports.bot.annotations import annotation_lines
-from epbench.reports.verdicts import Settings, target_settings
+from epbench.reports.comparison import Comparison, Settings
+from epbench.reports.verdicts import target_settings
 from epbench.workflows.calibrate import calibrate as run_calibration
 
 
-def emit_annotations(comparison: Any, *, err: bool = False) -> None:
+def emit_annotations(comparison: Comparison, *, err: bool = False) -> None:
     """The flagged cases as GitHub workflow commands, on stdout (stderr with `err`)."""
     for line in annotation_lines(comparison):
         click.echo(line, err=err)
@@ -48,8 +48,8 @@ def emit_annotations(comparison: Any, *, err: bool = False) -> None:
 
 def settings_from(*, floor: float, k: float, alert: float | None, confidence: float, fdr: float,
                   resamples: int, seed: int, force: bool = False,
-                  target_mde: float | None = None) -> Any:
-    """reports.verdicts.Settings from the verdict options (--target-mde sets the floor)."""
+                  target_mde: float | None = None) -> Settings:
+    """The comparison's Settings from the verdict options (--target-mde sets the floor)."""
 
     return target_settings(Settings(floor=floor, k=k, alert=alert, confidence=confidence,
                                     fdr=fdr, resamples=resamples, seed=seed, force=force),
@@ -100,7 +100,7 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
         profile_path=profile_path,
     )
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
-                 "json": render.to_json}
+                 "json": Comparison.to_json}
     emit(renderers[fmt](comparison), out)
     if annotations_wanted(github_annotations):
         # GitHub reads workflow commands from both streams; JSON on stdout stays parseable.

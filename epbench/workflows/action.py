@@ -24,28 +24,31 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from epbench.cases.grids import grid_names
 from epbench.cases.shards import parse_shard
 from epbench.core.errors import EpbenchError
 from epbench.core.paths import DB_ENV
-from epbench.core.results import atomic_write_text, load_results, write_results
+from epbench.core.results import load_results
 from epbench.harness.merge import Shard, merge_shards
 from epbench.reports import compare as cmp
-from epbench.reports import html, render
-from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
-from epbench.reports.comparison import Side
+from epbench.reports.bot.artifact import PR_FILE
+from epbench.reports.comparison import Comparison, Rerun, Side
+from epbench.reports.outputs import (
+    COMPARE_FILE,
+    PAGE_FILE,
+    REPORT_FILE,
+    RESULTS_FILE,
+    write_outputs,
+)
 from epbench.workflows.compare_commits import BASE_ARM, HEAD_ARM
 
 # The action's inputs reach `epbench action` as these environment variables (action.yml
 # sets them from `inputs.*`); none of them is handed on to compare-commits or the build.
 INPUT_PREFIX = "INPUT_"
 # Where the measuring step writes, and the upload step takes the artifact from.
-REPORT_FILE = "report.md"
-RESULTS_FILE = "results.json"
 # A shard judges only its slice, for its own job summary; the merged run decides the job.
 SHARD_FAIL_ON = "never"
 SHA = re.compile(r"[0-9a-f]{40}")
@@ -183,7 +186,7 @@ def child_environment(environ: Mapping[str, str], ort_include: str | None) -> di
 def write_summary(summary: Path, out: Path) -> None:
     """Append the run's report.md to the job summary, or say that there is none."""
     report = out / REPORT_FILE
-    text = (report.read_text(encoding="utf-8") + "\nThe same with plots: report.html, in "
+    text = (report.read_text(encoding="utf-8") + f"\nThe same with plots: {PAGE_FILE}, in "
             "this run's bench-out artifact.\n") if report.is_file() else (
             "epbench wrote no report: see the measuring step's log.\n")
     with summary.open("a", encoding="utf-8") as fh:
@@ -261,13 +264,13 @@ def check_every_slice(shards: list[Shard]) -> None:
 
 
 def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str | Path,
-                 summary: str | Path | None = None) -> dict[str, Any]:
+                 summary: str | Path | None = None) -> Comparison:
     """Join one runner class's shards and judge the join as compare-commits judges a run.
 
-    Writes ``out`` as the unsharded action does (results.json, compare.json, report.md,
-    report.html, PR_FILE) and appends the report to ``summary``; returns the comparison
-    for the caller's exit code. A shard missing, measured elsewhere or twice is refused
-    (harness.merge) before anything is written.
+    Writes ``out`` as the unsharded action does (reports.outputs' four files and PR_FILE)
+    and appends the report to ``summary``; returns the comparison for the caller's exit
+    code. A shard missing, measured elsewhere or twice is refused (harness.merge) before
+    anything is written.
     """
     pr = pull_request_from_event(event_path)
     paths = shard_results(shards_folder)
@@ -282,15 +285,12 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
         Side("base", merged, BASE_ARM, f"{pr.base_sha} ({pr.base_sha[:10]})"),
         Side("pr", merged, HEAD_ARM, f"{pr.head_sha} ({pr.head_sha[:10]})"),
         settings=cmp.Settings(), profile=cmp.load_profile_for(merged.host.key, None))
-    comparison["reruns"] = {name: {"reruns": case.reruns, "rounds": len(case.rounds)}
-                            for name, case in merged.cases.items() if case.reruns}
+    comparison = replace(comparison, reruns={
+        name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
+        for name, case in merged.cases.items() if case.reruns})
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    write_results(out / RESULTS_FILE, merged.to_dict())
-    atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
-    atomic_write_text(out / REPORT_FILE, render.render_markdown(comparison))
-    atomic_write_text(out / "report.html", html.render_html(doc=merged, comparison=comparison,
-                                                            source=str(out)))
+    write_outputs(out, merged, comparison)
     (out / PR_FILE).write_text(json.dumps({"number": pr.number}) + "\n", encoding="utf-8")
     if summary:
         write_summary(Path(summary), out)

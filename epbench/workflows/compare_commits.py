@@ -10,7 +10,8 @@ Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
 form `compare --format json` prints, reports/comparison.schema.json), report.md
 (the same verdicts as markdown, for people and the job summary) and report.html
-(the same with plots, reports.html). With a history store (`history_db`), all
+(the same with plots, reports.html), the last four through reports.outputs.write_outputs.
+With a history store (`history_db`), all
 three also say whether the base commit sits in a known change point of the cases'
 series (reports.history.changes.base_report), or why the history could not say. There is no
 separate comment file: the PR comment is rendered from compare.json by the job
@@ -34,11 +35,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from epbench.core.errors import ArmError, CaseError
 from epbench.core.model import Results
-from epbench.core.results import atomic_write_text, write_results
+from epbench.core.results import write_results
 from epbench.engine import EP_OPTIONS
 from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.harness.commits import (
@@ -55,9 +55,7 @@ from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_sn
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports import html, render
-from epbench.reports.bot.artifact import COMPARE_FILE
-from epbench.reports.comparison import Side
+from epbench.reports.comparison import CaseRow, Comparison, Rerun, Side
 from epbench.reports.findings import (
     TARGET_MISSED,
     ambiguous_cases,
@@ -69,6 +67,7 @@ from epbench.reports.findings import (
 from epbench.reports.history.changes import base_report, base_report_error
 from epbench.reports.history.db import HistoryError
 from epbench.reports.history.store import HistoryStore
+from epbench.reports.outputs import RESULTS_FILE, write_outputs
 
 BASE_ARM = "base"
 HEAD_ARM = "head"
@@ -122,7 +121,7 @@ class CommitsResult:
     base: BuiltSide
     head: BuiltSide
     results: Results  # the first pass with the re-runs' rounds added
-    comparison: dict[str, Any]
+    comparison: Comparison
     reruns: dict[str, int]
     notes: list[str] = field(default_factory=list)
 
@@ -208,7 +207,7 @@ def merge_rounds(results: Results, extra: Results) -> tuple[Results, dict[str, i
     return results.replaced(cases=cases), added
 
 
-def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
+def held_back_with_no_quiet_round(row: CaseRow) -> bool:
     """A ⚠️ held back from 🔴 by the idle gate none of whose rounds passed the gate: rounds
     under the load that failed every one cannot make it 🔴 (only its quiet rounds, standing
     alone, can), a quiet machine can. For one run's rows, as compare-commits has: a row's
@@ -223,10 +222,10 @@ def held_back_with_no_quiet_round(row: Mapping[str, Any]) -> bool:
     below the alert level (picked at it, most fell back; still ⚠️); in the series with no
     load or a bursty one no first pass had one (docs/validation/README.md).
     """
-    return held_back_by_gate(row) and row["unquiet"] == row["rounds"]
+    return held_back_by_gate(row) and row.unquiet == row.rounds
 
 
-def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> list[str]:
+def rerun_order(comparison: Comparison, attempts: Mapping[str, int]) -> list[str]:
     """The ambiguous cases that re-runs can settle, in the order re-runs take them: ❔ before
     ⚠️ held back from 🔴 (a ❔ has no answer; a held-back ⚠️ is flagged already), then the
     cases tried fewest times (``attempts``, failed re-runs included, where compare.json's
@@ -242,7 +241,7 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
     runs and never re-run. Over the re-run cases of every VM E series then, 0 of 21
     held-back ⚠️ became 🔴 and 5 of 100 ❔ did (docs/validation/README.md).
     """
-    rows = {row["case"]: row for row in comparison["cases"]}
+    rows = {row.case: row for row in comparison.cases}
     settle = [name for name in ambiguous_cases(comparison)
               if not held_back_with_no_quiet_round(rows[name])]
     short = [name for name in short_of_target(comparison) if name not in settle]
@@ -251,14 +250,14 @@ def rerun_order(comparison: Mapping[str, Any], attempts: Mapping[str, int]) -> l
                                     attempts.get(name, 0)))
 
 
-def short_of_target(comparison: Mapping[str, Any]) -> list[str]:
+def short_of_target(comparison: Comparison) -> list[str]:
     """The cases short of --target-mde that more worker processes can bring to it (each
     re-run adds a pass's processes): all but those judged against the default noise,
     which no process measures (no twin, no profile)."""
-    target = (comparison.get("settings") or {}).get("target_mde")
+    target = comparison.settings.target_mde
     if target is None:
         return []
-    return [name for name, why in target_misses(comparison["cases"], target).items()
+    return [name for name, why in target_misses(comparison.cases, target).items()
             if why != "no measured noise"]
 
 
@@ -284,14 +283,14 @@ def rerun_deadline(started_at: float, cases: int) -> float:
     return started_at + DEFAULT_TARGET_S_PER_CASE * cases - REPORT_RESERVE_S
 
 
-def left_over_warnings(comparison: Mapping[str, Any], seconds_per_case: float,
+def left_over_warnings(comparison: Comparison, seconds_per_case: float,
                        budget_ran_out: bool) -> list[str]:
     """The warnings for the cases left ambiguous after the re-runs: those the default budget
     ran out on (``budget_ran_out``), with what re-running one costs; and, always, the
     held-back ⚠️ with no quiet round, which re-runs pass by, with what can settle them. Two
     warnings, not one: each names its cases within ``named``'s bound, which fits the
     schema's bound on one warning once."""
-    rows = {row["case"]: row for row in comparison["cases"]}
+    rows = {row.case: row for row in comparison.cases}
     left_over = ambiguous_cases(comparison)
     unquiet_held = [name for name in left_over if held_back_with_no_quiet_round(rows[name])]
     unsettled = [name for name in left_over if name not in unquiet_held]
@@ -323,12 +322,12 @@ def default_instructions() -> tuple[str | None, str]:
 
 
 def rerun_ambiguous(
-    results: Results, config: RunConfig, judge: Callable[[Results], dict[str, Any]], *,
+    results: Results, config: RunConfig, judge: Callable[[Results], Comparison], *,
     budget_s: float | None, started_at: float, first_pass_s: float,
     runner: Callable[[RunConfig], Results] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
-) -> tuple[Results, dict[str, Any], dict[str, int]]:
+) -> tuple[Results, Comparison, dict[str, int]]:
     """Re-run the ambiguous cases of ``results`` (`rerun_order`) within budget; return
     ``results`` with their rounds merged in, the last comparison, with the left-over
     warnings, and the rounds added per case.
@@ -380,16 +379,17 @@ def rerun_ambiguous(
             reruns[name] = reruns.get(name, 0) + count
         results = results.replaced(interrupted=extra.interrupted)
         comparison = judge(results)
-    target = comparison["settings"].get("target_mde")
+    warnings = [*comparison.warnings]
+    target = comparison.settings.target_mde
     if target is not None:
         # compare() named the cases short of the target as for one pass; re-runs added
         # processes to them until the budget ran out.
-        comparison["warnings"] = [w for w in comparison["warnings"] if TARGET_MISSED not in w]
-        comparison["warnings"].extend(target_warnings(comparison["cases"], target, budget=True))
+        warnings = [w for w in warnings if TARGET_MISSED not in w]
+        warnings.extend(target_warnings(comparison.cases, target, budget=True))
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
-    comparison["warnings"].extend(left_over_warnings(
+    warnings.extend(left_over_warnings(
         comparison, seconds_per_case, budget_ran_out=defaulted and not results.interrupted))
-    return results, comparison, reruns
+    return results, replace(comparison, warnings=tuple(warnings)), reruns
 
 
 def compare_commits(
@@ -456,18 +456,17 @@ def compare_commits(
         host_key = first.host.key
         profile = cmp.load_profile_for(host_key, profile_path)
 
-        def judge(results: Results) -> dict[str, Any]:
+        def judge(results: Results) -> Comparison:
             # One Results for both sides, so they are one run.
             comparison = cmp.compare(
                 Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
                 settings=settings, profile=profile,
             )
-            comparison["reruns"] = {
-                name: {"reruns": case.reruns, "rounds": len(case.rounds)}
+            return replace(comparison, reruns={
+                name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
                 for name, case in results.cases.items() if case.reruns
-            }
-            return comparison
+            })
 
         results, comparison, reruns = rerun_ambiguous(
             first, replace(config, arms=arms), judge, budget_s=budget_s,
@@ -478,7 +477,7 @@ def compare_commits(
             # The measurements stay on disk for a look; no verdict is written from code
             # that the libraries measured (or what they left running) may have rewritten.
             if config.out_dir is not None:
-                write_results(Path(config.out_dir) / "results.json", results.to_dict())
+                write_results(Path(config.out_dir) / RESULTS_FILE, results.to_dict())
             raise BuildIsolationError(
                 f"epbench's own code changed while the libraries ran ({len(changed)} file(s), "
                 f"e.g. {changed[0]}): refusing to judge; results.json is kept, reinstall "
@@ -488,23 +487,18 @@ def compare_commits(
             machine = history_machine or str(host_key)
             try:
                 with HistoryStore.open_for_reading(history_db) as store:
-                    comparison["base_history"] = base_report(
+                    history = base_report(
                         store, shas[BASE_ARM], cases=list(results.cases), machine=machine,
                         arms=history_arms, is_ancestor=lambda a, b: is_ancestor(root, a, b))
             except HistoryError as exc:
                 # The run is what took long and cannot be had again: the history's failure
                 # (a connection lost, a store upgraded or locked meanwhile) costs only the check.
-                comparison["base_history"] = base_report_error(
+                history = base_report_error(
                     shas[BASE_ARM], machine, str(exc)[:HISTORY_ERROR_CHARS])
                 notes.append(f"the base commit was not checked against the history: {exc}")
+            comparison = replace(comparison, base_history=history)
         if config.out_dir is not None:
-            out = Path(config.out_dir)
-            write_results(out / "results.json", results.to_dict())
-            atomic_write_text(out / COMPARE_FILE, render.to_json(comparison))
-            atomic_write_text(out / "report.md", render.render_markdown(comparison))
-            atomic_write_text(out / "report.html",
-                              html.render_html(doc=results, comparison=comparison,
-                                               source=str(out)))
+            write_outputs(config.out_dir, results, comparison)
         return CommitsResult(sides[BASE_ARM], sides[HEAD_ARM], results, comparison, reruns,
                              notes)
 

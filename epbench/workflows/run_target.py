@@ -13,15 +13,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from epbench.core.model import Results
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports.comparison import Side
+from epbench.reports.comparison import Comparison, Settings, Side
 from epbench.reports.findings import target_warnings
-from epbench.reports.verdicts import Settings, target_settings
+from epbench.reports.verdicts import target_settings
 from epbench.workflows.compare_commits import (
     cases_that_fit,
     merge_rounds,
@@ -50,7 +49,7 @@ def arm_pairs(results: Results) -> list[tuple[str, str]]:
     return [(base, key) for key in others if key != base]
 
 
-def _judge(results: Results, settings: Settings) -> list[tuple[str, dict[str, Any]]]:
+def _judge(results: Results, settings: Settings) -> list[tuple[str, Comparison]]:
     return [(f"{pr} against {base}",
              cmp.compare(Side("base", results, base), Side("pr", results, pr),
                          settings=settings))
@@ -100,6 +99,6 @@ def run_to_target(
         judged = _judge(results, settings)
     notes = []
     for label, comparison in judged:
-        notes += [f"{label}: {w}" for w in target_warnings(comparison["cases"], target,
+        notes += [f"{label}: {w}" for w in target_warnings(comparison.cases, target,
                                                            budget=True)]
     return TargetRun(results, reruns, notes)

@@ -15,7 +15,9 @@ from epbench.core.numbers import median
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
+from epbench.reports.comparison import CounterChange
 from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
+from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
     API_CALLS,
     BASE_ARM,
@@ -68,14 +70,14 @@ def proportion(hits: int, n: int) -> dict[str, Any]:
 
 
 
-def counter_check(rows: Sequence[Mapping[str, Any]], case: str) -> tuple[bool, str]:
+def counter_check(rows: Sequence[CounterChange], case: str) -> tuple[bool, str]:
     """Did the counter table show exactly API_CALLS more ORT calls per Run, and nothing else?"""
-    mine = [r for r in rows if r["case"] == case]
-    calls = [r for r in mine if r["counter"] == "ort_api_calls"]
-    others = [r["counter"] for r in mine if r["counter"] != "ort_api_calls"]
+    mine = [r for r in rows if r.case == case]
+    calls = [r for r in mine if r.counter == "ort_api_calls"]
+    others = [r.counter for r in mine if r.counter != "ort_api_calls"]
     if not calls:
         return False, "no ort_api_calls change in the counter table"
-    base, pr = calls[0]["base"], calls[0]["pr"]
+    base, pr = calls[0].base, calls[0].pr
     if base is None or pr is None or pr - base != API_CALLS:
         return False, f"ort_api_calls/Run {base} -> {pr}, expected +{API_CALLS}"
     if others:
@@ -245,28 +247,28 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str,
             # The control's drift and the runs' change of speed are summed up below, once
             # for the path: one warning per comparison, each naming other cases, made most
             # of a drifting VM's report.
-            said = {cmp.drift_warning(comparison["cases"]), cmp.speed_warning(comparison["cases"])}
-            warnings.update(prefix + w for w in comparison.get("warnings", []) if w not in said)
-            shown = [r for r in comparison["cases"] if r["case"] in verdicts]
+            said = {cmp.drift_warning(comparison.cases), cmp.speed_warning(comparison.cases)}
+            warnings.update(prefix + w for w in comparison.warnings if w not in said)
+            shown = [r for r in comparison.cases if r.case in verdicts]
             seen.judged += len(shown)
-            seen.moved += sum(beyond_speed_limit(r["control_shift"])
-                              and r["verdict"] not in ("failed", "not_comparable")
+            seen.moved += sum(beyond_speed_limit(r.control_shift)
+                              and r.verdict not in ("failed", "not_comparable")
                               for r in shown)
-            for r in comparison["cases"]:
-                if r["control_drift"] is None or r["case"] not in verdicts:
+            for r in comparison.cases:
+                if r.control_drift is None or r.case not in verdicts:
                     continue  # a failed case, too few rounds to tell a drift, or not shown
-                seen.pairs.add((index, r["case"]))
-                if r["drift_exceeds_threshold"]:
-                    seen.drifted.setdefault((index, r["case"]), []).append(r["control_drift"])
-            rows = {r["case"]: r for r in comparison["cases"]}
+                seen.pairs.add((index, r.case))
+                if r.drift_exceeds_threshold:
+                    seen.drifted.setdefault((index, r.case), []).append(r.control_drift)
+            rows = {r.case: r for r in comparison.cases}
             for n in names:
                 row = rows.get(n)
-                verdicts[n][what].append(row["verdict"] if row else "failed")
-                seen.changes[n][what].append(row["change"] if row else None)
-                seen.detectable[n][what].append(row.get("detectable") if row else None)
+                verdicts[n][what].append(row.verdict if row else "failed")
+                seen.changes[n][what].append(row.change if row else None)
+                seen.detectable[n][what].append(row.detectable if row else None)
                 if what == "aa" and row:
-                    seen.thresholds[n].append(row["threshold"])
-                    seen.sources[n].add(row["noise_source"])
+                    seen.thresholds[n].append(row.threshold)
+                    seen.sources[n].add(row.noise_source)
     return seen
 
 
@@ -278,7 +280,7 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
         lo, hi = f"{min(drifts):+.1%}", f"{max(drifts):+.1%}"
         spread = f"a drift of {lo}" if lo == hi else f"drifts between {lo} and {hi}"
         warnings.add(
-            f"{prefix}the ORT control drifted from the first round to the last by more than "
+            f"{prefix}the ORT control drifted ({DRIFT_MEANING}) by more than "
             f"the case's threshold in {len(seen.drifted)} of {len(seen.pairs)} case-repeats (a "
             f"case's runs in one repeat; {spread}): the machine changed speed during the runs. "
             f"{DRIFT_CANCELS}, but {DRIFT_MAY_NOT_CANCEL}; validate on a quieter "
@@ -365,7 +367,7 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
 
 
 def calibration(seen: _Seen, names: Sequence[str],
-                levels: Sequence[float]) -> dict[str, Any]:
+                levels: Sequence[float]) -> dict[str, dict[str, object]]:
     """Does each comparison's "could catch" hold? Per level: of the (case, repeat) pairs
     whose stated detectable change was at most the level, how many were flagged at it
     (`holds`: at least CALIBRATION_TARGET of them; None when no pair stated it)."""

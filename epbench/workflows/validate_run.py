@@ -24,6 +24,7 @@ from epbench.harness.load import LOAD_KINDS, BackgroundLoad
 from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import stats
+from epbench.reports.comparison import Comparison
 from epbench.workflows.compare_commits import rerun_ambiguous
 from epbench.workflows.validate_plan import (
     BASE_ARM,
@@ -334,7 +335,7 @@ class Execution:
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
 
-        def judge(results: Results) -> dict[str, Any]:
+        def judge(results: Results) -> Comparison:
             return cmp.compare(cmp.Side("base", results, base_arm),
                                cmp.Side("pr", results, head_arm), settings=self.settings)
 

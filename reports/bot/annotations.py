@@ -17,10 +17,7 @@ command and start an arbitrary new one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from epbench.reports.comparison import VERDICTS
+from epbench.reports.comparison import VERDICTS, Comparison
 from epbench.reports.render import format_ci, format_pct, format_share
 
 # verdict -> workflow command
@@ -43,26 +40,26 @@ def workflow_command(command: str, message: str, **properties: str) -> str:
     return f"::{command}{' ' + props if props else ''}::{escape_data(message)}"
 
 
-def annotation_lines(comparison: Mapping[str, Any]) -> list[str]:
+def annotation_lines(comparison: Comparison) -> list[str]:
     """One workflow command per flagged case of a comparison, worst first."""
-    run_level = comparison["settings"]["confidence"]
+    run_level = comparison.settings.confidence
     lines = []
-    for row in comparison["cases"]:
-        command = COMMANDS.get(row["verdict"])
+    for row in comparison.cases:
+        command = COMMANDS.get(row.verdict)
         if command is None:
             continue
-        emoji, words = VERDICTS[row["verdict"]]
-        if row.get("change") is None:
-            detail = row.get("reason") or "no measurement"
+        emoji, words = VERDICTS[row.verdict]
+        if row.change is None:
+            detail = row.reason or "no measurement"
         else:
             # A flagged case's interval is at its false-coverage-adjusted level (ci_level).
-            confidence = f"{(row.get('ci_level') or run_level) * 100:.4g} %"
+            confidence = f"{(row.ci_level or run_level) * 100:.4g} %"
             detail = (
-                f"{format_pct(row['change'])} ({confidence} CI {format_ci(row['ci'])}), "
-                f"threshold {format_share(row['threshold'])}"
+                f"{format_pct(row.change)} ({confidence} CI {format_ci(row.ci)}), "
+                f"threshold {format_share(row.threshold)}"
             )
         lines.append(workflow_command(
-            command, f"{emoji} {row['case']} {words}: {detail}",
-            title=f"epbench: {row['case']} {words}",
+            command, f"{emoji} {row.case} {words}: {detail}",
+            title=f"epbench: {row.case} {words}",
         ))
     return lines

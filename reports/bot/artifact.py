@@ -36,9 +36,8 @@ import stat
 import unicodedata
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from epbench.core.errors import EpbenchError
 from epbench.reports import render
@@ -50,9 +49,15 @@ from epbench.reports.bot.github import (
     plan_sticky_comment,
     upsert_sticky_comment,
 )
-from epbench.reports.comparison import HEADLINES, VERDICTS
+from epbench.reports.comparison import (
+    HEADLINES,
+    VERDICTS,
+    CompareError,
+    Comparison,
+    JsonValue,
+)
+from epbench.reports.outputs import COMPARE_FILE  # the verdicts, by compare-commits
 
-COMPARE_FILE = "compare.json"  # the verdicts, written by `epbench compare-commits`
 PR_FILE = "pull-request.json"  # {"number": N}, written by the bench workflow
 SCHEMA_FILE = Path(__file__).parent.parent / "comparison.schema.json"  # the comparison's own
 
@@ -83,7 +88,7 @@ class ArtifactError(EpbenchError):
 class Artifact:
     """What the comment job takes from a bench run's artifact."""
 
-    comparison: dict[str, Any]  # valid against comparison.schema.json, delimiter-free
+    comparison: Comparison  # valid against comparison.schema.json, delimiter-free
     pr_number: int  # a claim, until GitHub confirms it
     source: str  # the folder or zip it came from, for messages
 
@@ -242,11 +247,11 @@ def _int(token: str) -> int | _NotFinite:
     return value
 
 
-def _strict_json(data: bytes, name: str, source: str) -> Any:
-    def no_constant(token: str) -> Any:
+def _strict_json(data: bytes, name: str, source: str) -> object:
+    def no_constant(token: str) -> _NotFinite:
         return _NotFinite(token)  # NaN, Infinity, -Infinity: named with their key later
 
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    def no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
         doc = dict(pairs)
         if len(doc) != len(pairs):
             raise ValueError("a key appears twice in one object")
@@ -264,7 +269,8 @@ def _strict_json(data: bytes, name: str, source: str) -> Any:
     return doc
 
 
-def _walk_strings(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+def _walk_strings(value: object, where: str,
+                  depth: int = 0) -> Iterator[tuple[str, str | _NotFinite]]:
     """(location, value) for every string, key included, and every number that is not
     finite, in a decoded document."""
     if depth > MAX_DEPTH:
@@ -290,7 +296,7 @@ def _string_problem(text: str) -> str | None:
     return None
 
 
-def check_strings(doc: Any, name: str, source: str) -> None:
+def check_strings(doc: object, name: str, source: str) -> None:
     """Refuse a document with a number that is not finite, or a string that could break
     out of the comment's markup."""
     try:
@@ -306,7 +312,8 @@ def check_strings(doc: Any, name: str, source: str) -> None:
             raise _refuse(source, f"{name} at {_shown(where)} {problem}")
 
 
-def _validate(doc: Any, schema: dict[str, Any], name: str, source: str, against: str) -> None:
+def _validate(doc: object, schema: dict[str, JsonValue], name: str, source: str,
+              against: str) -> None:
     try:
         import jsonschema
     except ImportError:
@@ -323,7 +330,7 @@ def _validate(doc: Any, schema: dict[str, Any], name: str, source: str, against:
         )
 
 
-def comparison_schema() -> dict[str, Any]:
+def comparison_schema() -> dict[str, JsonValue]:
     """reports/comparison.schema.json, the form of compare.json."""
     return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
 
@@ -343,13 +350,18 @@ def read_artifact(path: str | Path) -> Artifact:
     check_strings(comparison, COMPARE_FILE, source)
     _validate(comparison, comparison_schema(), COMPARE_FILE, source,
               f"reports/{SCHEMA_FILE.name}")
-    return Artifact(comparison=comparison, pr_number=int(pr_doc["number"]), source=source)
+    assert isinstance(comparison, dict) and isinstance(pr_doc, dict)  # the schemas said so
+    try:
+        typed = Comparison.from_json(comparison, COMPARE_FILE)
+    except CompareError as exc:  # the schema allows what the settings refuse (--resamples 0)
+        raise _refuse(source, str(exc)) from None
+    return Artifact(comparison=typed, pr_number=int(pr_doc["number"]), source=source)
 
 
 # -- the comment body -------------------------------------------------------------------
 
 
-def comment_body(comparison: dict[str, Any], artifact_hint: str | None = None) -> str:
+def comment_body(comparison: Comparison, artifact_hint: str | None = None) -> str:
     """The PR comment for an artifact's comparison, by this (the default branch's) code.
 
     The emoji and headline are looked up again from the verdict keys, so what the
@@ -357,13 +369,14 @@ def comment_body(comparison: dict[str, Any], artifact_hint: str | None = None) -
     history is shown only when a change point touches the base. The finished body
     must hold exactly one HTML comment, the sticky marker, at its top.
     """
-    doc = dict(comparison)
-    doc["cases"] = [{**row, "emoji": VERDICTS[row["verdict"]][0]} for row in doc["cases"]]
-    key = doc["overall"]["key"]
-    doc["overall"] = {**doc["overall"], "headline": HEADLINES[key]}
-    if doc.get("base_history") and not doc["base_history"]["findings"]:
+    history = comparison.base_history
+    doc = replace(
+        comparison,
+        cases=tuple(replace(row, emoji=VERDICTS[row.verdict][0]) for row in comparison.cases),
+        overall=replace(comparison.overall, headline=HEADLINES[comparison.overall.key]),
         # The base's history says nothing: report.md has the one short line, the PR none.
-        del doc["base_history"]
+        base_history=history if history is not None and history.findings else None,
+    )
     body = render.render_markdown(doc)
     if artifact_hint:
         # The HTML page (plots of every case, the forest plot) travels in the artifact.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from epbench.core.model import changed_counters
 from epbench.reports import stats
+from epbench.reports.comparison import BaseHistory, HistoryFinding
 from epbench.reports.history import changepoints
 from epbench.reports.history.db import (
     DB_ENV,
@@ -502,7 +503,7 @@ def base_touches(points: Sequence[SeriesPoint], findings: Sequence[Finding], bas
 
 def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine: str,
                 arms: Sequence[str] = (), is_ancestor: IsAncestor | None = None,
-                ) -> dict[str, Any]:
+                ) -> BaseHistory:
     """Whether a PR's base commit sits in a known change point, for compare.json.
 
     Tests every series of `cases` on `machine` (a machine key or class; `arms`: only
@@ -515,7 +516,7 @@ def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine
     """
     keys = [k for k in store.series_keys() if k[0] in cases and k[2] == machine
             and (not arms or k[1] in arms)]
-    touching: list[dict[str, Any]] = []
+    touching: list[HistoryFinding] = []
     measured = False
     tested = too_short = change_points = unplaced = 0
     git_placed = False
@@ -538,21 +539,21 @@ def base_report(store: HistoryStore, base: str, *, cases: Sequence[str], machine
         for kind, f in touches:
             if kind == BASE_UNKNOWN:
                 continue
-            touching.append({
-                "kind": kind, "case": case, "arm": arm, "before": f.before, "after": f.after,
-                "direction": "regression" if f.regression else "improvement",
-                "change": stats.finite(f.change.ratio - 1.0),
-                "lo": stats.finite(f.change.lo - 1.0), "hi": stats.finite(f.change.hi - 1.0),
-                "p": f.p,
-            })
-    return {"commit": base, "machine": machine, "measured": measured, "series": len(keys),
-            "tested": tested, "too_short": too_short, "change_points": change_points,
-            "unplaced": unplaced, "placed_by_git": not measured and git_placed,
-            "findings": touching, "min_points": changepoints.MIN_POINTS}
+            touching.append(HistoryFinding(
+                kind=kind, case=case, arm=arm, before=f.before, after=f.after,
+                direction="regression" if f.regression else "improvement",
+                change=stats.finite(f.change.ratio - 1.0),
+                lo=stats.finite(f.change.lo - 1.0), hi=stats.finite(f.change.hi - 1.0),
+                p=f.p,
+            ))
+    return BaseHistory(commit=base, machine=machine, measured=measured, series=len(keys),
+                       tested=tested, too_short=too_short, change_points=change_points,
+                       unplaced=unplaced, placed_by_git=not measured and git_placed,
+                       findings=tuple(touching), min_points=changepoints.MIN_POINTS)
 
 
-def base_report_error(base: str, machine: str, error: str) -> dict[str, Any]:
+def base_report_error(base: str, machine: str, error: str) -> BaseHistory:
     """`base_history` when the history could not be read after the run: the reason, no claim."""
-    return {"commit": base, "machine": machine, "measured": False, "series": 0, "tested": 0,
-            "too_short": 0, "change_points": 0, "unplaced": 0, "placed_by_git": False,
-            "findings": [], "min_points": changepoints.MIN_POINTS, "error": error}
+    return BaseHistory(commit=base, machine=machine, measured=False, series=0, tested=0,
+                       too_short=0, change_points=0, unplaced=0, placed_by_git=False,
+                       findings=(), min_points=changepoints.MIN_POINTS, error=error)

@@ -52,7 +52,7 @@ class InstructionFinding:
     def regression(self) -> bool:
         return self.new > self.old
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | int | float | None]:
         return {"case": self.case, "arm": self.arm, "machine": self.machine,
                 "before": self.before, "after": self.after, "index": self.index,
                 "old": self.old, "new": self.new, "change": self.change,

@@ -169,7 +169,7 @@ def _epbench_version(doc: Results) -> str | None:
     return epbench_version()
 
 
-def instructions_method(counted: Any) -> str | None:
+def instructions_method(counted: object) -> str | None:
     """How a case's instructions were counted, from its results record (`instructions`:
     method, rule, error): `method/rule`, the rule 1 when the record names none (the
     way of counting before rules were numbered); None when nothing was counted."""
