@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from epbench.core.model import changed_counters
 from epbench.reports import stats
@@ -76,7 +76,17 @@ def series(store: HistoryStore, case: str, arm: str, machine: str) -> list[Serie
     return [merge_runs(commit, rows) for commit, rows in by_commit.items()]  # run order
 
 
-def merge_runs(commit: str, rows: Sequence[dict[str, Any]]) -> SeriesPoint:
+class RunRow(TypedDict):
+    """What merge_runs reads of one stored run of a case (a row of the store's points)."""
+
+    ratio: float
+    ratio_lo: float | None
+    ratio_hi: float | None
+    created: str
+    counters: dict[str, Any] | None
+
+
+def merge_runs(commit: str, rows: Sequence[RunRow]) -> SeriesPoint:
     """One point from the runs of one commit (store rows with ratio, ratio_lo, ratio_hi).
 
     The rule: the ratio is the median of the runs' ratios (in logs; of two runs, their
