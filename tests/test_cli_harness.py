@@ -473,3 +473,13 @@ def test_a_default_twin_that_cannot_load_is_dropped_with_a_note(tmp_path, monkey
     doc = json.loads((out / "results.json").read_text())
     assert doc["twin"] is None
     assert sorted(doc["arms"]) == ["engine", "engine:partition=per_node", "ort"]
+
+
+def test_the_default_twin_is_of_the_first_arm_with_a_library() -> None:
+    """An `ort` arm under another name has no library to copy: the default twin skips it."""
+    from epbench.harness.arms import default_twin, parse_arm
+
+    arms = [parse_arm("ort:name=cpu2"), parse_arm("engine"),
+            parse_arm("engine:partition=per_node")]
+    assert default_twin(arms) == "engine"
+    assert default_twin(arms[:2]) is None  # one arm with a library: nothing to compare

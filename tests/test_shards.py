@@ -38,7 +38,7 @@ def test_a_bad_shard_is_one_line_with_the_form_to_write(text: str) -> None:
 
 
 def _run(out, *args):
-    result = CliRunner().invoke(cli, ["run", *args, "--out", str(out), *FAST])
+    result = CliRunner().invoke(cli, ["run", *FAST, *args, "--out", str(out)])  # args win
     assert result.exit_code == 0, result.output
     return json.loads((out / "results.json").read_text())
 
@@ -46,8 +46,9 @@ def _run(out, *args):
 @pytest.mark.slow
 def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> None:
     runner = CliRunner()
-    docs = [_run(tmp_path / f"s{k}", "--grid", "quick", "--arm", "engine", "--shard", f"{k}/3")
-            for k in (1, 2, 3)]
+    # 8 rounds: enough for an exact interval of the median, so the cases can be compared.
+    docs = [_run(tmp_path / f"s{k}", "--grid", "quick", "--arm", "engine", "--shard", f"{k}/3",
+                 "--rounds", "8") for k in (1, 2, 3)]
     assert [d["config"]["shard"] for d in docs] == ["1/3", "2/3", "3/3"]
     assert all("ort" in case["arms"] for d in docs for case in d["cases"].values())
     merged_dir = tmp_path / "all"
@@ -61,6 +62,15 @@ def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> No
     # The merged file is a results file like any other.
     assert runner.invoke(cli, ["compare", str(merged_dir / "results.json"), "--base", "ort",
                                "--pr", "engine", "--fail-on", "never"]).exit_code == 0
+    # Against an unsharded run of the same commit: every case is compared, none flagged.
+    _run(tmp_path / "whole", "--grid", "quick", "--arm", "engine", "--rounds", "8")
+    against = runner.invoke(cli, ["compare", str(tmp_path / "whole" / "results.json"),
+                                  str(merged_dir / "results.json"), "--arm", "engine",
+                                  "--fail-on", "regression", "--format", "json"])
+    assert against.exit_code == 0, against.output
+    rows = json.loads(against.output)["cases"]
+    assert sorted(r["case"] for r in rows) == sorted(c.name for c in load_grid("quick"))
+    assert {r["verdict"] for r in rows} <= {"no_change", "inconclusive"}, against.output
     db = tmp_path / "h.sqlite"
     added = runner.invoke(cli, ["history", "add", str(merged_dir / "results.json"), "--db",
                                 str(db), "--commit", "abc1234", "--machine-class", "x86"])
@@ -75,7 +85,7 @@ def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> No
                                 str(tmp_path / "twice")])
     assert twice.exit_code == 1 and "is in both" in twice.output
     other = _run(tmp_path / "s2b", "--grid", "quick", "--arm", "engine", "--shard", "2/3",
-                 "--seed", "7")
+                 "--rounds", "8", "--seed", "7")
     assert other["config"]["seed"] == 7
     pair = [str(tmp_path / "s1" / "results.json"), str(tmp_path / "s2b" / "results.json")]
     refused = runner.invoke(cli, ["merge", *pair, "--out", str(tmp_path / "mixed")])

@@ -203,7 +203,11 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
             for note in aimed.notes:
                 click.echo(f"note: {note}", err=True)
     except KeyboardInterrupt:
-        click.echo("interrupted before any case ran; nothing was written", err=True)
+        # A --target-mde re-run interrupted before it ran a case leaves the first pass.
+        kept = Path(out) / "results.json"
+        click.echo(f"interrupted; what was measured is in {kept}"
+                   if target_mde is not None and kept.is_file() else
+                   "interrupted before any case ran; nothing was written", err=True)
         click.get_current_context().exit(EXIT_INTERRUPTED)
     click.echo(write_run_report(results, Path(out)))
     code, message = exit_code_for(run=results)
