@@ -16,13 +16,18 @@ from epbench.reports.history.store import HistoryStore
 
 def _instructions(store: HistoryStore, case: str, arm: str, machine: str,
                   commits: list[str]) -> list[float | None]:
-    """Instructions per Run at each commit: the median of its runs that counted them."""
+    """Instructions per Run at each commit: the median of its runs that counted them, in
+    the way of counting of the latest such run (as instruction_series: counts of another
+    method or rule are not comparable)."""
     import numpy as np
 
+    rows = [r for r in store.points(case, arm, machine) if r["instructions"] is not None]
+    method = rows[-1]["instructions_method"] if rows else None
     by_commit: dict[str, list[float]] = {}
-    for row in store.points(case, arm, machine):
+    for row in rows:
         value = row["instructions"]
-        if row["status"] == "ok" and isinstance(value, (int, float)) and value > 0:
+        if (row["status"] == "ok" and row["instructions_method"] == method
+                and isinstance(value, (int, float)) and value > 0):
             by_commit.setdefault(row["commit"], []).append(float(value))
     return [float(np.median(by_commit[c])) if c in by_commit else None for c in commits]
 
