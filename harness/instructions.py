@@ -412,13 +412,23 @@ def _count_calls(lib: Any, arms: list[Any], index: int) -> None:
 
 
 def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dict[str, float]]:
-    """A counter of one case's arms under callgrind (the toggle helper loaded once)."""
+    """A counter of one case's arms under callgrind (the toggle helper loaded once); one
+    that refuses every case when the interpreter's object file is unknown."""
+    interpreter = interpreter_object()
+    if interpreter is None:
+        # Rule 2 leaves the interpreter's own instructions out; with them in, the count
+        # would be labelled exact (RULES) and be up to 0.35 % off. No count instead.
+        def refuse(_arms: list[Any], _index: int) -> dict[str, float]:
+            raise InstructionsError("cannot tell which file holds the interpreter (from "
+                                    "/proc/self/maps), so its instructions cannot be left "
+                                    "out; use --instructions perf")
+
+        return refuse
     # PyDLL: the GIL stays held, and an exception `run` raised inside count_call is raised.
     lib = ctypes.PyDLL(request["helper"])
     lib.epbench_cg_dump.argtypes = [ctypes.c_char_p]
     lib.epbench_cg_count_call.argtypes = [ctypes.py_object]
     dump_dir = Path(request["dump_dir"])
-    interpreter = interpreter_object()
 
     def count(arms: list[Any], index: int) -> dict[str, float]:
         # Instrumented code runs tens of times slower: only the counting is, never the

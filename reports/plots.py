@@ -44,6 +44,9 @@ UNQUIET_COLOUR = "#d62728"
 
 _STYLE = {
     "svg.fonttype": "none",  # text stays text: smaller, selectable, sharp at any zoom
+    # Labels are names from the user (cases, arms, machine classes, commits): a `$` in
+    # one is a dollar sign, never mathtext, which raises on `$\foo$`.
+    "text.parse_math": False,
     "font.size": 9.0,
     "axes.titlesize": 10.0,
     "axes.titlelocation": "left",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import grimp
@@ -14,17 +15,37 @@ from tests.support.postgres import PgServer, server_or_skip
 from tests.support.staged import FOLDERS, import_graph, stage
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    # docs/design.md, "No links": with PYTHONPATH naming one checkout and a venv installed
-    # from another, `epbench` comes from the first and its parts from the second.
-    found = {name: importlib.util.find_spec(name).origin for name in FOLDERS}
+def misplaced_parts(find_spec: Callable[[str], ModuleSpec | None] = importlib.util.find_spec,
+                    ) -> str | None:
+    """Why this checkout's tests would not test this checkout's package, or None.
+
+    docs/design.md, "No links": with PYTHONPATH naming one checkout and a venv installed
+    from another, `epbench` comes from the first and its parts from the second; a part
+    not installed at all has no spec (or, under a missing parent, raises).
+    """
+    remedy = "run `make setup` here and use its .venv (and no PYTHONPATH)"
+    found: dict[str, str | None] = {}
+    for name in FOLDERS:
+        try:
+            spec = find_spec(name)
+        except ModuleNotFoundError:  # its parent package is not importable
+            spec = None
+        found[name] = spec.origin if spec is not None else None
+    missing = sorted(name for name, origin in found.items() if origin is None)
+    if missing:
+        return f"this checkout's tests cannot import {', '.join(missing)}; {remedy}"
     elsewhere = {name: origin for name, origin in found.items()
-                 if not Path(origin).resolve().is_relative_to(FOLDERS[name].resolve())}
+                 if not Path(str(origin)).resolve().is_relative_to(FOLDERS[name].resolve())}
     if elsewhere:
-        raise pytest.UsageError(
-            f"this checkout's tests would run {', '.join(sorted(elsewhere))} from "
-            f"{sorted(set(map(str, elsewhere.values())))[0]}; run `make setup` here and "
-            "use its .venv (and no PYTHONPATH)")
+        return (f"this checkout's tests would run {', '.join(sorted(elsewhere))} from "
+                f"{sorted(set(map(str, elsewhere.values())))[0]}; {remedy}")
+    return None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    problem = misplaced_parts()
+    if problem is not None:
+        raise pytest.UsageError(problem)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import os
 import subprocess
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +20,7 @@ from epbench.core.paths import DB_ENV
 from epbench.core.results import write_results
 from epbench.reports.history.changes import history_to_check
 from epbench.reports.history.db import HistoryError, redact
+from epbench.reports.history.page import page_source
 from epbench.reports.history.store import HistoryStore, run_record
 from tests.support import postgres
 from tests.support.synthetic import as_results
@@ -184,7 +186,26 @@ def test_the_html_report_of_a_history_never_holds_the_password(pg_server, tmp_pa
     assert invoke("history", "add", tmp_path / "results.json", "--db", url).exit_code == 0
     assert invoke("report", "--history", url, "--html", tmp_path / "page").exit_code == 0
     page = (tmp_path / "page" / "index.html").read_text(encoding="utf-8")
-    assert redact(url) in page and postgres.PASSWORD not in page
+    # The page is published: a server is named by its kind, never its user, host or port
+    # (the user and port in their URL spelling: "epbench" is in the title, and the port's
+    # digits could occur in an SVG coordinate).
+    assert "Drawn from <code>a PostgreSQL server</code>." in page
+    parts = urlsplit(url)
+    for part in ("postgresql:", postgres.PASSWORD, f"{parts.username}:", parts.hostname,
+                 f":{parts.port}", name):
+        assert part not in page, part
+
+
+@pytest.mark.parametrize(("db", "shown"), [
+    ("postgresql://benchuser:pw@db.corp.internal:5432/epbench?sslmode=require",
+     "a PostgreSQL server"),
+    ("POSTGRES://db.corp.internal/epbench", "a PostgreSQL server"),
+    ("postgresql://u:pw@host:notaport/db", "a history store"),
+    ("sqlite:///srv/history.db", "/srv/history.db"),
+    ("history.db", "history.db"),
+])
+def test_the_history_page_names_a_server_by_its_kind_and_a_file_by_its_path(db, shown):
+    assert page_source(db) == shown
 
 
 # --------------------------------------------------------------------------- driver errors

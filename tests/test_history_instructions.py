@@ -10,9 +10,15 @@ import pytest
 from click.testing import CliRunner
 
 from epbench.cli.main import cli
+from epbench.harness.instructions import RULES
 from epbench.reports.defaults import HISTORY_INSTRUCTIONS_CHANGE
 from epbench.reports.history.changes import detect
-from epbench.reports.history.instruction_series import instruction_changes, instruction_series
+from epbench.reports.history.instruction_series import (
+    EXACT_METHODS,
+    instruction_changes,
+    instruction_series,
+)
+from epbench.reports.history.page import load_history
 from epbench.reports.history.store import SCHEMA_VERSION, HistoryStore, run_record
 from tests.support import synthetic
 from tests.support.synthetic import as_results
@@ -128,6 +134,40 @@ def test_a_move_of_just_over_the_threshold_is_found_and_one_just_under_is_not():
     # A slow drift is measured from the level held, so it is found where it adds up.
     drift = [1e4 * (1.0 + HISTORY_INSTRUCTIONS_CHANGE * 0.4 * i) for i in range(5)]
     assert [f.after for f in instruction_changes(series(*drift))] == ["c3"]
+
+
+def test_the_exact_way_of_counting_is_the_harness_rule_that_leaves_the_interpreter_out():
+    assert {f"valgrind/{RULES['valgrind']}"} == EXACT_METHODS
+
+
+PERF = {"method": "perf", "rule": RULES["perf"], "runs": 21, "error": None}
+
+
+def test_perf_counts_are_shown_but_never_tested_for_change_points(db_url):
+    """perf counts carry the interpreter's noise (about 1 %): a 0.5 % move is noise."""
+    wobble = [0.0, 0.005, -0.004, 0.006, -0.005, 0.003]
+    add_all(db_url, [counted_doc(seed, BASE_COUNT * (1.0 + w), counted=PERF)
+                     for seed, w in enumerate(wobble)])
+    with HistoryStore.open(db_url) as store:
+        counted = instruction_series(store, CASE, ARM, HOST)
+        found = detect(store, cases=(CASE,), arms=(ARM,))
+    assert [p.method for p in counted] == ["perf/1"] * 6
+    assert instruction_changes(counted) == []
+    assert found.instruction_findings == [] and found.instruction_series == 0
+    result = CliRunner().invoke(cli, ["history", "detect", "--db", db_url, "--case", CASE,
+                                      "--arm", ARM, "--fail-on", "any"])
+    assert result.exit_code == 0, result.output
+    assert "instruction change" not in result.output
+
+
+def test_the_history_page_draws_the_counts_of_the_latest_way_of_counting_only(db_url):
+    """Two perf runs, then two valgrind runs: the page's instructions are valgrind's."""
+    add_all(db_url, [counted_doc(0, 20000.0, counted=PERF), counted_doc(1, 20100.0,
+                                                                        counted=PERF),
+                     counted_doc(2, BASE_COUNT), counted_doc(3, BASE_COUNT + 65.0)])
+    ((series, _),) = [entry for entry in load_history(db_url) if entry[0].case == CASE
+                      and entry[0].arm.startswith(ARM)]
+    assert series.instructions == [None, None, BASE_COUNT, BASE_COUNT + 65.0]
 
 
 def test_show_puts_time_and_instructions_side_by_side(db_url):

@@ -194,6 +194,18 @@ def test_the_interpreter_object_is_the_file_that_holds_the_c_api():
     assert ctypes.CDLL(found).PyObject_CallObject
 
 
+def test_without_the_interpreter_object_callgrind_gives_an_error_not_a_rule_2_count(
+        monkeypatch, tmp_path):
+    """Rule 2 leaves the interpreter's instructions out: when its file is unknown, every
+    case gets an error (no count, so no `valgrind/2` label), before valgrind counts."""
+    monkeypatch.setattr(ins, "interpreter_object", lambda: None)
+    count = ins._callgrind_counts({"helper": str(tmp_path / "absent.so"),
+                                   "dump_dir": str(tmp_path)})
+    with pytest.raises(ins.InstructionsError, match="cannot tell which file holds the "
+                                                    "interpreter"):
+        count([], 0)
+
+
 def test_each_ep_arm_is_counted_alone_beside_the_control_under_one_name():
     """A turn per EP arm, in the order of their keys, each with the control, each EP
     registered under COUNTING_NAME (32 bytes or more); the key leads back to the arm."""

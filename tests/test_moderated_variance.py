@@ -127,3 +127,19 @@ def test_a_subset_of_cases_is_judged_with_the_whole_grids_prior():
     # worth the cases' degrees of freedom together, never infinitely many.
     assert prior.df == GRID * (PROCESSES - 1)
     assert grid.changes(quiet=True)[1].df == pytest.approx(prior.df + 3.0)
+
+
+def test_the_prior_fit_recovers_a_known_prior():
+    """Smyth's moment fit pins d0 and s0²: each case's true variance is drawn from a scaled
+    inverse chi-square prior (d0 8 around s0² (0.4 %)²) and its sample variance from 6
+    process values (d 5). Over 20 seeds of 4000 cases the fit was off by at most 14 % in
+    d0 (sd 6 %) and 2.7 % in s0² (sd 1.3 %); a d0 of 2 * trigamma_inverse(spread / 2)
+    is +92 % off."""
+    d0, s0, cases, d = 8.0, 0.004**2, 4000, 5
+    labels = np.arange(d + 1)
+    rng = np.random.default_rng([4, 2004, 0])
+    true = d0 * s0 / rng.chisquare(d0, cases)
+    prior = variance_prior([ProcessSample(rng.normal(0.0, math.sqrt(v), d + 1), labels)
+                            for v in true])
+    assert prior.df == pytest.approx(d0, rel=0.2)
+    assert prior.s2 == pytest.approx(s0, rel=0.1)

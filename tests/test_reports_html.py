@@ -423,3 +423,35 @@ def test_the_screenshot_sample_has_every_kind_of_plot(tmp_path):
     ids = [f["id"] for f in page.drawn()]
     assert ids[0] == "forest" and "family-0" in ids and ids[-1] == "gate"
     assert sum(i.startswith("rounds-") for i in ids) == 6
+
+
+# A name with TeX in it: matplotlib would parse `$...$` as mathtext and raise on `\foo`.
+TEX_NAME = "$\\foo$"
+
+
+def test_a_dollar_in_a_case_name_is_drawn_literally_in_a_comparison(tmp_path):
+    for name in ("base", "pr", "profile"):
+        text = (FIXTURES / f"{name}.json").read_text()
+        (tmp_path / f"{name}.json").write_text(text.replace("add_d10_w8", "$\\\\foo$"))
+    comparison = cmp.compare_files([str(tmp_path / "base.json"), str(tmp_path / "pr.json")],
+                                   profile_path=str(tmp_path / "profile.json"))
+    assert TEX_NAME in {r.case for r in comparison.cases}
+    path = tmp_path / "compare.json"
+    path.write_text(comparison.to_json())
+    text = html.write_report(path, tmp_path / "out").read_text(encoding="utf-8")
+    check_page(text)
+    forest = re.search(r'<figure id="forest">(.*?)</figure>', text, re.S)
+    assert f">{TEX_NAME}</text>" in forest.group(1)  # the plot's label, as typed
+    assert f"<code>{TEX_NAME}</code>" in text
+
+
+def test_a_dollar_in_a_case_arm_and_machine_is_drawn_literally_in_a_history():
+    commits = [f"{i:02x}" * 20 for i in range(6)]
+    ratio = [0.50] * 3 + [0.60] * 3
+    series = plots.HistorySeries(TEX_NAME, "$eng$ ($\\bar$)", commits, ratio,
+                                 [r * 0.99 for r in ratio], [r * 1.01 for r in ratio])
+    text = html.render_html(history=[(series, [plots.ChangePoint(3, 0.2, 0.18, 0.22)])])
+    page = check_page(text)
+    assert [f["id"] for f in page.drawn()] == ["history-0"]
+    figure = re.search(r'<figure id="history-0">(.*?)</figure>', text, re.S).group(1)
+    assert TEX_NAME in figure and "$eng$ ($\\bar$)" in figure

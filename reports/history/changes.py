@@ -30,6 +30,7 @@ from epbench.reports.history.instruction_series import (
     InstructionFinding,
     instruction_changes,
     instruction_series,
+    is_exact,
 )
 from epbench.reports.history.store import HistoryStore, HistoryTooOld
 
@@ -353,9 +354,9 @@ def detect(store: HistoryStore, *, cases: Sequence[str] = (), arms: Sequence[str
     counted: list[InstructionFinding] = []
     instruction_series_tested = 0
     for case, arm, machine in keys:
-        # Exact counts: a series of two commits is already a test.
+        # Exact counts: a series of two commits is already a test (others are not tested).
         ipoints = instruction_series(store, case, arm, machine)
-        instruction_series_tested += len(ipoints) > 1
+        instruction_series_tested += len(ipoints) > 1 and is_exact(ipoints)
         counted.extend(f for f in instruction_changes(ipoints, case=case, arm=arm,
                                                       machine=machine)
                        if since_pos is None or order[f.after] >= since_pos)

@@ -1,9 +1,10 @@
 """Instructions per Run as a series: one count per commit, and the commits that moved it.
 
-Counts are exact and deterministic (harness.instructions), so a series needs no
-statistics: a change point is the first commit whose count is more than
-HISTORY_INSTRUCTIONS_CHANGE away from the level the series held (the count at its
-previous change point, or its first commit); that commit's count is the new level.
+Counts of an exact way of counting (EXACT_METHODS: callgrind without the interpreter,
+harness.instructions) are deterministic, so such a series needs no statistics: a change
+point is the first commit whose count is more than HISTORY_INSTRUCTIONS_CHANGE away from
+the level the series held (the count at its previous change point, or its first commit);
+that commit's count is the new level. Other ways (perf) are shown, never tested.
 A series holds the counts of one way of counting (`instructions_method` in the store),
 the one of its latest run: counts of another method or rule are not comparable.
 """
@@ -17,6 +18,12 @@ from typing import Any
 
 from epbench.reports.defaults import HISTORY_INSTRUCTIONS_CHANGE
 from epbench.reports.history.store import HistoryStore
+
+# The ways of counting (`method/rule`, harness.instructions.RULES) whose counts are
+# exact: callgrind with the interpreter's own instructions left out. perf's hardware
+# counter takes in the interpreter's work (about 1 % from run to run) and valgrind's
+# rule 1 its bookkeeping (up to 0.35 %): a 0.1 % rule would report their noise.
+EXACT_METHODS = frozenset({"valgrind/2"})
 
 
 @dataclass(frozen=True)
@@ -82,13 +89,20 @@ def instruction_series(store: HistoryStore, case: str, arm: str,
             for commit, runs in by_commit.items()]  # dicts keep first-run order
 
 
+def is_exact(points: Sequence[InstructionPoint]) -> bool:
+    """Whether a series' counts are of an exact way of counting (EXACT_METHODS), so that
+    `instruction_changes` tests it; an empty series is not."""
+    return bool(points) and points[-1].method in EXACT_METHODS
+
+
 def instruction_changes(points: Sequence[InstructionPoint], *, case: str = "", arm: str = "",
                         machine: str = "",
                         threshold: float = HISTORY_INSTRUCTIONS_CHANGE,
                         ) -> list[InstructionFinding]:
-    """Every commit whose count is more than `threshold` (a fraction) from the level held."""
+    """Every commit whose count is more than `threshold` (a fraction) from the level held;
+    none unless the series' counts are exact (`is_exact`)."""
     found: list[InstructionFinding] = []
-    if not points:
+    if not is_exact(points):
         return found
     level = points[0].instructions
     for index in range(1, len(points)):

@@ -10,21 +10,37 @@ from pathlib import Path
 
 from epbench.reports import html, plots
 from epbench.reports.history.changes import series_with_changes
-from epbench.reports.history.db import redact
+from epbench.reports.history.db import SQLITE, HistoryError, parse_db_url, redact
 from epbench.reports.history.store import HistoryStore
 
 
 def _instructions(store: HistoryStore, case: str, arm: str, machine: str,
                   commits: list[str]) -> list[float | None]:
-    """Instructions per Run at each commit: the median of its runs that counted them."""
+    """Instructions per Run at each commit: the median of its runs that counted them, in
+    the way of counting of the latest such run (as instruction_series: counts of another
+    method or rule are not comparable)."""
     import numpy as np
 
+    rows = [r for r in store.points(case, arm, machine) if r["instructions"] is not None]
+    method = rows[-1]["instructions_method"] if rows else None
     by_commit: dict[str, list[float]] = {}
-    for row in store.points(case, arm, machine):
+    for row in rows:
         value = row["instructions"]
-        if row["status"] == "ok" and isinstance(value, (int, float)) and value > 0:
+        if (row["status"] == "ok" and row["instructions_method"] == method
+                and isinstance(value, (int, float)) and value > 0):
             by_commit.setdefault(row["commit"], []).append(float(value))
     return [float(np.median(by_commit[c])) if c in by_commit else None for c in commits]
+
+
+def page_source(db: str) -> str:
+    """What the page says it was drawn from. The page may be published (GitHub Pages): a
+    SQLite file is named by its path, a server only by its kind, never by its user, host,
+    port, database or options."""
+    try:
+        parsed = parse_db_url(db)
+    except HistoryError:  # not reached after a successful read; says nothing, to be safe
+        return "a history store"
+    return parsed.shown if parsed.kind == SQLITE else "a PostgreSQL server"
 
 
 def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
@@ -58,5 +74,5 @@ def write_history_report(db: str, out_dir: str | Path, commit_url: str | None = 
         html.check_commit_url(commit_url)  # before the store is read
     entries = load_history(db)
     html.make_out_dir(out_dir)
-    return html.write_page(html.render_html(history=entries, source=redact(db),
+    return html.write_page(html.render_html(history=entries, source=page_source(db),
                                             commit_url=commit_url), out_dir)
