@@ -46,8 +46,9 @@ def action(event_path: str, out: str, repo: str, summary: str | None, merge_from
     Reads the PR from the event file, runs `epbench compare-commits BASE HEAD` with the
     action's inputs, writes OUT/pull-request.json for the comment workflow and appends
     OUT/report.md to the job summary. Exits with compare-commits' code (5: a verdict
-    matched fail-on). With input shard K/N only that slice is measured and the exit
-    ignores its verdicts; --merge-from joins the slices and exits on fail-on.
+    matched fail-on). With input shard K/N only that slice is measured and, once its
+    results are written, it exits 0; --merge-from joins the slices and exits on the join
+    as compare-commits would (4: a crashed case, 5: fail-on).
     """
     if merge_from is not None:
         fail_on = fail_on_input(inputs.get("fail_on") or "", FAIL_ON)  # before any output
