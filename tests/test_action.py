@@ -17,7 +17,13 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits
-from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR, EpbenchError
+from epbench.core.errors import (
+    EXIT_CASE_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_REGRESSION,
+    EXIT_USER_ERROR,
+    EpbenchError,
+)
 from epbench.reports.bot.artifact import PR_FILE
 from epbench.workflows import action as act
 
@@ -229,3 +235,47 @@ def test_the_command_says_what_to_fix_for_a_bad_event(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_USER_ERROR
     assert "Error: the event has no pull request" in result.output
     assert "Traceback" not in result.output
+
+
+class FakeSlice(FakeCompare):
+    """compare-commits that writes a slice's results, then exits ``code`` (4: a crash)."""
+
+    def __call__(self, command: list[str], env: dict[str, str],
+                 cwd: str | None = None) -> subprocess.CompletedProcess:
+        done = super().__call__(command, env, cwd)
+        out = Path(command[command.index("--out") + 1])
+        if self.report:
+            (out / "results.json").write_text("{}")
+        return done
+
+
+@pytest.mark.parametrize(("shard", "results", "code", "exits"), [
+    ("1/2", True, EXIT_CASE_FAILED, 0),  # the merge reports the slice's crashed case
+    ("1/2", True, EXIT_INTERRUPTED, 0),
+    ("1/2", False, EXIT_USER_ERROR, EXIT_USER_ERROR),  # no results: nothing to merge
+    ("", True, EXIT_CASE_FAILED, EXIT_CASE_FAILED),  # the plain action exits on its run
+])
+def test_a_slice_that_wrote_its_results_lets_the_merge_decide(
+        tmp_path: Path, shard: str, results: bool, code: int, exits: int) -> None:
+    logged: list[str] = []
+    got = act.run_action(act.ActionInputs(shard=shard), event_path=pr_event(tmp_path),
+                         out=tmp_path / "out", environ={}, known_options=KNOWN,
+                         runner=FakeSlice(code, results), log=logged.append)
+    assert got == exits
+    assert json.loads((tmp_path / "out" / PR_FILE).read_text()) == {"number": 7}
+    assert any("the merge judges them" in line for line in logged) is (exits != code)
+
+
+def test_a_bad_fail_on_is_refused_before_anything_is_measured_or_written(
+        tmp_path: Path) -> None:
+    with pytest.raises(act.ActionError, match="input fail-on: 'bogus': write one of "):
+        argv(fail_on="bogus")
+    assert argv(fail_on=" regression ")[-2:] == ["--fail-on", "regression"]
+    (tmp_path / "shards").mkdir()  # no slice in it: the input is refused before that
+    result = CliRunner().invoke(cli, [
+        "action", "--event", str(pr_event(tmp_path)), "--merge-from", str(tmp_path / "shards"),
+        "--out", str(tmp_path / "o")], env={"INPUT_FAIL_ON": "bogus"})
+    assert result.exit_code == EXIT_USER_ERROR
+    assert result.output.startswith("Error: input fail-on: 'bogus': write one of ")
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()

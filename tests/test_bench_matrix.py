@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from epbench.cases.grids import load_grid
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits
-from epbench.core.errors import EXIT_USER_ERROR
+from epbench.core.errors import EXIT_CASE_FAILED, EXIT_USER_ERROR
 from epbench.core.results import load_results
 from epbench.engine.library import library_path
 from epbench.reports.bot.artifact import read_artifact
@@ -60,7 +60,7 @@ def _render(text: str, matrix: dict[str, Any], inputs: dict[str, Any]) -> str:
 
 def _shard_list(doc: Doc, shards: Any) -> subprocess.CompletedProcess[str]:
     """The plan job's step, run as the runner runs it, with `inputs.shards` = ``shards``."""
-    (step,) = doc["jobs"]["plan"]["steps"]
+    (step,) = [s for s in doc["jobs"]["plan"]["steps"] if s.get("id") == "shards"]
     assert step["env"] == {"SHARDS": "${{ inputs.shards }}"}
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "output"
@@ -131,10 +131,64 @@ def test_a_shard_count_that_is_no_whole_number_stops_the_plan(doc: Doc, shards: 
     assert "is not a whole number from 1 to 99" in result.stdout
 
 
+def _runner_check(doc: Doc, runners: str) -> subprocess.CompletedProcess[str]:
+    """The plan job's check of input runners, run as the runner runs it."""
+    (step,) = [s for s in doc["jobs"]["plan"]["steps"] if s["name"] == "Check the runner labels"]
+    assert step["env"] == {"RUNNERS": "${{ inputs.runners }}"}
+    assert doc["jobs"]["plan"]["steps"].index(step) == 0
+    return subprocess.run(["bash", "-c", step["run"]], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "RUNNERS": runners}, timeout=60)
+
+
+@pytest.mark.parametrize("runners", [
+    '["ubuntu-latest"]', '["ubuntu-24.04", "ubuntu-24.04-arm", "self_hosted.x86"]'])
+def test_plain_runner_labels_pass_the_plan(doc: Doc, runners: str) -> None:
+    result = _runner_check(doc, runners)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == ""
+
+
+# Each would break an artifact's name or the merge's download pattern.
+@pytest.mark.parametrize("runners", [
+    "ubuntu-latest", "[]", '"ubuntu-latest"', '{"a": 1}', '[["self-hosted", "x64"]]',
+    '["ubuntu-latest", "ubuntu-latest"]', '["ubuntu-*"]', '["a?b"]', '["a/b"]', '["a:b"]',
+    '["a b"]', '[1]', '["ubuntu-latest\\n::warning::x"]', '[""]'])
+def test_runner_labels_that_would_break_the_artifacts_stop_the_plan(doc: Doc,
+                                                                    runners: str) -> None:
+    result = _runner_check(doc, runners)
+    assert result.returncode == 1
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("::error::input runners is not a JSON list of unique runner labels")
+    assert "write e.g. '[\"ubuntu-latest\"]'" in line
+
+
+@pytest.mark.parametrize("job", ["measure", "merge"])
+def test_no_epbench_is_checked_out_without_the_commit_the_caller_named(doc: Doc,
+                                                                       job: str) -> None:
+    steps = doc["jobs"][job]["steps"]
+    (guard,) = [s for s in steps
+                if s["name"] == "Refuse to run without the commit the caller named"]
+    checkout = next(s for s in steps if s.get("with", {}).get("ref") == "${{ job.workflow_sha }}")
+    assert steps.index(guard) < steps.index(checkout)
+    assert guard["env"] == {"WORKFLOW_REPOSITORY": "${{ job.workflow_repository }}",
+                            "WORKFLOW_SHA": "${{ job.workflow_sha }}"}
+    for repository, sha, code in (("o/epbench", "c" * 40, 0), ("", "c" * 40, 1),
+                                  ("o/epbench", "", 1), ("", "", 1)):
+        result = subprocess.run(["bash", "-c", guard["run"]], capture_output=True, text=True,
+                                env={"PATH": os.environ["PATH"], "WORKFLOW_REPOSITORY": repository,
+                                     "WORKFLOW_SHA": sha}, timeout=60)
+        assert result.returncode == code, (repository, sha)
+        said = "job.workflow_repository or job.workflow_sha is empty" in result.stdout
+        assert said is bool(code)
+
+
 def test_the_merge_needs_every_slice_and_uploads_what_the_comment_reads(doc: Doc) -> None:
     jobs = doc["jobs"]
     assert jobs["measure"]["needs"] == "plan"
-    assert jobs["merge"]["needs"] == "measure"  # all of its matrix: every slice succeeded
+    assert jobs["merge"]["needs"] == "measure"
+    # Also after another class's failed slice: each class whose slices are all there is
+    # judged (check_every_slice refuses the others), not when nothing was measured.
+    assert jobs["merge"]["if"] == "${{ !cancelled() && needs.measure.result != 'skipped' }}"
     assert jobs["merge"]["strategy"]["matrix"] == {"runner": "${{ fromJSON(inputs.runners) }}"}
     steps = jobs["merge"]["steps"]
     names = [str(s.get("uses") or s.get("run")) for s in steps]
@@ -237,8 +291,12 @@ def test_three_slices_join_into_the_artifact_the_comment_reads(
     merged = load_results(out / "results.json")
     assert [s["shard"] for s in merged.extra["shards"]] == [f"{k}/{SHARDS}"
                                                             for k in range(1, SHARDS + 1)]
-    # Forced, as history.yml's merge: each slice staged its libraries in a folder of its own.
-    assert merged.extra["merge_forced"]
+    # Each slice staged its libraries in a folder of its own: tolerated, and said so in
+    # what every output shows.
+    assert merged.extra["merge_forced"] == [f"epbench-ubuntu-latest-shard-{k}: the arms' "
+                                            "library paths" for k in range(2, SHARDS + 1)]
+    assert "the shards were joined despite" in (out / "report.md").read_text()
+    assert any("the shards were joined despite" in w for w in artifact.comparison.warnings)
     assert summary.read_text(encoding="utf-8").startswith((out / "report.md").read_text())
 
 
@@ -257,6 +315,55 @@ def test_a_missing_slice_is_refused_before_anything_is_written(
     assert result.exit_code == EXIT_USER_ERROR
     assert "the slices downloaded are 1/3, 3/3, not each of 1/3 .. 3/3 once" in result.output
     assert not out.exists()
+
+
+def _copy(slices: Path, to: Path) -> Path:
+    for k in range(1, SHARDS + 1):
+        name = f"epbench-ubuntu-latest-shard-{k}"
+        (to / name).mkdir(parents=True)
+        (to / name / "results.json").write_bytes((slices / name / "results.json").read_bytes())
+    return to
+
+
+@pytest.mark.slow
+def test_a_crashed_case_in_a_slice_fails_the_merge_as_it_would_the_run(
+        pull_request: tuple[Path, Path], slices: Path, tmp_path: Path) -> None:
+    _, event_path = pull_request
+    shards = _copy(slices, tmp_path / "shards")
+    path = shards / "epbench-ubuntu-latest-shard-2" / "results.json"
+    doc = json.loads(path.read_text())
+    crashed = sorted(doc["cases"])[0]
+    doc["cases"][crashed]["error_kind"] = "crash"  # its process died; its rounds kept
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["action", "--event", str(event_path), "--merge-from",
+                                      str(shards), "--out", str(out)],
+                                env={"INPUT_FAIL_ON": "never"})
+    assert result.exit_code == EXIT_CASE_FAILED, result.output
+    assert f"1 case(s) did not finish: {crashed}" in result.output
+    assert read_artifact(out).pr_number == 9  # the comment still has what it needs
+
+
+@pytest.mark.slow
+def test_a_page_that_fails_to_draw_is_one_line_and_leaves_what_the_comment_needs(
+        pull_request: tuple[Path, Path], slices: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, event_path = pull_request
+
+    def broken(**_: Any) -> str:
+        raise ValueError("Unknown symbol: \\pr\n  ^")  # as matplotlib's mathtext words it
+
+    monkeypatch.setattr("epbench.reports.html.render_html", broken)
+    out, summary = tmp_path / "out", tmp_path / "summary.md"
+    result = CliRunner().invoke(cli, ["action", "--event", str(event_path), "--merge-from",
+                                      str(slices), "--out", str(out), "--summary", str(summary)])
+    assert result.exit_code == EXIT_USER_ERROR, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith("Error: drawing the join's report failed (Unknown symbol: \\pr); ")
+    assert "Traceback" not in result.output
+    assert read_artifact(out).pr_number == 9
+    assert not (out / "report.html").exists()
+    assert summary.read_text().startswith((out / "report.md").read_text())
 
 
 def test_a_merge_with_no_slice_downloaded_says_what_to_download(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from tests.support.workflow_rules import SECRET, installs
 from tests.test_workflows import load, validate
 
 WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "history.yml"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "history.md"
 SECRET_EXPR = "${{ secrets.EPBENCH_DB }}"
 
 Step = dict[str, Any]
@@ -72,29 +73,44 @@ def test_it_records_pushes_to_the_default_branch_one_writer_at_a_time(doc):
 def test_the_page_is_built_from_the_store_and_deployed_by_a_job_that_runs_nothing(doc):
     record = _steps(doc, "record")
     add = _named(doc, "record", "Add each class's runs and detect change points")
-    script = add["run"].replace("\\\n", " ")
-    # Built after the adds, from the same store, with real options of `epbench report`.
+    page = _named(doc, "record", "Draw the history page")
+    # Its own step, after the history file is uploaded for `push`: a page that fails to
+    # draw fails neither `record` nor `push` (the adds are stored whatever the page does).
+    assert "epbench report" not in add["run"]
+    stored = _index(record, lambda s: s.get("name") == "Upload the history file for the push job")
+    assert record.index(add) < stored < record.index(page)
+    assert page["continue-on-error"] is True and page["id"] == "page"
+    script = page["run"].replace("\\\n", " ")
+    assert script.startswith("set -euo pipefail\n")
     (line,) = [x for x in script.splitlines() if "epbench report" in x]
     args = shlex.split(line.split("epbench report", 1)[1])
     assert args == ["--history", "$EPBENCH_DB", "--html", "history-page",
                     "--commit-url", "$COMMIT_URL"]
     known = {o for p in report.params for o in p.opts}
     assert {a for a in args if a.startswith("--")} <= known
-    assert script.index("epbench history add") < script.index("epbench report")
-    assert add["env"]["COMMIT_URL"] == ("${{ github.server_url }}/${{ github.repository }}"
-                                        "/commit/")
+    assert page["env"]["COMMIT_URL"] == ("${{ github.server_url }}/${{ github.repository }}"
+                                         "/commit/")
+    assert page["env"]["EPBENCH_DB"] == SECRET_EXPR
     upload = _index(record, lambda s: str(s.get("uses", "")).startswith(
         "actions/upload-pages-artifact@"))
-    assert upload == record.index(add) + 1
+    assert upload == record.index(page) + 1
     assert record[upload]["with"]["path"] == "history-page"
+    assert record[upload]["if"] == "steps.page.outcome == 'success'"
+    assert record[upload]["continue-on-error"] is True
+    assert record[upload]["id"] == "page-upload"
+    assert doc["jobs"]["record"]["outputs"]["page"] == "${{ steps.page-upload.outcome }}"
     # The deploying job: the two scopes deploy-pages needs, no contents, one step.
     pages = doc["jobs"]["pages"]
     assert pages["permissions"] == {"pages": "write", "id-token": "write"}
     assert pages["needs"] == ["record", "push"]
-    # Only a stored history is published: not when the branch push failed (skipped for
-    # PostgreSQL is fine), not when record failed.
-    assert pages["if"] == ("${{ !cancelled() && needs.record.result == 'success' "
-                           "&& needs.push.result != 'failure' }}")
+    # Only where the repository opted in, and only a stored history with a page drawn:
+    # not when the branch push failed (skipped for PostgreSQL is fine), not when record
+    # failed, not when the page failed to draw or upload.
+    assert pages["if"] == ("${{ vars.EPBENCH_PAGES == 'true' && !cancelled() "
+                           "&& needs.record.result == 'success' "
+                           "&& needs.push.result != 'failure' "
+                           "&& needs.record.outputs.page == 'success' }}")
+    assert "`EPBENCH_PAGES` to `true`" in DOC.read_text(encoding="utf-8")
     assert pages["environment"] == {"name": "github-pages",
                                     "url": "${{ steps.deploy.outputs.page_url }}"}
     (step,) = pages["steps"]
@@ -145,6 +161,7 @@ def test_the_push_job_gets_the_file_the_recording_job_uploads_as_data(doc):
     assert record["outputs"] == {
         "store": "${{ steps.store.outputs.kind }}",
         "history-base": "${{ steps.base.outputs.commit }}",
+        "page": "${{ steps.page-upload.outcome }}",
     }
     assert {"store", "base"} <= ids
     # Only after `record` succeeded (it runs after a failed slice too, so the default
@@ -158,7 +175,7 @@ def test_the_push_job_gets_the_file_the_recording_job_uploads_as_data(doc):
         ("actions/checkout@", "actions/download-artifact@")) for s in push["steps"] if "uses" in s)
 
 
-def test_the_secret_reaches_only_the_two_steps_that_read_it_before_any_install(doc):
+def test_the_secret_reaches_only_the_three_steps_that_read_it_before_any_install(doc):
     holders = [
         (job, s.get("name")) for job in doc["jobs"] for s in _steps(doc, job)
         if SECRET.search(str(s))
@@ -166,6 +183,7 @@ def test_the_secret_reaches_only_the_two_steps_that_read_it_before_any_install(d
     assert holders == [
         ("record", "Choose the store (PostgreSQL when the EPBENCH_DB secret is set)"),
         ("record", "Add each class's runs and detect change points"),
+        ("record", "Draw the history page"),
     ]
     for _, name in holders:
         assert _named(doc, "record", name)["env"]["EPBENCH_DB"] == SECRET_EXPR

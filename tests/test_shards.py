@@ -144,3 +144,60 @@ def test_a_merged_run_is_written_in_the_shards_own_format() -> None:
          "created": "2026-01-02T00:00:00Z", "cases": ["relu_d1_w8"]},
         {"source": "s2.json", "shard": "2/2", "machine": "host0001",
          "created": "2026-01-01T00:00:00Z", "cases": ["relu_d10_w8"]}]
+
+
+def _slice(k: int, case: str, **change: object):
+    """Slice k/2 as a runner matrix measures it: its library in a folder of its own, on a
+    runner of its own; ``change`` edits the document further (dotted keys)."""
+    from epbench.core.model import Results
+    from epbench.harness.merge import Shard
+    from tests.support.synthetic import results_doc
+
+    doc = results_doc({case: {"ort": 400.0, "engine": 150.0}}, rounds=4, seed=1)
+    doc["config"]["shard"] = f"{k}/2"
+    doc["extra"] = {"epbench_version": "1.0"}
+    doc["host"]["key"] = f"host000{k}"
+    doc["host"]["cpu_model"] = f"CPU {k}"
+    library = f"/tmp/slice{k}/libengine.so"
+    doc["arms"]["engine"].update(spec=f"plugin:{library}:name=engine", library=library,
+                                 sha256=f"{k}" * 64)
+    for dotted, value in change.items():
+        *path, last = dotted.split(".")
+        target = doc
+        for key in path:
+            target = target[key]
+        target[last] = value
+    doc = {**{k: v for k, v in doc.items() if k != "extra"}, **doc["extra"]}
+    return Shard(f"s{k}.json", Results.from_dict(doc, source=f"s{k}.json"))
+
+
+def test_a_matrix_join_tolerates_only_library_paths_and_the_host() -> None:
+    from epbench.harness.merge import MergeError, merge_shards, merge_warnings
+
+    pair = [_slice(1, "relu_d1_w8"), _slice(2, "relu_d10_w8")]
+    with pytest.raises(MergeError, match="machine host0001 vs host0002; the arms' library paths"):
+        merge_shards(pair)
+    merged = merge_shards(pair, allow_paths_and_host=True)
+    assert merged.extra["merge_forced"] == ["s2.json: machine host0001 vs host0002",
+                                            "s2.json: the arms' library paths"]
+    (line,) = merge_warnings(merged)
+    assert line.startswith("the shards were joined despite 2 difference(s) between them "
+                           "(s2.json: machine host0001 vs host0002; ")
+    alike = _slice(2, "relu_d10_w8", **{"host.key": "host0001",
+                                        "arms.engine.spec": pair[0].results.arms["engine"].spec})
+    assert merge_warnings(merge_shards([pair[0], alike])) == []  # joined as measured: no line
+    other_ep = "plugin:/tmp/slice2/libengine.so:k=v,name=engine"
+    for change, says in (
+        ({"config.seed": 7}, "config seed 1 vs 7"),
+        ({"extra.epbench_version": "1.1"}, "epbench 1.0 vs 1.1"),
+        ({"arms.engine.spec": other_ep, "arms.engine.options": {"k": "v"}}, "arms "),
+        ({"arms.engine.kind": "engine",
+          "arms.engine.spec": "engine@/tmp/slice2/libengine.so:name=engine"}, "arms "),
+        ({"arms.engine.spec": "plugin:onnxruntime_other:name=engine"}, "arms "),
+        ({"twin": {"of": "engine", "key": "engine_twin"}}, "the control or the A/A twin"),
+    ):
+        odd = [_slice(1, "relu_d1_w8"), _slice(2, "relu_d10_w8", **change)]
+        with pytest.raises(MergeError, match=says):
+            merge_shards(odd, allow_paths_and_host=True)
+        forced = merge_shards(odd, force=True)  # `epbench merge --force`, as before
+        assert any(says in f for f in forced.extra["merge_forced"]), change

@@ -14,7 +14,7 @@ from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.run_commands import compare_commits
 from epbench.engine.build import ort_include_dir
 from epbench.reports.defaults import FAIL_ON
-from epbench.workflows.action import ActionInputs, merge_action, run_action
+from epbench.workflows.action import ActionInputs, fail_on_input, merge_action, run_action
 
 
 def _input(name: str, help_text: str, default: str = "") -> click.Option:
@@ -46,13 +46,18 @@ def action(event_path: str, out: str, repo: str, summary: str | None, merge_from
     Reads the PR from the event file, runs `epbench compare-commits BASE HEAD` with the
     action's inputs, writes OUT/pull-request.json for the comment workflow and appends
     OUT/report.md to the job summary. Exits with compare-commits' code (5: a verdict
-    matched fail-on). With input shard K/N only that slice is measured and the exit
-    ignores its verdicts; --merge-from joins the slices and exits on fail-on.
+    matched fail-on). With input shard K/N only that slice is measured and, once its
+    results are written, it exits 0; --merge-from joins the slices and exits on the join
+    as compare-commits would (4: a crashed case, 5: fail-on).
     """
     if merge_from is not None:
-        comparison = merge_action(merge_from, event_path=event_path, out=out, summary=summary)
-        code, _ = exit_code_for(comparison=comparison,
-                                fail_on=(inputs.get("fail_on") or "").strip() or FAIL_ON)
+        fail_on = fail_on_input(inputs.get("fail_on") or "", FAIL_ON)  # before any output
+        merged, comparison = merge_action(merge_from, event_path=event_path, out=out,
+                                          summary=summary)
+        # The join's crashed or interrupted case outranks its verdicts, as in one run.
+        code, why = exit_code_for(run=merged, comparison=comparison, fail_on=fail_on)
+        if why:
+            click.echo(why, err=True)
         click.get_current_context().exit(code)
     known = {opt for param in compare_commits.params for opt in param.opts}
     code = run_action(

@@ -30,12 +30,13 @@ from pathlib import Path
 from epbench.cases.grids import grid_names
 from epbench.cases.shards import parse_shard
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
 from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results
-from epbench.harness.merge import Shard, merge_shards
+from epbench.harness.merge import Shard, merge_shards, merge_warnings
 from epbench.reports import compare as cmp
 from epbench.reports.bot.artifact import PR_FILE
-from epbench.reports.comparison import Comparison, Rerun, Side
+from epbench.reports.comparison import FAIL_ON, Comparison, Rerun, Side
 from epbench.reports.outputs import (
     COMPARE_FILE,
     PAGE_FILE,
@@ -123,6 +124,14 @@ def _number(name: str, text: str) -> str:
     return text
 
 
+def fail_on_input(text: str, default: str) -> str:
+    """Input fail-on, stripped (``default`` when empty), or the remedy before anything runs."""
+    value = text.strip() or default
+    if value not in FAIL_ON:
+        raise ActionError(f"input fail-on: {text!r}: write one of {', '.join(FAIL_ON)}")
+    return value
+
+
 def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, out: str,
                          known_options: Collection[str]) -> list[str]:
     """The `compare-commits` arguments the inputs stand for (after the command's name).
@@ -152,7 +161,7 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
         wanted.append(("--shard", inputs.shard.strip()))
         wanted.append(("--fail-on", SHARD_FAIL_ON))
     elif inputs.fail_on.strip():
-        wanted.append(("--fail-on", inputs.fail_on.strip()))
+        wanted.append(("--fail-on", fail_on_input(inputs.fail_on, "")))
     for option, value in wanted:
         if option not in known_options:
             raise ActionError(
@@ -237,6 +246,12 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
         write_summary(Path(summary), out)
     if code != 0 and not (out / COMPARE_FILE).is_file():
         log(f"compare-commits exited {code} before writing {COMPARE_FILE}")
+    if code != 0 and inputs.shard.strip() and (out / RESULTS_FILE).is_file():
+        # A slice's crashed or interrupted case is in its results: the merged run reports
+        # it. Failing here would skip the merge job of every class, and so the comment.
+        log(f"compare-commits exited {code}; this slice's results are written, so its "
+            "job succeeds and the merge judges them")
+        return 0
     return code
 
 
@@ -264,22 +279,23 @@ def check_every_slice(shards: list[Shard]) -> None:
 
 
 def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str | Path,
-                 summary: str | Path | None = None) -> Comparison:
+                 summary: str | Path | None = None) -> tuple[Results, Comparison]:
     """Join one runner class's shards and judge the join as compare-commits judges a run.
 
-    Writes ``out`` as the unsharded action does (reports.outputs' four files and PR_FILE)
-    and appends the report to ``summary``; returns the comparison for the caller's exit
-    code. A shard missing, measured elsewhere or twice is refused (harness.merge) before
-    anything is written.
+    Writes ``out`` as the unsharded action does (PR_FILE first, then reports.outputs' four
+    files) and appends the report to ``summary``; returns the join and its comparison for
+    the caller's exit code. A shard missing, measured elsewhere or twice is refused
+    (harness.merge) before anything is written.
     """
     pr = pull_request_from_event(event_path)
     paths = shard_results(shards_folder)
     shards = [Shard(source=p.parent.name, results=load_results(p)) for p in paths]
     check_every_slice(shards)
-    # One slice (shards: 1) is the whole run already; merge_shards wants two or more. Forced:
-    # the hosted runners behind one label differ in CPU model and kernel, which merge
-    # takes for different machines (as history.yml does; the join records what differed).
-    merged = shards[0].results if len(shards) == 1 else merge_shards(shards, force=True)
+    # One slice (shards: 1) is the whole run already; merge_shards wants two or more. Each
+    # slice staged its libraries in a folder of its own, and the hosted runners behind one
+    # label differ in CPU model and kernel: those alone are tolerated (and reported).
+    merged = (shards[0].results if len(shards) == 1
+              else merge_shards(shards, allow_paths_and_host=True))
     comparison = cmp.compare(
         # compare-commits' labels: the action names both commits by their full sha.
         Side("base", merged, BASE_ARM, f"{pr.base_sha} ({pr.base_sha[:10]})"),
@@ -287,11 +303,20 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
         settings=cmp.Settings(), profile=cmp.load_profile_for(merged.host.key, None))
     comparison = replace(comparison, reruns={
         name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
-        for name, case in merged.cases.items() if case.reruns})
+        for name, case in merged.cases.items() if case.reruns},
+        warnings=(*merge_warnings(merged), *comparison.warnings))
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    write_outputs(out, merged, comparison)
+    # First: the comment workflow needs the number even when drawing a report fails.
     (out / PR_FILE).write_text(json.dumps({"number": pr.number}) + "\n", encoding="utf-8")
+    failed = None
+    try:
+        write_outputs(out, merged, comparison)
+    except (ValueError, RuntimeError) as exc:  # matplotlib's, drawing the page
+        failed = f"{exc}".splitlines()[0] if str(exc) else type(exc).__name__
     if summary:
         write_summary(Path(summary), out)
-    return comparison
+    if failed is not None:
+        raise ActionError(f"drawing the join's report failed ({failed}); its results, "
+                          f"{COMPARE_FILE} and {PR_FILE} are in {out}: report this to epbench")
+    return merged, comparison
