@@ -33,8 +33,8 @@ from epbench.reports.bot.artifact import (
     comparison_schema,
     read_artifact,
 )
-from epbench.reports.bot.github import STICKY_MARKER
 from epbench.reports.comparison import Comparison
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_reports_render import _same_run, _separate, _verdicts
 

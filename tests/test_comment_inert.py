@@ -25,8 +25,8 @@ from epbench.core.errors import EXIT_USER_ERROR
 from epbench.reports import compare, render
 from epbench.reports.bot import artifact
 from epbench.reports.bot.artifact import ArtifactError, comparison_schema, read_artifact
-from epbench.reports.bot.github import STICKY_MARKER
 from epbench.reports.comparison import Comparison
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support import synthetic
 from tests.support.github_stub import PR, StubGitHub, no_proxies, serve_stub
 from tests.test_artifact import invoke, write_artifact

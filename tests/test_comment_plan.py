@@ -22,17 +22,17 @@ from click.testing import CliRunner
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EXIT_USER_ERROR
 from epbench.reports import render
-from epbench.reports.bot.github import (
+from epbench.reports.bot.github import GitHubError
+from epbench.reports.bot.sticky_comment import (
     PLAN_COMMENT_FILE,
     PLAN_PR_FILE,
     PLAN_REQUEST_FILE,
-    STICKY_MARKER,
     CommentPlan,
-    GitHubError,
     plan_sticky_comment,
     write_plan,
 )
 from epbench.reports.comparison import Comparison
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support.action_steps import epbench_bin, load, run_step
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_artifact import write_artifact

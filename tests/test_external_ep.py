@@ -22,7 +22,7 @@ import pytest
 from epbench.core.errors import EXIT_REGRESSION
 from epbench.engine import build as engine_build
 from epbench.reports.bot.artifact import COMPARE_FILE, PR_FILE
-from epbench.reports.bot.github import STICKY_MARKER
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support.action_steps import epbench_bin, load, resolve, run_step
 from tests.support.github_stub import PR, REPO, TOKEN, no_proxies, serve_stub
 from tests.support.gitrepo import git, init_repo

@@ -20,13 +20,13 @@ from epbench.core.errors import EpbenchError
 from epbench.reports.bot import github
 from epbench.reports.bot.body import COMMENT_LIMIT, comment_length, fit_comment_body
 from epbench.reports.bot.github import (
-    STICKY_MARKER,
     GitHubClient,
     GitHubError,
     RetryPolicy,
     parse_link_header,
-    upsert_sticky_comment,
 )
+from epbench.reports.bot.sticky_comment import upsert_sticky_comment
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support.github_stub import (
     PR,
     REPO,

@@ -127,7 +127,7 @@ def test_json_format_is_stable_and_strict():
 
 
 def test_comment_starts_with_the_sticky_marker_of_the_github_client():
-    from epbench.reports.bot.github import STICKY_MARKER
+    from epbench.reports.sticky import STICKY_MARKER
 
     text = render.render_markdown(_separate())
     assert text.splitlines()[0] == STICKY_MARKER

@@ -17,7 +17,9 @@ from click.testing import CliRunner
 
 from epbench.cli.comment_command import comment
 from epbench.core.errors import EXIT_USER_ERROR
-from epbench.reports.bot.github import ACTIONS_BOT_LOGIN, STICKY_MARKER, upsert_sticky_comment
+from epbench.reports.bot.github import ACTIONS_BOT_LOGIN
+from epbench.reports.bot.sticky_comment import upsert_sticky_comment
+from epbench.reports.sticky import STICKY_MARKER
 from tests.support.github_stub import (
     BOT_LOGIN,
     HEAD_SHA,

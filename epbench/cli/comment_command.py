@@ -19,12 +19,8 @@ import click
 from epbench.cli.base import Command
 from epbench.core.errors import EpbenchError
 from epbench.reports.bot.artifact import comment_from_artifact, plan_comment_from_artifact
-from epbench.reports.bot.github import (
-    DEFAULT_API_URL,
-    UpsertResult,
-    upsert_sticky_comment,
-    write_plan,
-)
+from epbench.reports.bot.github import DEFAULT_API_URL
+from epbench.reports.bot.sticky_comment import UpsertResult, upsert_sticky_comment, write_plan
 
 
 def _read_body(path: Path) -> str:

@@ -41,9 +41,8 @@ from pathlib import Path, PurePosixPath
 
 from epbench.core.errors import EpbenchError
 from epbench.reports import render
-from epbench.reports.bot.github import (
-    DEFAULT_API_URL,
-    STICKY_MARKER,
+from epbench.reports.bot.github import DEFAULT_API_URL
+from epbench.reports.bot.sticky_comment import (
     CommentPlan,
     UpsertResult,
     plan_sticky_comment,
@@ -57,6 +56,7 @@ from epbench.reports.comparison import (
     JsonValue,
 )
 from epbench.reports.outputs import COMPARE_FILE  # the verdicts, by compare-commits
+from epbench.reports.sticky import STICKY_MARKER
 
 PR_FILE = "pull-request.json"  # {"number": N}, written by the bench workflow
 SCHEMA_FILE = Path(__file__).parent.parent / "comparison.schema.json"  # the comparison's own
@@ -438,7 +438,7 @@ def plan_comment_from_artifact(
 ) -> CommentPlan:
     """comment_from_artifact's every check and lookup, with a token that only reads, and
     the plan of the one request to make instead of making it (see
-    reports.bot.github.plan_sticky_comment)."""
+    reports.bot.sticky_comment.plan_sticky_comment)."""
     artifact = read_artifact(artifact_path)
     body = comment_body(artifact.comparison, artifact_hint)
     return plan_sticky_comment(

@@ -1,7 +1,7 @@
 """The PR comment's body as GitHub takes it: within its length limit, marker kept.
 
 fit_comment_body cuts an oversize body at a line, closes what the cut left open
-(a code fence, <details>) and says where the full report is; reports.bot.github
+(a code fence, <details>) and says where the full report is; reports.bot.sticky_comment
 posts what it returns.
 """
 
