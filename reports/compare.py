@@ -64,7 +64,6 @@ from epbench.reports.families import family_changes
 from epbench.reports.findings import (
     WITHIN_ONLY_WARNING,
     across_speed_change,
-    between_run_variance,
     cannot_catch,
     control_shift,
     counter_changes,
@@ -75,11 +74,10 @@ from epbench.reports.findings import (
     named,
     speed_warning,
     target_warnings,
-    twin_noise,
     twin_over_target,
-    with_twin,
     within_run_only,
 )
+from epbench.reports.run_noise import between_run_variance, twin_noise, with_twin
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,

@@ -104,7 +104,7 @@ def method_context(comparison: Comparison) -> dict[str, object]:
     settings = comparison.settings
     twins = comparison.twin
     sds = [t.unmodelled_sd for t in twins if t.unmodelled_sd is not None]
-    # compare() adds the mean of the sides' tau^2 (findings.twin_noise).
+    # compare() adds the mean of the sides' tau^2 (run_noise.twin_noise).
     tau = math.sqrt(sum(sd * sd for sd in sds) / len(sds)) if sds else None
     alert = (f"{format_share(settings.alert)} (or t, where t is larger)"
              if settings.alert else f"{defaults.ALERT_FACTOR:g}t")

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from epbench.reports import compare, comparison, stats
-from epbench.reports.findings import with_twin
 from epbench.reports.nested import (
     ProcessSample,
     nested_changes,
@@ -23,6 +22,7 @@ from epbench.reports.nested import (
     t_sf,
     unmodelled_variance,
 )
+from epbench.reports.run_noise import with_twin
 from epbench.reports.verdicts import Settings
 from tests.support import synthetic
 from tests.support.synthetic import as_results

@@ -95,10 +95,13 @@ def _per_case_api() -> bool:
 def _twin_warned(twin_samples, twin_changes, settings) -> bool:
     """Would compare() warn that the run's A/A twin differs from the arm it copies?"""
     if _per_case_api():
-        from epbench.reports import findings
+        try:  # since findings.py was split: the run's own noise in reports.run_noise
+            from epbench.reports.run_noise import doubtful_twins
+        except ImportError:
+            from epbench.reports.findings import doubtful_twins
 
         names = [str(i) for i in range(len(twin_samples))]
-        return bool(findings.doubtful_twins(twin_samples, twin_changes, names, settings))
+        return bool(doubtful_twins(twin_samples, twin_changes, names, settings))
     # Before: a twin significant at the run's level whose interval clears the floor.
     alpha, floor = 1.0 - settings.confidence, settings.floor
     return any(c.p < alpha and (c.lo - 1.0 >= floor or c.hi - 1.0 <= -floor)
