@@ -296,9 +296,10 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
 
 
 def default_twin(arms: list[ArmSpec]) -> str | None:
-    """The arm `run` twins when not told: the first non-control arm, once two or more are
-    compared (a same-run comparison then has its own A/A noise; without it `compare`
-    falls back to a 4 % threshold and a 2 % slowdown between two arms is never flagged)."""
+    """The arm `run` twins when not told: the first arm with a library (not `ort`), once
+    two or more such arms are compared (a same-run comparison then has its own A/A noise;
+    without it `compare` falls back to a 4 % threshold and a 2 % slowdown between two arms
+    is never flagged)."""
     # An `ort` arm has no library to copy: a twin of it would measure no copy's bias.
     others = [a for a in with_control(list(arms)) if a.kind != "ort"]
     return others[0].key if len(others) >= 2 else None

@@ -24,6 +24,10 @@ from epbench.harness.arms import _is_library_path, parse_arm
 PER_SHARD_CONFIG = ("case_names", "shard")
 
 
+# Every slice of a matrix stages its libraries in a folder of its own: recorded, not shown.
+PATHS_ONLY = "the arms' library paths"
+
+
 class MergeError(EpbenchError):
     """Shards that cannot be joined; the message says which and why."""
 
@@ -69,7 +73,13 @@ def _differences(first: Shard, other: Shard) -> tuple[list[str], list[str]]:
             != {k: _arm_without_paths(v) for k, v in b.arms.items()}):
         found.append(f"arms {sorted(arms_a)} vs {sorted(arms_b)}")
     elif arms_a != arms_b:
-        tolerable.append("the arms' library paths")
+        tolerable.append(PATHS_ONLY)
+    # Each slice builds the library on its own runner: a build that is not reproducible
+    # differs in its bytes. Tolerated, but named (unlike a path, it can change the speed).
+    rebuilt = sorted(k for k in set(a.arms) & set(b.arms)
+                     if a.arms[k].sha256 != b.arms[k].sha256)
+    if rebuilt:
+        tolerable.append(f"the library bytes (sha256) of {', '.join(rebuilt)}")
     twin_a = a.twin.to_dict() if a.twin is not None else None
     twin_b = b.twin.to_dict() if b.twin is not None else None
     if (a.control, twin_a) != (b.control, twin_b):
@@ -143,7 +153,10 @@ def merge_shards(shards: Sequence[Shard], *, force: bool = False,
 def merge_warnings(results: Results) -> list[str]:
     """The report's line for a join that tolerated differences (none for an exact one)."""
     forced = results.extra.get("merge_forced")
-    if not forced or not isinstance(forced, list):
+    if not isinstance(forced, list):
+        return []
+    forced = [f for f in forced if not str(f).endswith(f": {PATHS_ONLY}")]
+    if not forced:
         return []
     shown = "; ".join(str(f) for f in forced[:3]) + ("; ..." if len(forced) > 3 else "")
     return [f"the shards were joined despite {len(forced)} difference(s) between them "

@@ -253,6 +253,8 @@ class FakeSlice(FakeCompare):
     ("1/2", True, EXIT_CASE_FAILED, 0),  # the merge reports the slice's crashed case
     ("1/2", True, EXIT_INTERRUPTED, 0),
     ("1/2", False, EXIT_USER_ERROR, EXIT_USER_ERROR),  # no results: nothing to merge
+    # Refused (e.g. the build wrote into the output): its results.json is set aside.
+    ("1/2", True, EXIT_USER_ERROR, EXIT_USER_ERROR),
     ("", True, EXIT_CASE_FAILED, EXIT_CASE_FAILED),  # the plain action exits on its run
 ])
 def test_a_slice_that_wrote_its_results_lets_the_merge_decide(
@@ -264,6 +266,10 @@ def test_a_slice_that_wrote_its_results_lets_the_merge_decide(
     assert got == exits
     assert json.loads((tmp_path / "out" / PR_FILE).read_text()) == {"number": 7}
     assert any("the merge judges them" in line for line in logged) is (exits != code)
+    refused = bool(shard) and results and code == EXIT_USER_ERROR
+    # The merge globs */results.json: a refused slice's file must not be found there.
+    assert (tmp_path / "out" / "results.json").is_file() is (results and not refused)
+    assert (tmp_path / "out" / act.REFUSED_FILE).is_file() is refused
 
 
 def test_a_bad_fail_on_is_refused_before_anything_is_measured_or_written(

@@ -152,7 +152,7 @@ def test_plain_runner_labels_pass_the_plan(doc: Doc, runners: str) -> None:
 @pytest.mark.parametrize("runners", [
     "ubuntu-latest", "[]", '"ubuntu-latest"', '{"a": 1}', '[["self-hosted", "x64"]]',
     '["ubuntu-latest", "ubuntu-latest"]', '["ubuntu-*"]', '["a?b"]', '["a/b"]', '["a:b"]',
-    '["a b"]', '[1]', '["ubuntu-latest\\n::warning::x"]', '[""]'])
+    '["a b"]', '[1]', '["ubuntu-latest\\n::warning::x"]', '[""]', '["a", "a-shard-1"]'])
 def test_runner_labels_that_would_break_the_artifacts_stop_the_plan(doc: Doc,
                                                                     runners: str) -> None:
     result = _runner_check(doc, runners)
@@ -291,12 +291,11 @@ def test_three_slices_join_into_the_artifact_the_comment_reads(
     merged = load_results(out / "results.json")
     assert [s["shard"] for s in merged.extra["shards"]] == [f"{k}/{SHARDS}"
                                                             for k in range(1, SHARDS + 1)]
-    # Each slice staged its libraries in a folder of its own: tolerated, and said so in
-    # what every output shows.
+    # Each slice staged its libraries in a folder of its own: tolerated and recorded, and
+    # not a warning (it is so in every matrix; a rebuilt library's bytes would be one).
     assert merged.extra["merge_forced"] == [f"epbench-ubuntu-latest-shard-{k}: the arms' "
                                             "library paths" for k in range(2, SHARDS + 1)]
-    assert "the shards were joined despite" in (out / "report.md").read_text()
-    assert any("the shards were joined despite" in w for w in artifact.comparison.warnings)
+    assert "the shards were joined despite" not in (out / "report.md").read_text()
     assert summary.read_text(encoding="utf-8").startswith((out / "report.md").read_text())
 
 

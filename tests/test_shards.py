@@ -178,14 +178,22 @@ def test_a_matrix_join_tolerates_only_library_paths_and_the_host() -> None:
     with pytest.raises(MergeError, match="machine host0001 vs host0002; the arms' library paths"):
         merge_shards(pair)
     merged = merge_shards(pair, allow_paths_and_host=True)
-    assert merged.extra["merge_forced"] == ["s2.json: machine host0001 vs host0002",
-                                            "s2.json: the arms' library paths"]
+    assert merged.extra["merge_forced"] == [
+        "s2.json: machine host0001 vs host0002", "s2.json: the arms' library paths",
+        "s2.json: the library bytes (sha256) of engine"]
     (line,) = merge_warnings(merged)
-    assert line.startswith("the shards were joined despite 2 difference(s) between them "
-                           "(s2.json: machine host0001 vs host0002; ")
+    # The paths differ in every matrix: recorded, not shown; the bytes and host are shown.
+    assert line == ("the shards were joined despite 2 difference(s) between them "
+                    "(s2.json: machine host0001 vs host0002; s2.json: the library bytes "
+                    "(sha256) of engine): their results file lists each under merge_forced")
     alike = _slice(2, "relu_d10_w8", **{"host.key": "host0001",
-                                        "arms.engine.spec": pair[0].results.arms["engine"].spec})
+                                        "arms.engine.spec": pair[0].results.arms["engine"].spec,
+                                        "arms.engine.sha256": "1" * 64})
     assert merge_warnings(merge_shards([pair[0], alike])) == []  # joined as measured: no line
+    moved = _slice(2, "relu_d10_w8", **{"host.key": "host0001", "arms.engine.sha256": "1" * 64})
+    joined = merge_shards([pair[0], moved], allow_paths_and_host=True)
+    assert joined.extra["merge_forced"] == ["s2.json: the arms' library paths"]
+    assert merge_warnings(joined) == []
     other_ep = "plugin:/tmp/slice2/libengine.so:k=v,name=engine"
     for change, says in (
         ({"config.seed": 7}, "config seed 1 vs 7"),

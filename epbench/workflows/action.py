@@ -29,7 +29,7 @@ from pathlib import Path
 
 from epbench.cases.grids import grid_names
 from epbench.cases.shards import parse_shard
-from epbench.core.errors import EpbenchError
+from epbench.core.errors import EXIT_CASE_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EpbenchError
 from epbench.core.model import Results
 from epbench.core.paths import DB_ENV
 from epbench.core.results import load_results
@@ -52,6 +52,10 @@ INPUT_PREFIX = "INPUT_"
 # Where the measuring step writes, and the upload step takes the artifact from.
 # A shard judges only its slice, for its own job summary; the merged run decides the job.
 SHARD_FAIL_ON = "never"
+# A slice's exits that still leave results of epbench's own for the merge: the gate, a
+# failed or crashed case, Ctrl-C. Any other leaves its results.json set aside as this.
+SLICE_RESULT_CODES = (EXIT_GATE, EXIT_CASE_FAILED, EXIT_INTERRUPTED)
+REFUSED_FILE = "results.refused.json"
 SHA = re.compile(r"[0-9a-f]{40}")
 
 
@@ -247,11 +251,18 @@ def run_action(inputs: ActionInputs, *, event_path: str | Path, out: str | Path,
     if code != 0 and not (out / COMPARE_FILE).is_file():
         log(f"compare-commits exited {code} before writing {COMPARE_FILE}")
     if code != 0 and inputs.shard.strip() and (out / RESULTS_FILE).is_file():
-        # A slice's crashed or interrupted case is in its results: the merged run reports
-        # it. Failing here would skip the merge job of every class, and so the comment.
-        log(f"compare-commits exited {code}; this slice's results are written, so its "
-            "job succeeds and the merge judges them")
-        return 0
+        if code in SLICE_RESULT_CODES:
+            # A slice's crashed or interrupted case is in its results: the merged run reports
+            # it. Failing here would skip the merge job of every class, and so the comment.
+            log(f"compare-commits exited {code}; this slice's results are written, so its "
+                "job succeeds and the merge judges them")
+            return 0
+        # compare-commits refused this slice (its build wrote into the output, or the
+        # harness changed while the libraries ran): whatever results.json holds is not
+        # epbench's, and the merge must not find it.
+        (out / RESULTS_FILE).replace(out / REFUSED_FILE)
+        log(f"compare-commits exited {code}; this slice's {RESULTS_FILE} is set aside as "
+            f"{REFUSED_FILE}, so the merge of its class refuses the missing slice")
     return code
 
 

@@ -6,6 +6,7 @@ store and finding the changes is the history's, here.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from epbench.reports import html, plots
@@ -40,7 +41,12 @@ def page_source(db: str) -> str:
         parsed = parse_db_url(db)
     except HistoryError:  # not reached after a successful read; says nothing, to be safe
         return "a history store"
-    return parsed.shown if parsed.kind == SQLITE else "a PostgreSQL server"
+    if parsed.kind != SQLITE:
+        return "a PostgreSQL server"
+    # A server's URL mistyped (libpq's key=value form, a leading space) reads as a SQLite
+    # path: only a plain file name is shown, never the text that was given.
+    name = Path(parsed.shown).name
+    return name if re.fullmatch(r"[\w.-]+\.(sqlite3?|db)", name) else "a history store"
 
 
 def load_history(db: str) -> list[tuple[plots.HistorySeries, list[plots.ChangePoint]]]:
