@@ -216,7 +216,11 @@ def test_record_merges_each_class_and_adds_it_under_its_class(doc, tmp_path, pg_
             (point,) = series(store, "relu_d10_w8", "engine", f"github-{runner}")
             assert point.runs == 2
             assert point.ratio == pytest.approx(ENGINE_RATIO[runner], rel=0.1)
-    # The page the `pages` job deploys: a plot per case and class, the commit linked.
+    # The page the `pages` job deploys, drawn by its own step after the history is stored:
+    # a plot per case and class, the commit linked.
+    drawn = _bash(doc, _named(doc, "record", "Draw the history page")["run"], record,
+                  EPBENCH_DB=url, COMMIT_URL=COMMIT_URL)
+    assert drawn.returncode == 0, drawn.stdout + drawn.stderr
     page = (record / "history-page" / "index.html").read_text(encoding="utf-8")
     assert page.count('<figure id="history-') == 2 * len(load_grid("quick"))
     assert f'<a href="{COMMIT_URL}{SHA}">' in page and "<script" not in page
