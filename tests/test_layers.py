@@ -271,3 +271,18 @@ def test_no_public_function_of_the_reports_or_workflows_takes_or_gives_any():
     found = public_signatures_with_any()
     assert sorted(found - ANY_NOT_YET_TYPED) == [], "type these, or say why not"
     assert sorted(ANY_NOT_YET_TYPED - found) == [], "typed now: take them off the list"
+
+
+def test_plain_lint_imports_checks_the_mapped_parts_too(tmp_path) -> None:
+    """`lint-imports` from the root, as a user or CI runs it, lays the package out with its
+    mapped parts (tests/support/layers_contract.py), so a part's module is in its graph."""
+    from tests.support.layers_contract import package_tree
+
+    tree = package_tree(tmp_path)
+    assert (tree / "epbench" / "harness" / "runner.py").is_file()
+    assert (tree / "epbench" / "reports" / "bot" / "github.py").is_file()
+    assert not any(tree.rglob("__pycache__"))
+    done = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--verbose"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 1 kept, 0 broken." in done.stdout
