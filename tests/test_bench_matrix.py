@@ -30,6 +30,7 @@ from epbench.core.errors import EXIT_CASE_FAILED, EXIT_USER_ERROR
 from epbench.core.results import load_results
 from epbench.engine.library import library_path
 from epbench.reports.bot.artifact import read_artifact
+from epbench.reports.comparison import FAIL_ON
 from epbench.workflows import action as act
 from tests.support.gitrepo import git, init_repo
 from tests.support.workflow_rules import load, problems
@@ -160,6 +161,34 @@ def test_runner_labels_that_would_break_the_artifacts_stop_the_plan(doc: Doc,
     (line,) = result.stdout.splitlines()
     assert line.startswith("::error::input runners is not a JSON list of unique runner labels")
     assert "write e.g. '[\"ubuntu-latest\"]'" in line
+
+
+def _fail_on_check(doc: Doc, fail_on: str) -> subprocess.CompletedProcess[str]:
+    """The plan job's check of input fail-on, run as the runner runs it."""
+    (step,) = [s for s in doc["jobs"]["plan"]["steps"] if s["name"] == "Check fail-on"]
+    assert step["env"] == {"FAIL_ON": "${{ inputs.fail-on }}"}
+    return subprocess.run(["bash", "-c", step["run"]], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "FAIL_ON": fail_on}, timeout=60)
+
+
+def test_the_plan_takes_exactly_the_fail_on_levels_compare_knows(doc: Doc) -> None:
+    (step,) = [s for s in doc["jobs"]["plan"]["steps"] if s["name"] == "Check fail-on"]
+    (listed,) = re.findall(r"not in \(([^)]*)\)", step["run"])
+    assert {w.strip().strip('"') for w in listed.split(",")} == {"", *FAIL_ON}
+    for level in ["", " regression ", *FAIL_ON]:
+        result = _fail_on_check(doc, level)
+        assert (result.returncode, result.stdout) == (0, ""), level
+
+
+# A typo here used to run every slice and stop only at the merge.
+@pytest.mark.parametrize("fail_on", ["Alert", "regressions", "alert,never", "any",
+                                     "never; echo hi", "::warning::x"])
+def test_a_fail_on_compare_does_not_know_stops_the_plan(doc: Doc, fail_on: str) -> None:
+    result = _fail_on_check(doc, fail_on)
+    assert result.returncode == 1
+    (line,) = result.stdout.splitlines()
+    assert line.startswith("::error::input fail-on is not one of alert, regression, never")
+    assert fail_on not in line
 
 
 @pytest.mark.parametrize("job", ["measure", "merge"])

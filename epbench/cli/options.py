@@ -33,6 +33,7 @@ from epbench.harness.gate import DEFAULT_BUDGET_S as GATE_BUDGET_S_PER_CASE
 from epbench.harness.gate import FUTILE_ROUNDS_BEFORE_NO_WAIT, POLICIES
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import defaults
+from epbench.reports.comparison import FAIL_ON
 
 F = Callable[..., Any]
 
@@ -347,7 +348,7 @@ def verdict_options(f: F) -> F:
                           "and the report names the cases short of it and why "
                           "(compare-commits re-runs them with more worker processes "
                           "within its budget)."),
-        click.option("--fail-on", type=click.Choice(["alert", "regression", "never"]),
+        click.option("--fail-on", type=click.Choice(list(FAIL_ON)),
                      default=defaults.FAIL_ON, show_default=True,
                      help="Exit 5 when any case is 🔴/❌ (alert), also ⚠️ (regression), "
                           "or never."),
