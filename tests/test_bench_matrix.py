@@ -225,7 +225,8 @@ def test_the_merge_needs_every_slice_and_uploads_what_the_comment_reads(doc: Doc
     download = next(i for i, n in enumerate(names) if "download-artifact" in n)
     assert install < download  # the slices are data, downloaded after the install
     join = next(s for s in steps if "--merge-from" in str(s.get("run")))
-    assert join["env"] == {"INPUT_FAIL_ON": "${{ inputs.fail-on }}"}
+    assert join["env"] == {"INPUT_FAIL_ON": "${{ inputs.fail-on }}",
+                           "INPUT_ARGS": "${{ inputs.args }}"}
     upload = next(s for s in steps if "upload-artifact" in str(s.get("uses")))
     comment_download = next(s for s in load(COMMENT)["jobs"]["plan"]["steps"]
                             if "download-artifact" in str(s.get("uses")))
@@ -404,3 +405,34 @@ def test_a_merge_with_no_slice_downloaded_says_what_to_download(tmp_path: Path) 
     assert result.exit_code == EXIT_USER_ERROR
     assert "holds 0 shard results" in result.output
     assert "download every shard's artifact of one runner class" in result.output
+
+
+@pytest.mark.slow
+def test_the_join_is_judged_with_the_verdict_options_each_slice_was_given(
+        pull_request: tuple[Path, Path], slices: Path, tmp_path: Path) -> None:
+    _, event_path = pull_request
+    out = tmp_path / "bench-out"
+    args = f"{TINY} --floor 0.07 --alert 0.3 --fdr 0.2"
+    result = CliRunner().invoke(cli, ["action", "--event", str(event_path), "--merge-from",
+                                      str(slices), "--out", str(out)],
+                                env={"INPUT_FAIL_ON": "never", "INPUT_ARGS": args})
+    assert result.exit_code == 0, result.output
+    comparison = read_artifact(out).comparison
+    assert comparison.settings.fdr == 0.2
+    assert {row.threshold for row in comparison.cases} == {0.07}  # the twin's noise is lower
+    assert {row.alert for row in comparison.cases} == {0.3}
+
+
+@pytest.mark.parametrize("args", ["--floor -1", "--no-such-option", "--k 'open"])
+def test_args_the_slices_could_not_have_taken_stop_the_join_before_any_output(
+        tmp_path: Path, args: str) -> None:
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    out = tmp_path / "bench-out"
+    result = CliRunner().invoke(cli, ["action", "--event", str(tmp_path / "event.json"),
+                                      "--merge-from", str(shards), "--out", str(out)],
+                                env={"INPUT_FAIL_ON": "", "INPUT_ARGS": args})
+    assert result.exit_code == EXIT_USER_ERROR, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: input args: ")
+    assert not out.exists()

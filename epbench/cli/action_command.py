@@ -7,20 +7,51 @@ input is ever pasted into a shell script. workflows.action does the work.
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import replace
+
 import click
 
 from epbench.cli.base import Command
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.run_commands import compare_commits
+from epbench.cli.verdict_commands import settings_from
 from epbench.engine.build import ort_include_dir
+from epbench.reports.comparison import Settings
 from epbench.reports.defaults import FAIL_ON
-from epbench.workflows.action import ActionInputs, fail_on_input, merge_action, run_action
+from epbench.workflows.action import (
+    ActionError,
+    ActionInputs,
+    fail_on_input,
+    merge_action,
+    run_action,
+)
 
 
 def _input(name: str, help_text: str, default: str = "") -> click.Option:
     env = "INPUT_" + name.upper().replace("-", "_")
     return click.Option([f"--{name}"], envvar=env, default=default, show_default=bool(default),
                         metavar="TEXT", help=f"{help_text} [env: {env}]")
+
+
+def verdict_settings(args: str) -> tuple[Settings, str | None]:
+    """The verdict settings and --profile that input args gives each slice, parsed by
+    compare-commits' own options, so that the join is judged as one run would be."""
+    try:
+        argv = ["BASE", "HEAD", *shlex.split(args)]
+        with compare_commits.make_context("compare-commits", argv) as ctx:
+            p = ctx.params
+    except ValueError as exc:
+        raise ActionError(f"input args: {exc}: quote it as a shell would") from None
+    except click.ClickException as exc:
+        raise ActionError(f"input args: {exc.format_message().rstrip('.')}: write compare-commits "
+                          "options, e.g. `args: --k 3`") from None
+    settings = settings_from(floor=p["floor"], k=p["k"], alert=p["alert"],
+                             confidence=p["confidence"], fdr=p["fdr"],
+                             resamples=p["resamples"], seed=p["seed"],
+                             target_mde=p["target_mde"])
+    return (replace(settings, instructions_threshold=p["instructions_threshold"]),
+            p["profile_path"])
 
 
 @click.command(cls=Command)
@@ -52,8 +83,10 @@ def action(event_path: str, out: str, repo: str, summary: str | None, merge_from
     """
     if merge_from is not None:
         fail_on = fail_on_input(inputs.get("fail_on") or "", FAIL_ON)  # before any output
+        settings, profile_path = verdict_settings(inputs.get("args") or "")
         merged, comparison = merge_action(merge_from, event_path=event_path, out=out,
-                                          summary=summary)
+                                          summary=summary, settings=settings,
+                                          profile_path=profile_path)
         # The join's crashed or interrupted case outranks its verdicts, as in one run.
         code, why = exit_code_for(run=merged, comparison=comparison, fail_on=fail_on)
         if why:

@@ -290,8 +290,10 @@ def check_every_slice(shards: list[Shard]) -> None:
 
 
 def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str | Path,
-                 summary: str | Path | None = None) -> tuple[Results, Comparison]:
-    """Join one runner class's shards and judge the join as compare-commits judges a run.
+                 summary: str | Path | None = None, settings: cmp.Settings | None = None,
+                 profile_path: str | None = None) -> tuple[Results, Comparison]:
+    """Join one runner class's shards and judge the join as compare-commits judges a run
+    (with the slices' verdict ``settings`` and --profile, from input args).
 
     Writes ``out`` as the unsharded action does (PR_FILE first, then reports.outputs' four
     files) and appends the report to ``summary``; returns the join and its comparison for
@@ -311,7 +313,8 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
         # compare-commits' labels: the action names both commits by their full sha.
         Side("base", merged, BASE_ARM, f"{pr.base_sha} ({pr.base_sha[:10]})"),
         Side("pr", merged, HEAD_ARM, f"{pr.head_sha} ({pr.head_sha[:10]})"),
-        settings=cmp.Settings(), profile=cmp.load_profile_for(merged.host.key, None))
+        settings=settings or cmp.Settings(),
+        profile=cmp.load_profile_for(merged.host.key, profile_path))
     comparison = replace(comparison, reruns={
         name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
         for name, case in merged.cases.items() if case.reruns},
