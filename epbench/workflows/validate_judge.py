@@ -96,27 +96,33 @@ def comparisons(rep: Repeat, path: str,
     """
     if path == COMMITS:
         out = []
-        for what, doc in rep.commits.items():
-            results = Results.from_dict(doc, source="a compare-commits run")
+        for what, results in rep.commits.items():
             head = commit_head_arm(what)
             out.append((what, cmp.Side("base", results, BASE_ARM), cmp.Side("pr", results, head)))
         return out
     if path == SAME_PROCESS:
-        doc = Results.from_dict(rep.same_process, source="a same-process run")
+        doc = _ran(rep.same_process, "same-process")
         base = cmp.Side("base", doc, BASE_ARM)
         out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
         out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in levels]
         return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
-    base = cmp.Side("base", Results.from_dict(rep.base, source="a base run"), BASE_ARM)
-    again = Results.from_dict(rep.base_again, source="a base run")
-    pr = Results.from_dict(rep.pr, source="a PR run")
+    base = cmp.Side("base", _ran(rep.base, "base"), BASE_ARM)
+    again = _ran(rep.base_again, "second base")
+    pr = _ran(rep.pr, "PR")
     out = [("aa", base, cmp.Side("pr", again, BASE_ARM))]
     return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in levels]
 
 
+def _ran(results: Results | None, what: str) -> Results:
+    """A repeat's run on a path it took (the caller asks only for those)."""
+    if results is None:
+        raise ValueError(f"the repeat has no {what} run")
+    return results
+
+
 def summarize(
     repeats: Sequence[Repeat],
-    fixed_doc: Mapping[str, Any] | None,
+    fixed_doc: Results | None,
     engine_ns: Mapping[str, float],
     *,
     settings: cmp.Settings,
@@ -124,10 +130,10 @@ def summarize(
     loads: Sequence[str],
     levels: Sequence[float] = LEVELS,
 ) -> dict[str, Any]:
-    """The validation statistics from the repeats' documents (no measuring here)."""
+    """The validation statistics from the repeats' runs (no measuring here)."""
 
     names = [n for n in engine_ns
-             if all(n in d.get("cases", {}) for r in repeats for d in r.documents())]
+             if all(n in d.cases for r in repeats for d in r.documents())]
     warnings: set[str] = set()
     judged = [("without", None)] + ([("with", profile)] if profile is not None else [])
     results = []
@@ -142,9 +148,9 @@ def summarize(
                                            settings, warnings, levels))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
     for rep in repeats:
-        if rep.same_process is None:
+        doc = rep.same_process
+        if doc is None:
             continue
-        doc = Results.from_dict(rep.same_process, source="a same-process run")
         rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
                                    cmp.Side("pr", doc, COUNTER_ARM), names)
         for n in names:
@@ -153,14 +159,12 @@ def summarize(
     unloaded = [r.same_process for r in repeats
                 if r.load == "none" and r.same_process is not None]
     if fixed_doc is not None and unloaded:
-        ran = [n for n in names if (fixed_doc.get("cases", {}).get(n) or {}).get("status") == "ok"]
+        ran = [n for n in names if (c := fixed_doc.cases.get(n)) is not None and c.ok]
         if ran:
-            trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in unloaded]
-            fixed = {**fixed_doc, "cases": {n: fixed_doc["cases"][n] for n in ran}}
-            position = cal.profile_from_runs(
-                [Results.from_dict(d, source="a same-process run") for d in trimmed],
-                Results.from_dict(fixed, source="the fixed-order run"), BASE_ARM, TWIN_ARM,
-                arm_spec="engine", seed=settings.seed)
+            trimmed = [d.replaced(cases={n: d.cases[n] for n in ran}) for d in unloaded]
+            fixed = fixed_doc.replaced(cases={n: fixed_doc.cases[n] for n in ran})
+            position = cal.profile_from_runs(trimmed, fixed, BASE_ARM, TWIN_ARM,
+                                             arm_spec="engine", seed=settings.seed)
     cases: dict[str, Any] = {}
     for n in names:
         exact = [ok for ok, _ in counters[n]]
@@ -388,8 +392,8 @@ def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]
     """What the compare-commits commands took: seconds each, and the re-runs and rounds their
     cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
     took = [s for r in repeats for s in r.commits_s.values()]
-    ended = [r.commits[what]["cases"][n] for r in repeats for what in r.commits for n in names]
+    ended = [r.commits[what].cases[n] for r in repeats for what in r.commits for n in names]
     return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
-            "case_reruns": sum(c.get("reruns", 0) for c in ended),
-            "rerun_cases": sum(bool(c.get("reruns")) for c in ended), "case_runs": len(ended),
-            "median_rounds": median(len(c.get("rounds", [])) for c in ended)}
+            "case_reruns": sum(c.reruns for c in ended),
+            "rerun_cases": sum(bool(c.reruns) for c in ended), "case_runs": len(ended),
+            "median_rounds": median(len(c.rounds) for c in ended)}

@@ -76,13 +76,13 @@ def document(result: dict[str, Any], plan: Plan, pilot: Pilot, outcome: Outcome,
     stopped = outcome.stopped
     result.update({
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": first.get("host"),
+        "host": first.host.to_dict(),
         # The harness's own cost per timed call, as the first run measured it.
-        "overhead": first.get("overhead"),
+        "overhead": first.overhead,
         "plan": {
             "grids": list(plan.grids), "cases": [c.name for c in pilot.specs],
             "budget_s": plan.budget_s,
-            "rounds": int(first["config"]["rounds"]),
+            "rounds": first.config.rounds,
             "rounds_requested": plan.rounds, "processes": plan.processes,
             "sessions": plan.sessions, "aa_twin": plan.aa_twin, "own_builds": True,
             "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),
