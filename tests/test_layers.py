@@ -173,13 +173,6 @@ def test_nothing_imports_the_parts_by_their_folder_names():
 # are still dicts). The list only shrinks: a new public `Any` fails the test below, and so
 # does a name here that no longer has one (take it off the list).
 ANY_NOT_YET_TYPED = {
-    "epbench/workflows/validate.py:validate",
-    "epbench/workflows/validate_judge.py:proportion",
-    "epbench/workflows/validate_judge.py:summarize",
-    "epbench/workflows/validate_report.py:document",
-    "epbench/workflows/validate_report.py:levels_of",
-    "epbench/workflows/validate_report.py:render_markdown",
-    "epbench/workflows/validate_report.py:write_outputs",
     "reports/bot/github.py:GitHubClient.create_comment",
     "reports/bot/github.py:GitHubClient.find_comment",
     "reports/bot/github.py:GitHubClient.request",

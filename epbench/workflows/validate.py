@@ -51,13 +51,13 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 from epbench.core.model import Results
 from epbench.harness.load import BackgroundLoad, background_load
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import run as real_run
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import JsonValue
 from epbench.workflows.validate_judge import summarize
 from epbench.workflows.validate_plan import SAME_PROCESS, Plan
 from epbench.workflows.validate_report import document
@@ -74,7 +74,7 @@ def validate(
     on_status: Callable[[str], None] = lambda _: None,
     load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]] = background_load,
     runs_dir: str | Path | None = None,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """Run the validation within ``plan.budget_s`` and return the validation document.
 
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces

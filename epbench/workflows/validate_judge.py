@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
-from epbench.reports.comparison import CounterChange
+from epbench.reports.comparison import CounterChange, JsonValue, Profile
 from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
 from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
@@ -65,7 +65,16 @@ def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def proportion(hits: int, n: int) -> dict[str, Any]:
+class Proportion(TypedDict):
+    """A share of the validation document: ``hits`` of ``n``, and its Wilson interval."""
+
+    hits: int
+    n: int
+    rate: float | None
+    ci: list[float | None]
+
+
+def proportion(hits: int, n: int) -> Proportion:
     return {"hits": hits, "n": n, "rate": hits / n if n else None, "ci": wilson_interval(hits, n)}
 
 
@@ -126,11 +135,12 @@ def summarize(
     engine_ns: Mapping[str, float],
     *,
     settings: cmp.Settings,
-    profile: Mapping[str, Any] | None,
+    profile: Profile | None,
     loads: Sequence[str],
     levels: Sequence[float] = LEVELS,
-) -> dict[str, Any]:
-    """The validation statistics from the repeats' runs (no measuring here)."""
+) -> dict[str, JsonValue]:
+    """The validation statistics from the repeats' runs (no measuring here): the
+    validation document (validation.json) but for what `validate_report.document` adds."""
 
     names = [n for n in engine_ns
              if all(n in d.cases for r in repeats for d in r.documents())]
@@ -165,7 +175,7 @@ def summarize(
             fixed = fixed_doc.replaced(cases={n: fixed_doc.cases[n] for n in ran})
             position = cal.profile_from_runs(trimmed, fixed, BASE_ARM, TWIN_ARM,
                                              arm_spec="engine", seed=settings.seed)
-    cases: dict[str, Any] = {}
+    cases: dict[str, dict[str, JsonValue]] = {}
     for n in names:
         exact = [ok for ok, _ in counters[n]]
         calibrated = (position or {}).get("cases", {}).get(n, {})
@@ -223,9 +233,9 @@ class _Seen:
 
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
-                profile: Mapping[str, Any] | None, names: Sequence[str],
+                profile: Profile | None, names: Sequence[str],
                 engine_ns: Mapping[str, float], settings: cmp.Settings,
-                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
+                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, JsonValue]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
     prefix = f"{path}, {load} load, {label} profile: "
     seen = _compare_repeats(repeats, path, profile, names, settings, warnings, prefix, levels)
@@ -234,7 +244,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     return _path_result(repeats, path, load, label, names, seen, cases, levels)
 
 
-def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
+def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Profile | None,
                      names: Sequence[str], settings: cmp.Settings, warnings: set[str], prefix: str,
                      levels: Sequence[float]) -> _Seen:
     """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
@@ -299,11 +309,11 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
 
 
 def _case_result(seen: _Seen, n: str, engine_ns: float,
-                 levels: Sequence[float]) -> dict[str, Any]:
+                 levels: Sequence[float]) -> dict[str, JsonValue]:
     """One case's false positives, detection per level, MDE and per-node detection."""
     verdicts, changes = seen.verdicts[n], seen.changes[n]
     aa = verdicts["aa"]
-    detection = {}
+    detection: dict[str, JsonValue] = {}
     for level in levels:
         got = verdicts[level_arm(level)]
         detection[level_arm(level)] = {
@@ -315,7 +325,7 @@ def _case_result(seen: _Seen, n: str, engine_ns: float,
         }
     mde = next((lvl for lvl in levels
                 if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
-    case = {
+    case: dict[str, JsonValue] = {
         "engine_ns": engine_ns,
         "threshold": finite_median(seen.thresholds[n]),
         "noise_sources": sorted(seen.sources[n]),
@@ -335,15 +345,15 @@ def _case_result(seen: _Seen, n: str, engine_ns: float,
 
 
 def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
-                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, Any]],
-                 levels: Sequence[float]) -> dict[str, Any]:
+                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, JsonValue]],
+                 levels: Sequence[float]) -> dict[str, JsonValue]:
     """The path's totals over its cases, and the cases."""
     fp_hits = sum(c["false_positives"]["hits"] for c in cases.values())
     fp_n = sum(c["false_positives"]["n"] for c in cases.values())
     # Family-wise: a repeat counts once if any case of the grid was flagged.
     any_fp = sum(any(seen.verdicts[n]["aa"][r] in FLAGGED for n in names)
                  for r in range(len(repeats)))
-    detection = {}
+    detection: dict[str, JsonValue] = {}
     for level in levels:
         key = level_arm(level)
         hits = sum(c["detection"][key]["hits"] for c in cases.values())
@@ -388,7 +398,7 @@ def calibration(seen: _Seen, names: Sequence[str],
     return table
 
 
-def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]:
+def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, JsonValue]:
     """What the compare-commits commands took: seconds each, and the re-runs and rounds their
     cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
     took = [s for r in repeats for s in r.commits_s.values()]
