@@ -815,6 +815,29 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monk
                      settings=SETTINGS)
 
 
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_ctrl_c_in_the_position_test_ends_the_validation_without_it(outside):
+    """The fixed-order run cut short, by the runner between its rounds or outside it, is
+    not summarized: the report covers the repeat before it, with no position bias."""
+    fake = FakeRunner()
+
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
+        if config.fixed_order:
+            if outside:
+                raise KeyboardInterrupt
+            doc["interrupted"] = True
+        return Results.from_dict(doc)
+
+    result = val.validate(small(max_repeats=2), run=run, clock=fake.clock,
+                          load_factory=fake.load, settings=SETTINGS)
+    assert sum(c.fixed_order for c in fake.configs) == 1
+    assert result["interrupted"] is True and result["plan"]["repeats"] == {"none": 1}
+    assert result["plan"]["position_test"] is False and result["position_bias"] is None
+    assert vrun.INTERRUPTED_NOTE in result["notes"]
+    assert fake.active_load is None
+
+
 def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
