@@ -287,7 +287,7 @@ def test_calibrate_command_writes_the_profile_to_the_cache(monkeypatch, tmp_path
     fake = FakeRunner()
     monkeypatch.setattr(epbench.harness.runner, "run", fake)
     result = _invoke("calibrate", "--case", "relu_d1_w8", "--repeats", "2", "--rounds", "8",
-                     "--quiet", env={"XDG_CACHE_HOME": str(tmp_path)})
+                     "--quiet", "--gate", "off", env={"XDG_CACHE_HOME": str(tmp_path)})
     assert result.exit_code == EXIT_OK, result.output
     path = tmp_path / "epbench" / "profiles" / "host0001.json"
     profile = calibrate.load_profile(path)
@@ -298,6 +298,8 @@ def test_calibrate_command_writes_the_profile_to_the_cache(monkeypatch, tmp_path
                      "--no-position-test", "--quiet", "--profile", explicit)
     assert result.exit_code == EXIT_OK and explicit.is_file()
     assert len(fake.configs) == 3 + 1
+    # --gate reaches every run, the position test's too; the run's default otherwise.
+    assert [c.gate_policy for c in fake.configs] == ["off"] * 3 + ["wait"]
 
 
 def test_load_profile_refusals(tmp_path):

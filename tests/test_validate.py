@@ -28,6 +28,8 @@ import pytest
 from epbench import engine
 from epbench.cases.grids import case_by_name
 from epbench.core.errors import EpbenchError
+from epbench.core.model import Results
+from epbench.core.results import load_results
 from epbench.harness.arms import parse_arm
 from epbench.harness.load import BackgroundLoad
 from epbench.harness.run_config import defaults as run_defaults
@@ -98,7 +100,11 @@ class FakeRunner:
         finally:
             self.active_load = None
 
-    def __call__(self, config: Any) -> dict[str, Any]:
+    def __call__(self, config: Any) -> Results:
+        return Results.from_dict(self.document(config), source="a fake run")
+
+    def document(self, config: Any) -> dict[str, Any]:
+        """The run's results document, for a test to alter before it is read."""
         self.now += self.seconds_per_run
         self.configs.append(config)
         self.loads_seen.append(self.active_load)
@@ -265,13 +271,12 @@ def test_each_path_compares_what_users_compare():
     rep = vrun.Repeat("none", *(fake(c) for c in runs))
     same_pairs = vjudge.comparisons(rep, vplan.SAME_PROCESS)
     # Each run is read into the model once: both sides of a same-process pair are one run.
-    assert [(w, b.doc is p.doc, b.doc.to_dict() == rep.same_process, b.arm, p.arm)
+    assert [(w, b.doc is p.doc, b.doc is rep.same_process, b.arm, p.arm)
             for w, b, p in same_pairs][:2] == [("aa", True, True, "a", "a2"),
                                                ("d1", True, True, "a", "d1")]
     assert [w for w, _, _ in same_pairs] == ["aa", "d1", "d2", "d3", "d5", "d10", "n5"]
     separate = vjudge.comparisons(rep, vplan.SEPARATE_RUNS)
-    assert [(w, b.doc.to_dict() == rep.base, p.doc.to_dict() == rep.base_again,
-             p.doc.to_dict() == rep.pr, b.arm, p.arm)
+    assert [(w, b.doc is rep.base, p.doc is rep.base_again, p.doc is rep.pr, b.arm, p.arm)
             for w, b, p in separate] == [
         ("aa", True, True, False, "a", "a"),
         *((vplan.level_arm(v), True, False, True, "a", vplan.level_arm(v)) for v in vplan.LEVELS)]
@@ -436,7 +441,7 @@ def test_load_is_stopped_when_a_run_is_interrupted_by_ctrl_c():
     fake = FakeRunner()
     load_when_interrupted = []
 
-    def run(config: Any) -> dict[str, Any]:
+    def run(config: Any) -> Results:
         if len(fake.configs) == 3:
             load_when_interrupted.append(fake.active_load)
             raise KeyboardInterrupt
@@ -616,12 +621,12 @@ def test_report_says_how_long_the_gate_waited():
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():
     fake = FakeRunner()
 
-    def run(config: Any) -> dict[str, Any]:
-        doc = fake(config)
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
         if "matmul_64x64" in doc["cases"]:
             doc["cases"]["matmul_64x64"]["status"] = "failed"
             doc["cases"]["matmul_64x64"]["error"] = "not claimed"
-        return doc
+        return Results.from_dict(doc)
 
     result = val.validate(small(max_repeats=1), run=run, clock=fake.clock,
                           load_factory=fake.load, settings=SETTINGS)
@@ -655,7 +660,6 @@ def test_a_would_be_alert_on_a_loaded_machine_is_detected_but_not_as_an_alert():
 
 def test_every_run_is_kept_on_disk_as_it_ends(tmp_path):
     """A crash or a Ctrl-C while the repeats are compared loses no measurement."""
-    from epbench.core.results import load_results
 
     fake = FakeRunner()
     runs_dir = vrun.prepare_runs_dir(tmp_path)
@@ -750,11 +754,11 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monk
     fake = FakeRunner()
     per_repeat = 4 * len(CASES)
 
-    def run(config: Any) -> dict[str, Any]:
-        doc = fake(config)
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
         if len(fake.configs) == 1 + per_repeat + 2:  # pilot, one repeat, two runs of the next
             doc["interrupted"] = True
-        return doc
+        return Results.from_dict(doc)
 
     result = val.validate(small(max_repeats=5, position_test=False), run=run,
                           clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
@@ -767,7 +771,7 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monk
     # A Ctrl-C the runner does not catch (a load or a worker starting) ends it the same way.
     fake = FakeRunner()
 
-    def run_raising(config: Any) -> dict[str, Any]:
+    def run_raising(config: Any) -> Results:
         if len(fake.configs) == 1 + per_repeat + 2:
             raise KeyboardInterrupt
         return fake(config)
@@ -801,14 +805,37 @@ def test_ctrl_c_inside_a_run_stops_the_validation_with_the_finished_repeats(monk
 
     fake = FakeRunner()
 
-    def run_cut_first(config: Any) -> dict[str, Any]:
-        doc = fake(config)
+    def run_cut_first(config: Any) -> Results:
+        doc = fake.document(config)
         doc["interrupted"] = len(fake.configs) == 3
-        return doc
+        return Results.from_dict(doc)
 
     with pytest.raises(EpbenchError, match="interrupted before the first repeat finished"):
         val.validate(small(), run=run_cut_first, clock=fake.clock, load_factory=fake.load,
                      settings=SETTINGS)
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_ctrl_c_in_the_position_test_ends_the_validation_without_it(outside):
+    """The fixed-order run cut short, by the runner between its rounds or outside it, is
+    not summarized: the report covers the repeat before it, with no position bias."""
+    fake = FakeRunner()
+
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
+        if config.fixed_order:
+            if outside:
+                raise KeyboardInterrupt
+            doc["interrupted"] = True
+        return Results.from_dict(doc)
+
+    result = val.validate(small(max_repeats=2), run=run, clock=fake.clock,
+                          load_factory=fake.load, settings=SETTINGS)
+    assert sum(c.fixed_order for c in fake.configs) == 1
+    assert result["interrupted"] is True and result["plan"]["repeats"] == {"none": 1}
+    assert result["plan"]["position_test"] is False and result["position_bias"] is None
+    assert vrun.INTERRUPTED_NOTE in result["notes"]
+    assert fake.active_load is None
 
 
 def test_the_command_says_where_the_runs_are_when_interrupted(tmp_path, monkeypatch):
@@ -1106,12 +1133,12 @@ def test_a_drifting_control_is_one_note_per_path_not_one_per_comparison():
     }, in_run_twin_bias={"relu_d1_w8": 0.06})
     failing = call(1, "matmul_64x64", "same")
 
-    def run(config: Any) -> dict[str, Any]:
-        doc = fake(config)
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
         if len(fake.configs) - 1 == failing:
             doc["cases"]["matmul_64x64"]["status"] = "failed"
             doc["cases"]["matmul_64x64"]["error"] = "synthetic"
-        return doc
+        return Results.from_dict(doc)
 
     result = val.validate(small(max_repeats=2, position_test=False), run=run,
                           clock=fake.clock, load_factory=fake.load, settings=SETTINGS)
@@ -1227,7 +1254,7 @@ def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
         {"relu_d1_w8": 4 / 3, "relu_d10_w8": 1.0, "matmul_64x64": 4 / 9}, rel=0.01)
     # What validate judged: each command's base and head, from the documents it kept.
     rep = vrun.Repeat("none", commits={
-        what: json.loads(next(tmp_path.glob(f"*-r1-commits-{what}.json")).read_text())
+        what: load_results(next(tmp_path.glob(f"*-r1-commits-{what}.json")))
         for what in COMMANDS})
     pairs = vjudge.comparisons(rep, vplan.COMMITS)
     assert [(w, b.arm, p.arm, b.doc is p.doc) for w, b, p in pairs] == [
@@ -1320,13 +1347,13 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, 
     fake = FakeRunner()
     cut = []
 
-    def run(config: Any) -> dict[str, Any]:
-        doc = fake(config)
+    def run(config: Any) -> Results:
+        doc = fake.document(config)
         # The third re-run of the second repeat's A/A command.
         if len(config.cases) == 1 and fake.load_starts.count("none") == 1 + len(COMMANDS):
             cut.append(config.seed)
             doc["interrupted"] = len(cut) == 3
-        return doc
+        return Results.from_dict(doc)
 
     result = val.validate(small(max_repeats=3, paths=(vplan.COMMITS,), position_test=False),
                           run=run, clock=fake.clock, load_factory=fake.load, settings=SETTINGS,
@@ -1346,7 +1373,7 @@ def test_a_ctrl_c_in_a_re_run_keeps_what_ran_and_the_finished_repeats(tmp_path, 
     fake = FakeRunner()
     reruns = []
 
-    def raising(config: Any) -> dict[str, Any]:
+    def raising(config: Any) -> Results:
         if len(config.cases) == 1:
             reruns.append(config.seed)
             if len(reruns) == 3:

@@ -145,7 +145,7 @@ def calibrate(grids, case_names, arm_spec, repeats, rounds, profile_path, positi
     profile = run_calibration(
         specs, arm=arm_spec, repeats=repeats, rounds=rounds, seed=seed,
         position_test=position_test, on_repeat=announce,
-        runner_options={"gate_policy": gate_policy, "progress": progress_for(quiet)},
+        gate_policy=gate_policy, progress=progress_for(quiet),
     )
     path = Path(profile_path) if profile_path else cal.default_profile_path(profile["host_key"])
     profile["path"] = str(cal.write_profile(path, profile))

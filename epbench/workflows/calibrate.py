@@ -6,8 +6,7 @@ read) is the reports' business (epbench.reports.calibrate).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.model import Results
@@ -15,6 +14,7 @@ from epbench.harness import run_config, runner
 from epbench.harness.arms import ArmSpec, parse_arm
 from epbench.reports import calibrate as noise
 from epbench.reports import defaults as noise_defaults
+from epbench.reports.comparison import JsonValue
 
 
 def aa_arms(arm_spec: str) -> tuple[ArmSpec, ArmSpec]:
@@ -40,12 +40,15 @@ def calibrate(
     seed: int = noise_defaults.SEED,
     position_test: bool = True,
     run: Callable[[run_config.RunConfig], Results] | None = None,
-    runner_options: Mapping[str, Any] | None = None,
+    gate_policy: str = run_config.RunConfig.gate_policy,
+    progress: run_config.Progress | None = None,
     on_repeat: Callable[[int, int], None] | None = None,
-) -> dict[str, Any]:
-    """Run A/A `repeats` times (plus the fixed-order self-test) and return the profile.
+) -> dict[str, JsonValue]:
+    """Run A/A `repeats` times (plus the fixed-order self-test) and return the profile
+    (the document `reports.calibrate.write_profile` writes).
 
-    `run` is harness.runner.run unless a test injects a fake.
+    `run` is harness.runner.run unless a test injects a fake; `gate_policy` and
+    `progress` go to every run.
     """
     rounds = run_config.defaults()["rounds"] if rounds is None else rounds
     if repeats < 1:
@@ -54,7 +57,6 @@ def calibrate(
     if run is None:
         run = runner.run
     arm_a, arm_b = aa_arms(arm)
-    options = dict(runner_options or {})
     total = repeats + (1 if position_test else 0)
     docs = []
     for i in range(repeats):
@@ -62,7 +64,7 @@ def calibrate(
             on_repeat(i, total)
         config = run_config.RunConfig(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + i,
-            fixed_order=False, out_dir=None, **options,
+            fixed_order=False, out_dir=None, gate_policy=gate_policy, progress=progress,
         )
         docs.append(run(config))
     fixed_doc = None
@@ -71,7 +73,7 @@ def calibrate(
             on_repeat(repeats, total)
         fixed_doc = run(run_config.RunConfig(
             cases=tuple(cases), arms=(arm_a, arm_b), rounds=rounds, seed=seed + repeats,
-            fixed_order=True, out_dir=None, **options,
+            fixed_order=True, out_dir=None, gate_policy=gate_policy, progress=progress,
         ))
     return noise.profile_from_runs(docs, fixed_doc, arm_a.key, arm_b.key, arm_spec=arm,
                                    seed=seed)

@@ -51,21 +51,17 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
+from epbench.core.model import Results
 from epbench.harness.load import BackgroundLoad, background_load
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import run as real_run
 from epbench.reports import compare as cmp
+from epbench.reports.comparison import JsonValue
 from epbench.workflows.validate_judge import summarize
 from epbench.workflows.validate_plan import SAME_PROCESS, Plan
 from epbench.workflows.validate_report import document
 from epbench.workflows.validate_run import Execution, run_pilot
-
-
-def _run_document(config: RunConfig) -> dict[str, Any]:
-    """The runner, its results as the document validate keeps and merges per repeat."""
-    return real_run(config).to_dict()
 
 
 def validate(
@@ -73,12 +69,12 @@ def validate(
     *,
     settings: cmp.Settings | None = None,
     profile_path: str | None = None,
-    run: Callable[[RunConfig], dict[str, Any]] | None = None,
+    run: Callable[[RunConfig], Results] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_status: Callable[[str], None] = lambda _: None,
     load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]] = background_load,
     runs_dir: str | Path | None = None,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """Run the validation within ``plan.budget_s`` and return the validation document.
 
     ``run`` is harness.runner.run unless a test injects a fake; ``clock`` paces
@@ -95,7 +91,7 @@ def validate(
     """
 
     if run is None:
-        run = _run_document
+        run = real_run
     settings = settings or cmp.Settings()
     start = clock()
     notes: list[str] = []
@@ -115,8 +111,7 @@ def validate(
                      "(every load gets at least one repeat, and one took longer than its "
                      "share); raise --budget, validate fewer cases or fewer loads")
     on_status(f"comparing {len(repeats)} repeat(s)")
-    host = repeats[0].documents()[0].get("host") or {}
-    profile = cmp.load_profile_for(host.get("key"), profile_path)
+    profile = cmp.load_profile_for(repeats[0].documents()[0].host.key, profile_path)
     result = summarize(repeats, outcome.fixed_doc, pilot.engine_ns, settings=settings,
                        profile=profile,
                        loads=[k for k in plan.loads if any(r.load == k for r in repeats)],

@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from epbench.core.model import Results
 from epbench.core.numbers import median
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
-from epbench.reports.comparison import CounterChange
+from epbench.reports.comparison import CounterChange, JsonValue, Profile
 from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
 from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
@@ -65,7 +65,16 @@ def wilson_interval(hits: int, n: int, z: float = 1.959964) -> list[float | None
     return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
-def proportion(hits: int, n: int) -> dict[str, Any]:
+class Proportion(TypedDict):
+    """A share of the validation document: ``hits`` of ``n``, and its Wilson interval."""
+
+    hits: int
+    n: int
+    rate: float | None
+    ci: list[float | None]
+
+
+def proportion(hits: int, n: int) -> Proportion:
     return {"hits": hits, "n": n, "rate": hits / n if n else None, "ci": wilson_interval(hits, n)}
 
 
@@ -96,38 +105,45 @@ def comparisons(rep: Repeat, path: str,
     """
     if path == COMMITS:
         out = []
-        for what, doc in rep.commits.items():
-            results = Results.from_dict(doc, source="a compare-commits run")
+        for what, results in rep.commits.items():
             head = commit_head_arm(what)
             out.append((what, cmp.Side("base", results, BASE_ARM), cmp.Side("pr", results, head)))
         return out
     if path == SAME_PROCESS:
-        doc = Results.from_dict(rep.same_process, source="a same-process run")
+        doc = _ran(rep.same_process, "same-process")
         base = cmp.Side("base", doc, BASE_ARM)
         out = [("aa", base, cmp.Side("pr", doc, TWIN_ARM))]
         out += [(level_arm(v), base, cmp.Side("pr", doc, level_arm(v))) for v in levels]
         return [*out, (PER_NODE_ARM, base, cmp.Side("pr", doc, PER_NODE_ARM))]
-    base = cmp.Side("base", Results.from_dict(rep.base, source="a base run"), BASE_ARM)
-    again = Results.from_dict(rep.base_again, source="a base run")
-    pr = Results.from_dict(rep.pr, source="a PR run")
+    base = cmp.Side("base", _ran(rep.base, "base"), BASE_ARM)
+    again = _ran(rep.base_again, "second base")
+    pr = _ran(rep.pr, "PR")
     out = [("aa", base, cmp.Side("pr", again, BASE_ARM))]
     return out + [(level_arm(v), base, cmp.Side("pr", pr, level_arm(v))) for v in levels]
 
 
+def _ran(results: Results | None, what: str) -> Results:
+    """A repeat's run on a path it took (the caller asks only for those)."""
+    if results is None:
+        raise ValueError(f"the repeat has no {what} run")
+    return results
+
+
 def summarize(
     repeats: Sequence[Repeat],
-    fixed_doc: Mapping[str, Any] | None,
+    fixed_doc: Results | None,
     engine_ns: Mapping[str, float],
     *,
     settings: cmp.Settings,
-    profile: Mapping[str, Any] | None,
+    profile: Profile | None,
     loads: Sequence[str],
     levels: Sequence[float] = LEVELS,
-) -> dict[str, Any]:
-    """The validation statistics from the repeats' documents (no measuring here)."""
+) -> dict[str, JsonValue]:
+    """The validation statistics from the repeats' runs (no measuring here): the
+    validation document (validation.json) but for what `validate_report.document` adds."""
 
     names = [n for n in engine_ns
-             if all(n in d.get("cases", {}) for r in repeats for d in r.documents())]
+             if all(n in d.cases for r in repeats for d in r.documents())]
     warnings: set[str] = set()
     judged = [("without", None)] + ([("with", profile)] if profile is not None else [])
     results = []
@@ -142,9 +158,9 @@ def summarize(
                                            settings, warnings, levels))
     counters: dict[str, list[tuple[bool, str]]] = {n: [] for n in names}
     for rep in repeats:
-        if rep.same_process is None:
+        doc = rep.same_process
+        if doc is None:
             continue
-        doc = Results.from_dict(rep.same_process, source="a same-process run")
         rows = cmp.counter_changes(cmp.Side("base", doc, BASE_ARM),
                                    cmp.Side("pr", doc, COUNTER_ARM), names)
         for n in names:
@@ -153,15 +169,13 @@ def summarize(
     unloaded = [r.same_process for r in repeats
                 if r.load == "none" and r.same_process is not None]
     if fixed_doc is not None and unloaded:
-        ran = [n for n in names if (fixed_doc.get("cases", {}).get(n) or {}).get("status") == "ok"]
+        ran = [n for n in names if (c := fixed_doc.cases.get(n)) is not None and c.ok]
         if ran:
-            trimmed = [{**d, "cases": {n: d["cases"][n] for n in ran}} for d in unloaded]
-            fixed = {**fixed_doc, "cases": {n: fixed_doc["cases"][n] for n in ran}}
-            position = cal.profile_from_runs(
-                [Results.from_dict(d, source="a same-process run") for d in trimmed],
-                Results.from_dict(fixed, source="the fixed-order run"), BASE_ARM, TWIN_ARM,
-                arm_spec="engine", seed=settings.seed)
-    cases: dict[str, Any] = {}
+            trimmed = [d.replaced(cases={n: d.cases[n] for n in ran}) for d in unloaded]
+            fixed = fixed_doc.replaced(cases={n: fixed_doc.cases[n] for n in ran})
+            position = cal.profile_from_runs(trimmed, fixed, BASE_ARM, TWIN_ARM,
+                                             arm_spec="engine", seed=settings.seed)
+    cases: dict[str, dict[str, JsonValue]] = {}
     for n in names:
         exact = [ok for ok, _ in counters[n]]
         calibrated = (position or {}).get("cases", {}).get(n, {})
@@ -219,9 +233,9 @@ class _Seen:
 
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
-                profile: Mapping[str, Any] | None, names: Sequence[str],
+                profile: Profile | None, names: Sequence[str],
                 engine_ns: Mapping[str, float], settings: cmp.Settings,
-                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, Any]:
+                warnings: set[str], levels: Sequence[float] = LEVELS) -> dict[str, JsonValue]:
     """False positives, detection and MDE of one (path, load, profile) over its repeats."""
     prefix = f"{path}, {load} load, {label} profile: "
     seen = _compare_repeats(repeats, path, profile, names, settings, warnings, prefix, levels)
@@ -230,7 +244,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     return _path_result(repeats, path, load, label, names, seen, cases, levels)
 
 
-def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Mapping[str, Any] | None,
+def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Profile | None,
                      names: Sequence[str], settings: cmp.Settings, warnings: set[str], prefix: str,
                      levels: Sequence[float]) -> _Seen:
     """Every comparison of every repeat on ``path``, judged; the comparator's own warnings
@@ -295,11 +309,11 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
 
 
 def _case_result(seen: _Seen, n: str, engine_ns: float,
-                 levels: Sequence[float]) -> dict[str, Any]:
+                 levels: Sequence[float]) -> dict[str, JsonValue]:
     """One case's false positives, detection per level, MDE and per-node detection."""
     verdicts, changes = seen.verdicts[n], seen.changes[n]
     aa = verdicts["aa"]
-    detection = {}
+    detection: dict[str, JsonValue] = {}
     for level in levels:
         got = verdicts[level_arm(level)]
         detection[level_arm(level)] = {
@@ -311,7 +325,7 @@ def _case_result(seen: _Seen, n: str, engine_ns: float,
         }
     mde = next((lvl for lvl in levels
                 if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
-    case = {
+    case: dict[str, JsonValue] = {
         "engine_ns": engine_ns,
         "threshold": finite_median(seen.thresholds[n]),
         "noise_sources": sorted(seen.sources[n]),
@@ -331,15 +345,15 @@ def _case_result(seen: _Seen, n: str, engine_ns: float,
 
 
 def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
-                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, Any]],
-                 levels: Sequence[float]) -> dict[str, Any]:
+                 names: Sequence[str], seen: _Seen, cases: dict[str, dict[str, JsonValue]],
+                 levels: Sequence[float]) -> dict[str, JsonValue]:
     """The path's totals over its cases, and the cases."""
     fp_hits = sum(c["false_positives"]["hits"] for c in cases.values())
     fp_n = sum(c["false_positives"]["n"] for c in cases.values())
     # Family-wise: a repeat counts once if any case of the grid was flagged.
     any_fp = sum(any(seen.verdicts[n]["aa"][r] in FLAGGED for n in names)
                  for r in range(len(repeats)))
-    detection = {}
+    detection: dict[str, JsonValue] = {}
     for level in levels:
         key = level_arm(level)
         hits = sum(c["detection"][key]["hits"] for c in cases.values())
@@ -384,12 +398,12 @@ def calibration(seen: _Seen, names: Sequence[str],
     return table
 
 
-def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, Any]:
+def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, JsonValue]:
     """What the compare-commits commands took: seconds each, and the re-runs and rounds their
     cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
     took = [s for r in repeats for s in r.commits_s.values()]
-    ended = [r.commits[what]["cases"][n] for r in repeats for what in r.commits for n in names]
+    ended = [r.commits[what].cases[n] for r in repeats for what in r.commits for n in names]
     return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
-            "case_reruns": sum(c.get("reruns", 0) for c in ended),
-            "rerun_cases": sum(bool(c.get("reruns")) for c in ended), "case_runs": len(ended),
-            "median_rounds": median(len(c.get("rounds", [])) for c in ended)}
+            "case_reruns": sum(c.reruns for c in ended),
+            "rerun_cases": sum(bool(c.reruns) for c in ended), "case_runs": len(ended),
+            "median_rounds": median(len(c.rounds) for c in ended)}

@@ -9,9 +9,9 @@ import statistics
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from epbench.core.results import atomic_write_text
+from epbench.reports.comparison import JsonValue, Profile
 from epbench.reports.render import environment, to_json
 from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, REPORT_RESERVE_S
 from epbench.workflows.validate_judge import CALIBRATION_TARGET, POWER_TARGET
@@ -32,12 +32,12 @@ from epbench.workflows.validate_run import RUNS_DIR, Outcome, Pilot, make_dir, w
 NOTES_SHOWN = 12
 
 
-def levels_of(result: Mapping[str, Any]) -> list[float]:
+def levels_of(result: Mapping[str, JsonValue]) -> list[float]:
     """The levels a validation document was measured at (every schema records them)."""
     return list((result.get("plan") or {}).get("levels") or LEVELS)
 
 
-def render_markdown(result: Mapping[str, Any]) -> str:
+def render_markdown(result: Mapping[str, JsonValue]) -> str:
     """validation.md, through the reports' templates."""
 
     levels = levels_of(result)
@@ -50,7 +50,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     )
 
 
-def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+def write_outputs(result: Mapping[str, JsonValue], out_dir: str | Path) -> tuple[Path, Path]:
     """validation.json and validation.md into ``out_dir`` (atomic writes)."""
 
     out = make_dir(Path(out_dir))
@@ -66,9 +66,9 @@ def write_outputs(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path,
     return json_path, md_path
 
 
-def document(result: dict[str, Any], plan: Plan, pilot: Pilot, outcome: Outcome, *,
-             runs: int, notes: list[str], profile: Mapping[str, Any] | None,
-             pilot_s: float, elapsed: float) -> dict[str, Any]:
+def document(result: dict[str, JsonValue], plan: Plan, pilot: Pilot, outcome: Outcome, *,
+             runs: int, notes: list[str], profile: Profile | None,
+             pilot_s: float, elapsed: float) -> dict[str, JsonValue]:
     """The validation document: ``result`` (summarize's statistics) with the plan as it
     ran, the profile used, the notes (validate's own first) and how it ended."""
     first = outcome.repeats[0].documents()[0]
@@ -76,13 +76,13 @@ def document(result: dict[str, Any], plan: Plan, pilot: Pilot, outcome: Outcome,
     stopped = outcome.stopped
     result.update({
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": first.get("host"),
+        "host": first.host.to_dict(),
         # The harness's own cost per timed call, as the first run measured it.
-        "overhead": first.get("overhead"),
+        "overhead": first.overhead,
         "plan": {
             "grids": list(plan.grids), "cases": [c.name for c in pilot.specs],
             "budget_s": plan.budget_s,
-            "rounds": int(first["config"]["rounds"]),
+            "rounds": first.config.rounds,
             "rounds_requested": plan.rounds, "processes": plan.processes,
             "sessions": plan.sessions, "aa_twin": plan.aa_twin, "own_builds": True,
             "block_target_ms": plan.block_target_ms, "loads": list(plan.loads),

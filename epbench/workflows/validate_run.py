@@ -1,6 +1,6 @@
 """Executes a validation Plan: the pilot, then each load's repeats, each run kept on disk.
 
-A repeat (`Repeat`) holds, per path, the documents it compares; `kept_repeats` reads
+A repeat (`Repeat`) holds, per path, the runs' results it compares; `kept_repeats` reads
 the per-case ones back from the runs folder, so a validation can be judged again.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from epbench.core.errors import EpbenchError, Interrupted, disk_full
-from epbench.core.model import Results
+from epbench.core.model import Case, Results
 from epbench.core.numbers import median
 from epbench.core.results import load_results, write_results
 from epbench.harness.arms import ArmSpec, copy_library, parse_arm, resolve_library
@@ -24,7 +24,7 @@ from epbench.harness.load import LOAD_KINDS, BackgroundLoad
 from epbench.harness.run_config import RunConfig
 from epbench.reports import compare as cmp
 from epbench.reports import stats
-from epbench.reports.comparison import Comparison
+from epbench.reports.comparison import Comparison, JsonValue
 from epbench.workflows.compare_commits import rerun_ambiguous
 from epbench.workflows.validate_plan import (
     BASE_ARM,
@@ -103,11 +103,11 @@ def finite_median(values: Sequence[float | None]) -> float | None:
     return median(v for v in values if v is not None and math.isfinite(v))
 
 
-def engine_times(doc: Mapping[str, Any], arm: str) -> dict[str, float]:
+def engine_times(doc: Results, arm: str) -> dict[str, float]:
     """Median ns per Run of ``arm`` per case that ran (the pilot's measurement)."""
 
     out = {}
-    for name, case in Results.from_dict(doc, source="the pilot run").cases.items():
+    for name, case in doc.cases.items():
         if not case.ok:
             continue
         ns = finite_median(list(stats.round_medians(case, arm)))
@@ -116,9 +116,9 @@ def engine_times(doc: Mapping[str, Any], arm: str) -> dict[str, float]:
     return out
 
 
-def _nodes(case: Mapping[str, Any]) -> int:
-    arm = (case.get("arms") or {}).get(BASE_ARM) or {}
-    return int(arm.get("nodes_executed") or 1)
+def _nodes(case: Case) -> int:
+    arm = case.arms.get(BASE_ARM)
+    return int((arm.nodes_executed if arm is not None else None) or 1)
 
 
 def run_label(index: int, case: str, kind: str) -> str:
@@ -126,7 +126,8 @@ def run_label(index: int, case: str, kind: str) -> str:
     return f"r{index + 1}-{case}-{kind}"
 
 
-def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[str, int], Repeat]:
+def kept_repeats(runs_dir: Path,
+                 validation: Mapping[str, JsonValue]) -> dict[tuple[str, int], Repeat]:
     """The same-process and separate-runs repeats that ``validation`` (a validation
     document) summarized, by (load, repeat number from 1) in the order they ran, out of
     the runs validate kept in ``runs_dir``, cases merged as validate merges them. So a
@@ -144,16 +145,16 @@ def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[st
                          "per-case runs to read back")
     matched = [(int(m["number"]), m, path) for path in runs_dir.iterdir()
                if (m := _KEPT_RUN.match(path.name))]
-    found: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
+    found: dict[tuple[str, int], dict[str, list[Results]]] = {}
     for _, m, path in sorted(matched, key=lambda item: item[0]):  # run order, past 9999 too
         if int(m["repeat"]) <= plan["repeats"].get(m["load"], 0):
             kinds = found.setdefault((m["load"], int(m["repeat"])), {})
-            kinds.setdefault(m["kind"], []).append(load_results(path).to_dict())
+            kinds.setdefault(m["kind"], []).append(load_results(path))
     repeats: dict[tuple[str, int], Repeat] = {}
     for (load, number), kinds in found.items():
         merged = {kind: merge_docs(docs) for kind, docs in kinds.items()}
         if (sorted(merged) != sorted(kinds_ran)
-                or any(sorted(doc["cases"]) != cases or doc["interrupted"]
+                or any(sorted(doc.cases) != cases or doc.interrupted
                        for doc in merged.values())):
             raise ValueError(f"repeat {number} of the {load} load, which the validation "
                              f"counted, is not whole in {runs_dir}")
@@ -164,43 +165,41 @@ def kept_repeats(runs_dir: Path, validation: Mapping[str, Any]) -> dict[tuple[st
     return repeats
 
 
-def repeat_of(load: str, merged: Mapping[str, dict[str, Any]]) -> Repeat:
+def repeat_of(load: str, merged: Mapping[str, Results]) -> Repeat:
     """A repeat from its per-case runs merged by kind (RUN_KINDS; a kind its plan left out
     missing)."""
     return Repeat(load, same_process=merged.get("same"), base=merged.get("base"),
                   base_again=merged.get("again"), pr=merged.get("pr"))
 
 
-def merge_docs(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One results document from per-case runs of the same arms (one repeat)."""
-    merged = dict(docs[0])
-    merged["cases"] = {}
-    merged["interrupted"] = False
+def merge_docs(docs: Sequence[Results]) -> Results:
+    """One run's results from per-case runs of the same arms (one repeat): the first
+    run's, with every run's cases, interrupted if any of them was."""
+    cases: dict[str, Case] = {}
     for doc in docs:
-        merged["cases"].update(doc.get("cases", {}))
-        merged["interrupted"] = merged["interrupted"] or bool(doc.get("interrupted"))
-    return merged
+        cases.update(doc.cases)
+    return docs[0].replaced(cases=cases, interrupted=any(doc.interrupted for doc in docs))
 
 
 @dataclass
 class Repeat:
-    """One repeat under one load: per path, the documents (cases merged) it compares; None
-    (or empty) for a path the plan leaves out."""
+    """One repeat under one load: per path, the runs' results (cases merged) it compares;
+    None (or empty) for a path the plan leaves out."""
 
     load: str
-    same_process: dict[str, Any] | None = None
+    same_process: Results | None = None
     # Separate runs: the two plain base runs (the A/A pair) and the PR run (delayed arms).
-    base: dict[str, Any] | None = None
-    base_again: dict[str, Any] | None = None
-    pr: dict[str, Any] | None = None
-    # compare-commits: per command ("aa", a level's arm), its document, re-runs merged, and
+    base: Results | None = None
+    base_again: Results | None = None
+    pr: Results | None = None
+    # compare-commits: per command ("aa", a level's arm), its results, re-runs merged, and
     # how long the command took.
-    commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commits: dict[str, Results] = field(default_factory=dict)
     commits_s: dict[str, float] = field(default_factory=dict)
 
-    def documents(self) -> list[dict[str, Any]]:
-        """Every document of the repeat: the per-case paths' (same-process first), then the
-        commands'."""
+    def documents(self) -> list[Results]:
+        """Every run's results of the repeat: the per-case paths' (same-process first), then
+        the commands'."""
         docs = [self.same_process, self.base, self.base_again, self.pr, *self.commits.values()]
         return [d for d in docs if d is not None]
 
@@ -252,7 +251,7 @@ class Pilot:
         return {c.name: self.engine_ns[c.name] for c in self.specs}
 
 
-def run_pilot(plan: Plan, run: Callable[[RunConfig], dict[str, Any]],
+def run_pilot(plan: Plan, run: Callable[[RunConfig], Results],
               on_status: Callable[[str], None], notes: list[str]) -> Pilot:
     """Measure each case's engine time per Run and size the arms from it; a case the engine
     did not run is left out with a note, and none run is an error."""
@@ -265,14 +264,14 @@ def run_pilot(plan: Plan, run: Callable[[RunConfig], dict[str, Any]],
     on_status(f"pilot: measuring the engine's time per Run on {len(plan.cases)} case(s)")
     pilot = run(base_config)
     engine_ns = engine_times(pilot, BASE_ARM)
-    for name, case in pilot.get("cases", {}).items():
+    for name, case in pilot.cases.items():
         if name not in engine_ns:
-            notes.append(f"{name} left out: the engine did not run it ({case.get('error')})")
+            notes.append(f"{name} left out: the engine did not run it ({case.error})")
     specs = [c for c in plan.cases if c.name in engine_ns]
     if not specs:
         raise EpbenchError("the engine ran none of the cases in the pilot, so there is nothing "
                            "to validate with; check `epbench run --arm engine` on them first")
-    nodes = {name: _nodes(pilot["cases"][name]) for name in engine_ns}
+    nodes = {name: _nodes(pilot.cases[name]) for name in engine_ns}
     same_arms = {c.name: tuple(parse_arm(s) for s in arm_specs(engine_ns[c.name], nodes[c.name],
                                                                plan.levels))
                  for c in specs}
@@ -288,7 +287,7 @@ class Outcome:
     """What the repeats left: the finished repeats, the position test's run, how it ended."""
 
     repeats: list[Repeat] = field(default_factory=list)
-    fixed_doc: dict[str, Any] | None = None
+    fixed_doc: Results | None = None
     interrupted: bool = False
     # The error that ended a later repeat (a build that could not be copied, a load that
     # died): the finished repeats are still reported, and the command then fails with it.
@@ -301,7 +300,7 @@ class Execution:
     ``runs_dir`` as it ends, counted in ``runs`` (the pilot is run 1)."""
 
     def __init__(self, plan: Plan, pilot: Pilot, *, settings: cmp.Settings,
-                 run: Callable[[RunConfig], dict[str, Any]], clock: Callable[[], float],
+                 run: Callable[[RunConfig], Results], clock: Callable[[], float],
                  on_status: Callable[[str], None],
                  load_factory: Callable[[str, int], AbstractContextManager[BackgroundLoad]],
                  runs_dir: str | Path | None, notes: list[str]) -> None:
@@ -312,26 +311,26 @@ class Execution:
                                 sessions=plan.sessions)
         self.runs = 1
 
-    def keep(self, doc: dict[str, Any], number: int, load: str, label: str) -> str:
+    def keep(self, doc: Results, number: int, load: str, label: str) -> str:
         """Write ``doc`` into runs_dir as NNNN-LOAD-LABEL.json; what to say of where it is."""
         if self.runs_dir is None:
             return ""
         path = Path(self.runs_dir) / f"{number:04d}-{load}-{label}.json"
         # An error, not a traceback: validate then reports the repeats finished before.
-        write_or_fail(write_results, path, doc, f"keep run {number} in",
+        write_or_fail(write_results, path, doc.to_dict(), f"keep run {number} in",
                       "rerun validate with another --out (a rerun into this one empties "
                       "its runs folder)")
         return f"; the run is kept in {path}"
 
-    def command(self, config: RunConfig, number: int, load: str, label: str) -> dict[str, Any]:
+    def command(self, config: RunConfig, number: int, load: str, label: str) -> Results:
         """compare-commits' first pass and re-runs, judged as it judges them in CI (no
         profile), to its default deadline counted from the first pass's start. Each run is
-        kept as it ends (a re-run as LABEL-rerunN); the caller keeps the merged document
+        kept as it ends (a re-run as LABEL-rerunN); the caller keeps the merged results
         in the first pass's place."""
         began = self.clock()
         doc = self.run(config)
         self.keep(doc, number, load, label)
-        if doc.get("interrupted"):
+        if doc.interrupted:
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
 
@@ -347,16 +346,18 @@ class Execution:
             done += 1
             extra = self.run(rerun_config)
             self.keep(extra, self.runs, load, f"{label}-rerun{done}")
-            return Results.from_dict(extra, source="a compare-commits re-run")
+            return extra
 
         merged, _, _ = rerun_ambiguous(
-            Results.from_dict(doc, source="a compare-commits run"), config, judge,
-            budget_s=None, started_at=began, first_pass_s=self.clock() - began,
-            runner=rerun, clock=self.clock, on_status=self.on_status)
-        return merged.to_dict()
+            doc, config, judge, budget_s=None, started_at=began,
+            first_pass_s=self.clock() - began, runner=rerun, clock=self.clock,
+            on_status=self.on_status)
+        return merged
 
     def measure(self, config: RunConfig, load: str, seed: int, label: str,
-                whole_command: bool = False) -> dict[str, Any]:
+                whole_command: bool = False) -> Results | None:
+        """One run (with ``whole_command``, one compare-commits command) under ``load``,
+        kept; None when a Ctrl-C outside the runner's rounds lost it."""
         self.runs += 1
         number = self.runs
         # The load runs only while this run measures (with ``whole_command``, while
@@ -369,7 +370,7 @@ class Execution:
             # The runner makes a Ctrl-C between rounds an interrupted document; one that
             # lands elsewhere (a load or a worker starting) loses this run, not the
             # finished repeats (seen: a Ctrl-C as repeat 4 began lost the report of 3).
-            return {"interrupted": True}
+            return None
         kept = self.keep(doc, number, load, label)
         died = background.died
         if died:
@@ -401,7 +402,7 @@ class Execution:
                         # The PR side twins its own first arm, as `run --aa-twin` on a PR would.
                         ("pr", lambda name: builds.pr_side(pilot.pr_arms[name]),
                          level_arm(plan.levels[0]) if plan.aa_twin else None, 3)]
-        docs: dict[str, list[dict[str, Any]]] = {key: [] for key, *_ in runs_of}
+        docs: dict[str, list[Results]] = {key: [] for key, *_ in runs_of}
         for offset, spec in enumerate(pilot.specs if runs_of else ()):
             self.on_status(f"{load} load, repeat {index + 1}: {spec.name}")
             s = seed + 10 * offset
@@ -410,7 +411,7 @@ class Execution:
                     self.measured, cases=(spec,), arms=arms(spec.name), aa_twin=twin,
                     seed=s + extra,
                 ), load, s + extra, run_label(index, spec.name, key))
-                if doc.get("interrupted"):
+                if doc is None or doc.interrupted:
                     return None
                 docs[key].append(doc)
         merged = {key: merge_docs(found) for key, found in docs.items()}
@@ -426,14 +427,15 @@ class Execution:
                     aa_twin=twin_a,
                     seed=s, instructions=plan.commit_instructions,
                 ), load, s, f"r{index + 1}-commits-{what}", whole_command=True)
-                if doc.get("interrupted"):
+                if doc is None or doc.interrupted:
                     return None
                 rep.commits[what] = doc
                 rep.commits_s[what] = self.clock() - began
         return rep
 
-    def position_run(self) -> dict[str, Any]:
-        """The A/A run in a fixed arm order (``ort``, ``a``, ``a2`` every round)."""
+    def position_run(self) -> Results | None:
+        """The A/A run in a fixed arm order (``ort``, ``a``, ``a2`` every round); None when
+        a Ctrl-C lost it."""
         plan = self.plan
         # a2 its own build, as in the counterbalanced runs it is set against.
         with tempfile.TemporaryDirectory(prefix="epbench-validate-builds-") as folder:
@@ -502,10 +504,10 @@ class Execution:
                     and SAME_PROCESS in plan.paths):
                 # Right after the first unloaded repeat, so the budget cannot squeeze it out.
                 self.on_status("position test: A/A in a fixed arm order")
-                out.fixed_doc = self.position_run()
-                if out.fixed_doc.get("interrupted"):
+                fixed = self.position_run()
+                if fixed is None or fixed.interrupted:
                     out.interrupted = True
-                    out.fixed_doc = None
                     self.notes.append(INTERRUPTED_NOTE)
                     break
+                out.fixed_doc = fixed
         return out.interrupted
