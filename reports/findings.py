@@ -253,10 +253,11 @@ def speed_warning(rows: Sequence[CaseRow]) -> str | None:
     return (f"the ORT control took more than {defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run "
             f"in one run than in the other on {named(moved)}: the machine ran at another "
             "speed (or the runs differ in host or threads), which the double ratio cancels "
-            "only for a case that slows exactly as the control does, so those cases are ❔ "
-            "unless their interval clears the threshold by more than the allowance their "
-            "shift gives, which grows with it (a smaller regression fails no --fail-on "
-            f"level); {BACK_TO_BACK}, or compare arms of one run (`compare-commits`)")
+            "only for a case that slows exactly as the control does, so a ⚠️, 🔴 or 🟢 among "
+            "them is ❔ unless its interval clears the threshold by more than the allowance "
+            "its shift gives, which grows with it, and a ✅ is ❔ unless its interval widened "
+            "by it lies within the threshold (a smaller regression fails no --fail-on level); "
+            f"{BACK_TO_BACK}, or compare arms of one run (`compare-commits`)")
 
 
 def instructions_change(base: Side, pr: Side, case: str) -> float | None:

@@ -427,7 +427,7 @@ def test_two_runs_at_speeds_too_far_apart_are_inconclusive_whatever_they_show(fa
     assert (f"relu_d10_w8 (the {slower} run's control {longer:.1%} longer: allowance "
             f"{speed_allowance(shift):.1%})") in warning
     assert "more than 5% longer a Run" in warning
-    assert "by more than the allowance their shift gives, which grows with it" in warning
+    assert "by more than the allowance its shift gives, which grows with it" in warning
     assert warning == result["warnings"][0]
     assert render.overall_sentence(typed(result)) == (
         "4 could not be decided (4 as the two runs' controls ran at different speeds: rerun "
