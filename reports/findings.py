@@ -152,8 +152,8 @@ def longer_run(shift: float | None) -> tuple[str, float] | None:
 
 def speed_allowance(shift: float | None) -> float:
     """How far a change of machine speed between two runs may have moved a case's change
-    (a 95 %/95 % tolerance bound, defaults.SPEED_SHIFT_VARIANCE): 0 up to
-    CONTROL_SHIFT_LIMIT, then growing with |log(1 + shift)|, continuous at the limit."""
+    (defaults.SPEED_SHIFT_JUMP, SPEED_SHIFT_VARIANCE): 0 up to CONTROL_SHIFT_LIMIT, then
+    a jump (a change of speed state moves a case at once), growing with |log(1 + shift)|."""
     longer = longer_run(shift)
     if longer is None:
         return 0.0
@@ -162,7 +162,8 @@ def speed_allowance(shift: float | None) -> float:
     if beyond <= 0.0:
         return 0.0
     z = NormalDist().inv_cdf((1.0 + defaults.SPEED_ALLOWANCE_COVER) / 2.0)
-    return z * math.sqrt(defaults.SPEED_SHIFT_VARIANCE * beyond)
+    return z * math.sqrt(defaults.SPEED_SHIFT_JUMP
+                         + defaults.SPEED_SHIFT_VARIANCE * beyond)
 
 
 def beyond_speed_limit(shift: float | None) -> bool:
@@ -193,9 +194,9 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     shift gives (speed_allowance, growing with the shift): a ⚠️/🔴 (🟢) stands only when
     its whole interval clears the threshold by more than that (an alert when its change
     less that is still one), a ✅ only when its interval widened by it still lies within
-    ±t; the rest are ❔. Just beyond the limit the allowance is near 0, so the verdicts
-    change little there (no step). The warning (speed_warning) explains; a reason says
-    what it would be and the allowance.
+    ±t; the rest are ❔. Just beyond the limit the allowance already jumps to its
+    SPEED_SHIFT_JUMP part (a change of speed state moves a case at once). The warning
+    (speed_warning) explains; a reason says what it would be and the allowance.
     """
     if not beyond_speed_limit(shift) or j.verdict in ("failed", "not_comparable"):
         return j
