@@ -116,6 +116,18 @@ def test_a_refit_from_the_archived_pairs_gives_the_constants(archived_series):
     assert fit["covered"] == {VM_G: (46, 48), VM_H: (34, 34)}
 
 
+def test_a_negative_fitted_slope_gives_no_negative_constant():
+    # A series whose excess variance falls with the shift, exactly: c0 0.0006, a -0.002,
+    # no residual, so the slope's upper bound is below 0 and is held at 0.
+    x_limit = math.log1p(LIMIT)
+    pairs = [(0.0, 0.01), (0.0, -0.01)] + [
+        (x_limit + u, math.sqrt(0.0001 + 0.0006 - 0.002 * u)) for u in (0.1, 0.2, 0.3)]
+    fit = _speed_shift_module().fit_allowance([("h", pairs)])
+    assert fit["a"] == pytest.approx(-0.002) and fit["slope"] == 0.0
+    assert fit["jump"] == pytest.approx(0.0006)
+    assert fit["covered"] == {"h": (3, 3)}
+
+
 def test_the_shipped_allowance_covers_95_percent_of_each_hosts_pairs(archived_series):
     # The allowance compare uses, with each series' own noise within the limit added back
     # (what the comparison's interval stands for): every host's pairs beyond the limit.
