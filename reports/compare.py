@@ -6,8 +6,9 @@ Two shapes of input:
 - two runs (`compare BASE.json PR.json`): the change is the double ratio
   (PR / its in-run control) / (base / its in-run control), so machine speed cancels,
   within limits: a case whose runs' controls ran more than CONTROL_SHIFT_LIMIT apart
-  is ❔ unless its interval clears the threshold by more than SPEED_CHANGE_ALLOWANCE
-  (a machine's speed does not change every case's time alike).
+  is ❔ unless its interval clears the threshold by more than the allowance its shift
+  gives (findings.speed_allowance, growing with the shift: a machine's speed does not
+  change every case's time alike).
 
 Per case the threshold is t = max(floor, k x noise), noise from the host's
 calibration profile and the run's A/A twin (k x the twin's standard error; the
@@ -24,7 +25,7 @@ across the grid (judge_grid):
   ✅ no change    the whole CI lies within +-t
   ❔ inconclusive anything else (the CI straddles a threshold); between two runs, a
                  case whose runs' controls ran too far apart in speed, unless its
-                 interval clears the threshold by SPEED_CHANGE_ALLOWANCE
+                 interval clears the threshold by the allowance its shift gives
   ❌ failed       the PR side failed, crashed or did not verify
   ➖ not comparable  the base side failed, or too few rounds on a side
 

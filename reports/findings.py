@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
 
 from epbench.core.model import Case, changed_counters
 from epbench.core.numbers import median
@@ -54,9 +55,9 @@ def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> J
 
 def flag_bar(t: float, shift: float | None, within_only: bool, settings: Settings) -> float:
     """The threshold a slowdown's interval had to clear to be flagged: t, plus the
-    speed-change allowance across a change of speed (across_speed_change), at least
+    speed-change allowance the shift gave (speed_allowance, 0 within the limit), at least
     twice the floor when the intervals cover within-run noise only (within_run_only)."""
-    bar = t + defaults.SPEED_CHANGE_ALLOWANCE if beyond_speed_limit(shift) else t
+    bar = t + speed_allowance(shift)
     return max(bar, 2.0 * settings.floor) if within_only else bar
 
 
@@ -149,6 +150,22 @@ def longer_run(shift: float | None) -> tuple[str, float] | None:
     return ("PR", float(shift)) if shift >= 0 else ("base", 1.0 / (1.0 + shift) - 1.0)
 
 
+def speed_allowance(shift: float | None) -> float:
+    """How far a change of machine speed between two runs may have moved a case's change
+    (defaults.SPEED_SHIFT_JUMP, SPEED_SHIFT_VARIANCE): 0 up to CONTROL_SHIFT_LIMIT, then
+    a jump (a change of speed state moves a case at once), growing with |log(1 + shift)|."""
+    longer = longer_run(shift)
+    if longer is None:
+        return 0.0
+    # |log(1 + shift)| either way round: log1p of how much longer the slower control took
+    beyond = math.log1p(longer[1]) - math.log1p(defaults.CONTROL_SHIFT_LIMIT)
+    if beyond <= 0.0:
+        return 0.0
+    z = NormalDist().inv_cdf((1.0 + defaults.SPEED_ALLOWANCE_COVER) / 2.0)
+    return z * math.sqrt(defaults.SPEED_SHIFT_JUMP
+                         + defaults.SPEED_SHIFT_VARIANCE * beyond)
+
+
 def beyond_speed_limit(shift: float | None) -> bool:
     """Did one run's control take more than CONTROL_SHIFT_LIMIT longer than the other's?"""
     longer = longer_run(shift)
@@ -173,39 +190,52 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     """``j`` judged again when the two runs' controls ran too far apart in speed.
 
     The double ratio cancels a machine's change of speed only for a case that slows
-    exactly as the control does, so the change may be off by up to about
-    SPEED_CHANGE_ALLOWANCE: a ⚠️/🔴 (🟢) stands only when its whole interval clears the
-    threshold by more than that (an alert when its change less that is still one); the
-    rest are ❔. The warning (speed_warning) explains; a reason says what it would be.
+    exactly as the control does, so the change may be off by up to the allowance the
+    shift gives (speed_allowance, growing with the shift): a ⚠️/🔴 (🟢) stands only when
+    its whole interval clears the threshold by more than that (an alert when its change
+    less that is still one), a ✅ only when its interval widened by it still lies within
+    ±t; the rest are ❔. Just beyond the limit the allowance already jumps to its
+    SPEED_SHIFT_JUMP part (a change of speed state moves a case at once). The warning
+    (speed_warning) explains; a reason says what it would be and the allowance.
     """
     if not beyond_speed_limit(shift) or j.verdict in ("failed", "not_comparable"):
         return j
     assert shift is not None
     moved = _speed_words(shift)
-    allowance = defaults.SPEED_CHANGE_ALLOWANCE
+    allowance = speed_allowance(shift)
     # The interval a flag is shown with (FCR-adjusted when selected) is the one that must
     # clear the allowance, and it stays the one shown, at its level.
     shown = j.shown or change
     c, lo, hi = shown.ratio - 1.0, shown.lo - 1.0, shown.hi - 1.0
     keep = {"shown": j.shown, "level": j.level}
     kept = (f"{j.reason}; {moved}, and the whole interval clears the threshold by more "
-            f"than the {allowance:.0%} such a change was seen to move a case")
+            f"than the {allowance:.1%} such a change may move a case")
     if j.verdict in ("alert", "regression") and lo - allowance > th.t:
         if j.verdict == "alert" and c - allowance < th.alert:
             return Judgement("regression", f"{kept}; a regression, not an alert: the change "
-                             f"less {allowance:.0%}, {c - allowance:.1%}, is below the alert "
+                             f"less {allowance:.1%}, {c - allowance:.1%}, is below the alert "
                              f"level {th.alert:.1%}", j.significant, j.q, **keep)
         return Judgement(j.verdict, kept, j.significant, j.q, held_back=j.held_back, **keep)
     if j.verdict == "improvement" and hi + allowance < -th.t:
         return Judgement(j.verdict, kept, j.significant, j.q, **keep)
+    within = (f"the interval widened by the {allowance:.1%} such a change may move a case "
+              f"lies within ±{th.t:.1%}")
+    if j.verdict == "no_change":
+        if -th.t < lo - allowance and hi + allowance < th.t:
+            return Judgement(j.verdict, f"{j.reason}; {moved}, and {within}", j.significant,
+                             j.q, **keep)
+        return Judgement("inconclusive", f"{c:+.1%} would be {VERDICTS[j.verdict][0]} "
+                         f"({j.reason}), but {moved}, and not {within}; {BACK_TO_BACK}",
+                         j.significant, j.q)
     if j.verdict == "inconclusive":
         reason = j.reason.removesuffix(MORE_ROUNDS)
         return Judgement(j.verdict, f"{reason}; also {moved}: {BACK_TO_BACK}, more rounds "
                          "alone may not settle it", j.significant, j.q)
     return Judgement(
         "inconclusive",
-        f"{c:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but {moved}; "
-        f"{BACK_TO_BACK}", j.significant, j.q,
+        f"{c:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but {moved}, and the "
+        f"interval does not clear the threshold by the {allowance:.1%} such a change may "
+        f"move a case; {BACK_TO_BACK}", j.significant, j.q,
     )
 
 
@@ -218,16 +248,17 @@ def speed_warning(rows: Sequence[CaseRow]) -> str | None:
         if (longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
                 and row.verdict not in ("failed", "not_comparable")):
             moved.append(f"{row.case} (the {longer[0]} run's control {longer[1]:.1%} "
-                         "longer)")
+                         f"longer: allowance {speed_allowance(row.control_shift):.1%})")
     if not moved:
         return None
     return (f"the ORT control took more than {defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run "
             f"in one run than in the other on {named(moved)}: the machine ran at another "
             "speed (or the runs differ in host or threads), which the double ratio cancels "
-            "only for a case that slows exactly as the control does, so those cases are ❔ "
-            f"unless their interval clears the threshold by more than "
-            f"{defaults.SPEED_CHANGE_ALLOWANCE:.0%} (a smaller regression fails no --fail-on "
-            f"level); {BACK_TO_BACK}, or compare arms of one run (`compare-commits`)")
+            "only for a case that slows exactly as the control does, so a ⚠️, 🔴 or 🟢 among "
+            "them is ❔ unless its interval clears the threshold by more than the allowance "
+            "its shift gives, which grows with it, and a ✅ is ❔ unless its interval widened "
+            "by it lies within the threshold (a smaller regression fails no --fail-on level); "
+            f"{BACK_TO_BACK}, or compare arms of one run (`compare-commits`)")
 
 
 def instructions_change(base: Side, pr: Side, case: str) -> float | None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from epbench.reports import defaults, nested, stats
-from epbench.reports.findings import flag_bar
+from epbench.reports.findings import flag_bar, speed_allowance
 from epbench.reports.verdicts import (
     GridSamples,
     Settings,
@@ -118,7 +118,9 @@ def test_the_bar_a_flag_clears_follows_the_run_rules() -> None:
     settings = Settings()
     assert flag_bar(0.015, None, False, settings) == 0.015
     assert flag_bar(0.015, 0.01, False, settings) == 0.015  # within the speed limit
-    assert flag_bar(0.015, 0.2, False, settings) == pytest.approx(
-        0.015 + defaults.SPEED_CHANGE_ALLOWANCE)
+    # Across a change of speed, the allowance that shift gave (test_speed_allowance pins it).
+    assert flag_bar(0.015, 0.2, False, settings) == pytest.approx(0.015 + speed_allowance(0.2))
+    assert flag_bar(0.015, 0.2, False, settings) > flag_bar(0.015, 0.06, False, settings) > (
+        0.015)
     assert flag_bar(0.015, None, True, settings) == pytest.approx(2.0 * settings.floor)
     assert flag_bar(0.03, None, True, settings) == 0.03

@@ -35,6 +35,7 @@ from epbench.harness.load import BackgroundLoad
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.reports.comparison import BetweenRuns, CounterChange
+from epbench.reports.findings import speed_allowance
 from epbench.reports.render import to_json
 from epbench.reports.verdicts import Settings
 from epbench.workflows import validate as val
@@ -377,7 +378,9 @@ def test_separate_runs_at_different_machine_speeds_are_summed_up_in_one_note():
         "separate-runs, none load, without profile: the two runs' ORT controls took more "
         "than 5% longer a Run in one than in the other in 6 of 12 case comparisons: the "
         "machine changed speed between runs, so those were ❔ unless their interval cleared "
-        "the threshold by more than 7% (`compare`'s rule for two runs)"]
+        "the threshold by more than the allowance their shift gave (`compare`'s rule for "
+        f"two runs: {speed_allowance(0.1):.1%} at a control 10% longer, "
+        f"{speed_allowance(0.5):.1%} at 50%)"]
     same_speed = FakeRunner().validate(small(max_repeats=2, paths=(vplan.SEPARATE_RUNS,),
                                              levels=(0.10,)))
     assert not [n for n in same_speed["notes"] if "longer a Run" in n]

@@ -16,7 +16,12 @@ from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
 from epbench.reports import defaults as verdict_defaults
 from epbench.reports.comparison import CounterChange, JsonValue, Profile
-from epbench.reports.findings import DRIFT_CANCELS, DRIFT_MAY_NOT_CANCEL, beyond_speed_limit
+from epbench.reports.findings import (
+    DRIFT_CANCELS,
+    DRIFT_MAY_NOT_CANCEL,
+    beyond_speed_limit,
+    speed_allowance,
+)
 from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
     API_CALLS,
@@ -305,7 +310,9 @@ def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
             f"{verdict_defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run in one than in the other in "
             f"{seen.moved} of {seen.judged} case comparisons: the machine changed speed between "
             "runs, so those were ❔ unless their interval cleared the threshold by more than "
-            f"{verdict_defaults.SPEED_CHANGE_ALLOWANCE:.0%} (`compare`'s rule for two runs)")
+            "the allowance their shift gave (`compare`'s rule for two runs: "
+            f"{speed_allowance(0.1):.1%} at a control 10% longer, "
+            f"{speed_allowance(0.5):.1%} at 50%)")
 
 
 def _case_result(seen: _Seen, n: str, engine_ns: float,
