@@ -43,7 +43,7 @@ from dataclasses import replace
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
-from epbench.reports import defaults, nested, stats
+from epbench.reports import nested, stats
 from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
 from epbench.reports.comparison import (
     SEVERITY,
@@ -62,7 +62,6 @@ from epbench.reports.comparison import (
 )
 from epbench.reports.families import family_changes
 from epbench.reports.findings import (
-    WITHIN_ONLY_WARNING,
     across_speed_change,
     cannot_catch,
     control_shift,
@@ -75,12 +74,14 @@ from epbench.reports.findings import (
     speed_warning,
     target_warnings,
     twin_over_target,
+    within_only_warning,
     within_run_only,
 )
 from epbench.reports.run_noise import between_run_variance, twin_noise, with_twin
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
+    default_threshold_text,
     grid_detectable,
     judge_samples,
     overall_verdict,
@@ -264,9 +265,8 @@ def compare(
     if profile is None and not has_twin:
         warnings.append(
             "no calibration profile for this host and no A/A twin in the run: every threshold "
-            f"is the conservative default max({settings.floor:.0%}, {settings.k:g} x "
-            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); run with --aa-twin ARM, or `epbench "
-            "calibrate`, to judge against measured noise"
+            f"is the conservative default {default_threshold_text(settings)}; run with "
+            "--aa-twin ARM, or `epbench calibrate`, to judge against measured noise"
         )
 
     for side in (base, pr) if not same_run else (pr,):
@@ -342,7 +342,7 @@ def compare(
         between, between_source = between_run_variance(profile, base, pr, measurable, settings,
                                                        medians)
         if between is None:
-            warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
+            warnings.append(within_only_warning(settings))
     extra = [v + (between or 0.0) for v in twins.extra]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
                        extra_variance=extra,
