@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
-from epbench.reports import defaults, nested, stats
+from epbench.reports import nested, stats
 from epbench.reports.calibrate import default_profile_path, load_profile, profile_noise
 from epbench.reports.comparison import (
     SEVERITY,
@@ -63,7 +63,6 @@ from epbench.reports.comparison import (
 )
 from epbench.reports.families import family_changes
 from epbench.reports.findings import (
-    WITHIN_ONLY_WARNING,
     across_speed_change,
     cannot_catch,
     control_shift,
@@ -76,12 +75,14 @@ from epbench.reports.findings import (
     speed_warning,
     target_warnings,
     twin_over_target,
+    within_only_warning,
     within_run_only,
 )
 from epbench.reports.run_noise import between_run_variance, twin_noise, with_twin
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
+    default_threshold_text,
     grid_detectable,
     judge_samples,
     overall_verdict,
@@ -125,35 +126,49 @@ def compare_files(
     profile, and compare. Raises CompareError with a remedy for any unusable input."""
     from pathlib import Path
 
-
     if not 1 <= len(paths) <= 2:
         raise CompareError("compare takes one results file (with --base/--pr) or two (BASE PR)")
     if arm and (base_arm or pr_arm):
         raise CompareError("give either --arm or --base/--pr, not both")
-    warnings: list[str] = []
     if len(paths) == 1:
-        if not (base_arm and pr_arm):
-            raise CompareError(
-                "one results file needs both arms: epbench compare RUN.json --base ARM --pr ARM"
-            )
-        doc = load_results(paths[0])
-        base, pr = Side("base", doc, base_arm, paths[0]), Side("pr", doc, pr_arm, paths[0])
-    else:
-        base_doc, pr_doc = load_results(paths[0]), load_results(paths[1])
-        if arm:
-            _require_arm(base_doc, arm, "base", "--arm")
-            _require_arm(pr_doc, arm, "pr", "--arm")
-        chosen = choose_arms(base_doc, pr_doc, base_arm or arm, pr_arm or arm)
-        base = Side("base", base_doc, chosen[0], paths[0])
-        pr = Side("pr", pr_doc, chosen[1], paths[1])
-        if Path(paths[0]).resolve() == Path(paths[1]).resolve() or base_doc == pr_doc:
-            warnings.append(
-                "base and PR are the same results: every change is exactly 0 by construction, "
-                "so this says nothing about noise or regressions; compare two runs"
-            )
+        return compare_run(paths[0], base_arm=base_arm, pr_arm=pr_arm, settings=settings,
+                           profile_path=profile_path)[1]
+    warnings: list[str] = []
+    base_doc, pr_doc = load_results(paths[0]), load_results(paths[1])
+    if arm:
+        _require_arm(base_doc, arm, "base", "--arm")
+        _require_arm(pr_doc, arm, "pr", "--arm")
+    chosen = choose_arms(base_doc, pr_doc, base_arm or arm, pr_arm or arm)
+    base = Side("base", base_doc, chosen[0], paths[0])
+    pr = Side("pr", pr_doc, chosen[1], paths[1])
+    if Path(paths[0]).resolve() == Path(paths[1]).resolve() or base_doc == pr_doc:
+        warnings.append(
+            "base and PR are the same results: every change is exactly 0 by construction, "
+            "so this says nothing about noise or regressions; compare two runs"
+        )
     profile = load_profile_for(base.host_key, profile_path)
     comparison = compare(base, pr, settings=settings, profile=profile)
     return replace(comparison, warnings=(*warnings, *comparison.warnings))
+
+
+def compare_run(
+    path: str,
+    *,
+    base_arm: str | None,
+    pr_arm: str | None,
+    settings: Settings | None = None,
+    profile_path: str | None = None,
+) -> tuple[Results, Comparison]:
+    """One results file, two of its arms: the run (read once) and its comparison, for
+    `compare RUN.json --base ARM --pr ARM` and its --out-dir (reports.outputs)."""
+    if not (base_arm and pr_arm):
+        raise CompareError(
+            "one results file needs both arms: epbench compare RUN.json --base ARM --pr ARM"
+        )
+    doc = load_results(path)
+    base, pr = Side("base", doc, base_arm, path), Side("pr", doc, pr_arm, path)
+    profile = load_profile_for(base.host_key, profile_path)
+    return doc, compare(base, pr, settings=settings, profile=profile)
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:
@@ -251,9 +266,8 @@ def compare(
     if profile is None and not has_twin:
         warnings.append(
             "no calibration profile for this host and no A/A twin in the run: every threshold "
-            f"is the conservative default max({settings.floor:.0%}, {settings.k:g} x "
-            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); run with --aa-twin ARM, or `epbench "
-            "calibrate`, to judge against measured noise"
+            f"is the conservative default {default_threshold_text(settings)}; run with "
+            "--aa-twin ARM, or `epbench calibrate`, to judge against measured noise"
         )
 
     for side in (base, pr) if not same_run else (pr,):
@@ -329,7 +343,7 @@ def compare(
         between, between_source = between_run_variance(profile, base, pr, measurable, settings,
                                                        medians)
         if between is None:
-            warnings.append(WITHIN_ONLY_WARNING.format(cap=2.0 * settings.floor))
+            warnings.append(within_only_warning(settings))
     extra = [v + (between or 0.0) for v in twins.extra]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
                        extra_variance=extra,

@@ -21,6 +21,7 @@ from epbench.reports.comparison import (
     Side,
 )
 from epbench.reports.findings import beyond_speed_limit, named
+from epbench.reports.formats import format_share
 from epbench.reports.summary import family_members
 
 if TYPE_CHECKING:
@@ -125,5 +126,5 @@ def _family_finding(slope: FitChange, icept: FitChange, t: float) -> str:
         else:
             # Stated as a finding only when the whole interval is beyond the threshold.
             parts.append(f"{what}: no change resolved ({change:+.1%}, "
-                         f"[{lo:+.1%}, {hi:+.1%}] against ±{t:.1%})")
+                         f"[{lo:+.1%}, {hi:+.1%}] against ±{format_share(t)})")
     return "; ".join(parts)

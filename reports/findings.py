@@ -22,32 +22,43 @@ from epbench.reports.comparison import (
     CounterChange,
     Side,
 )
+from epbench.reports.formats import format_share
 from epbench.reports.summary import DRIFT_MEANING, family_of
-from epbench.reports.verdicts import Judgement, Settings, Threshold
+from epbench.reports.verdicts import Judgement, Settings, Threshold, default_threshold_text
 
-# Two runs with no estimate of what runs differ by (between_run_variance is None).
-WITHIN_ONLY_WARNING = (
-    "no estimate of how much two runs differ beyond their processes (no calibration "
-    "profile with separate-run A/A repeats, no arm measured in both runs): the intervals "
-    "cover within-run noise only, so a ⚠️, 🔴 or 🟢 whose interval does not clear {cap:.1%} "
-    "is ❔; "
-    "run `epbench calibrate --repeats 2` or more on this host, or compare both commits in "
-    "one run (`compare-commits`)")
+# Two runs with no estimate of what runs differ by (between_run_variance is None): a flag
+# must clear this many times the floor.
+WITHIN_ONLY_FLOORS = 2.0
 
+
+def within_only_cap(settings: Settings) -> float:
+    """What a flag's whole interval must clear when two runs' intervals cover within-run
+    noise only (within_run_only, flag_bar, within_only_warning)."""
+    return WITHIN_ONLY_FLOORS * settings.floor
+
+
+def within_only_warning(settings: Settings) -> str:
+    """compare's warning for two runs with no estimate of what runs differ by."""
+    return ("no estimate of how much two runs differ beyond their processes (no calibration "
+            "profile with separate-run A/A repeats, no arm measured in both runs): the "
+            "intervals cover within-run noise only, so a ⚠️, 🔴 or 🟢 whose interval does not "
+            f"clear {format_share(within_only_cap(settings))} is ❔; run `epbench calibrate "
+            "--repeats 2` or more on this host, or compare both commits in one run "
+            "(`compare-commits`)")
 
 
 def within_run_only(j: Judgement, change: stats.Change, settings: Settings) -> Judgement:
     """``j`` judged again when two runs' intervals cover within-run noise only: a ⚠️/🔴
     (🟢) stands only when its whole interval clears twice the floor, else ❔. Monotone:
     the interval's bound grows with the change."""
-    cap = 2.0 * settings.floor
+    cap = within_only_cap(settings)
     lo, hi = change.lo - 1.0, change.hi - 1.0
     if j.verdict in ("alert", "regression") and lo < cap or (
             j.verdict == "improvement" and hi > -cap):
         return Judgement(
             "inconclusive",
             f"{change.ratio - 1.0:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but "
-            f"the interval covers within-run noise only and does not clear {cap:.1%}; "
+            f"the interval covers within-run noise only and does not clear {format_share(cap)}; "
             "calibrate this host or compare both commits in one run", j.significant, j.q,
             j.shown, j.level)
     return j
@@ -58,7 +69,7 @@ def flag_bar(t: float, shift: float | None, within_only: bool, settings: Setting
     speed-change allowance the shift gave (speed_allowance, 0 within the limit), at least
     twice the floor when the intervals cover within-run noise only (within_run_only)."""
     bar = t + speed_allowance(shift)
-    return max(bar, 2.0 * settings.floor) if within_only else bar
+    return max(bar, within_only_cap(settings)) if within_only else bar
 
 
 def twin_over_target(j: Judgement, twin_change: float | None,
@@ -214,7 +225,7 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
         if j.verdict == "alert" and c - allowance < th.alert:
             return Judgement("regression", f"{kept}; a regression, not an alert: the change "
                              f"less {allowance:.1%}, {c - allowance:.1%}, is below the alert "
-                             f"level {th.alert:.1%}", j.significant, j.q, **keep)
+                             f"level {format_share(th.alert)}", j.significant, j.q, **keep)
         return Judgement(j.verdict, kept, j.significant, j.q, held_back=j.held_back, **keep)
     if j.verdict == "improvement" and hi + allowance < -th.t:
         return Judgement(j.verdict, kept, j.significant, j.q, **keep)
@@ -245,7 +256,7 @@ def speed_warning(rows: Sequence[CaseRow]) -> str | None:
     moved = []
     for row in rows:
         longer = longer_run(row.control_shift)
-        if (longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
+        if (beyond_speed_limit(row.control_shift) and longer is not None
                 and row.verdict not in ("failed", "not_comparable")):
             moved.append(f"{row.case} (the {longer[0]} run's control {longer[1]:.1%} "
                          f"longer: allowance {speed_allowance(row.control_shift):.1%})")
@@ -395,7 +406,7 @@ def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[st
     return terms
 
 
-def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
+def noise_used(profile: bool, twin: bool, settings: Settings) -> str:
     """Where a comparison's thresholds came from, as words."""
     if profile and twin:
         return "the larger of this host's calibration profile and the run's own A/A twin"
@@ -403,11 +414,10 @@ def noise_used(profile: bool, twin: bool, floor: float, k: float) -> str:
         return "this host's calibration profile"
     if twin:
         return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
-                f"{k:g} × the standard error of its change)")
+                f"{settings.k:g} × the standard error of its change)")
     return ("no measurement (no calibration profile, no A/A twin), so t is the "
-            f"conservative default max({floor:.0%}, {k:g} × "
-            f"{defaults.NOISE_WITHOUT_PROFILE:.0%}); `--aa-twin ARM` or `epbench calibrate` "
-            "measures it")
+            f"conservative default {default_threshold_text(settings)}; `--aa-twin ARM` or "
+            "`epbench calibrate` measures it")
 
 
 def cannot_catch(
@@ -432,7 +442,7 @@ def cannot_catch(
     judged = [r.threshold for r in rows if math.isfinite(r.threshold)]
     span = detectable_span([r.detectable for r in rows])
     if judged:
-        lo, hi = f"{min(judged):.1%}", f"{max(judged):.1%}"
+        lo, hi = format_share(min(judged)), format_share(max(judged))
         thresholds = lo if lo == hi else f"{lo} to {hi}"
         widened = widened_by(unmodelled_sd, between_sd)
         if span is None:
@@ -440,13 +450,13 @@ def cannot_catch(
         else:
             mid, worst, n = span
             caught = (f"A slowdown smaller than a case's detectable change can pass as ✅: "
-                      f"this run could catch ≥ {mid:.1%} in the median of its {n} judged "
-                      f"case(s) and ≥ {worst:.1%} in the worst, with "
+                      f"this run could catch ≥ {format_share(mid)} in the median of its "
+                      f"{n} judged case(s) and ≥ {format_share(worst)} in the worst, with "
                       f"{defaults.DETECT_POWER:.0%} probability, each from its own interval "
                       "width and threshold")
         notes.append(
             f"{caught}. The thresholds ({thresholds} here) came from "
-            f"{noise_used(profile, twin, settings.floor, settings.k)}"
+            f"{noise_used(profile, twin, settings)}"
             + (f"; the standard errors include {' and '.join(widened)}" if widened else "")
             + ". Such small regressions compound over many PRs, so compare against an "
             "older base now and then."

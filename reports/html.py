@@ -25,7 +25,7 @@ from epbench.core.errors import EpbenchError
 from epbench.core.model import Case, Results
 from epbench.core.results import atomic_write_text, load_results, parse_json, schema_version
 from epbench.reports import compare as cmp
-from epbench.reports import defaults, plots, render, stats
+from epbench.reports import plots, render, stats
 from epbench.reports.comparison import SCHEMA, VERDICTS, Comparison, JsonValue, Side
 from epbench.reports.render import Document
 from epbench.reports.summary import family_of, gate_rounds, summarize
@@ -311,7 +311,6 @@ def comparison_context(comparison: Comparison) -> dict[str, object]:
         "catch_sentence": render.detectable_sentence(comparison),
         "m": render.method_context(comparison),
         "confidence_pct": render.confidence_pct(comparison),
-        "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": render.rounds_text(comparison),
         "tested": render.tested_count(comparison),
         "drift": _markup_code(render.comparison_drift(comparison, _CODE)),
@@ -510,7 +509,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         ns=render.format_ns, pct=render.format_pct, share=render.format_share,
         ci=render.format_ci, count=render.format_count, dash=_dash, ratio=_ratio_text,
-        stopped_waiting=render.gate_waiting_text, verdict_mark=verdict_mark,
+        gate=render.gate_text, verdict_mark=verdict_mark,
         with_marks=with_marks, catch=render.format_detectable,
     )
     return env

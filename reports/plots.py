@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from epbench.reports.render import format_ns, format_pct
+from epbench.reports.render import format_ns, format_pct, gate_threshold_text
 
 # verdict -> (colour, marker). The colours are the verdict emoji's (🔴 red, ⚠️ amber,
 # 🟢 green, ✅ a paler green, ❔/➖ greys, ❌ dark red); the markers point the way the
@@ -361,7 +361,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
         top.plot([], [], color=UNQUIET_COLOUR, alpha=0.35, linewidth=6, label="unquiet round")
     if threshold is not None:
         top.axhline(threshold * 100.0, color="#333333", linestyle="--", linewidth=0.8,
-                    label=f"gate threshold {threshold:.0%}")
+                    label=f"idle gate: {gate_threshold_text(threshold)}")
     low = np.nanmin(np.concatenate([before, during, [100.0]]))
     # Below 0 and above 100 a little, so readings of exactly 0 % or 100 % are not hidden
     # behind the axis lines.

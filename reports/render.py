@@ -28,8 +28,10 @@ from epbench.reports.comparison import (
     json_text,
 )
 from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
+from epbench.reports.formats import format_share
 from epbench.reports.sticky import STICKY_MARKER
 from epbench.reports.summary import DRIFT_MEANING, worst_drift
+from epbench.reports.verdicts import alert_rule_text, threshold_rule_text
 
 if TYPE_CHECKING:
     import jinja2
@@ -72,13 +74,6 @@ def format_pct(change: float | None, digits: int = 1) -> str:
     return f"{value:+.{digits}f}%"
 
 
-def format_share(value: float | None, digits: int = 1) -> str:
-    """A fraction that has no direction (a threshold, a steal share): 2.3%."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value * 100:.{digits}f}%"
-
-
 def format_detectable(value: float | None) -> str:
     """A case's detectable change as the table shows it: ≥ 2.3%."""
     if value is None or not math.isfinite(value):
@@ -106,14 +101,11 @@ def method_context(comparison: Comparison) -> dict[str, object]:
     sds = [t.unmodelled_sd for t in twins if t.unmodelled_sd is not None]
     # compare() adds the mean of the sides' tau^2 (run_noise.twin_noise).
     tau = math.sqrt(sum(sd * sd for sd in sds) / len(sds)) if sds else None
-    alert = (f"{format_share(settings.alert)} (or t, where t is larger)"
-             if settings.alert else f"{defaults.ALERT_FACTOR:g}t")
     between = comparison.between_runs
     return {
-        "floor": settings.floor, "k": f"{settings.k:g}", "fdr": settings.fdr,
-        "noise_from": noise_used(comparison.profile is not None, bool(twins),
-                                 settings.floor, settings.k),
-        "alert": alert,
+        "threshold_rule": threshold_rule_text(settings), "fdr": settings.fdr,
+        "noise_from": noise_used(comparison.profile is not None, bool(twins), settings),
+        "alert": alert_rule_text(settings),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases),
         "confidence_pct": confidence_pct(comparison),
@@ -176,10 +168,31 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(
         ns=format_ns, pct=format_pct, share=format_share, ci=format_ci, cell=md_cell,
-        count=format_count, stopped_waiting=gate_waiting_text, inert=inert,
+        count=format_count, gate=gate_text, inert=inert,
         catch=format_detectable,
     )
     return env
+
+
+def gate_text(gate: Gate | Document) -> str:
+    """What the idle gate saw over one run (summary.gate_summary's counts), in the one
+    clause every report quotes: the PR comment, the terminal, the run report, both pages.
+    A run summary's gate is the same fields as a mapping."""
+    if not isinstance(gate, Gate):
+        gate = Gate(**gate)  # type: ignore[arg-type]
+    steal = format_share(gate.max_steal)
+    if gate.policy == "off":
+        return (f"idle gate off (rounds not checked before running), {gate.unquiet} of "
+                f"{gate.rounds} rounds showed load while running, max steal {steal}")
+    return (f"{gate.quiet} of {gate.rounds} rounds passed the idle gate ({gate.policy or '-'}, "
+            f"{gate_threshold_text(gate.threshold)}), {gate.unquiet} unquiet, max steal "
+            f"{steal}{gate_waiting_text(gate)}")
+
+
+def gate_threshold_text(threshold: float | None) -> str:
+    """The idle a round needed on every other core, as the reports and the gate plot's
+    legend quote it: ≥ 0.93 idle."""
+    return f"≥ {'-' if threshold is None else f'{threshold:g}'} idle"
 
 
 def gate_waiting_text(gate: Gate | Document) -> str:
@@ -362,7 +375,6 @@ def _context(comparison: Comparison, code: Callable[[str], str] = inert) -> dict
         "m": method_context(comparison),
         "confidence_pct": confidence_pct(comparison),
         "gates": comparison.gate,
-        "alert_factor": f"{defaults.ALERT_FACTOR:g}",
         "rounds_text": rounds_text(comparison),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": tested_count(comparison),
@@ -520,12 +532,7 @@ def render_summary_table(summary: Document) -> str:
     g = summary.get("gate") or {}
     if g:
         lines.append("")
-        lines.append(
-            f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
-            f"{g.get('quiet')}/{g.get('rounds')} "
-            f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
-            f"{gate_waiting_text(g)}"
-        )
+        lines.append(f"run: {gate_text(g)}")
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ from epbench.reports.comparison import (  # Settings: re-exported, its home is c
     Overall,
     Settings,
 )
+from epbench.reports.formats import format_level, format_share
 
 
 def target_settings(settings: Settings, target_mde: float | None) -> Settings:
@@ -46,6 +47,28 @@ def threshold_for(noise: float | None, source: str, settings: Settings) -> Thres
     t = max(settings.floor, settings.k * noise)
     alert = settings.alert if settings.alert is not None else defaults.ALERT_FACTOR * t
     return Threshold(noise=noise, source=source, t=t, alert=max(alert, t))
+
+
+# threshold_for's rules in the words every output quotes (the method paragraph, the
+# no-measurement warning, cannot-catch): changed with the rules, here, or nowhere.
+
+
+def default_threshold_text(settings: Settings) -> str:
+    """t when no noise was measured, as a formula: max(1%, 2 × 2%)."""
+    return (f"max({format_level(settings.floor)}, {settings.k:g} × "
+            f"{format_level(defaults.NOISE_WITHOUT_PROFILE)})")
+
+
+def threshold_rule_text(settings: Settings) -> str:
+    """t's formula: t = max(1%, 2 × A/A noise)."""
+    return f"t = max({format_level(settings.floor)}, {settings.k:g} × A/A noise)"
+
+
+def alert_rule_text(settings: Settings) -> str:
+    """The alert level a 🔴 needs: 2t, or an --alert level (never below t)."""
+    if settings.alert is not None:
+        return f"{format_share(settings.alert)} (or t, where t is larger)"
+    return f"{defaults.ALERT_FACTOR:g}t"
 
 
 @dataclass(frozen=True)
@@ -141,20 +164,21 @@ def _judge_bounded(
     confidence: float = defaults.CONFIDENCE,
 ) -> Judgement:
     c, lo, hi, t = change.ratio - 1.0, change.lo - 1.0, change.hi - 1.0, th.t
-    band = f"±{t:.1%}"
+    band = f"±{format_share(t)}"
     if -t < lo and hi < t:
         return Judgement("no_change", f"the whole interval lies within {band}", significant, q)
     if significant and c > 0 and lo >= t:
         if not alert_significant:
             return Judgement(
                 "regression",
-                f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {t:.1%}",
+                f"slower by {c:.1%} (at least {lo:.1%}), beyond the threshold {format_share(t)}",
                 significant, q,
             )
         if not unquiet:
             return Judgement(
                 "alert",
-                f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level {th.alert:.1%}",
+                f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
+                f"{format_share(th.alert)}",
                 significant, q,
             )
         if _quiet_alert(quiet_only, quiet_significant, th):
@@ -167,7 +191,7 @@ def _judge_bounded(
                 "alert",
                 f"slower by {q_c:.1%} (at least {q_lo:.1%} at {confidence:.0%}) on the "
                 f"{quiet_only.n} quiet rounds alone ({unquiet} unquiet set aside), beyond "
-                f"the alert level {th.alert:.1%}",
+                f"the alert level {format_share(th.alert)}",
                 significant, q,
             )
         rerun = ("rerun on a quiet machine" if shared_load else
@@ -179,7 +203,7 @@ def _judge_bounded(
                 "regression",
                 f"slower by {c:.1%} (at least {lo:.1%}) on all rounds, but {unquiet} of "
                 f"{rounds} rounds failed the idle gate and the {quiet_only.n} quiet rounds "
-                f"alone put it below the alert level {th.alert:.1%} (at most "
+                f"alone put it below the alert level {format_share(th.alert)} (at most "
                 f"{quiet_only.hi - 1.0:+.1%} at {confidence:.0%}): a regression, not an alert",
                 significant, q,
             )
@@ -188,14 +212,14 @@ def _judge_bounded(
         return Judgement(
             "regression",
             f"slower by {c:.1%} (at least {lo:.1%}), beyond the alert level "
-            f"{th.alert:.1%}, but {unquiet} of {rounds} rounds failed the idle gate "
+            f"{format_share(th.alert)}, but {unquiet} of {rounds} rounds failed the idle gate "
             f"and {alone}: a regression, not an alert; {rerun} to tell whether it is one",
             significant, q, held_back=True,
         )
     if significant and c < 0 and hi <= -t:
         return Judgement(
             "improvement",
-            f"faster by {-c:.1%} (at least {-hi:.1%}), beyond the threshold {t:.1%}",
+            f"faster by {-c:.1%} (at least {-hi:.1%}), beyond the threshold {format_share(t)}",
             significant, q,
         )
     if not significant and (lo >= t or hi <= -t):

@@ -289,7 +289,7 @@ def quiet_option(f: F) -> F:
 
 def overwrite_option(f: F) -> F:
     return click.option("--overwrite", is_flag=True,
-                        help="Replace output already at --out.")(f)
+                        help="Replace output already at --out (compare: --out-dir).")(f)
 
 
 class Percent(click.ParamType):

@@ -58,6 +58,7 @@ from epbench.reports.history.changes import history_to_check
 from epbench.reports.render import render_summary_table
 from epbench.reports.run_report import render_run_report, write_run_report
 from epbench.reports.summary import summarize
+from epbench.reports.verdicts import Settings, default_threshold_text
 from epbench.workflows.compare_commits import (
     BASE_ARM,
     COMMITS_GATE_MAX_WAIT_S,
@@ -90,7 +91,8 @@ _RUN = run_defaults()
                    "arm per round).")
 @click.option("--no-aa-twin", "no_aa_twin", is_flag=True,
               help="Run no twin, even when two or more arms are compared (`compare` "
-                   "then falls back to a 4 % threshold unless given a --profile).")
+                   "then falls back to the threshold t = "
+                   f"{default_threshold_text(Settings())} unless given a --profile).")
 @click.option("--keep-samples", is_flag=True,
               help="Keep every timed call's sample in OUT/results.samples.jsonl.gz (the "
                    "results file keeps per-block summaries: median, min, quartiles, count).")

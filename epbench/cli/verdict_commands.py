@@ -28,11 +28,12 @@ from epbench.cli.options import (
     verdict_options,
 )
 from epbench.cli.progress import progress_for
+from epbench.core.errors import EpbenchError
 from epbench.core.results import load_results
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import calibrate as cal
 from epbench.reports import compare as cmp
-from epbench.reports import defaults, render
+from epbench.reports import defaults, outputs, render
 from epbench.reports import export as exp
 from epbench.reports.bot.annotations import annotation_lines
 from epbench.reports.comparison import Comparison, Settings
@@ -67,14 +68,20 @@ def settings_from(*, floor: float, k: float, alert: float | None, confidence: fl
               help="Compare results (or a profile) from different hosts anyway, with a warning.")
 @format_option("text", "markdown", "json")
 @out_option(directory=False, help_text="Write the report to this file instead of stdout.")
+@click.option("--out-dir", "out_dir", metavar="DIR", default=None,
+              type=click.Path(file_okay=False),
+              help="One run: also write results.json, compare.json, report.md and "
+                   "report.html into DIR, as compare-commits does.")
+@overwrite_option
 @github_annotations_option
 def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confidence, fdr,
-            resamples, seed, force, fmt, out, github_annotations, fail_on, target_mde) -> None:
+            resamples, seed, force, fmt, out, out_dir, overwrite, github_annotations, fail_on,
+            target_mde) -> None:
     """Compare base and PR: a verdict per case against calibrated noise.
 
     \b
     Two runs:  epbench compare BASE.json PR.json [--arm ARM]
-    One run:   epbench compare RUN.json --base ARM --pr ARM
+    One run:   epbench compare RUN.json --base ARM --pr ARM [--out-dir DIR]
     Two runs are compared through each run's ORT control; a case whose controls took
     more than 5 % longer a Run in one run than in the other (the machine's speed
     changed) is ❔ unless its interval clears the threshold by more than an allowance,
@@ -96,10 +103,20 @@ def compare(results, base_arm, pr_arm, arm, profile_path, floor, k, alert, confi
     settings = settings_from(floor=floor, k=k, alert=alert, confidence=confidence, fdr=fdr,
                              resamples=resamples, seed=seed, force=force,
                              target_mde=target_mde)
-    comparison = cmp.compare_files(
-        results, base_arm=base_arm, pr_arm=pr_arm, arm=arm, settings=settings,
-        profile_path=profile_path,
-    )
+    if out_dir is None:
+        comparison = cmp.compare_files(
+            results, base_arm=base_arm, pr_arm=pr_arm, arm=arm, settings=settings,
+            profile_path=profile_path,
+        )
+    else:
+        if len(results) != 1 or arm:
+            raise EpbenchError("--out-dir writes one run's results.json beside its verdicts: "
+                               "give one RESULTS with --base ARM --pr ARM, or write two "
+                               "runs' verdicts with --format json --out FILE")
+        folder = outputs.prepare_outputs(out_dir, overwrite=overwrite)
+        run, comparison = cmp.compare_run(results[0], base_arm=base_arm, pr_arm=pr_arm,
+                                          settings=settings, profile_path=profile_path)
+        outputs.write_outputs(folder, run, comparison)
     renderers = {"text": render.render_terminal, "markdown": render.render_markdown,
                  "json": Comparison.to_json}
     emit(renderers[fmt](comparison), out)
