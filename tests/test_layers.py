@@ -197,7 +197,6 @@ ANY_NOT_YET_TYPED = {
     "reports/calibrate.py:profile_from_runs",
     "reports/calibrate.py:profile_noise",
     "reports/calibrate.py:write_profile",
-    "reports/export.py:tidy_frame",
     "reports/run_report.py:render_run_report",
     "reports/stats.py:FamilyFit.to_dict",
     "reports/summary.py:family_fits",
