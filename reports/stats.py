@@ -409,7 +409,7 @@ class FamilyFit:
     boot_slope: np.ndarray
     boot_intercept: np.ndarray
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, float | list[float]]:
         return {
             "slope_ns": self.slope,
             "slope_ci95": list(self.slope_ci),

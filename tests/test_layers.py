@@ -198,7 +198,6 @@ ANY_NOT_YET_TYPED = {
     "reports/calibrate.py:profile_noise",
     "reports/calibrate.py:write_profile",
     "reports/run_report.py:render_run_report",
-    "reports/stats.py:FamilyFit.to_dict",
     "reports/summary.py:family_fits",
     "reports/summary.py:family_of",
     "reports/summary.py:gate_rounds",
