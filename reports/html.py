@@ -238,8 +238,8 @@ def gate_plot(doc: Results, summary: Document) -> Plot:
                "other cores during it (a round too short to judge alone: over a window "
                "reaching back a few ticks before it), steal below; red columns: unquiet "
                "rounds.")
-    rounds = [plots.GateRound(r["case"], r["idle_before"], r["idle_during"], r["steal"],
-                              r["quiet"]) for r in gate_rounds(doc)]
+    rounds = [plots.GateRound(r.case, r.idle_before, r.idle_during, r.steal, r.quiet)
+              for r in gate_rounds(doc)]
     if not rounds:
         return Plot("gate", "Idle gate", caption, missing="No round was measured in this run.")
     if all(r.idle_before is None and r.idle_during is None and r.steal is None

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from epbench.core.model import Results
 from epbench.core.results import atomic_write_text
+from epbench.reports.comparison import JsonValue
 from epbench.reports.render import (
     drift_sentence,
     environment,
@@ -24,7 +24,7 @@ from epbench.reports.summary import summarize
 REPORT_NAME = "report.md"
 
 
-def render_run_report(doc: Results, summary: Mapping[str, Any] | None = None) -> str:
+def render_run_report(doc: Results, summary: Mapping[str, JsonValue] | None = None) -> str:
     """The run as markdown: per case p50 and ratio to ort, families, gate, host, arms."""
 
     summary = summary if summary is not None else summarize(doc)

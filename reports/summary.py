@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError
 from epbench.core.model import Results
 from epbench.reports import defaults, stats
+from epbench.reports.comparison import Gate, JsonValue
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CHAIN_KINDS = ("chain", "binary")
 
 
-def family_of(spec: Mapping[str, Any]) -> str | None:
+def family_of(spec: Mapping[str, object]) -> str | None:
     """The chain family of a case spec dict ("relu_w8", "relu_w8_dyn_b4", "add_w8"), else None.
 
     The rule lives in cases.spec.CaseSpec.family alone; a spec that does not read
@@ -33,7 +38,7 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
         return None
 
 
-def gate_summary(doc: Results) -> dict[str, Any]:
+def gate_summary(doc: Results) -> Gate:
     """Rounds that passed the idle gate vs unquiet ones, and the worst steal seen."""
     total = quiet = 0
     max_steal = 0.0
@@ -51,22 +56,34 @@ def gate_summary(doc: Results) -> dict[str, Any]:
                 max_steal = max(max_steal, float(value))
     processes = [p for case in doc.cases.values() for p in case.processes]
     cfg = doc.config.gate
-    return {
-        "policy": cfg.policy,
-        "threshold": cfg.threshold,
-        "rounds": total,
-        "quiet": quiet,
-        "unquiet": total - quiet,
-        "max_steal": max_steal,
-        "waited_s": waited,
-        "processes": len(processes),
+    return Gate(
+        policy=cfg.policy,
+        threshold=cfg.threshold,
+        rounds=total,
+        quiet=quiet,
+        unquiet=total - quiet,
+        max_steal=max_steal,
+        waited_s=waited,
+        processes=len(processes),
         # Processes that got no pause budget: the run had stopped waiting (sustained load).
-        "processes_not_waiting": sum(p.gate_budget_s == 0 for p in processes),
-        "stops_waiting_after_rounds": cfg.extra.get("stops_waiting_after_rounds"),
-    }
+        processes_not_waiting=sum(p.gate_budget_s == 0 for p in processes),
+        stops_waiting_after_rounds=cfg.extra.get("stops_waiting_after_rounds"),
+    )
 
 
-def gate_rounds(doc: Results) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GateRound:
+    """One round's gate readings (gate_rounds); a reading that was not taken is None."""
+
+    case: str
+    index: int
+    idle_before: float | None  # the worst core's idle before the round
+    idle_during: float | None  # ... and during it
+    steal: float | None  # the most steal seen
+    quiet: bool
+
+
+def gate_rounds(doc: Results) -> list[GateRound]:
     """Every round's gate readings in run order (cases as the config listed them):
     the worst core's idle before the round and during it (a round too short to judge
     alone: over the window its meter reached back to), the most steal seen, and
@@ -84,19 +101,19 @@ def gate_rounds(doc: Results) -> list[dict[str, Any]]:
             steals = [float(v) for part in looked for v in (part.get("steal") or {}).values()]
             if during.get("own_steal") is not None:
                 steals.append(float(during["own_steal"]))
-            out.append({
-                "case": name,
-                "index": rnd.index,
+            out.append(GateRound(
+                case=name,
+                index=rnd.index,
                 # A carried reading is the previous round's meter, not a look before
                 # this one.
-                "idle_before": (None if gate.get("carried") else
-                                min((float(v) for v in (gate.get("idle") or {}).values()),
-                                    default=None)),
-                "idle_during": min((float(v) for v in (during.get("idle") or {}).values()),
-                                   default=None),
-                "steal": max(steals, default=None),
-                "quiet": bool(rnd.quiet),
-            })
+                idle_before=(None if gate.get("carried") else
+                             min((float(v) for v in (gate.get("idle") or {}).values()),
+                                 default=None)),
+                idle_during=min((float(v) for v in (during.get("idle") or {}).values()),
+                                default=None),
+                steal=max(steals, default=None),
+                quiet=bool(rnd.quiet),
+            ))
     return out
 
 
@@ -120,14 +137,14 @@ def summarize(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,  # the family fits' bootstrap
     seed: int = defaults.SEED,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """The summary of one results document (JSON-able, keys sorted by the writer)."""
     control = doc.control
-    cases_out: dict[str, Any] = {}
+    cases_out: dict[str, JsonValue] = {}
     # Collect every (case, arm) ratio first so all of them go through one kernel per round count.
     jobs: list[tuple[str, str]] = []
     ratios = []
-    medians: dict[str, dict[str, Any]] = {}
+    medians: dict[str, dict[str, np.ndarray]] = {}
     for name, case in doc.cases.items():
         medians[name] = {arm: stats.round_medians(case, arm) for arm in case.arms}
         ctrl = medians[name].get(control)
@@ -140,7 +157,7 @@ def summarize(
     for name, case in doc.cases.items():
         import numpy as np
 
-        arms_out: dict[str, Any] = {}
+        arms_out: dict[str, JsonValue] = {}
         for arm, info in case.arms.items():
             values = medians[name][arm]
             values = values[np.isfinite(values)]
@@ -177,7 +194,7 @@ def summarize(
         "confidence": confidence,
         "cases": cases_out,
         "families": family_fits(doc, confidence=confidence, resamples=resamples, seed=seed),
-        "gate": gate_summary(doc),
+        "gate": asdict(gate_summary(doc)),
     }
 
 
@@ -201,9 +218,9 @@ def family_fits(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
     seed: int = defaults.SEED,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """Per chain family: per-node cost (slope) and per-Run cost (intercept) per arm, with CIs."""
-    out: dict[str, Any] = {}
+    out: dict[str, JsonValue] = {}
     for family, members in family_members(doc).items():
         cases = [doc.cases[name] for _, name in members]
         arms = sorted(set.intersection(*(set(c.arms) for c in cases)))
@@ -223,7 +240,7 @@ def family_fits(
     return out
 
 
-def _json_number(value: Any) -> Any:
+def _json_number(value: float | list[float]) -> float | None | list[float | None]:
     if isinstance(value, list):
         return [stats.finite(v) for v in value]
     return stats.finite(value)

@@ -191,12 +191,6 @@ ANY_NOT_YET_TYPED = {
     "epbench/workflows/validate_run.py:merge_docs",
     "epbench/workflows/validate_run.py:repeat_of",
     "epbench/workflows/validate_run.py:run_pilot",
-    "reports/run_report.py:render_run_report",
-    "reports/summary.py:family_fits",
-    "reports/summary.py:family_of",
-    "reports/summary.py:gate_rounds",
-    "reports/summary.py:gate_summary",
-    "reports/summary.py:summarize",
 }
 TYPED_PACKAGES = ("reports", "epbench/workflows")
 
