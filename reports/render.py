@@ -29,12 +29,12 @@ from epbench.reports.comparison import (
 )
 from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
 from epbench.reports.sticky import STICKY_MARKER
-from epbench.reports.summary import DRIFT_MEANING, worst_drift
+from epbench.reports.summary import DRIFT_MEANING, RunSummary, worst_drift
 
 if TYPE_CHECKING:
     import jinja2
 
-# A JSON document other than a comparison (a run summary, a profile, a validation).
+# A JSON document other than a comparison or a run summary (a profile, a validation).
 Document = Mapping[str, JsonValue]
 
 
@@ -182,11 +182,8 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def gate_waiting_text(gate: Gate | Document) -> str:
-    """What the gate's pause budget did, when the run stopped waiting ("" otherwise); a run
-    summary's gate is the same fields as a mapping (summary.gate_summary)."""
-    if not isinstance(gate, Gate):
-        gate = Gate(**gate)  # type: ignore[arg-type]
+def gate_waiting_text(gate: Gate) -> str:
+    """What the gate's pause budget did, when the run stopped waiting ("" otherwise)."""
     stopped = gate.processes_not_waiting
     if not stopped:
         return ""
@@ -480,58 +477,56 @@ def format_overhead(overhead: Document) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_summary_table(summary: Document) -> str:
+def render_summary_table(summary: RunSummary) -> str:
     """The summary as fixed-width text for the terminal."""
     lines: list[str] = []
-    rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
+    rows = [("case", "arm", "p50", "vs ort", f"{summary.confidence:.0%} CI",
              "nodes", "status")]
-    control = summary.get("control", "ort")
-    for name, case in summary["cases"].items():
-        status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
+    control = summary.control
+    for name, case in summary.cases.items():
+        status = case.status if case.verified else f"{case.status} (unverified)"
         # The control first: every other arm's ratio is relative to it.
-        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        arms = sorted(case.arms.items(), key=lambda item: item[0] != control)
         for arm, a in arms:
-            nodes = a.get("nodes_by_ep") or {}
+            nodes = a.nodes_by_ep
             split = (
                 " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
                 if len(nodes) > 1 else ""
             )
-            ratio, ci = format_ratio_ci(a["ratio_vs_ort"], a["ci95"])
-            rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
-                         f"{a['nodes_executed']}{split}", status))
+            ratio, ci = format_ratio_ci(a.ratio_vs_ort, a.ci95)
+            rows.append((name, arm, format_ns(a.p50_ns), ratio, ci,
+                         f"{a.nodes_executed}{split}", status))
             name, status = "", ""
     lines.extend(align_columns(rows))
     drift = drift_sentence(run_drifts(summary), str)
     if drift is not None:
         lines.append("")
         lines.append(drift)
-    if summary.get("families"):
+    if summary.families:
         lines.append("")
         frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
-        for family, f in summary["families"].items():
-            label = f"{family} (d={','.join(map(str, f['depths']))})"
-            for arm, fit in sorted(f["arms"].items(), key=lambda item: item[0] != control):
+        for family, f in summary.families.items():
+            label = f"{family} (d={','.join(map(str, f.depths))})"
+            for arm, fit in sorted(f.arms.items(), key=lambda item: item[0] != control):
                 frows.append((
-                    label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
-                    format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
+                    label, arm, format_ns(fit.slope_ns), _ci_ns(fit.slope_ci95),
+                    format_ns(fit.intercept_ns), _ci_ns(fit.intercept_ci95),
                 ))
                 label = ""
         lines.extend(align_columns(frows))
-    g = summary.get("gate") or {}
-    if g:
-        lines.append("")
-        lines.append(
-            f"idle gate ({g.get('policy')}, {g.get('threshold')}): "
-            f"{g.get('quiet')}/{g.get('rounds')} "
-            f"rounds quiet, {g.get('unquiet')} unquiet, max steal {g.get('max_steal', 0.0):.1%}"
-            f"{gate_waiting_text(g)}"
-        )
+    g = summary.gate
+    lines.append("")
+    lines.append(
+        f"idle gate ({g.policy}, {g.threshold}): {g.quiet}/{g.rounds} "
+        f"rounds quiet, {g.unquiet} unquiet, max steal {g.max_steal:.1%}"
+        f"{gate_waiting_text(g)}"
+    )
     return "\n".join(lines) + "\n"
 
 
-def run_drifts(summary: Document) -> dict[str, float | None]:
+def run_drifts(summary: RunSummary) -> dict[str, float | None]:
     """Each case's control drift from a run summary (summary.summarize)."""
-    return {name: case.get("control_drift") for name, case in summary["cases"].items()}
+    return {name: case.control_drift for name, case in summary.cases.items()}
 
 
 def _ci_ns(ci: list[float | None]) -> str:
