@@ -26,16 +26,17 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Results
 from epbench.core.paths import cache_dir
 from epbench.core.results import atomic_write_text, schema_version
 from epbench.reports import defaults, stats
+from epbench.reports.comparison import JsonValue, Profile
 
 if TYPE_CHECKING:
-    pass
+    import numpy as np
 
 PROFILE_NAME = "epbench.noise-profile"
 PROFILE_VERSION = 1
@@ -58,7 +59,7 @@ def default_profile_path(host_key: str) -> Path:
     return default_profile_dir() / f"{host_key}.json"
 
 
-def noise_of(changes: Sequence[stats.Change]) -> dict[str, Any]:
+def noise_of(changes: Sequence[stats.Change]) -> dict[str, JsonValue]:
     """Spread of A/A changes: p95 of |change|, median CI half-width, and the noise (their max)."""
     import numpy as np
 
@@ -77,7 +78,7 @@ def noise_of(changes: Sequence[stats.Change]) -> dict[str, Any]:
     }
 
 
-def _guess_separate(same_run: dict[str, Any]) -> dict[str, Any]:
+def _guess_separate(same_run: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     """With one repeat there is no pair of runs: assume two independent runs' worth of
     noise, sqrt(2) x the same-run noise, and say it is a guess."""
     noise = same_run["noise"]
@@ -97,7 +98,7 @@ def profile_from_runs(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
     seed: int = defaults.SEED,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """Build the noise profile from the A/A results documents of the repeats."""
     import numpy as np
 
@@ -114,13 +115,13 @@ def profile_from_runs(
             + ("; ".join(errors[:3]) or "no cases") + "); fix the cases or the arm and rerun"
         )
 
-    def aa_log(doc: Results, name: str, num: str, den: str) -> Any:
+    def aa_log(doc: Results, name: str, num: str, den: str) -> np.ndarray:
         case = doc.cases.get(name)
         if case is None or not case.ok:
             return np.array([])
         return stats.log_ratios(stats.round_medians(case, num), stats.round_medians(case, den))
 
-    cases: dict[str, Any] = {}
+    cases: dict[str, dict[str, JsonValue]] = {}
     for name in names:
         same = stats.paired_changes([aa_log(doc, name, arm_b, arm_a) for doc in runs], **opts)
         # Separate runs: arm B against the in-run control, between every pair of repeats.
@@ -129,14 +130,15 @@ def profile_from_runs(
         separate = stats.double_ratio_changes(
             [vs_control[j] for _, j in pairs], [vs_control[i] for i, _ in pairs], **opts
         ) if pairs else []
-        entry: dict[str, Any] = {
+        same_noise = noise_of(same)
+        entry: dict[str, JsonValue] = {
             "definition_sha256": first.cases[name].definition_sha256,
-            "same-run": noise_of(same),
+            "same-run": same_noise,
             "separate-runs": noise_of(separate) if separate else _guess_separate(noise_of(same)),
         }
         if fixed_order_run is not None:
             (fixed,) = stats.paired_changes([aa_log(fixed_order_run, name, arm_b, arm_a)], **opts)
-            balanced = entry["same-run"]["changes"]
+            balanced = same_noise["changes"]
             entry["position_bias"] = {
                 "fixed_order_change": fixed.ratio - 1.0 if math.isfinite(fixed.ratio) else None,
                 "counterbalanced_change": float(np.median(balanced)) if balanced else None,
@@ -160,7 +162,8 @@ def profile_from_runs(
     }
 
 
-def _position_bias_summary(cases: Mapping[str, Any]) -> dict[str, Any] | None:
+def _position_bias_summary(cases: Mapping[str, Mapping[str, JsonValue]]
+                           ) -> dict[str, JsonValue] | None:
     import numpy as np
 
     fixed = [abs(c["position_bias"]["fixed_order_change"]) for c in cases.values()
@@ -177,7 +180,7 @@ def _position_bias_summary(cases: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
+def write_profile(path: str | Path, profile: Profile) -> Path:
     """Write the profile atomically (sorted keys), creating the folder."""
     import json
 
@@ -193,7 +196,7 @@ def write_profile(path: str | Path, profile: Mapping[str, Any]) -> Path:
     return path
 
 
-def load_profile(path: str | Path) -> dict[str, Any]:
+def load_profile(path: str | Path) -> dict[str, JsonValue]:
     """Read a noise profile; refuse other files and newer versions with a remedy."""
     import json
 
@@ -217,7 +220,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
 
 
 def profile_noise(
-    profile: Mapping[str, Any], case: str, definition: str | None, rounds: int, mode: str
+    profile: Profile, case: str, definition: str | None, rounds: int, mode: str
 ) -> tuple[float | None, str]:
     """The calibrated noise of `case` at `rounds` rounds, or None and why not."""
     entry = (profile.get("cases") or {}).get(case)
@@ -235,7 +238,7 @@ def profile_noise(
     ), "profile"
 
 
-def pooled_offset(profile: Mapping[str, Any], mode: str) -> float:
+def pooled_offset(profile: Profile, mode: str) -> float:
     """The offset part of the host's A/A noise, pooled over every case of the profile.
 
     A case's own 5 repeats can all land on small offsets by chance; the offset is a

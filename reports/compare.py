@@ -472,7 +472,7 @@ def _after_the_verdict(row: CaseRow, base: Side, pr: Side, settings: Settings) -
 
 
 def _gate(doc: Results) -> Gate:
-    return Gate(**gate_summary(doc))
+    return gate_summary(doc)
 
 
 def _family(case: Case) -> str | None:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
 from epbench.core.model import Results
 from epbench.reports import stats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ExportError(EpbenchError):
@@ -102,7 +105,7 @@ def to_pyperf(
     return paths
 
 
-def tidy_frame(doc: Results) -> Any:
+def tidy_frame(doc: Results) -> pd.DataFrame:
     """One row per case x arm x round: median, sample count, position in the order, quiet."""
     import pandas as pd
 

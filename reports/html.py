@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,13 @@ from epbench.core.results import atomic_write_text, load_results, parse_json, sc
 from epbench.reports import compare as cmp
 from epbench.reports import plots, render, stats
 from epbench.reports.comparison import SCHEMA, VERDICTS, Comparison, JsonValue, Side
-from epbench.reports.render import Document
-from epbench.reports.summary import family_of, gate_rounds, summarize
+from epbench.reports.summary import (
+    CaseSummary,
+    RunSummary,
+    family_of,
+    gate_rounds,
+    summarize,
+)
 
 if TYPE_CHECKING:
     import jinja2
@@ -138,7 +143,7 @@ def _comparison(doc: dict[str, JsonValue], path: Path) -> Comparison:
 # --------------------------------------------------------------------------- run
 
 
-def _ratio_arms(case: Case, summary_case: Document,
+def _ratio_arms(case: Case, summary_case: CaseSummary,
                 control: str) -> list[plots.ArmRatios]:
     import numpy as np
 
@@ -151,17 +156,17 @@ def _ratio_arms(case: Case, summary_case: Document,
         values = stats.round_medians(case, arm)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = np.where((values > 0) & (ctrl > 0), values / ctrl, np.nan)
-        info = summary_case["arms"][arm]
-        lo, hi = info["ci95"]
+        info = summary_case.arms[arm]
+        lo, hi = info.ci95
         out.append(plots.ArmRatios(arm, ratios.tolist(), quiet.tolist(),
-                                   info["ratio_vs_ort"], lo, hi))
+                                   info.ratio_vs_ort, lo, hi))
     return out
 
 
-def round_plots(doc: Results, summary: Document) -> list[Plot]:
+def round_plots(doc: Results, summary: RunSummary) -> list[Plot]:
     """Per case, the per-round ratio of every arm to the in-run control."""
-    control = summary["control"]
-    pct = f"{summary['confidence'] * 100:g} %"
+    control = summary.control
+    pct = f"{summary.confidence * 100:g} %"
     arms = [a for a in doc.arms if a != control]
     if not arms:
         return [Plot("rounds-none", "Rounds", "", missing=(
@@ -181,7 +186,7 @@ def round_plots(doc: Results, summary: Document) -> list[Plot]:
             out.append(Plot(anchor, name, caption, missing=(
                 f"The control `{control}` did not run on this case: no ratio to draw.")))
             continue
-        ratio_arms = _ratio_arms(case, summary["cases"][name], control)
+        ratio_arms = _ratio_arms(case, summary.cases[name], control)
         if not any(math.isfinite(v) for a in ratio_arms for v in a.ratios):
             out.append(Plot(anchor, name, caption, missing=(
                 "No round has a usable time for both an arm and the control.")))
@@ -191,28 +196,28 @@ def round_plots(doc: Results, summary: Document) -> list[Plot]:
     return out
 
 
-def family_plots(doc: Results, summary: Document) -> list[Plot]:
+def family_plots(doc: Results, summary: RunSummary) -> list[Plot]:
     """Per chain family, time per Run against depth with the fitted line, per arm."""
-    control = summary["control"]
+    control = summary.control
     out = []
-    for i, (family, f) in enumerate(summary["families"].items()):
-        arms = sorted(f["arms"], key=lambda a: (a != control, a))
+    for i, (family, f) in enumerate(summary.families.items()):
+        arms = sorted(f.arms, key=lambda a: (a != control, a))
         caption = ("Dots: p50 per depth; lines: per-Run + per-node cost × depth, fitted; "
                    "flat at the left: per-Run cost dominates.")
         family_arms = [
             plots.ArmFamily(
-                arm, [summary["cases"][c]["arms"].get(arm, {}).get("p50_ns") for c in f["cases"]],
-                f["arms"][arm]["slope_ns"], f["arms"][arm]["intercept_ns"], arm == control)
+                arm, [_p50(summary.cases[c], arm) for c in f.cases],
+                f.arms[arm].slope_ns, f.arms[arm].intercept_ns, arm == control)
             for arm in arms
-            if f["arms"][arm]["slope_ns"] is not None and f["arms"][arm]["intercept_ns"] is not None
+            if f.arms[arm].slope_ns is not None and f.arms[arm].intercept_ns is not None
         ]
         anchor = f"family-{i}"
         if not family_arms:
             out.append(Plot(anchor, family, caption, missing="No arm has a finite fit."))
             continue
-        svg = plots.family_depths(anchor, family, f["depths"], family_arms)
+        svg = plots.family_depths(anchor, family, f.depths, family_arms)
         out.append(Plot(anchor, family, caption, _markup(svg)))
-    fitted = set(summary["families"])
+    fitted = set(summary.families)
     depths: dict[str, set[int]] = {}
     for case in doc.cases.values():
         family = family_of(case.spec)
@@ -232,14 +237,18 @@ def family_plots(doc: Results, summary: Document) -> list[Plot]:
     return out
 
 
-def gate_plot(doc: Results, summary: Document) -> Plot:
+def _p50(case: CaseSummary, arm: str) -> float | None:
+    return case.arms[arm].p50_ns if arm in case.arms else None
+
+
+def gate_plot(doc: Results, summary: RunSummary) -> Plot:
     """Idle and steal per round over the run, unquiet rounds marked."""
     caption = ("A column per round in run order: idle of the worst core before it and of the "
                "other cores during it (a round too short to judge alone: over a window "
                "reaching back a few ticks before it), steal below; red columns: unquiet "
                "rounds.")
-    rounds = [plots.GateRound(r["case"], r["idle_before"], r["idle_during"], r["steal"],
-                              r["quiet"]) for r in gate_rounds(doc)]
+    rounds = [plots.GateRound(r.case, r.idle_before, r.idle_during, r.steal, r.quiet)
+              for r in gate_rounds(doc)]
     if not rounds:
         return Plot("gate", "Idle gate", caption, missing="No round was measured in this run.")
     if all(r.idle_before is None and r.idle_during is None and r.steal is None
@@ -247,19 +256,19 @@ def gate_plot(doc: Results, summary: Document) -> Plot:
         return Plot("gate", "Idle gate", caption, missing=(
             "No gate reading was recorded for any round (the gate was off and the rounds were "
             "too short for a reading during them)."))
-    threshold = summary["gate"].get("threshold")
+    threshold = summary.gate.threshold
     svg = plots.gate("gate", rounds, float(threshold) if threshold is not None else None)
     return Plot("gate", "Idle gate over the run", caption, _markup(svg))
 
 
-def run_context(doc: Results, summary: Document | None = None) -> dict[str, object]:
+def run_context(doc: Results, summary: RunSummary | None = None) -> dict[str, object]:
     """Everything the page shows of one run: its tables and its plots."""
     summary = summary if summary is not None else summarize(doc)
-    control = summary["control"]
+    control = summary.control
     cases = []
-    for name, case in summary["cases"].items():
-        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
-        cases.append({"name": name, **case, "arm_rows": arms})
+    for name, case in summary.cases.items():
+        arms = sorted(case.arms.items(), key=lambda item: item[0] != control)
+        cases.append({"name": name, **asdict(case), "arm_rows": arms})
     return {
         "doc": doc, "s": summary, "control": control, "cases": cases,
         "cfg": doc.config,

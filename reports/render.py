@@ -30,13 +30,13 @@ from epbench.reports.comparison import (
 from epbench.reports.findings import beyond_speed_limit, detectable_span, noise_used, widened_by
 from epbench.reports.formats import format_share
 from epbench.reports.sticky import STICKY_MARKER
-from epbench.reports.summary import DRIFT_MEANING, worst_drift
+from epbench.reports.summary import DRIFT_MEANING, RunSummary, worst_drift
 from epbench.reports.verdicts import alert_rule_text, threshold_rule_text
 
 if TYPE_CHECKING:
     import jinja2
 
-# A JSON document other than a comparison (a run summary, a profile, a validation).
+# A JSON document other than a comparison or a run summary (a profile, a validation).
 Document = Mapping[str, JsonValue]
 
 
@@ -174,12 +174,9 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def gate_text(gate: Gate | Document) -> str:
+def gate_text(gate: Gate) -> str:
     """What the idle gate saw over one run (summary.gate_summary's counts), in the one
-    clause every report quotes: the PR comment, the terminal, the run report, both pages.
-    A run summary's gate is the same fields as a mapping."""
-    if not isinstance(gate, Gate):
-        gate = Gate(**gate)  # type: ignore[arg-type]
+    clause every report quotes: the PR comment, the terminal, the run report, both pages."""
     steal = format_share(gate.max_steal)
     if gate.policy == "off":
         return (f"idle gate off (rounds not checked before running), {gate.unquiet} of "
@@ -195,11 +192,8 @@ def gate_threshold_text(threshold: float | None) -> str:
     return f"≥ {'-' if threshold is None else f'{threshold:g}'} idle"
 
 
-def gate_waiting_text(gate: Gate | Document) -> str:
-    """What the gate's pause budget did, when the run stopped waiting ("" otherwise); a run
-    summary's gate is the same fields as a mapping (summary.gate_summary)."""
-    if not isinstance(gate, Gate):
-        gate = Gate(**gate)  # type: ignore[arg-type]
+def gate_waiting_text(gate: Gate) -> str:
+    """What the gate's pause budget did, when the run stopped waiting ("" otherwise)."""
     stopped = gate.processes_not_waiting
     if not stopped:
         return ""
@@ -492,53 +486,51 @@ def format_overhead(overhead: Document) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_summary_table(summary: Document) -> str:
+def render_summary_table(summary: RunSummary) -> str:
     """The summary as fixed-width text for the terminal."""
     lines: list[str] = []
-    rows = [("case", "arm", "p50", "vs ort", f"{summary.get('confidence', 0.95):.0%} CI",
+    rows = [("case", "arm", "p50", "vs ort", f"{summary.confidence:.0%} CI",
              "nodes", "status")]
-    control = summary.get("control", "ort")
-    for name, case in summary["cases"].items():
-        status = case["status"] if case["verified"] else f"{case['status']} (unverified)"
+    control = summary.control
+    for name, case in summary.cases.items():
+        status = case.status if case.verified else f"{case.status} (unverified)"
         # The control first: every other arm's ratio is relative to it.
-        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
+        arms = sorted(case.arms.items(), key=lambda item: item[0] != control)
         for arm, a in arms:
-            nodes = a.get("nodes_by_ep") or {}
+            nodes = a.nodes_by_ep
             split = (
                 " (" + ", ".join(f"{ep}:{n}" for ep, n in sorted(nodes.items())) + ")"
                 if len(nodes) > 1 else ""
             )
-            ratio, ci = format_ratio_ci(a["ratio_vs_ort"], a["ci95"])
-            rows.append((name, arm, format_ns(a["p50_ns"]), ratio, ci,
-                         f"{a['nodes_executed']}{split}", status))
+            ratio, ci = format_ratio_ci(a.ratio_vs_ort, a.ci95)
+            rows.append((name, arm, format_ns(a.p50_ns), ratio, ci,
+                         f"{a.nodes_executed}{split}", status))
             name, status = "", ""
     lines.extend(align_columns(rows))
     drift = drift_sentence(run_drifts(summary), str)
     if drift is not None:
         lines.append("")
         lines.append(drift)
-    if summary.get("families"):
+    if summary.families:
         lines.append("")
         frows = [("family", "arm", "per node", "CI", "per Run", "CI")]
-        for family, f in summary["families"].items():
-            label = f"{family} (d={','.join(map(str, f['depths']))})"
-            for arm, fit in sorted(f["arms"].items(), key=lambda item: item[0] != control):
+        for family, f in summary.families.items():
+            label = f"{family} (d={','.join(map(str, f.depths))})"
+            for arm, fit in sorted(f.arms.items(), key=lambda item: item[0] != control):
                 frows.append((
-                    label, arm, format_ns(fit["slope_ns"]), _ci_ns(fit["slope_ci95"]),
-                    format_ns(fit["intercept_ns"]), _ci_ns(fit["intercept_ci95"]),
+                    label, arm, format_ns(fit.slope_ns), _ci_ns(fit.slope_ci95),
+                    format_ns(fit.intercept_ns), _ci_ns(fit.intercept_ci95),
                 ))
                 label = ""
         lines.extend(align_columns(frows))
-    g = summary.get("gate") or {}
-    if g:
-        lines.append("")
-        lines.append(f"run: {gate_text(g)}")
+    lines.append("")
+    lines.append(f"run: {gate_text(summary.gate)}")
     return "\n".join(lines) + "\n"
 
 
-def run_drifts(summary: Document) -> dict[str, float | None]:
+def run_drifts(summary: RunSummary) -> dict[str, float | None]:
     """Each case's control drift from a run summary (summary.summarize)."""
-    return {name: case.get("control_drift") for name, case in summary["cases"].items()}
+    return {name: case.control_drift for name, case in summary.cases.items()}
 
 
 def _ci_ns(ci: list[float | None]) -> str:

@@ -6,9 +6,8 @@ comes from templates/run_report.md.j2.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from epbench.core.model import Results
 from epbench.core.results import atomic_write_text
@@ -19,20 +18,20 @@ from epbench.reports.render import (
     render_summary_table,
     run_drifts,
 )
-from epbench.reports.summary import summarize
+from epbench.reports.summary import RunSummary, summarize
 
 REPORT_NAME = "report.md"
 
 
-def render_run_report(doc: Results, summary: Mapping[str, Any] | None = None) -> str:
+def render_run_report(doc: Results, summary: RunSummary | None = None) -> str:
     """The run as markdown: per case p50 and ratio to ort, families, gate, host, arms."""
 
     summary = summary if summary is not None else summarize(doc)
-    control = summary.get("control", "ort")
+    control = summary.control
     cases = []
-    for name, case in summary["cases"].items():
-        arms = sorted(case["arms"].items(), key=lambda item: item[0] != control)
-        cases.append({"name": name, **case, "arm_rows": arms})
+    for name, case in summary.cases.items():
+        arms = sorted(case.arms.items(), key=lambda item: item[0] != control)
+        cases.append({"name": name, **asdict(case), "arm_rows": arms})
     return environment().get_template("run_report.md.j2").render(
         doc=doc, s=summary, cases=cases, control=control, cfg=doc.config,
         host=doc.host.to_dict(),

@@ -409,14 +409,6 @@ class FamilyFit:
     boot_slope: np.ndarray
     boot_intercept: np.ndarray
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "slope_ns": self.slope,
-            "slope_ci95": list(self.slope_ci),
-            "intercept_ns": self.intercept,
-            "intercept_ci95": list(self.intercept_ci),
-        }
-
 
 def fit_family(
     depths: Sequence[int],

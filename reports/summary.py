@@ -1,26 +1,32 @@
 """The run summary: p50 per arm, ratio to the control with a CI, drift, chain-family fits.
 
-`epbench run` and `epbench summary` print this; its JSON form is stable:
-{"cases": {CASE: {"arms": {ARM: {"p50_ns", "ratio_vs_ort", "ci95", "nodes_executed",
-"nodes_by_ep"}}, "verified", "status", ...}}, "families": {...}, "gate": {...}}.
-All numbers come from reports.stats.
+`summarize` builds a frozen RunSummary that the text table, the run report and the HTML
+page read; `epbench run` and `epbench summary` print it. Its JSON form
+(`RunSummary.to_dict`) is stable: {"cases": {CASE: {"arms": {ARM: {"p50_ns",
+"ratio_vs_ort", "ci95", "nodes_executed", "nodes_by_ep"}}, "verified", "status", ...}},
+"families": {...}, "gate": {...}}. All numbers come from reports.stats.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import CaseError
 from epbench.core.model import Results
 from epbench.reports import defaults, stats
+from epbench.reports.comparison import Gate, JsonValue
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CHAIN_KINDS = ("chain", "binary")
 
 
-def family_of(spec: Mapping[str, Any]) -> str | None:
+def family_of(spec: Mapping[str, object]) -> str | None:
     """The chain family of a case spec dict ("relu_w8", "relu_w8_dyn_b4", "add_w8"), else None.
 
     The rule lives in cases.spec.CaseSpec.family alone; a spec that does not read
@@ -33,7 +39,7 @@ def family_of(spec: Mapping[str, Any]) -> str | None:
         return None
 
 
-def gate_summary(doc: Results) -> dict[str, Any]:
+def gate_summary(doc: Results) -> Gate:
     """Rounds that passed the idle gate vs unquiet ones, and the worst steal seen."""
     total = quiet = 0
     max_steal = 0.0
@@ -51,22 +57,34 @@ def gate_summary(doc: Results) -> dict[str, Any]:
                 max_steal = max(max_steal, float(value))
     processes = [p for case in doc.cases.values() for p in case.processes]
     cfg = doc.config.gate
-    return {
-        "policy": cfg.policy,
-        "threshold": cfg.threshold,
-        "rounds": total,
-        "quiet": quiet,
-        "unquiet": total - quiet,
-        "max_steal": max_steal,
-        "waited_s": waited,
-        "processes": len(processes),
+    return Gate(
+        policy=cfg.policy,
+        threshold=cfg.threshold,
+        rounds=total,
+        quiet=quiet,
+        unquiet=total - quiet,
+        max_steal=max_steal,
+        waited_s=waited,
+        processes=len(processes),
         # Processes that got no pause budget: the run had stopped waiting (sustained load).
-        "processes_not_waiting": sum(p.gate_budget_s == 0 for p in processes),
-        "stops_waiting_after_rounds": cfg.extra.get("stops_waiting_after_rounds"),
-    }
+        processes_not_waiting=sum(p.gate_budget_s == 0 for p in processes),
+        stops_waiting_after_rounds=cfg.extra.get("stops_waiting_after_rounds"),
+    )
 
 
-def gate_rounds(doc: Results) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GateRound:
+    """One round's gate readings (gate_rounds); a reading that was not taken is None."""
+
+    case: str
+    index: int
+    idle_before: float | None  # the worst core's idle before the round
+    idle_during: float | None  # ... and during it
+    steal: float | None  # the most steal seen
+    quiet: bool
+
+
+def gate_rounds(doc: Results) -> list[GateRound]:
     """Every round's gate readings in run order (cases as the config listed them):
     the worst core's idle before the round and during it (a round too short to judge
     alone: over the window its meter reached back to), the most steal seen, and
@@ -84,19 +102,19 @@ def gate_rounds(doc: Results) -> list[dict[str, Any]]:
             steals = [float(v) for part in looked for v in (part.get("steal") or {}).values()]
             if during.get("own_steal") is not None:
                 steals.append(float(during["own_steal"]))
-            out.append({
-                "case": name,
-                "index": rnd.index,
+            out.append(GateRound(
+                case=name,
+                index=rnd.index,
                 # A carried reading is the previous round's meter, not a look before
                 # this one.
-                "idle_before": (None if gate.get("carried") else
-                                min((float(v) for v in (gate.get("idle") or {}).values()),
-                                    default=None)),
-                "idle_during": min((float(v) for v in (during.get("idle") or {}).values()),
-                                   default=None),
-                "steal": max(steals, default=None),
-                "quiet": bool(rnd.quiet),
-            })
+                idle_before=(None if gate.get("carried") else
+                             min((float(v) for v in (gate.get("idle") or {}).values()),
+                                 default=None)),
+                idle_during=min((float(v) for v in (during.get("idle") or {}).values()),
+                                default=None),
+                steal=max(steals, default=None),
+                quiet=bool(rnd.quiet),
+            ))
     return out
 
 
@@ -114,20 +132,78 @@ def worst_drift(drifts: Mapping[str, float | None]) -> tuple[str, float] | None:
     return name, drift
 
 
+@dataclass(frozen=True)
+class ArmSummary:
+    """One arm on one case: p50 (ns per Run) and its ratio to the control, with an interval."""
+
+    p50_ns: float | None
+    ratio_vs_ort: float | None
+    ci95: list[float | None]  # [lo, hi]; both None with too few rounds for an exact one
+    nodes_executed: int | None
+    nodes_by_ep: dict[str, int]
+
+
+@dataclass(frozen=True)
+class CaseSummary:
+    """One case of the run: its arms, how it ended, its rounds and its control's drift."""
+
+    arms: dict[str, ArmSummary]
+    verified: bool
+    status: str
+    error: str | None
+    rounds: int
+    quiet_rounds: int
+    control_drift: float | None
+
+
+@dataclass(frozen=True)
+class ArmFit:
+    """One arm's fit over a chain family (stats.FamilyFit), None where not finite."""
+
+    slope_ns: float | None
+    slope_ci95: list[float | None]
+    intercept_ns: float | None
+    intercept_ci95: list[float | None]
+
+
+@dataclass(frozen=True)
+class FamilySummary:
+    """A chain family's cases (by depth) and each arm's per-node and per-Run cost."""
+
+    cases: list[str]
+    depths: list[int]
+    arms: dict[str, ArmFit]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The summary of one results document."""
+
+    control: str
+    confidence: float
+    cases: dict[str, CaseSummary]
+    families: dict[str, FamilySummary]
+    gate: Gate
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        """The JSON form `epbench summary --format json` prints (keys sorted by the writer)."""
+        return asdict(self)
+
+
 def summarize(
     doc: Results,
     *,
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,  # the family fits' bootstrap
     seed: int = defaults.SEED,
-) -> dict[str, Any]:
-    """The summary of one results document (JSON-able, keys sorted by the writer)."""
+) -> RunSummary:
+    """The summary of one results document."""
     control = doc.control
-    cases_out: dict[str, Any] = {}
+    cases_out: dict[str, CaseSummary] = {}
     # Collect every (case, arm) ratio first so all of them go through one kernel per round count.
     jobs: list[tuple[str, str]] = []
     ratios = []
-    medians: dict[str, dict[str, Any]] = {}
+    medians: dict[str, dict[str, np.ndarray]] = {}
     for name, case in doc.cases.items():
         medians[name] = {arm: stats.round_medians(case, arm) for arm in case.arms}
         ctrl = medians[name].get(control)
@@ -140,7 +216,7 @@ def summarize(
     for name, case in doc.cases.items():
         import numpy as np
 
-        arms_out: dict[str, Any] = {}
+        arms_out: dict[str, ArmSummary] = {}
         for arm, info in case.arms.items():
             values = medians[name][arm]
             values = values[np.isfinite(values)]
@@ -152,33 +228,33 @@ def summarize(
                 ratio, ci = stats.finite(ch.ratio), [stats.finite(ch.lo), stats.finite(ch.hi)]
                 if None in ci:  # too few rounds for an exact interval: no half-interval
                     ci = [None, None]
-            arms_out[arm] = {
-                "p50_ns": stats.finite(p50),
-                "ratio_vs_ort": ratio,
-                "ci95": ci,
-                "nodes_executed": info.nodes_executed,
-                "nodes_by_ep": dict(info.nodes_by_ep or {}),
-            }
+            arms_out[arm] = ArmSummary(
+                p50_ns=stats.finite(p50),
+                ratio_vs_ort=ratio,
+                ci95=ci,
+                nodes_executed=info.nodes_executed,
+                nodes_by_ep=dict(info.nodes_by_ep or {}),
+            )
         quiet = stats.quiet_mask(case)
         ctrl_values = medians[name].get(control)
-        cases_out[name] = {
-            "arms": arms_out,
-            "verified": case.verified,
-            "status": case.status,
-            "error": case.error,
-            "rounds": len(quiet),
-            "quiet_rounds": int(quiet.sum()),
-            "control_drift": (
+        cases_out[name] = CaseSummary(
+            arms=arms_out,
+            verified=case.verified,
+            status=case.status,
+            error=case.error,
+            rounds=len(quiet),
+            quiet_rounds=int(quiet.sum()),
+            control_drift=(
                 stats.finite(stats.control_drift(ctrl_values)) if ctrl_values is not None else None
             ),
-        }
-    return {
-        "control": control,
-        "confidence": confidence,
-        "cases": cases_out,
-        "families": family_fits(doc, confidence=confidence, resamples=resamples, seed=seed),
-        "gate": gate_summary(doc),
-    }
+        )
+    return RunSummary(
+        control=control,
+        confidence=confidence,
+        cases=cases_out,
+        families=family_fits(doc, confidence=confidence, resamples=resamples, seed=seed),
+        gate=gate_summary(doc),
+    )
 
 
 def family_members(doc: Results) -> dict[str, list[tuple[int, str]]]:
@@ -201,9 +277,9 @@ def family_fits(
     confidence: float = defaults.CONFIDENCE,
     resamples: int = defaults.RESAMPLES,
     seed: int = defaults.SEED,
-) -> dict[str, Any]:
+) -> dict[str, FamilySummary]:
     """Per chain family: per-node cost (slope) and per-Run cost (intercept) per arm, with CIs."""
-    out: dict[str, Any] = {}
+    out: dict[str, FamilySummary] = {}
     for family, members in family_members(doc).items():
         cases = [doc.cases[name] for _, name in members]
         arms = sorted(set.intersection(*(set(c.arms) for c in cases)))
@@ -214,16 +290,18 @@ def family_fits(
             [d for d, _ in members], rounds, arms,
             confidence=confidence, resamples=resamples, seed=seed,
         )
-        out[family] = {
-            "cases": [name for _, name in members],
-            "depths": [d for d, _ in members],
-            "arms": {arm: {k: _json_number(v) for k, v in fit.to_dict().items()}
-                     for arm, fit in fits.items()},
-        }
+        out[family] = FamilySummary(
+            cases=[name for _, name in members],
+            depths=[d for d, _ in members],
+            arms={arm: _arm_fit(fit) for arm, fit in fits.items()},
+        )
     return out
 
 
-def _json_number(value: Any) -> Any:
-    if isinstance(value, list):
-        return [stats.finite(v) for v in value]
-    return stats.finite(value)
+def _arm_fit(fit: stats.FamilyFit) -> ArmFit:
+    return ArmFit(
+        slope_ns=stats.finite(fit.slope),
+        slope_ci95=[stats.finite(v) for v in fit.slope_ci],
+        intercept_ns=stats.finite(fit.intercept),
+        intercept_ci95=[stats.finite(v) for v in fit.intercept_ci],
+    )

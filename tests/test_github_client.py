@@ -158,6 +158,18 @@ def test_a_post_that_failed_and_did_not_land_is_posted_again(stub: StubGitHub) -
     assert result.action == "created" and len(stub.comments) == 1
 
 
+@pytest.mark.parametrize("answer", [{"html_url": "https://x"}, {"id": "9001"}, {"id": True},
+                                    ["not", "a", "comment"]],
+                         ids=["no id", "id a string", "id a bool", "a list"])
+def test_a_created_comment_github_answers_without_a_usable_id_is_refused(
+    stub: StubGitHub, answer: object
+) -> None:
+    stub.faults.append(Fault("POST", 201, body=answer))
+    with pytest.raises(GitHubError, match="answered POST .* with a comment whose id is "
+                                          ".*: check --api-url"):
+        upsert(stub, "hello")
+
+
 def test_retry_after_is_honoured_on_a_secondary_rate_limit(stub: StubGitHub) -> None:
     stub.faults.append(
         Fault(

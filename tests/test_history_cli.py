@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -256,17 +257,24 @@ def test_list_and_show_print_json_that_validates_against_their_schemas(history_r
 def test_two_runs_of_one_commit_merge_into_a_point_inside_its_interval():
     # The case the issue saw: two runs of one commit shown as 0.606 [0.602, 0.605].
     from epbench.reports.history.changes import merge_runs
+    from epbench.reports.history.store import StoredPoint
 
-    rows = [{"ratio": 0.6085, "ratio_lo": 0.6065, "ratio_hi": 0.6105, "created": "t1",
-             "counters": {"api_calls": 2.0}},
-            {"ratio": 0.6035, "ratio_lo": 0.602, "ratio_hi": 0.605, "created": "t2",
-             "counters": {"api_calls": 1.0}}]
+    def stored(**fields: object) -> StoredPoint:
+        unread = {"commit": "c" * 40, "branch": None, "machine": "host0001", "status": "ok",
+                  "p50_ns": None, "round_medians_ns": [], "instructions": None,
+                  "instructions_method": None, "run_id": 1}
+        return StoredPoint(**{**unread, **fields})
+
+    rows = [stored(ratio=0.6085, ratio_lo=0.6065, ratio_hi=0.6105, created="t1",
+                   counters={"api_calls": 2.0}),
+            stored(ratio=0.6035, ratio_lo=0.602, ratio_hi=0.605, created="t2",
+                   counters={"api_calls": 1.0})]
     point = merge_runs("c" * 40, rows)
     assert point.ratio == pytest.approx((0.6035 * 0.6085) ** 0.5)
     assert (point.lo, point.hi, point.runs, point.created) == (0.602, 0.6105, 2, "t1")
     assert point.lo <= point.ratio <= point.hi
     # A run without an interval contributes its ratio only; none at all gives none.
-    assert merge_runs("c", [{**rows[1], "ratio_lo": None, "ratio_hi": None}]).lo is None
-    three = merge_runs("c", [*rows, {**rows[0], "ratio": 0.7, "ratio_lo": None,
-                                     "ratio_hi": None}])
+    assert merge_runs("c", [replace(rows[1], ratio_lo=None, ratio_hi=None)]).lo is None
+    three = merge_runs("c", [*rows, replace(rows[0], ratio=0.7, ratio_lo=None,
+                                            ratio_hi=None)])
     assert three.ratio == 0.6085 and (three.lo, three.hi) == (0.602, 0.6105)

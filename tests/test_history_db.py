@@ -370,4 +370,4 @@ def test_a_results_path_that_is_not_utf8_is_stored_escaped(db_url, tmp_path):
     assert invoke("history", "add", folder / "results.json", "--db", db_url).exit_code == 0
     with HistoryStore.open(db_url) as store:
         (run,) = store.runs()
-    assert run["source"] == str(folder / "results.json").replace("\udcff", "\\udcff")
+    assert run.source == str(folder / "results.json").replace("\udcff", "\\udcff")

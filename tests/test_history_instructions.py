@@ -52,7 +52,7 @@ def test_a_count_is_stored_with_the_way_it_was_counted(db_url):
     add_all(db_url, [counted_doc(1, BASE_COUNT), counted_doc(2, None)])
     with HistoryStore.open(db_url) as store:
         rows = store.points(CASE, ARM, HOST)
-    assert [(r["instructions"], r["instructions_method"]) for r in rows] == [
+    assert [(r.instructions, r.instructions_method) for r in rows] == [
         (BASE_COUNT, "valgrind/2"), (None, None)]
 
 
@@ -84,7 +84,7 @@ def test_an_old_store_is_migrated_keeping_its_counts_apart_from_new_ones(db_url)
         assert store.schema_version() == SCHEMA_VERSION == 3
         rows = store.points(CASE, ARM, HOST)
         counted = instruction_series(store, CASE, ARM, HOST)
-    assert [(r["instructions"], r["instructions_method"]) for r in rows] == [
+    assert [(r.instructions, r.instructions_method) for r in rows] == [
         (18304.0, None), (BASE_COUNT, "valgrind/2"), (BASE_COUNT, "valgrind/2")]
     assert [p.commit for p in counted] == [f"{2:040x}", f"{3:040x}"]
     assert instruction_changes(counted) == []

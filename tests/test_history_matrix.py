@@ -209,7 +209,7 @@ def test_record_merges_each_class_and_adds_it_under_its_class(doc, tmp_path, pg_
         assert merged["merge_forced"]  # the VMs differed, and the file says so
     with HistoryStore.open(url) as store:
         runs = store.runs()
-        assert sorted((r["machine_class"], r["commit"], r["branch"], r["points"]) for r in runs) \
+        assert sorted((r.machine_class, r.commit, r.branch, r.points) for r in runs) \
             == sorted((f"github-{r}", SHA, "main", 12) for r in RUNNERS for _ in (1, 2))
         for runner in RUNNERS:
             # One point per commit: the median of the class's two runs, at its own level.
@@ -281,5 +281,5 @@ def test_real_shards_measured_merged_and_added(doc, tmp_path, pg_server):
     with HistoryStore.open(url) as store:
         runs = store.runs()
         quick = len(load_grid("quick"))
-        assert [(r["machine_class"], r["commit"], r["points"]) for r in runs] == [
+        assert [(r.machine_class, r.commit, r.points) for r in runs] == [
             (f"github-{runner}", SHA, 2 * quick)] * 2

@@ -69,7 +69,7 @@ def test_migrate_upgrades_an_old_store_in_place_keeping_its_runs(db_url):
                                 f"{SCHEMA_VERSION}\n")
     with HistoryStore.open_for_reading(db_url) as store:
         (run,) = store.runs()
-        assert (run["commit"], run["machine_class"]) == ("abc1234", None)
+        assert (run.commit, run.machine_class) == ("abc1234", None)
 
 
 def test_migrate_refuses_a_newer_store_and_leaves_it_alone(db_url):
@@ -189,7 +189,7 @@ def test_four_concurrent_adds_store_every_run(pg_server: PgServer, tmp_path, mig
     assert all(out.startswith("added run ") for out, _ in outputs), outputs
     with HistoryStore.open(url) as store:
         runs = store.runs()
-        assert sorted((r["commit"], r["machine_class"], r["points"]) for r in runs) == sorted(
+        assert sorted((r.commit, r.machine_class, r.points) for r in runs) == sorted(
             (c, f"github-{m}", 8) for c, m in WRITERS)
-        assert len({r["id"] for r in runs}) == 4
+        assert len({r.id for r in runs}) == 4
         assert store.schema_version() == SCHEMA_VERSION

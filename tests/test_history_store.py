@@ -69,19 +69,19 @@ def test_a_run_is_stored_with_everything_the_series_needs(db_url):
     assert done.added and done.points == 4
     with HistoryStore.open(db_url) as store:
         (run,) = store.runs()
-        assert (run["commit"], run["branch"], run["created"], run["machine"]) == (
+        assert (run.commit, run.branch, run.created, run.machine) == (
             f"{3:040x}", "main", doc["created"], "host0001")
-        assert run["epbench_version"]
+        assert run.epbench_version
         (point,) = store.points("relu_d100_w8", "engine", "host0001")
     case = as_results(doc).cases["relu_d100_w8"]
     engine, ort = stats.round_medians(case, "engine"), stats.round_medians(case, "ort")
     (change,) = stats.paired_changes([stats.log_ratios(engine, ort)])
-    assert point["ratio"] == pytest.approx(change.ratio, rel=1e-12)
-    assert (point["ratio_lo"], point["ratio_hi"]) == pytest.approx((change.lo, change.hi))
-    assert point["p50_ns"] == pytest.approx(float(np.median(engine)))
-    assert point["round_medians_ns"] == pytest.approx(list(engine))
-    assert point["counters"] == COUNTERS["relu_d100_w8"]["engine"]
-    assert point["instructions"] == 52000.0
+    assert point.ratio == pytest.approx(change.ratio, rel=1e-12)
+    assert (point.ratio_lo, point.ratio_hi) == pytest.approx((change.lo, change.hi))
+    assert point.p50_ns == pytest.approx(float(np.median(engine)))
+    assert point.round_medians_ns == pytest.approx(list(engine))
+    assert point.counters == COUNTERS["relu_d100_w8"]["engine"]
+    assert point.instructions == 52000.0
 
 
 def test_the_same_run_added_twice_is_stored_once(db_url):
@@ -125,7 +125,7 @@ def test_a_commit_measured_twice_is_one_point_at_the_median(db_url):
         (point,) = series(store, "relu_d100_w8", "engine", "host0001")
         frame = series_frame(store, "relu_d100_w8", "engine", "host0001")
     assert point.runs == 3
-    assert point.ratio == pytest.approx(float(np.median([r["ratio"] for r in rows])))
+    assert point.ratio == pytest.approx(float(np.median([r.ratio for r in rows])))
     assert list(frame.columns) == ["commit", "created", "ratio", "lo", "hi", "runs"]
     assert frame["ratio"].tolist() == [point.ratio]
 
@@ -142,7 +142,7 @@ def test_an_old_database_is_upgraded_on_first_use(db_url):
     with HistoryStore.open(db_url) as store:
         assert store.schema_version() == SCHEMA_VERSION == 3
         (run,) = store.runs()
-        assert (run["commit"], run["machine_class"]) == ("abc1234", None)
+        assert (run.commit, run.machine_class) == ("abc1234", None)
     _add(db_url, make_doc(5), machine_class="m")  # the new column works
 
 
@@ -212,8 +212,8 @@ def test_two_concurrent_writers_lose_nothing_and_duplicate_nothing(db_url, tmp_p
     assert added == 12
     with HistoryStore.open(db_url) as store:
         runs = store.runs()
-        assert sorted(r["commit"] for r in runs) == sorted(f"{s:040x}" for s in range(12))
-        assert [r["points"] for r in runs] == [4] * 12
+        assert sorted(r.commit for r in runs) == sorted(f"{s:040x}" for s in range(12))
+        assert [r.points for r in runs] == [4] * 12
         assert store.schema_version() == SCHEMA_VERSION
 
 

@@ -168,41 +168,6 @@ def test_nothing_imports_the_parts_by_their_folder_names():
     assert bare == []
 
 
-# Public functions in reports/ and epbench/workflows that still take or give `Any`
-# (issue 47: results documents, noise profiles, validation reports and GitHub payloads
-# are still dicts). The list only shrinks: a new public `Any` fails the test below, and so
-# does a name here that no longer has one (take it off the list).
-ANY_NOT_YET_TYPED = {
-    "reports/bot/github.py:GitHubClient.create_comment",
-    "reports/bot/github.py:GitHubClient.find_comment",
-    "reports/bot/github.py:GitHubClient.request",
-    "reports/bot/github.py:GitHubClient.update_comment",
-    "reports/bot/github.py:HttpResponse.json",
-    "reports/calibrate.py:load_profile",
-    "reports/calibrate.py:noise_of",
-    "reports/calibrate.py:pooled_offset",
-    "reports/calibrate.py:profile_from_runs",
-    "reports/calibrate.py:profile_noise",
-    "reports/calibrate.py:write_profile",
-    "reports/export.py:tidy_frame",
-    "reports/history/changes.py:Finding.to_dict",
-    "reports/history/db.py:Backend.execute",
-    "reports/history/db.py:PostgresBackend.execute",
-    "reports/history/db.py:SqliteBackend.execute",
-    "reports/history/documents.py:point_rows",
-    "reports/history/documents.py:runs_document",
-    "reports/history/documents.py:series_document",
-    "reports/history/documents.py:series_list_document",
-    "reports/history/store.py:HistoryStore.points",
-    "reports/history/store.py:HistoryStore.runs",
-    "reports/run_report.py:render_run_report",
-    "reports/stats.py:FamilyFit.to_dict",
-    "reports/summary.py:family_fits",
-    "reports/summary.py:family_of",
-    "reports/summary.py:gate_rounds",
-    "reports/summary.py:gate_summary",
-    "reports/summary.py:summarize",
-}
 TYPED_PACKAGES = ("reports", "epbench/workflows")
 
 
@@ -249,10 +214,8 @@ def public_signatures_with_any(root: Path = ROOT) -> set[str]:
 
 def test_no_public_function_of_the_reports_or_workflows_takes_or_gives_any():
     # Issue 47: what crosses a module boundary there is typed (the comparison is a
-    # reports.comparison.Comparison, not a dict[str, Any]).
-    found = public_signatures_with_any()
-    assert sorted(found - ANY_NOT_YET_TYPED) == [], "type these, or say why not"
-    assert sorted(ANY_NOT_YET_TYPED - found) == [], "typed now: take them off the list"
+    # reports.comparison.Comparison, not a dict[str, Any]; JSON at an edge is JsonValue).
+    assert sorted(public_signatures_with_any()) == [], "type these: dataclasses, or JsonValue"
 
 
 def test_plain_lint_imports_checks_the_mapped_parts_too(tmp_path) -> None:

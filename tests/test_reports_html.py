@@ -342,10 +342,10 @@ def test_gate_rounds_follow_the_run_order_with_worst_core_readings():
     doc["config"]["case_names"] = ["b_case", "a_case"]
     doc["cases"]["b_case"]["rounds"][0]["gate"]["idle"] = {"cpu0": 0.97, "cpu1": 0.95}
     rounds = gate_rounds(as_results(doc))
-    assert [(r["case"], r["index"], r["quiet"]) for r in rounds] == [
+    assert [(r.case, r.index, r.quiet) for r in rounds] == [
         ("b_case", 0, True), ("b_case", 1, True), ("a_case", 0, True), ("a_case", 1, False)]
-    assert rounds[0]["idle_before"] == 0.95 and rounds[0]["idle_during"] == 0.98
-    assert rounds[3]["idle_before"] == 0.5 and rounds[3]["steal"] == 0.02
+    assert rounds[0].idle_before == 0.95 and rounds[0].idle_during == 0.98
+    assert rounds[3].idle_before == 0.5 and rounds[3].steal == 0.02
 
 
 def test_a_carried_gate_reading_is_no_look_before_its_round():
@@ -355,9 +355,9 @@ def test_a_carried_gate_reading_is_no_look_before_its_round():
         rnd["gate"]["steal"] = {"cpu0": 0.3}  # the carried one: the round before's
         rnd["interference"]["steal"] = {"cpu0": 0.01}
     rounds = gate_rounds(as_results(doc))
-    assert [r["idle_before"] for r in rounds] == [rounds[0]["idle_before"], None]
-    assert rounds[0]["idle_before"] is not None
-    assert [r["steal"] for r in rounds] == [0.3, 0.01]
+    assert [r.idle_before for r in rounds] == [rounds[0].idle_before, None]
+    assert rounds[0].idle_before is not None
+    assert [r.steal for r in rounds] == [0.3, 0.01]
 
 
 def _report(*args):

@@ -319,13 +319,14 @@ def test_wording_follows_the_settings_and_the_thresholds():
 
 
 def test_run_report_says_a_per_node_cost_it_cannot_resolve_instead_of_a_negative_one():
-    import copy
+    from dataclasses import replace
 
     doc = _load("pr.json")
     shown = summary.summarize(doc)
-    unresolved = copy.deepcopy(shown)
-    fit = unresolved["families"]["relu_w8"]["arms"]["plugin:ep"]
-    fit.update(slope_ns=-0.93, slope_ci95=[-2.5, 0.7])
+    family = shown.families["relu_w8"]
+    fit = replace(family.arms["plugin:ep"], slope_ns=-0.93, slope_ci95=[-2.5, 0.7])
+    unresolved = replace(shown, families={
+        **shown.families, "relu_w8": replace(family, arms={**family.arms, "plugin:ep": fit})})
     text = run_report.render_run_report(doc, unresolved)
     row = next(line for line in text.splitlines() if line.startswith("|  |  | `plugin:ep` |"))
     assert row.split("|")[4].strip() == "not resolved"

@@ -343,7 +343,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
     doc = load_results(results)
     data = summarize(doc)
     if fmt == "json":
-        emit(json.dumps(data, indent=1, sort_keys=True) + "\n", out)
+        emit(json.dumps(data.to_dict(), indent=1, sort_keys=True) + "\n", out)
     elif fmt == "markdown":
         emit(render_run_report(doc) + "\n", out)
     else:

@@ -42,13 +42,19 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epbench.core.errors import EpbenchError
+
+if TYPE_CHECKING:  # a type only: the client needs nothing but the standard library
+    from epbench.reports.comparison import JsonValue
 
 DEFAULT_API_URL = "https://api.github.com"
 API_VERSION = "2022-11-28"
 PER_PAGE = 100  # the largest page GitHub serves
+# A comment id or PR number the post job's shell puts in a URL: a positive integer that
+# fits GitHub's 64-bit ids (and its PR numbers, which are smaller).
+MAX_ID = 2**63 - 1
 MAX_PAGES = 200  # 20,000 comments: beyond that a Link header is going round in circles
 
 # A git commit id: SHA-1 (40 hex digits) or SHA-256 (64).
@@ -86,8 +92,18 @@ class HttpResponse:
     headers: Mapping[str, str]  # names lower-cased
     body: bytes
 
-    def json(self) -> Any:
+    def json(self) -> JsonValue:
         return json.loads(self.body.decode("utf-8")) if self.body else None
+
+
+@dataclass(frozen=True)
+class Comment:
+    """An issue comment, as much of GitHub's answer as the bot reads: its id (a positive
+    64-bit integer, checked, since it goes into a URL), its body and its link."""
+
+    id: int
+    body: str
+    html_url: str | None
 
 
 class _AmbiguousWrite(Exception):
@@ -103,6 +119,10 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     # redirect here means the repository moved, which the user must fix.
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
         return None
+
+
+def _is_id(value: object) -> bool:
+    return type(value) is int and 1 <= value <= MAX_ID  # not a bool, not a float
 
 
 def _redact(text: str, secret: str) -> str:
@@ -214,7 +234,8 @@ class GitHubClient:
         """The URL without the API base, for messages."""
         return url[len(self.api_url) :] if url.startswith(self.api_url) else url
 
-    def _send(self, method: str, url: str, payload: dict[str, Any] | None) -> HttpResponse:
+    def _send(self, method: str, url: str, payload: Mapping[str, JsonValue] | None
+              ) -> HttpResponse:
         data = None if payload is None else json.dumps(payload).encode("utf-8")
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Accept", "application/vnd.github+json")
@@ -300,7 +321,7 @@ class GitHubClient:
         self,
         method: str,
         url: str,
-        payload: dict[str, Any] | None = None,
+        payload: Mapping[str, JsonValue] | None = None,
         *,
         what: str,
         idempotent: bool = True,
@@ -398,7 +419,7 @@ class GitHubClient:
 
     def find_comment(
         self, repo: str, pr: int, marker: str, author: str | Callable[[], str]
-    ) -> dict[str, Any] | None:
+    ) -> Comment | None:
         """The oldest comment on the PR whose body contains `marker` and whose author is
         `author` (a login, or a function asked once, only when a marked comment turns
         up), following pagination. A marked comment by anyone else is ignored."""
@@ -416,12 +437,15 @@ class GitHubClient:
                     "of comments: check --api-url points at the REST API"
                 )
             for comment in comments:
-                if not (isinstance(comment, dict) and marker in (comment.get("body") or "")):
+                if not isinstance(comment, dict):
+                    continue
+                body = comment.get("body")
+                if not (isinstance(body, str) and marker in body):
                     continue
                 if login is None:
                     login = author() if callable(author) else author
                 if _written_by(comment, login):
-                    return comment
+                    return self._comment(comment, f"listed a comment on {repo}#{pr}")
                 self._say(
                     f"comment {comment.get('id')} on {what} carries the epbench marker but "
                     f"was not written by {login}: leaving it alone"
@@ -445,27 +469,42 @@ class GitHubClient:
             )
         return sha
 
-    def create_comment(self, repo: str, pr: int, body: str) -> dict[str, Any]:
+    def create_comment(self, repo: str, pr: int, body: str) -> Comment:
+        url = self._comments_url(repo, pr)
         resp = self.request(
             "POST",
-            self._comments_url(repo, pr),
+            url,
             {"body": body},
             what=f"pull request #{pr} in {repo}",
             idempotent=False,
         )
-        return resp.json()
+        return self._comment(resp.json(), f"answered POST {self._path(url)} with a comment")
 
-    def update_comment(self, repo: str, comment_id: int, body: str) -> dict[str, Any]:
+    def update_comment(self, repo: str, comment_id: int, body: str) -> Comment:
+        url = f"{self.api_url}/repos/{repo}/issues/comments/{comment_id}"
         resp = self.request(
             "PATCH",
-            f"{self.api_url}/repos/{repo}/issues/comments/{comment_id}",
+            url,
             {"body": body},
             what=f"comment {comment_id} in {repo}",
         )
-        return resp.json()
+        return self._comment(resp.json(), f"answered PATCH {self._path(url)} with a comment")
+
+    def _comment(self, doc: JsonValue, said: str) -> Comment:
+        """The Comment in GitHub's answer `doc`; refused (`said` says where it came from)
+        unless its id is one that may go into a URL."""
+        fields = doc if isinstance(doc, dict) else {}
+        comment_id, body, url = fields.get("id"), fields.get("body"), fields.get("html_url")
+        if not _is_id(comment_id):
+            raise self._error(
+                f"GitHub {said} whose id is {_one_line(repr(comment_id), 40)}: check --api-url "
+                "points at the REST API"
+            )
+        return Comment(comment_id, body if isinstance(body, str) else "",
+                       url if isinstance(url, str) else None)
 
 
-def _written_by(comment: Mapping[str, Any], login: str) -> bool:
+def _written_by(comment: Mapping[str, JsonValue], login: str) -> bool:
     """Is `comment` (a REST issue comment) written by `login`? GitHub logins are
     case-insensitive; a bot login ("x[bot]") must also be a Bot account."""
     user = comment.get("user")

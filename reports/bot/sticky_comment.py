@@ -31,7 +31,7 @@ from epbench.reports.bot.github import (
     PullRequestMismatch,
     RetryPolicy,
     _AmbiguousWrite,
-    _one_line,
+    _is_id,
 )
 from epbench.reports.sticky import STICKY_MARKER  # written by the renderer, searched for here
 
@@ -47,9 +47,6 @@ class UpsertResult:
     length: int  # of the body sent, in comment_length units
 
 
-# A comment id or PR number the post job's shell puts in a URL: a positive integer that
-# fits GitHub's 64-bit ids (and its PR numbers, which are smaller).
-MAX_ID = 2**63 - 1
 # The plan's files, one fact each, so the post job reads them with no JSON parser:
 # the PR number, the comment to edit ("none": create one), and the request's JSON body.
 PLAN_PR_FILE = "pull-request"
@@ -83,10 +80,6 @@ class CommentPlan:
     @property
     def action(self) -> str:
         return "create" if self.comment_id is None else "update"
-
-
-def _is_id(value: object) -> bool:
-    return type(value) is int and 1 <= value <= MAX_ID  # not a bool, not a float
 
 def upsert_sticky_comment(
     repo: str,
@@ -126,14 +119,13 @@ def upsert_sticky_comment(
     for attempt in range(1, retry.attempts + 1):
         existing = client.find_comment(repo, pr, marker, author)
         if existing is not None:
-            comment_id = int(existing["id"])
-            if existing.get("body") == text:
+            if existing.body == text:
                 return UpsertResult(
-                    "unchanged", comment_id, existing.get("html_url"), trimmed, comment_length(text)
+                    "unchanged", existing.id, existing.html_url, trimmed, comment_length(text)
                 )
-            updated = client.update_comment(repo, comment_id, text)
+            updated = client.update_comment(repo, existing.id, text)
             return UpsertResult(
-                "updated", comment_id, updated.get("html_url"), trimmed, comment_length(text)
+                "updated", existing.id, updated.html_url, trimmed, comment_length(text)
             )
         try:
             created = client.create_comment(repo, pr, text)
@@ -149,7 +141,7 @@ def upsert_sticky_comment(
                 client._sleep(wait)
             continue
         return UpsertResult(
-            "created", int(created["id"]), created.get("html_url"), trimmed, comment_length(text)
+            "created", created.id, created.html_url, trimmed, comment_length(text)
         )
     raise client._error(
         f"could not post the comment on {repo}#{pr} in {retry.attempts} attempts, last: "
@@ -250,14 +242,9 @@ def plan_sticky_comment(
         token_source=token_source, expect_head_sha=expect_head_sha, bot_login=bot_login,
         retry=retry, sleep=sleep, now=now, log=log,
     )
+    # find_comment refuses a comment whose id may not go into a URL.
     existing = client.find_comment(repo, pr, marker, _author(client, bot_login))
-    comment_id = None if existing is None else existing.get("id")
-    if comment_id is not None and not _is_id(comment_id):
-        raise client._error(
-            f"GitHub listed a comment on {repo}#{pr} whose id is {_one_line(repr(comment_id), 40)}"
-            ": check --api-url points at the REST API"
-        )
-    return CommentPlan(pr, comment_id, text, trimmed)
+    return CommentPlan(pr, None if existing is None else existing.id, text, trimmed)
 
 
 def write_plan(plan: CommentPlan, folder: str | Path) -> Path:

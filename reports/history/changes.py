@@ -13,11 +13,11 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING
 
 from epbench.core.model import changed_counters
 from epbench.reports import stats
-from epbench.reports.comparison import BaseHistory, HistoryFinding
+from epbench.reports.comparison import BaseHistory, HistoryFinding, JsonValue
 from epbench.reports.history import changepoints
 from epbench.reports.history.db import (
     DB_ENV,
@@ -32,7 +32,7 @@ from epbench.reports.history.instruction_series import (
     instruction_series,
     is_exact,
 )
-from epbench.reports.history.store import HistoryStore, HistoryTooOld
+from epbench.reports.history.store import HistoryStore, HistoryTooOld, StoredPoint
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +51,7 @@ class SeriesPoint:
     lo: float | None
     hi: float | None
     runs: int
-    counters: dict[str, Any] | None
+    counters: dict[str, float] | None
 
     @property
     def weight(self) -> float:
@@ -70,25 +70,15 @@ def series(store: HistoryStore, case: str, arm: str, machine: str) -> list[Serie
     interval from all of them.
     """
 
-    by_commit: dict[str, list[dict[str, Any]]] = {}
+    by_commit: dict[str, list[StoredPoint]] = {}
     for row in store.points(case, arm, machine):
-        if row["status"] == "ok" and row["ratio"] is not None and row["ratio"] > 0:
-            by_commit.setdefault(row["commit"], []).append(row)
+        if row.status == "ok" and row.ratio is not None and row.ratio > 0:
+            by_commit.setdefault(row.commit, []).append(row)
     return [merge_runs(commit, rows) for commit, rows in by_commit.items()]  # run order
 
 
-class RunRow(TypedDict):
-    """What merge_runs reads of one stored run of a case (a row of the store's points)."""
-
-    ratio: float
-    ratio_lo: float | None
-    ratio_hi: float | None
-    created: str
-    counters: dict[str, Any] | None
-
-
-def merge_runs(commit: str, rows: Sequence[RunRow]) -> SeriesPoint:
-    """One point from the runs of one commit (store rows with ratio, ratio_lo, ratio_hi).
+def merge_runs(commit: str, rows: Sequence[StoredPoint]) -> SeriesPoint:
+    """One point from the runs of one commit (stored points, each with a ratio).
 
     The rule: the ratio is the median of the runs' ratios (in logs; of two runs, their
     geometric mean); the interval runs from the lowest of the runs' lower ends to the
@@ -99,16 +89,16 @@ def merge_runs(commit: str, rows: Sequence[RunRow]) -> SeriesPoint:
     """
     import numpy as np
 
-    logs = np.log([r["ratio"] for r in rows])
+    logs = np.log([r.ratio for r in rows])
     mid = float(np.median(logs))
     ratio = math.exp(mid)
     nearest = rows[int(np.argmin(np.abs(logs - mid)))]
-    los = [r["ratio_lo"] for r in rows if r["ratio_lo"] is not None]
-    his = [r["ratio_hi"] for r in rows if r["ratio_hi"] is not None]
-    return SeriesPoint(commit=commit, created=rows[0]["created"], ratio=ratio,
+    los = [r.ratio_lo for r in rows if r.ratio_lo is not None]
+    his = [r.ratio_hi for r in rows if r.ratio_hi is not None]
+    return SeriesPoint(commit=commit, created=rows[0].created, ratio=ratio,
                        lo=min(*los, ratio) if los else None,
                        hi=max(*his, ratio) if his else None, runs=len(rows),
-                       counters=nearest["counters"])
+                       counters=nearest.counters)
 
 
 def series_frame(store: HistoryStore, case: str, arm: str, machine: str) -> pd.DataFrame:
@@ -128,10 +118,11 @@ def all_points_frame(store: HistoryStore) -> pd.DataFrame:
     for case, arm, machine in store.series_keys(control=""):
         for p in store.points(case, arm, machine):
             rows.append({"case": case, "arm": arm, "series": machine, **{
-                k: p[k] for k in ("commit", "branch", "created", "machine", "status",
-                                  "ratio", "ratio_lo", "ratio_hi", "p50_ns", "instructions")},
-                "counters": json.dumps(p["counters"], sort_keys=True) if p["counters"] else None,
-                "round_medians_ns": json.dumps(p["round_medians_ns"])})
+                k: getattr(p, k) for k in ("commit", "branch", "created", "machine", "status",
+                                           "ratio", "ratio_lo", "ratio_hi", "p50_ns",
+                                           "instructions")},
+                "counters": json.dumps(p.counters, sort_keys=True) if p.counters else None,
+                "round_medians_ns": json.dumps(p.round_medians_ns)})
     columns = ["case", "arm", "series", "commit", "branch", "created", "machine", "status",
                "ratio", "ratio_lo", "ratio_hi", "p50_ns", "instructions", "counters",
                "round_medians_ns"]
@@ -153,7 +144,7 @@ class Finding:
     index: int  # position of `after` in the series
     change: stats.Change  # the new level / the old level, with its interval
     p: float  # the permutation test's p-value
-    counters_changed: dict[str, tuple[Any, Any]]
+    counters_changed: dict[str, tuple[float | None, float | None]]
     commits_between: int | None = None  # commits in before..after, when git knows them
     # The interval was computed on the points that chose the split (too few without the
     # split's neighbours): narrower than it should be.
@@ -163,7 +154,7 @@ class Finding:
     def regression(self) -> bool:
         return self.change.ratio > 1.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         return {
             "case": self.case, "arm": self.arm, "machine": self.machine,
             "before": self.before, "after": self.after, "index": self.index,

@@ -18,7 +18,6 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote, unquote
 
 from epbench.core.errors import EpbenchError, disk_full
@@ -35,6 +34,10 @@ CONNECT_TIMEOUT_S = 5
 SQLITE_BUSY_S = 30
 # Any constant: the advisory lock that serializes migrations between runners.
 MIGRATION_LOCK = 7_300_511
+# A parameter or a column value, in both drivers: the tables hold only TEXT, INTEGER and
+# floats (store.MIGRATIONS), or NULL.
+SqlValue = str | int | float | None
+Row = tuple[SqlValue, ...]
 # What stands in for a secret in anything shown.
 HIDDEN = "***"
 # PostgreSQL's SQLSTATE for "disk full" (class 53, insufficient resources).
@@ -174,7 +177,7 @@ class Backend:
     float_type = ""
     shown = ""  # the database, fit to print
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         raise NotImplementedError
 
     def transaction(self) -> contextlib.AbstractContextManager[None]:
@@ -235,7 +238,7 @@ class SqliteBackend(Backend):
             "free space there, or pass another --db, and run the command again"
         )
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         try:
             return self.conn.execute(sql, tuple(params)).fetchall()
         except sqlite3.IntegrityError as exc:
@@ -348,7 +351,7 @@ class PostgresBackend(Backend):
             f"PostgreSQL at {self.shown} failed: {self._line(exc)}; nothing was stored"
         )
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, params: Sequence[SqlValue] = ()) -> list[Row]:
         try:
             cur = self.conn.execute(sql.replace("?", "%s"), tuple(params))
             return cur.fetchall() if cur.description is not None else []

@@ -8,8 +8,8 @@ validate real output against them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from epbench.reports.comparison import JsonValue
 from epbench.reports.history.changes import SeriesChanges, series
 from epbench.reports.history.instruction_series import InstructionFinding, InstructionPoint
 from epbench.reports.history.store import HistoryStore
@@ -18,13 +18,13 @@ LIST_SCHEMA = "epbench.history-list/1"
 SERIES_SCHEMA = "epbench.history-series/1"
 
 
-def runs_document(store: HistoryStore) -> dict[str, Any]:
+def runs_document(store: HistoryStore) -> dict[str, JsonValue]:
     """Every stored run, oldest first, with its point count."""
     return {"schema": LIST_SCHEMA, "db": store.url, "db_schema_version": store.schema_version(),
-            "runs": store.runs(), "series": None}
+            "runs": [run.to_dict() for run in store.runs()], "series": None}
 
 
-def series_list_document(store: HistoryStore) -> dict[str, Any]:
+def series_list_document(store: HistoryStore) -> dict[str, JsonValue]:
     """Every series (case, arm, machine) with its number of commits."""
     rows = [{"case": case, "arm": arm, "machine": machine,
              "commits": len(series(store, case, arm, machine))}
@@ -33,7 +33,7 @@ def series_list_document(store: HistoryStore) -> dict[str, Any]:
             "runs": None, "series": rows}
 
 
-def point_rows(result: SeriesChanges) -> list[dict[str, Any]]:
+def point_rows(result: SeriesChanges) -> list[dict[str, JsonValue]]:
     """A series' points, a commit per row, with the change that starts at it (or None)."""
     starts = {f.index: f for f in result.findings}
     return [{"commit": p.commit, "created": p.created, "ratio": p.ratio, "lo": p.lo,
@@ -44,7 +44,7 @@ def point_rows(result: SeriesChanges) -> list[dict[str, Any]]:
 
 def series_document(case: str, arm: str, result: SeriesChanges,
                     counted: Sequence[InstructionPoint] = (),
-                    counted_changes: Sequence[InstructionFinding] = ()) -> dict[str, Any]:
+                    counted_changes: Sequence[InstructionFinding] = ()) -> dict[str, JsonValue]:
     """One series and its change points; with ``counted`` (the instruction series of the
     same case, arm and machine), each point's instructions per Run beside its time."""
     rows = point_rows(result)

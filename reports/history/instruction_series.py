@@ -14,10 +14,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from epbench.reports.defaults import HISTORY_INSTRUCTIONS_CHANGE
-from epbench.reports.history.store import HistoryStore
+from epbench.reports.history.store import HistoryStore, StoredPoint
 
 # The ways of counting (`method/rule`, harness.instructions.RULES) whose counts are
 # exact: callgrind with the interpreter's own instructions left out. perf's hardware
@@ -74,17 +73,17 @@ def instruction_series(store: HistoryStore, case: str, arm: str,
     Only runs that counted, of the way of counting of the latest such run; a commit
     counted several times is the median of its runs.
     """
-    rows = [r for r in store.points(case, arm, machine) if r["instructions"] is not None]
+    rows = [r for r in store.points(case, arm, machine) if r.instructions is not None]
     if not rows:
         return []
-    method = rows[-1]["instructions_method"]
-    by_commit: dict[str, list[dict[str, Any]]] = {}
+    method = rows[-1].instructions_method
+    by_commit: dict[str, list[StoredPoint]] = {}
     for row in rows:
-        if row["instructions_method"] == method:
-            by_commit.setdefault(row["commit"], []).append(row)
-    return [InstructionPoint(commit=commit, created=runs[0]["created"],
+        if row.instructions_method == method:
+            by_commit.setdefault(row.commit, []).append(row)
+    return [InstructionPoint(commit=commit, created=runs[0].created,
                              instructions=float(statistics.median(
-                                 r["instructions"] for r in runs)),
+                                 r.instructions for r in runs)),
                              runs=len(runs), method=method)
             for commit, runs in by_commit.items()]  # dicts keep first-run order
 

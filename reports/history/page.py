@@ -22,14 +22,14 @@ def _instructions(store: HistoryStore, case: str, arm: str, machine: str,
     method or rule are not comparable)."""
     import numpy as np
 
-    rows = [r for r in store.points(case, arm, machine) if r["instructions"] is not None]
-    method = rows[-1]["instructions_method"] if rows else None
+    rows = [r for r in store.points(case, arm, machine) if r.instructions is not None]
+    method = rows[-1].instructions_method if rows else None
     by_commit: dict[str, list[float]] = {}
     for row in rows:
-        value = row["instructions"]
-        if (row["status"] == "ok" and row["instructions_method"] == method
+        value = row.instructions
+        if (row.status == "ok" and row.instructions_method == method
                 and isinstance(value, (int, float)) and value > 0):
-            by_commit.setdefault(row["commit"], []).append(float(value))
+            by_commit.setdefault(row.commit, []).append(float(value))
     return [float(np.median(by_commit[c])) if c in by_commit else None for c in commits]
 
 

@@ -35,16 +35,17 @@ import hashlib
 import json
 import os
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from epbench.core.model import Results
 from epbench.core.paths import cache_dir
 from epbench.core.results import dumps, load_results
 from epbench.core.version import epbench_version
 from epbench.reports import stats
+from epbench.reports.comparison import JsonValue
 from epbench.reports.history.db import (
     DB_ENV,
     Backend,
@@ -52,6 +53,9 @@ from epbench.reports.history.db import (
     connect,
     parse_db_url,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_DB_NAME = "history.sqlite"
 
@@ -131,7 +135,7 @@ class PointRecord:
     ratio_hi: float | None
     p50_ns: float | None
     round_medians_ns: list[float | None]
-    counters: dict[str, Any] | None
+    counters: dict[str, float] | None
     instructions: float | None
     instructions_method: str | None = None  # see instructions_method()
 
@@ -149,6 +153,45 @@ class RunRecord:
     epbench_version: str | None
     results_schema: str
     points: list[PointRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """One stored run as `HistoryStore.runs` reads it back, with its point count."""
+
+    id: int
+    commit: str
+    branch: str | None
+    created: str
+    machine: str
+    machine_class: str | None
+    epbench_version: str | None
+    source: str | None
+    points: int
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        """Its row of the `history list` document (history_list.schema.json)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """One stored run's point of a series (case x arm), as `HistoryStore.points` reads it."""
+
+    commit: str
+    branch: str | None
+    created: str
+    machine: str
+    status: str | None
+    ratio: float | None
+    ratio_lo: float | None
+    ratio_hi: float | None
+    p50_ns: float | None
+    round_medians_ns: list[float | None]
+    counters: dict[str, float] | None
+    instructions: float | None
+    instructions_method: str | None
+    run_id: int
 
 
 def run_key(doc: Results) -> str:
@@ -199,7 +242,7 @@ def run_record(doc: Results, *, source: str, commit: str | None = None,
     control = doc.control
     jobs: list[tuple[str, str]] = []
     logs = []
-    medians: dict[tuple[str, str], Any] = {}
+    medians: dict[tuple[str, str], np.ndarray] = {}
     for name, case in doc.cases.items():
         ctrl = stats.round_medians(case, control) if control in case.arms else None
         for arm in case.arms:
@@ -395,7 +438,7 @@ class HistoryStore:
 
     # ----------------------------------------------------------------- reading
 
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[StoredRun]:
         """Every stored run, oldest first, with its point count."""
         rows = self._db.execute(
             "SELECT r.id, r.commit_sha, r.branch, r.created, r.machine, r.machine_class, "
@@ -403,9 +446,7 @@ class HistoryStore:
             "LEFT JOIN points p ON p.run_id = r.id GROUP BY r.id, r.commit_sha, r.branch, "
             "r.created, r.machine, r.machine_class, r.epbench_version, r.source "
             "ORDER BY r.created, r.id")
-        keys = ("id", "commit", "branch", "created", "machine", "machine_class",
-                "epbench_version", "source", "points")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
+        return [StoredRun(*row) for row in rows]  # the columns in field order
 
     def series_keys(self, *, control: str = "ort") -> list[tuple[str, str, str]]:
         """Every (case, arm, series machine) with at least one point, the control left out."""
@@ -421,7 +462,7 @@ class HistoryStore:
             "SELECT commit_sha, MIN(created) FROM runs GROUP BY commit_sha ORDER BY 2, 1")
         return [str(r[0]) for r in rows]
 
-    def points(self, case: str, arm: str, machine: str) -> list[dict[str, Any]]:
+    def points(self, case: str, arm: str, machine: str) -> list[StoredPoint]:
         """Every stored run's point of one series, in run order (not aggregated)."""
         rows = self._db.execute(
             "SELECT r.commit_sha, r.branch, r.created, r.machine, p.status, p.ratio, "
@@ -432,14 +473,14 @@ class HistoryStore:
         out = []
         for (commit, branch, created, host, status, ratio, lo, hi, p50, medians, counters,
              instructions, run_id, method) in rows:
-            out.append({
-                "commit": commit, "branch": branch, "created": created, "machine": host,
-                "status": status, "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
-                "p50_ns": p50, "round_medians_ns": json.loads(medians),
-                "counters": json.loads(counters) if counters else None,
-                "instructions": instructions, "instructions_method": method,
-                "run_id": int(run_id),
-            })
+            out.append(StoredPoint(
+                commit=commit, branch=branch, created=created, machine=host,
+                status=status, ratio=ratio, ratio_lo=lo, ratio_hi=hi,
+                p50_ns=p50, round_medians_ns=json.loads(medians),
+                counters=json.loads(counters) if counters else None,
+                instructions=instructions, instructions_method=method,
+                run_id=int(run_id),
+            ))
         return out
 
 
