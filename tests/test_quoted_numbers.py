@@ -111,10 +111,10 @@ def test_every_output_quotes_the_thresholds_and_gate_counts_alike() -> None:
     counts = (str(gate["quiet"]), str(gate["rounds"]), gate["policy"], f"{gate['threshold']:g}",
               str(gate["unquiet"]), format_share(gate["max_steal"]))
     assert (gate["quiet"], gate["unquiet"], gate["rounds"]) == (115, 5, 120)
-    assert {key: summary.gate_summary(run)[key] for key in gate} == gate
+    assert {key: getattr(summary.gate_summary(run), key) for key in gate} == gate
     clause = render.gate_text(read_back.gate["run"])
     run_summary = summary.summarize(run)
-    assert render.gate_text(run_summary["gate"]) == clause
+    assert render.gate_text(run_summary.gate) == clause
     outputs = {"terminal": terminal, "report.md": report_md, "comment": comment,
                "run report": run_report.render_run_report(run),
                "summary table": render.render_summary_table(run_summary)}
