@@ -68,3 +68,7 @@ def test_the_readme_lists_commands():
 def test_readme_command_parses(line):
     for args in _expanded(line):
         _parse(args)
+
+
+def test_the_readme_stays_a_guide_of_at_most_400_lines() -> None:
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 400
