@@ -58,7 +58,10 @@ class WorkerOutcome:
     timed_out: bool = False
 
 
-OnEvent = Callable[[dict[str, Any]], None]
+# One decoded JSON line of the worker's protocol: JSON at the edge, typed by whoever reads
+# the event's kind (case_from_dict, the arm's names).
+WorkerEvent = dict[str, Any]
+OnEvent = Callable[[WorkerEvent], None]
 
 
 def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,

@@ -18,9 +18,15 @@ import functools
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec
+
+if TYPE_CHECKING:  # matplotlib and numpy load only when a page is drawn
+    import numpy as np
+    import numpy.typing as npt
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from epbench.reports.render import format_ns, format_pct, gate_threshold_text
 
@@ -62,13 +68,13 @@ _STYLE = {
 _FONTS = ["DejaVu Sans", "sans-serif"]
 
 
-def _figure(width: float, height: float) -> Any:
+def _figure(width: float, height: float) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _svg(fig: Any, name: str) -> str:
+def _svg(fig: Figure, name: str) -> str:
     """The figure as inline SVG: prologue and namespace URLs dropped, every id prefixed
     with `name` (unique in the page)."""
     import matplotlib
@@ -89,11 +95,14 @@ def _svg(fig: Any, name: str) -> str:
     return text.strip() + "\n"
 
 
-def _drawing(fn: Any) -> Any:
+_Args = ParamSpec("_Args")
+
+
+def _drawing(fn: Callable[_Args, str]) -> Callable[_Args, str]:
     """Run a drawing function under the house style (fonts, sizes, grid)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> str:
+    def wrapper(*args: _Args.args, **kwargs: _Args.kwargs) -> str:
         import matplotlib
 
         with matplotlib.rc_context({**_STYLE, "font.family": _FONTS}):
@@ -160,14 +169,14 @@ def round_ratios(name: str, case: str, control: str, arms: Sequence[ArmRatios]) 
     return _svg(fig, name)
 
 
-def _few_ticks() -> Any:
+def _few_ticks() -> MaxNLocator:
     from matplotlib.ticker import MaxNLocator
 
     # Ratios print as "0.775×": more than ~6 of them run into each other.
     return MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10])
 
 
-def _times_formatter() -> Any:
+def _times_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: f"{v:.3g}×")
@@ -234,14 +243,14 @@ def family_depths(name: str, family: str, depths: Sequence[int], arms: Sequence[
     return _svg(fig, name)
 
 
-def _log_ticks() -> Any:
+def _log_ticks() -> LogLocator:
     from matplotlib.ticker import LogLocator
 
     # 1, 2, 5 per decade: a range of less than a decade still gets labelled ticks.
     return LogLocator(base=10.0, subs=(1.0, 2.0, 5.0), numticks=12)
 
 
-def _ns_formatter() -> Any:
+def _ns_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
 
     return FuncFormatter(lambda v, _pos: format_ns(v))
@@ -344,7 +353,7 @@ def gate(name: str, rounds: Sequence[GateRound], threshold: float | None) -> str
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
     x = np.arange(len(rounds))
 
-    def series(attr: str) -> Any:
+    def series(attr: str) -> npt.NDArray[np.float64]:
         return np.array([getattr(r, attr) if getattr(r, attr) is not None else np.nan
                          for r in rounds], dtype=np.float64) * 100.0
 

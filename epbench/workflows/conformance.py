@@ -13,7 +13,6 @@ import pickle
 import signal
 import tempfile
 from collections.abc import Callable
-from typing import Any
 
 import onnx
 import onnxruntime as ort
@@ -27,7 +26,7 @@ from epbench.harness.conformance import (
     case_from_dict,
     load_cases,
 )
-from epbench.harness.worker_process import run_worker
+from epbench.harness.worker_process import WorkerEvent, run_worker
 
 
 def _signal_name(number: int) -> str:
@@ -50,7 +49,7 @@ def run_conformance(arm_spec: str, ops: tuple[str, ...] = (),
     library = resolve_library(arm)
     cases = load_cases(tuple(ops))
     results: dict[str, CaseResult] = {}
-    ep: dict[str, Any] = {}
+    ep: WorkerEvent = {}  # the worker's `arm` event: the EP's name and version
     by_name = {c.name: c for c in cases}
     remaining = [c.name for c in cases]
     with tempfile.TemporaryDirectory(prefix="epbench-conformance-") as tmp:
@@ -60,7 +59,7 @@ def run_conformance(arm_spec: str, ops: tuple[str, ...] = (),
         while remaining:
             started: list[str] = []
 
-            def collect(event: dict[str, Any], started: list[str] = started) -> None:
+            def collect(event: WorkerEvent, started: list[str] = started) -> None:
                 kind = event.get("event")
                 if kind == "arm":
                     ep.update(event)
