@@ -14,12 +14,14 @@ from epbench.core.errors import EXIT_USER_ERROR, EpbenchError
 from epbench.core.model import Results
 from epbench.core.numbers import block_summary
 from epbench.reports.benchmarks import (
+    DEPTH_TARGETS,
     HEADER,
     RENDER_COMMAND,
     RUN_COMMAND,
     TARGETS,
     decompose,
     evaluate,
+    evaluate_depth,
     render,
     round_ratios,
 )
@@ -54,20 +56,33 @@ def _valid_doc(per_case: dict[str, list[dict[str, list[int]]]],
     return doc
 
 
+def _bound(case: str, mode: str) -> float:
+    """A target's bound as reports.benchmarks holds it (the tests never restate one)."""
+    return next(t.bound for t in TARGETS if (t.case, t.mode) == (case, mode))
+
+
+def _target_line(case: str, mode: str, measured: float, status: str) -> str:
+    return f"| `{case}` | {mode} | ≤ {_bound(case, mode):.2f}× | {measured:.3f}× | {status} |"
+
+
+FUSED = _bound("relu_d100_w8", "fused")
+ORT_NS = (1000, 2000, 1000)  # the second round twice as slow: per-round ratios, not medians
+# The fused engine at half, twice and 0.75 times its target in the three rounds: the
+# median round (0.75x the target) meets it, the mean of the ratios would not.
+ENGINE_NS = tuple(round(o * FUSED * k) for o, k in zip(ORT_NS, (0.5, 2.0, 0.75), strict=True))
+ENGINE_RATIOS = [e / o for e, o in zip(ENGINE_NS, ORT_NS, strict=True)]
+FUSED_MEASURED = sorted(ENGINE_RATIOS)[1]
+
+
 def _doc() -> dict:
-    # relu_d100_w8: engine at 0.1x in one round, 0.3x in another, 0.15x in the third
-    # (median 0.15: met); per_node at 1.2x every round (missed).
-    rounds = [
-        {"ort": [100, 100, 100], "engine": [10, 10, 10], "pn": [120, 120, 120],
-         "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [90, 90, 90]},
-        {"ort": [200, 200, 200], "engine": [60, 60, 60], "pn": [240, 240, 240],
-         "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [180, 180, 180]},
-        {"ort": [100, 100, 100], "engine": [15, 15, 15], "pn": [120, 120, 120],
-         "slow": [1, 1, 1], "plugin:nxrt_ep_cpu": [90, 90, 90]},
-    ]
+    # relu_d1_w8 and relu_d100_w8 alike: the fused engine as above (met in both), per_node
+    # at 1.2x every round (relu_d1_w8's per_node target missed).
+    rounds = [{"ort": [o] * 3, "engine": [e] * 3, "pn": [o * 6 // 5] * 3, "slow": [1] * 3,
+               "plugin:nxrt_ep_cpu": [o * 9 // 10] * 3}
+              for o, e in zip(ORT_NS, ENGINE_NS, strict=True)]
     counters = {"relu_d100_w8": {"engine": {"ort_api_calls": 5.0, "heap_allocs": 0.0},
                                  "pn": {"ort_api_calls": 500.0, "heap_allocs": 0.0}}}
-    return _valid_doc({"relu_d100_w8": rounds}, counters)
+    return _valid_doc({"relu_d1_w8": rounds, "relu_d100_w8": copy.deepcopy(rounds)}, counters)
 
 
 def _report(*args: object) -> Result:
@@ -76,26 +91,29 @@ def _report(*args: object) -> Result:
 
 def test_round_ratios_are_medians_over_the_control() -> None:
     case = as_results(_doc()).cases["relu_d100_w8"]
-    assert round_ratios(case, "engine", "ort") == [0.1, 0.3, 0.15]
+    assert round_ratios(case, "engine", "ort") == ENGINE_RATIOS
+    assert FUSED_MEASURED <= FUSED < sum(ENGINE_RATIOS) / 3
 
 
 def test_targets_are_judged_by_the_median_round_and_knob_arms_are_ignored() -> None:
     rows = {(r.target.case, r.target.mode): r for r in evaluate(as_results(_doc()))}
     assert len(rows) == len(TARGETS)
     fused = rows[("relu_d100_w8", "fused")]
-    assert (fused.measured, fused.rounds, fused.status, fused.reason) == (0.15, 3, "met", None)
-    per_node = rows[("relu_d100_w8", "per_node")]
+    assert (fused.measured, fused.rounds, fused.status, fused.reason) == (
+        FUSED_MEASURED, 3, "met", None)
+    per_node = rows[("relu_d1_w8", "per_node")]
     assert per_node.status == "missed" and per_node.measured == 1.2
     assert per_node.reason is not None and "plugin ABI" in per_node.reason
-    assert rows[("relu_d1_w8", "fused")].status == "not run"
+    assert rows[("relu_d1000_w8", "fused")].status == "not run"
 
 
 def test_render_keeps_missed_targets_visible_with_their_reason() -> None:
     text = render(as_results(_doc()))
-    assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× | ✅ met |" in text
-    assert "| `relu_d100_w8` | per_node | ≤ 1.00× | 1.200× | ❌ missed [1] |" in text
+    assert _target_line("relu_d100_w8", "fused", FUSED_MEASURED, "✅ met") in text
+    assert _target_line("relu_d1_w8", "per_node", 1.2, "❌ missed [1]") in text
     assert "[1] every partition is one trip through ORT's plugin ABI" in text
-    assert "| `relu_d100_w8` | 100 ns | 0.150× | 1.200× | 0.900× | 5 / 0, 500 / 0 |" in text
+    assert (f"| `relu_d100_w8` | 1.00 µs | {FUSED_MEASURED:.3f}× | 1.200× | 0.900× | "
+            "5 / 0, 500 / 0 |") in text
     assert RENDER_COMMAND in text.splitlines()
     assert "engine.benchmarks" not in text and "†" not in text
 
@@ -177,8 +195,9 @@ def test_a_schema_1_file_is_migrated_not_rendered_as_not_run(tmp_path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     assert _report("--benchmarks", results, "--out", out).exit_code == 0
     text = out.read_text()
-    assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× | ✅ met |" in text
-    assert "| `relu_d100_w8` | 100 ns | 0.150× | 1.200× | 0.900× | 5 / 0, 500 / 0 |" in text
+    assert _target_line("relu_d100_w8", "fused", FUSED_MEASURED, "✅ met") in text
+    assert (f"| `relu_d100_w8` | 1.00 µs | {FUSED_MEASURED:.3f}× | 1.200× | 0.900× | "
+            "5 / 0, 500 / 0 |") in text
 
 
 # -- a showcase only from quiet rounds -----------------------------------------------------
@@ -186,14 +205,20 @@ def test_a_schema_1_file_is_migrated_not_rendered_as_not_run(tmp_path) -> None:
 QUIET_CASES = ("relu_d1_w8", "relu_d10_w8", "relu_d100_w8")  # two targets, one grid case
 
 
+# The fused engine at 0.5x and 1.0x relu_d100_w8's target in rounds 0 and 1 (the quiet
+# median: 0.75x, met), 10x in rounds 2 and 3 (what a busy machine did to it).
+QUIET_ENGINE_NS = tuple(round(1000 * FUSED * k) for k in (0.5, 1.0, 10, 10))
+QUIET_MEASURED = (QUIET_ENGINE_NS[0] + QUIET_ENGINE_NS[1]) / 2000
+
+
 def _quiet_doc(quiet: dict[str, list[bool]]) -> dict:
-    """Four rounds per case: the engine at 0.1x and 0.2x in rounds 0 and 1, at 1.0x in
-    rounds 2 and 3 (what a busy machine did to it); `quiet` per case and round."""
+    """Four rounds per case, ORT at 1 µs, the engine as QUIET_ENGINE_NS; `quiet` per case
+    and round."""
     per_case = {}
     for name in QUIET_CASES:
-        per_case[name] = [{"ort": [100] * 3, "engine": [engine] * 3, "pn": [120] * 3,
-                           "slow": [1] * 3, "plugin:nxrt_ep_cpu": [90] * 3}
-                          for engine in (10, 20, 100, 100)]
+        per_case[name] = [{"ort": [1000] * 3, "engine": [engine] * 3, "pn": [1200] * 3,
+                           "slow": [1] * 3, "plugin:nxrt_ep_cpu": [900] * 3}
+                          for engine in QUIET_ENGINE_NS]
     doc = _valid_doc(per_case)
     for name, flags in quiet.items():
         for rnd, flag in zip(doc["cases"][name]["rounds"], flags, strict=True):
@@ -213,9 +238,9 @@ def test_figures_come_from_quiet_rounds_and_half_quiet_is_enough(tmp_path) -> No
     result = _report("--benchmarks", results, "--out", out)
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    # 0.15x: the median of the quiet rounds' 0.1x and 0.2x; with the busy rounds, 0.6x.
-    assert "| `relu_d100_w8` | fused | ≤ 0.20× | 0.150× | ✅ met |" in text
-    assert "| `relu_d100_w8` | 100 ns | 0.150× | 1.200× | 0.900× | — |" in text
+    # The median of the quiet rounds only; with the busy rounds, over 5x the target.
+    assert _target_line("relu_d100_w8", "fused", QUIET_MEASURED, "✅ met") in text
+    assert f"| `relu_d100_w8` | 1.00 µs | {QUIET_MEASURED:.3f}× | 1.200× | 0.900× | — |" in text
     # A grid case under half quiet shows no figures, and its family fit leaves it out.
     assert "| `relu_d10_w8` | not shown: 1 of 4 rounds quiet, fewer than half |" in text
     assert "### `relu_w8` (depths 1, 100)" in text
@@ -289,6 +314,37 @@ def test_a_slower_kernel_dispatch_is_a_visible_miss_with_its_reason() -> None:
     text = render(as_results(_family_doc(kernel_per_node=40)))
     assert "| +10 ns [+10, +10] | ❌ missed [k] |" in text
     assert "[k] a registered plugin kernel is still called through ORT's plugin ABI" in text
+
+
+# -- the per-node cost along depth ---------------------------------------------------------
+
+
+def _depth_doc() -> dict:
+    """relu_w8 at depths 1, 100 and 1000, per-node costs (ns) at each depth per arm: ORT and
+    kernel flat, per_node 30 ns a node up to depth 100, 40 at 1000."""
+    per_node = {"ort": (10, 10), "engine": (1, 1), "pn": (30, 40), "kn": (20, 20)}
+    arms = {key: ARMS[key] for key in ("ort", "engine", "pn", "plugin:nxrt_ep_cpu")}
+    arms["kn"] = ("engine", "engine:partition=kernel,name=kn", {"partition": "kernel"})
+    per_case = {}
+    for depth, which in ((1, 0), (100, 0), (1000, 1)):
+        per_case[f"relu_d{depth}_w8"] = [
+            {arm: [500 + c[which] * (depth - 1)] * 3 for arm, c in per_node.items()}] * 2
+    return _valid_doc(per_case, arms=arms)
+
+
+def test_depth_targets_compare_the_per_node_cost_beyond_the_one_node_run() -> None:
+    assert {(t.family, t.mode) for t in DEPTH_TARGETS} == {("relu_w8", "per_node"),
+                                                          ("relu_w8", "kernel")}
+    rows = {r.target.mode: r for r in evaluate_depth(as_results(_depth_doc()))}
+    pn, kn = rows["per_node"], rows["kernel"]
+    assert (pn.shallow_ns, pn.deep_ns, pn.ort_growth) == (30, 40, 1)
+    assert pn.growth == 40 / 30 > pn.target.bound and pn.status == "missed"
+    assert (kn.shallow_ns, kn.deep_ns, kn.growth, kn.status) == (20, 20, 1, "met")
+    text = render(as_results(_depth_doc()))
+    t = kn.target
+    assert (f"| `relu_w8` | kernel | depth {t.deep} ≤ {t.bound:.2f}× depth {t.shallow} | "
+            f"20 ns (d{t.shallow}) | 20 ns (d{t.deep}) | 1.000× | 1.000× | ✅ met |") in text
+    assert "| 30 ns (d100) | 40 ns (d1000) | 1.333× | 1.000× | ❌ missed |" in text
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -73,6 +73,8 @@ typedef struct ebe_fused_op {
                         of the same op whose intermediates nothing else reads) */
   uint32_t value[2]; /* the plan's value ids of the operands (for binding memory) */
   uint32_t out;      /* the plan's value id of the result (for binding `store`) */
+  uint8_t plain;     /* 1: Add or Mul of the accumulator and memory, result neither stored nor
+                        spilled (the plan sets it; the one-vector path's short way) */
 } ebe_fused_op;
 
 /* Where one op's memory operands and result live in this Run. An operand of period n is a

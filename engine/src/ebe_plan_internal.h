@@ -77,6 +77,8 @@ typedef struct ebe_scratch {
   float *arena;
   size_t arena_cap; /* floats */
   int ready; /* the shapes, slots and group_ok of static inputs are set: skip those passes */
+  int bound; /* bind holds this scratch's data pointers as the last Run (a static plan's)
+                left them: a Run whose inputs and outputs did not move skips binding */
 } ebe_scratch;
 
 struct ebe_plan {

@@ -104,6 +104,7 @@ OrtStatus *ebe_scratch_init(ebe_plan *plan, ebe_scratch *scratch) {
   scratch->group_ok = ebe_calloc(c, plan->n_groups, sizeof *scratch->group_ok);
   scratch->bind = ebe_calloc(c, plan->n_fused_ops, sizeof *scratch->bind);
   scratch->ready = 0;
+  scratch->bound = 0;
   if (!scratch->bcast || !scratch->rank || !scratch->dims || !scratch->numel || !scratch->data ||
       !scratch->slot_elems || !scratch->group_ok || !scratch->bind)
     return ebe_error(plan->api, c, ORT_FAIL, "engine: out of memory building a plan");
@@ -309,7 +310,7 @@ static OrtStatus *ebe_plan_build_fused(ebe_plan *plan) {
     for (size_t s = first; s < end; s++) {
       const ebe_step *step = &plan->steps[s];
       ebe_fused_op op = {ebe_fused_code_of(step->op), {EBE_FUSED_MEM, EBE_FUSED_MEM}, 0, -1,
-                         {0, 0}, 1, {step->in[0], step->in[step->n_in - 1]}, step->out};
+                         {0, 0}, 1, {step->in[0], step->in[step->n_in - 1]}, step->out, 0};
       for (uint32_t i = 0; i < 2; i++) {
         const uint32_t x = op.value[i];
         const int32_t producer = plan->values[x].producer;
@@ -336,6 +337,9 @@ static OrtStatus *ebe_plan_build_fused(ebe_plan *plan) {
       ebe_fused_op *op = &plan->fused_ops[u];
       op->store = stored[op->out];
       op->spill = reg_of[op->out];
+      op->plain = (op->code == EBE_FUSED_ADD || op->code == EBE_FUSED_MUL) &&
+                  op->kind[0] == EBE_FUSED_ACC && op->kind[1] == EBE_FUSED_MEM && !op->store &&
+                  op->spill < 0;
       group->n_stores += op->store;
     }
   }
