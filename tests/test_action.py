@@ -87,6 +87,25 @@ def test_ep_options_and_fallback_reach_compare_commits_for_both_sides() -> None:
     assert {"--ep-option", "--allow-fallback", "--model", "--dim"} <= KNOWN
 
 
+@pytest.mark.parametrize("args", ["--help", "--fail-on never", "--fail-on=never",
+                                  "--shard 1/2", "--out elsewhere", "--rounds 6 --repo .."])
+def test_args_may_not_take_over_what_an_input_or_the_action_decides(args: str) -> None:
+    # --help would pass the check with nothing measured; --fail-on in args used to win over
+    # the fail-on input here and lose to it on a matrix.
+    option = args.split()[-2] if "repo" in args else args.split()[0].split("=")[0]
+    with pytest.raises(act.ActionError, match=re.escape(f"input args: {option} is not taken")):
+        argv(args=args)
+    with pytest.raises(act.ActionError, match=re.escape(f"input args: {option} is not taken")):
+        argv(args=args, shard="1/2")
+
+
+def test_a_profile_in_args_is_refused_on_a_matrix_only() -> None:
+    # The merge job has no checkout of the caller's repository to read it from.
+    assert argv(args="--profile p.json")[-2:] == ["--profile", "p.json"]
+    with pytest.raises(act.ActionError, match="--profile is not taken there: the matrix"):
+        argv(args="--profile p.json", shard="2/3")
+
+
 def test_a_shard_measures_its_slice_and_leaves_fail_on_to_the_merge() -> None:
     # On a runner matrix (bench-matrix.yml) the joined slices decide the job, not one slice.
     assert argv(shard=" 2/3 ", fail_on="regression")[6:] == [

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from epbench.cases.grids import load_grid
+from epbench.cli.action_command import verdict_settings
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits
 from epbench.core.errors import EXIT_CASE_FAILED, EXIT_USER_ERROR
@@ -31,6 +32,7 @@ from epbench.core.results import load_results
 from epbench.engine.library import library_path
 from epbench.reports.bot.artifact import read_artifact
 from epbench.reports.comparison import FAIL_ON
+from epbench.reports.defaults import FLOOR, K
 from epbench.workflows import action as act
 from tests.support.gitrepo import git, init_repo
 from tests.support.workflow_rules import load, problems
@@ -423,7 +425,8 @@ def test_the_join_is_judged_with_the_verdict_options_each_slice_was_given(
     assert {row.alert for row in comparison.cases} == {0.3}
 
 
-@pytest.mark.parametrize("args", ["--floor -1", "--no-such-option", "--k 'open"])
+@pytest.mark.parametrize("args", ["--floor -1", "--no-such-option", "--k 'open", "--help",
+                                  "--fail-on never", "--profile p.json"])
 def test_args_the_slices_could_not_have_taken_stop_the_join_before_any_output(
         tmp_path: Path, args: str) -> None:
     shards = tmp_path / "shards"
@@ -436,3 +439,14 @@ def test_args_the_slices_could_not_have_taken_stop_the_join_before_any_output(
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: input args: ")
     assert not out.exists()
+
+
+def test_the_joins_settings_are_every_verdict_option_of_args() -> None:
+    settings = verdict_settings("--floor 0.02 --k 3 --alert 0.2 --confidence 0.9 --fdr 0.1 "
+                                "--resamples 2500 --seed 7 --instructions-threshold 0.03 "
+                                "--rounds 9")
+    assert (settings.floor, settings.k, settings.alert, settings.confidence, settings.fdr,
+            settings.resamples, settings.seed, settings.instructions_threshold) == (
+        0.02, 3.0, 0.2, 0.9, 0.1, 2500, 7, 0.03)
+    assert verdict_settings("--target-mde 3%").target_mde == 0.03
+    assert (verdict_settings("").floor, verdict_settings("").k) == (FLOOR, K)

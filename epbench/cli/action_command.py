@@ -7,7 +7,6 @@ input is ever pasted into a shell script. workflows.action does the work.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import replace
 
 import click
@@ -22,6 +21,7 @@ from epbench.reports.defaults import FAIL_ON
 from epbench.workflows.action import (
     ActionError,
     ActionInputs,
+    args_words,
     fail_on_input,
     merge_action,
     run_action,
@@ -34,15 +34,13 @@ def _input(name: str, help_text: str, default: str = "") -> click.Option:
                         metavar="TEXT", help=f"{help_text} [env: {env}]")
 
 
-def verdict_settings(args: str) -> tuple[Settings, str | None]:
-    """The verdict settings and --profile that input args gives each slice, parsed by
-    compare-commits' own options, so that the join is judged as one run would be."""
+def verdict_settings(args: str) -> Settings:
+    """The verdict settings that input args gives each slice, parsed by compare-commits'
+    own options, so that the join is judged as one run would be."""
+    argv = ["BASE", "HEAD", *args_words(args, sharded=True)]
     try:
-        argv = ["BASE", "HEAD", *shlex.split(args)]
         with compare_commits.make_context("compare-commits", argv) as ctx:
             p = ctx.params
-    except ValueError as exc:
-        raise ActionError(f"input args: {exc}: quote it as a shell would") from None
     except click.ClickException as exc:
         raise ActionError(f"input args: {exc.format_message().rstrip('.')}: write compare-commits "
                           "options, e.g. `args: --k 3`") from None
@@ -50,8 +48,7 @@ def verdict_settings(args: str) -> tuple[Settings, str | None]:
                              confidence=p["confidence"], fdr=p["fdr"],
                              resamples=p["resamples"], seed=p["seed"],
                              target_mde=p["target_mde"])
-    return (replace(settings, instructions_threshold=p["instructions_threshold"]),
-            p["profile_path"])
+    return replace(settings, instructions_threshold=p["instructions_threshold"])
 
 
 @click.command(cls=Command)
@@ -83,10 +80,9 @@ def action(event_path: str, out: str, repo: str, summary: str | None, merge_from
     """
     if merge_from is not None:
         fail_on = fail_on_input(inputs.get("fail_on") or "", FAIL_ON)  # before any output
-        settings, profile_path = verdict_settings(inputs.get("args") or "")
-        merged, comparison = merge_action(merge_from, event_path=event_path, out=out,
-                                          summary=summary, settings=settings,
-                                          profile_path=profile_path)
+        merged, comparison = merge_action(
+            merge_from, event_path=event_path, out=out, summary=summary,
+            settings=verdict_settings(inputs.get("args") or ""))
         # The join's crashed or interrupted case outranks its verdicts, as in one run.
         code, why = exit_code_for(run=merged, comparison=comparison, fail_on=fail_on)
         if why:

@@ -112,6 +112,37 @@ def pull_request_from_event(path: str | Path) -> PullRequest:
     return PullRequest(base, head, number)
 
 
+# Options input args may not hold, and the input that does their job. Each would let args
+# override an input (fail-on, shard), move the artifact (out, repo), or end compare-commits
+# with exit 0 and nothing measured (help): a green check that judged nothing.
+ARGS_REFUSED = {
+    "--help": "it prints help and measures nothing",
+    "--fail-on": "set the action's fail-on input instead",
+    "--shard": "set the action's shard input instead",
+    "--out": "the action chooses where the artifact goes",
+    "--repo": "the action measures the checked-out pull request",
+}
+# On a runner matrix the merge job judges the join without the caller's checkout.
+ARGS_REFUSED_ON_A_MATRIX = {
+    "--profile": "the matrix's merge job cannot read a file from your checkout",
+}
+
+
+def args_words(args: str, *, sharded: bool) -> list[str]:
+    """Input args split as a shell would, refused with the reason when they hold an option
+    the action owns (ARGS_REFUSED), or on a matrix one its merge cannot honour."""
+    try:
+        words = shlex.split(args)
+    except ValueError as exc:
+        raise ActionError(f"input args: {exc}: quote it as a shell would") from None
+    refused = {**ARGS_REFUSED, **(ARGS_REFUSED_ON_A_MATRIX if sharded else {})}
+    for word in words:
+        option = word.split("=", 1)[0]
+        if option in refused:
+            raise ActionError(f"input args: {option} is not taken there: {refused[option]}")
+    return words
+
+
 def _words(text: str) -> list[str]:
     """An input's items, separated by spaces, commas or new lines."""
     return [word for word in re.split(r"[\s,]+", text) if word]
@@ -175,10 +206,7 @@ def compare_commits_argv(inputs: ActionInputs, pr: PullRequest, *, repo: str, ou
         argv += [option, value]
     if inputs.allow_fallback.strip().lower() == "true":
         argv.append("--allow-fallback")
-    try:
-        argv += shlex.split(inputs.args)
-    except ValueError as exc:
-        raise ActionError(f"input args: {exc}: quote it as a shell would") from None
+    argv += args_words(inputs.args, sharded=bool(inputs.shard.strip()))
     return argv
 
 
@@ -290,10 +318,11 @@ def check_every_slice(shards: list[Shard]) -> None:
 
 
 def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str | Path,
-                 summary: str | Path | None = None, settings: cmp.Settings | None = None,
-                 profile_path: str | None = None) -> tuple[Results, Comparison]:
+                 summary: str | Path | None = None,
+                 settings: cmp.Settings | None = None) -> tuple[Results, Comparison]:
     """Join one runner class's shards and judge the join as compare-commits judges a run
-    (with the slices' verdict ``settings`` and --profile, from input args).
+    (with the slices' verdict ``settings``, from input args; the merge runner's own noise
+    profile, if it has one, as each slice had its runner's).
 
     Writes ``out`` as the unsharded action does (PR_FILE first, then reports.outputs' four
     files) and appends the report to ``summary``; returns the join and its comparison for
@@ -314,7 +343,7 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
         Side("base", merged, BASE_ARM, f"{pr.base_sha} ({pr.base_sha[:10]})"),
         Side("pr", merged, HEAD_ARM, f"{pr.head_sha} ({pr.head_sha[:10]})"),
         settings=settings or cmp.Settings(),
-        profile=cmp.load_profile_for(merged.host.key, profile_path))
+        profile=cmp.load_profile_for(merged.host.key, None))
     comparison = replace(comparison, reruns={
         name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
         for name, case in merged.cases.items() if case.reruns},
