@@ -67,7 +67,7 @@ def threshold_rule_text(settings: Settings) -> str:
 def alert_rule_text(settings: Settings) -> str:
     """The alert level a 🔴 needs: 2t, or an --alert level (never below t)."""
     if settings.alert is not None:
-        return f"{format_share(settings.alert)} (or t, where t is larger)"
+        return f"{format_level(settings.alert)} (or t, where t is larger)"
     return f"{defaults.ALERT_FACTOR:g}t"
 
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from epbench.cli.main import cli
 from epbench.cli.run_commands import compare_commits as compare_commits_command
-from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
+from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR, EpbenchError
 from epbench.core.model import Results
 from epbench.core.results import load_results
 from epbench.reports import html, outputs, render
@@ -158,3 +158,16 @@ def test_compare_out_dir_takes_one_run_and_keeps_what_is_there(tmp_path: Path) -
     replaced = CliRunner().invoke(cli, [*base, str(run), "--overwrite"])
     assert replaced.exit_code == EXIT_REGRESSION, replaced.output
     assert (out / outputs.PAGE_FILE).read_bytes() == page
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_link_by_an_output_name_is_refused_and_its_target_left_alone(
+        tmp_path: Path, overwrite: bool) -> None:
+    elsewhere = tmp_path / "elsewhere.md"
+    elsewhere.write_text("theirs\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / outputs.OUTPUT_FILES[2]).symlink_to(elsewhere)
+    with pytest.raises(EpbenchError, match="is a symbolic link; remove it"):
+        outputs.prepare_outputs(out, overwrite=overwrite)
+    assert elsewhere.read_text() == "theirs\n"

@@ -21,7 +21,7 @@ from epbench.reports.bot.annotations import annotation_lines
 from epbench.reports.bot.artifact import comment_body
 from epbench.reports.comparison import Comparison, Side
 from epbench.reports.formats import format_share
-from epbench.reports.verdicts import Settings, default_threshold_text
+from epbench.reports.verdicts import Settings, alert_rule_text, default_threshold_text
 from tests.support import synthetic
 from tests.support.synthetic import as_results
 
@@ -143,3 +143,10 @@ def test_the_default_threshold_is_worded_once_wherever_it_is_quoted() -> None:
                         (html_lib.unescape(html.render_html(comparison=result)), 3)):
         assert text.count(f"conservative default {said}") == times
         assert "max(0%" not in text and "max(1%" not in text
+
+
+def test_an_alert_level_is_quoted_as_it_was_set() -> None:
+    # --alert 0.0125 is a setting: 1.25%, not the one-decimal 1.2% of a measured share.
+    for alert, said in ((0.0125, "1.25%"), (0.05, "5%"), (0.0025, "0.25%")):
+        assert alert_rule_text(replace(SETTINGS, alert=alert)) == (
+            f"{said} (or t, where t is larger)")

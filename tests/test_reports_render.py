@@ -314,7 +314,7 @@ def test_wording_follows_the_settings_and_the_thresholds():
     text = render.render_markdown(result)
     # No profile: every t is 4 %, said once; an --alert below t is not shown as the level.
     assert "The thresholds (4.0% here)" in text
-    assert "🔴 needs ≥ 1.0% (or t, where t is larger)" in text
+    assert "🔴 needs ≥ 1% (or t, where t is larger)" in text
     assert f"across the {len(result.cases)} case(s) with a test" in text
 
 

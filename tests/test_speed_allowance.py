@@ -82,6 +82,14 @@ def test_a_no_change_stands_when_its_widened_interval_is_within_t():
     assert _judged_t("no_change", -0.002, 0.002, 0.20, 0.045) == "no_change"
 
 
+
+def test_each_end_of_a_no_change_interval_is_widened_on_its_own_side():
+    # An interval lopsided either way: only the end nearer ±t decides (allowance 2.5 %).
+    shift = LIMIT + 0.001
+    assert _judged_t("no_change", -0.004, 0.004, shift, 0.03) == "no_change"
+    assert _judged_t("no_change", -0.002, 0.008, shift, 0.03) == "inconclusive"  # 3.3 % > 3 %
+    assert _judged_t("no_change", -0.008, 0.002, shift, 0.03) == "inconclusive"
+
 def _speed_shift_module():
     spec = importlib.util.spec_from_file_location(
         "speed_shift", ROOT / "docs" / "validation" / "speed_shift.py")
