@@ -303,6 +303,7 @@ def compare(
     rows: list[CaseRow] = []
     measurable: list[str] = []
     replicate = second_replicate(base, pr)
+    pooled: list[bool] = []  # per measurable case: PR against the mean of base and twin
     log_pr: list[nested.ProcessSample] = []
     log_base: list[nested.ProcessSample] = []
     # The same over quiet rounds only, for cases with unquiet ones.
@@ -323,7 +324,8 @@ def compare(
         b_proc = stats.round_labels(b_case, "process")
         if same_run:
             ref = b_vals
-            if replicate is not None and replicate in b_case.arms:
+            pooled.append(replicate is not None and replicate in b_case.arms)
+            if pooled[-1]:
                 # Each round's base: the geometric mean of base and its twin (NaN, and
                 # dropped, where either has no time).
                 ref = np.sqrt(b_vals * medians(b_case, replicate))
@@ -354,8 +356,9 @@ def compare(
                                                        medians)
         if between is None:
             warnings.append(within_only_warning(settings))
-    share = TWIN_REPLICATE_SHARE if replicate is not None else 1.0
-    extra = [share * v + (between or 0.0) for v in twins.extra]
+    shares = [TWIN_REPLICATE_SHARE if p else 1.0 for p in pooled] or [1.0] * len(measurable)
+    extra = [share * v + (between or 0.0)
+             for share, v in zip(shares, twins.extra, strict=True)]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
                        extra_variance=extra,
                        extra_df=max(1.0, len(measurable) - 1.0))

@@ -111,3 +111,36 @@ def test_compare_json_and_the_method_say_the_twin_stood_as_a_copy_of_base() -> N
     alone = _compare(_run(806.4, 793.6, same_file=True))
     assert [t.replicate for t in alone.twin] == [False]
     assert "median PR/base log ratio" in method(alone)
+
+
+def test_a_case_without_the_twin_is_compared_with_base_alone_and_its_whole_tau() -> None:
+    truth = {"ort": 1000.0, "base": 806.4, "base_twin": 793.6, "pr": 800.0}
+    doc = results_doc(dict.fromkeys(NAMES, truth), rounds=24, seed=5, processes=6,
+                      twin=TWIN, noise=NOISE)
+    lone = doc["cases"]["matmul_64x64"]
+    del lone["arms"]["base_twin"]
+    for rnd in lone["rounds"]:
+        del rnd["summary_ns"]["base_twin"]
+        rnd["order"].remove("base_twin")
+    run = Results.from_dict(doc, source="a test")
+    rows = {row.case: row for row in _compare(run).cases}
+    assert abs(rows["matmul_64x64"].change + 0.008) < 0.003  # base alone: -0.8 %
+    assert all(abs(rows[n].change) < 0.002 for n in NAMES if n != "matmul_64x64")
+    medians, settings = RoundMedians(), Settings()
+    samples = []
+    for name in NAMES:
+        case = run.cases[name]
+        ref = (medians(case, "base") if name == "matmul_64x64" else
+               np.sqrt(medians(case, "base") * medians(case, "base_twin")))
+        samples.append(nested.process_sample(medians(case, "pr"), ref,
+                                             stats.round_labels(case, "process")))
+    twins = twin_noise([Side("base", run, "base")], list(NAMES), settings, medians)
+    shares = [1.0 if n == "matmul_64x64" else 0.75 for n in NAMES]
+    grid = GridSamples(samples, [], True,
+                       extra_variance=[s * v for s, v in zip(shares, twins.extra, strict=True)],
+                       extra_df=len(NAMES) - 1.0)
+    want = dict(zip(NAMES, grid.changes(confidence=settings.confidence), strict=True))
+    row = rows["matmul_64x64"]
+    assert row.verdict in ("no_change", "inconclusive")
+    assert math.isclose(row.ci[0], want["matmul_64x64"].lo - 1.0, abs_tol=1e-9)
+    assert math.isclose(row.ci[1], want["matmul_64x64"].hi - 1.0, abs_tol=1e-9)
