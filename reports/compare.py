@@ -2,7 +2,9 @@
 
 Two shapes of input:
 - one run with both arms (`compare RUN.json --base ARM --pr ARM`): the change is
-  PR / base per round (the rounds are paired);
+  PR / base per round (the rounds are paired); when the run's A/A twin copies base and
+  the PR arm has a library file of its own, PR / the geometric mean of base and twin,
+  two copies of base (second_replicate);
 - two runs (`compare BASE.json PR.json`): the change is the double ratio
   (PR / its in-run control) / (base / its in-run control), so machine speed cancels,
   within limits: a case whose runs' controls ran more than CONTROL_SHIFT_LIMIT apart
@@ -250,6 +252,8 @@ def compare(
     Raises CompareError when the two sides cannot be compared honestly.
     """
 
+    import numpy as np
+
     settings = settings or Settings()
     warnings: list[str] = []
     medians = RoundMedians()
@@ -298,6 +302,8 @@ def compare(
 
     rows: list[CaseRow] = []
     measurable: list[str] = []
+    replicate = second_replicate(base, pr)
+    pooled: list[bool] = []  # per measurable case: PR against the mean of base and twin
     log_pr: list[nested.ProcessSample] = []
     log_base: list[nested.ProcessSample] = []
     # The same over quiet rounds only, for cases with unquiet ones.
@@ -317,10 +323,16 @@ def compare(
         p_proc = stats.round_labels(p_case, "process")
         b_proc = stats.round_labels(b_case, "process")
         if same_run:
-            log_pr.append(nested.process_sample(p_vals, b_vals, p_proc))
+            ref = b_vals
+            pooled.append(replicate is not None and replicate in b_case.arms)
+            if pooled[-1]:
+                # Each round's base: the geometric mean of base and its twin (NaN, and
+                # dropped, where either has no time).
+                ref = np.sqrt(b_vals * medians(b_case, replicate))
+            log_pr.append(nested.process_sample(p_vals, ref, p_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():
-                quiet_pr.append(nested.process_sample(p_vals, b_vals, p_proc, p_quiet))
+                quiet_pr.append(nested.process_sample(p_vals, ref, p_proc, p_quiet))
                 quiet_index.append(len(measurable))
         else:
             p_ctrl = medians(p_case, pr.control)
@@ -344,7 +356,9 @@ def compare(
                                                        medians)
         if between is None:
             warnings.append(within_only_warning(settings))
-    extra = [v + (between or 0.0) for v in twins.extra]
+    shares = [TWIN_REPLICATE_SHARE if p else 1.0 for p in pooled] or [1.0] * len(measurable)
+    extra = [share * v + (between or 0.0)
+             for share, v in zip(shares, twins.extra, strict=True)]
     grid = GridSamples(log_pr, log_base, same_run, quiet_pr, quiet_base, quiet_index,
                        extra_variance=extra,
                        extra_df=max(1.0, len(measurable) - 1.0))
@@ -433,7 +447,8 @@ def compare(
             "quieter machine")
     return Comparison(
         mode=mode,
-        twin=tuple(twins.info),
+        twin=tuple(replace(t, replicate=replicate is not None and t.key == replicate)
+                   for t in twins.info),
         between_runs=BetweenRuns(sd=None if between is None else math.sqrt(between),
                                  source=between_source),
         base=_side_info(base),
@@ -457,6 +472,32 @@ def compare(
             unmodelled_sd=math.sqrt(twins.tau2),
             between_sd=math.sqrt(between) if between else None, settings=settings)),
     )
+
+
+# The share of the twins' unmodelled A/A variance that PR / mean(base, twin) carries:
+# the twin's change holds two copies' bias (2 b^2), PR / base two as well, PR against the
+# mean of two copies of base one and two halves (b^2 + b^2 / 4 + b^2 / 4 = 1.5 b^2).
+TWIN_REPLICATE_SHARE = 0.75
+
+
+def second_replicate(base: Side, pr: Side) -> str | None:
+    """The twin's arm key when it is a second copy of base for this comparison, else None.
+
+    In one run whose A/A twin copies the base arm, each round's PR is compared with the
+    geometric mean of base and twin (docs/validation/statistics.md: on this machine the
+    standard error of a PR with its own library file fell 15 %). Not when the PR arm
+    loads base's own library file (same file, other options): what that file's layout
+    does to base it does to the PR too, and cancels against base alone, not the twin.
+    """
+    twin = base.doc.twin
+    if base.doc is not pr.doc or twin is None or twin.of != base.arm or (
+            pr.arm == twin.key or twin.key not in base.doc.arms):
+        return None
+    base_arm, pr_arm = base.doc.arms.get(base.arm), pr.doc.arms.get(pr.arm)
+    if base_arm is None or pr_arm is None or base_arm.library is None or (
+            pr_arm.library == base_arm.library):
+        return None
+    return twin.key
 
 
 def _after_the_verdict(row: CaseRow, base: Side, pr: Side, settings: Settings) -> CaseRow:

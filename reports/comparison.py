@@ -199,6 +199,9 @@ class TwinInfo:
     key: str
     cases: dict[str, TwinCase]
     unmodelled_sd: float | None = None
+    # The twin also stood as a second copy of base: each round's PR was compared with
+    # the geometric mean of the two (compare.second_replicate).
+    replicate: bool = False
 
 
 @dataclass(frozen=True)

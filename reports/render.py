@@ -110,6 +110,7 @@ def method_context(comparison: Comparison) -> dict[str, object]:
         "tested": sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases),
         "confidence_pct": confidence_pct(comparison),
         "same_run": comparison.same_run,
+        "replicate": any(t.replicate for t in twins),
         "widened": widened_by(tau, between.sd if between is not None else None),
         # A one-process case's exact interval is widened into a t interval by the twins'
         # term and the two runs' (nested._one_process), plain only without either.

@@ -17,7 +17,8 @@
 # RUNS: how many of the runs to count, from run1). RUN_ARGS: more `epbench run` options
 # (split on spaces), e.g. RUN_ARGS="--slices 16". HEAD_DELAY_NS: `head` is then the engine
 # slowed by that many ns per Run instead of a copy (with POWER=0: compare-commits' exact
-# arms and rounds, measuring power: every flag of `head` is a true one).
+# arms and rounds, measuring power: every flag of `head` is a true one). FRESH_COPIES=1:
+# base and head load library files copied for each run (else one file for the series).
 set -euo pipefail
 source "$(dirname "$0")/background_load.sh"
 runs=${1:?how many runs}; out=${2:?output folder}; grid=${3:-quick}; load=${4:-none}
@@ -40,7 +41,16 @@ fi
 [ "$load" = none ] || load_start "$py" "$load" 0
 for i in $(seq 1 "$runs"); do
   rm -f "$out/run$i"/{head,d2,d3}.json   # no verdicts left from an earlier series
-  "$ep" run --grid "$grid" --arm engine:name=base --arm "$head_arm" ${power[@]+"${power[@]}"} \
+  base_arm=engine:name=base
+  if [ "${FRESH_COPIES:-0}" = 1 ]; then
+    # base and head each load a file copied for this run only, as the twin's is: every
+    # copy's layout is then drawn afresh each run (docs/validation/twin_replicate.py).
+    mkdir -p "$out/run$i/base" "$out/run$i/head"
+    cp "$lib" "$out/run$i/base/"; cp "$lib" "$out/run$i/head/"
+    base_arm="engine@$out/run$i/base/$(basename "$lib"):name=base"
+    [ -n "${HEAD_DELAY_NS:-}" ] || head_arm="engine@$out/run$i/head/$(basename "$lib"):name=head"
+  fi
+  "$ep" run --grid "$grid" --arm "$base_arm" --arm "$head_arm" ${power[@]+"${power[@]}"} \
       --aa-twin base --processes 6 --rounds 48 --seed "$i" --quiet --out "$out/run$i" --overwrite \
       ${RUN_ARGS:-}
   for arm in "${arms[@]}"; do
