@@ -491,7 +491,10 @@ def _decode(tp: object, value: object, where: str) -> object:
         if value is None:
             return math.nan  # NaN is written as null
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer of 309 digits or more
+                raise _misfit(where, "a number a float can hold", value) from None
         raise _misfit(where, "a number", value)
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
