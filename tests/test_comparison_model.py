@@ -70,6 +70,10 @@ def test_an_older_file_without_the_optional_keys_still_reads(comparisons):
     (lambda d: d["cases"][0].update(ci=[0.1]), "comparison.cases[0].ci is list, not a list "
                                                "of 2"),
     (lambda d: d["settings"].update(resamples=0), "--resamples must be at least"),
+    # null is how NaN is written: a k or floor of NaN would judge nothing.
+    (lambda d: d["settings"].update(k=None), "--floor must be >= 0 and --k > 0"),
+    (lambda d: d["settings"].update(floor=None), "--floor must be >= 0 and --k > 0"),
+    (lambda d: d["settings"].update(alert=1e308 * 10), "--alert is a fractional change"),
     # float() cannot take it: an OverflowError before.
     (lambda d: d["cases"][0].update(threshold=10 ** 400), "comparison.cases[0].threshold "
                                                           "is int, not a number a float can"),
