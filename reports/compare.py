@@ -58,6 +58,7 @@ from epbench.reports.comparison import (
     Gate,
     Profile,
     ProfileInfo,
+    Rerun,
     RoundMedians,
     Settings,
     Side,
@@ -170,7 +171,17 @@ def compare_run(
     doc = load_results(path)
     base, pr = Side("base", doc, base_arm, path), Side("pr", doc, pr_arm, path)
     profile = load_profile_for(base.host_key, profile_path)
-    return doc, compare(base, pr, settings=settings, profile=profile)
+    return doc, with_reruns(compare(base, pr, settings=settings, profile=profile), doc)
+
+
+def with_reruns(comparison: Comparison, results: Results) -> Comparison:
+    """`comparison` with the re-runs of the one run it judged: every case of `results`
+    that a re-run added rounds to, with its re-run count and its rounds in all. The one
+    place compare, compare-commits and the action's merge say which cases were re-run."""
+    return replace(comparison, reruns={
+        name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
+        for name, case in results.cases.items() if case.reruns
+    })
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:

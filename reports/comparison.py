@@ -123,9 +123,10 @@ class Settings:
             raise CompareError("--confidence must be between 0 and 1, e.g. 0.95")
         if not 0.0 < self.fdr < 1.0:
             raise CompareError("--fdr must be between 0 and 1, e.g. 0.05")
-        if self.floor < 0.0 or self.k <= 0.0:
+        # `not` of the wanted comparison: NaN fails it too (and inf is no setting).
+        if not (0.0 <= self.floor < math.inf and 0.0 < self.k < math.inf):
             raise CompareError("--floor must be >= 0 and --k > 0, e.g. --floor 0.01 --k 2")
-        if self.alert is not None and self.alert <= 0.0:
+        if self.alert is not None and not 0.0 < self.alert < math.inf:
             raise CompareError("--alert is a fractional change > 0, e.g. 0.10 for 10 %")
         if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
             raise CompareError("--target-mde is a percentage between 0 and 100, e.g. 1%")
@@ -494,7 +495,10 @@ def _decode(tp: object, value: object, where: str) -> object:
         if value is None:
             return math.nan  # NaN is written as null
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer of 309 digits or more
+                raise _misfit(where, "a number a float can hold", value) from None
         raise _misfit(where, "a number", value)
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):

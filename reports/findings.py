@@ -151,13 +151,23 @@ def control_shift(base_control: Iterable[float], pr_control: Iterable[float]) ->
     return p / b - 1.0 if b and p else None
 
 
+# How far past CONTROL_SHIFT_LIMIT a shift must be to count as beyond it: p / b - 1 and
+# its inverse carry a few ulps of rounding, so a control exactly 5 % slower (1050 ns vs
+# 1000 ns gives 0.050000000000000044) is at the limit, not "more than" it.
+_LIMIT_ROUNDING = 1e-12
+
+
 def longer_run(shift: float | None) -> tuple[str, float] | None:
     """Which run's control took longer a Run ("PR" or "base") and by how much (0.3: 30 %
-    longer), from a ``control_shift``; None without one."""
-    if isinstance(shift, bool) or not isinstance(shift, (int, float)):
+    longer), from a ``control_shift``; None without one (or NaN, or below -1, which no two
+    positive times give). +inf, or -1 (the PR's time rounded to 0 beside the base's), is
+    infinitely longer."""
+    if isinstance(shift, bool) or not isinstance(shift, (int, float)) or math.isnan(shift):
         return None
-    if not math.isfinite(shift) or shift <= -1.0:
-        return None
+    if shift < -1.0:
+        return None  # no two positive times give it: junk in a file, no shift
+    if shift == -1.0:
+        return ("base", math.inf)
     return ("PR", float(shift)) if shift >= 0 else ("base", 1.0 / (1.0 + shift) - 1.0)
 
 
@@ -166,21 +176,23 @@ def speed_allowance(shift: float | None) -> float:
     (defaults.SPEED_SHIFT_JUMP, SPEED_SHIFT_VARIANCE): 0 up to CONTROL_SHIFT_LIMIT, then
     a jump (a change of speed state moves a case at once), growing with |log(1 + shift)|."""
     longer = longer_run(shift)
-    if longer is None:
+    if longer is None or not beyond_speed_limit(shift):
         return 0.0
-    # |log(1 + shift)| either way round: log1p of how much longer the slower control took
-    beyond = math.log1p(longer[1]) - math.log1p(defaults.CONTROL_SHIFT_LIMIT)
-    if beyond <= 0.0:
-        return 0.0
+    # |log(1 + shift)| either way round: log1p of how much longer the slower control took;
+    # within the rounding of the limit, the jump alone.
+    beyond = max(0.0, math.log1p(longer[1]) - math.log1p(defaults.CONTROL_SHIFT_LIMIT))
     z = NormalDist().inv_cdf((1.0 + defaults.SPEED_ALLOWANCE_COVER) / 2.0)
     return z * math.sqrt(defaults.SPEED_SHIFT_JUMP
                          + defaults.SPEED_SHIFT_VARIANCE * beyond)
 
 
 def beyond_speed_limit(shift: float | None) -> bool:
-    """Did one run's control take more than CONTROL_SHIFT_LIMIT longer than the other's?"""
+    """Did one run's control take more than CONTROL_SHIFT_LIMIT longer than the other's?
+    An infinite shift (one control's time rounded to 0 beside the other's, or their
+    ratio overflowing) counts as beyond: nothing says the runs ran at one speed."""
     longer = longer_run(shift)
-    return longer is not None and longer[1] > defaults.CONTROL_SHIFT_LIMIT
+    return (longer is not None
+            and longer[1] > defaults.CONTROL_SHIFT_LIMIT + _LIMIT_ROUNDING)
 
 
 def _speed_words(shift: float) -> str:

@@ -134,7 +134,11 @@ def process_sample(num: np.ndarray, den: np.ndarray, processes: np.ndarray,
     ok = np.isfinite(num) & np.isfinite(den) & (num > 0) & (den > 0)
     if keep is not None:
         ok &= keep
-    return ProcessSample(np.log(num[ok] / den[ok]), np.asarray(processes)[ok])
+    # Two usable times can still overflow their ratio (1e300 / 5e-324): no usable round.
+    with np.errstate(over="ignore", under="ignore"):
+        ratio = np.divide(num, den, out=np.zeros(len(ok)), where=ok)
+    ok &= np.isfinite(ratio) & (ratio > 0)
+    return ProcessSample(np.log(ratio[ok]), np.asarray(processes)[ok])
 
 
 def _t_change(point: float, se: float, df: float, confidence: float, n: int,

@@ -380,7 +380,14 @@ def control_drift(values: np.ndarray) -> float:
     logs = np.log(v[index])
     i, j = np.triu_indices(len(index), k=1)
     slope = float(np.median((logs[j] - logs[i]) / (index[j] - index[i])))
-    return math.expm1(slope * (index[-1] - index[0]))
+    moved = slope * (index[-1] - index[0])
+    # A file's times may span 5e-324 to 1e308 ns: past exp's range the drift is infinite
+    # (no drift is reported from it), not an OverflowError.
+    return math.expm1(moved) if moved < _EXP_RANGE else math.inf
+
+
+# math.exp overflows just above 709.78.
+_EXP_RANGE = 709.0
 
 
 # --------------------------------------------------------------------------- decomposition

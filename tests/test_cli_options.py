@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from epbench.cli.main import cli
-from epbench.cli.options import FORMATS, format_option
+from epbench.cli.options import FORMATS, FiniteRange, format_option
 
 RESULTS = "tests/fixtures/results/base.json"
 
@@ -109,3 +109,34 @@ def test_shared_options_read_the_same_in_every_command():
                 if name in p.opts and (command_name, name) not in exempt:
                     seen[name].add((p.help or "", repr(getattr(p.type, "choices", p.type))))
     assert {name: len(forms) for name, forms in seen.items()} == dict.fromkeys(shared, 1)
+
+
+def test_every_float_option_refuses_nan_and_infinity():
+    # click's FloatRange lets NaN through (it fails no comparison) and inf on an open side:
+    # a --k nan judged every case against a threshold of nan. Every float option is a
+    # FiniteRange, so none takes either.
+    floats = {f"{name} {p.opts[0]}": type(p.type).__name__
+              for name, command in _commands().items() for p in command.params
+              if isinstance(p.type, click.types.FloatParamType)}
+    assert "compare --k" in floats and "compare-commits --floor" in floats
+    assert "run --block-ms" in floats
+    assert {kind for kind in floats.values()} == {FiniteRange.__name__}
+
+
+@pytest.mark.parametrize("args", [
+    ["compare", RESULTS, "--k", "nan"],
+    ["compare", RESULTS, "--k", "inf"],
+    ["compare", RESULTS, "--floor", "nan"],
+    ["compare", RESULTS, "--alert", "inf"],
+    ["compare", RESULTS, "--confidence", "nan"],
+    ["compare-commits", "a", "b", "--floor", "NaN"],
+    ["compare-commits", "a", "b", "--budget", "inf"],
+    ["run", "--block-ms", "inf"],
+])
+def test_a_non_finite_float_option_is_one_line_exit_2(args):
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.output.splitlines()[-1] == (
+        f"Error: Invalid value for '{args[-2]}': {args[-1]!r} is not a finite number; "
+        "give a plain decimal number")

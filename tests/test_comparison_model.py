@@ -70,6 +70,13 @@ def test_an_older_file_without_the_optional_keys_still_reads(comparisons):
     (lambda d: d["cases"][0].update(ci=[0.1]), "comparison.cases[0].ci is list, not a list "
                                                "of 2"),
     (lambda d: d["settings"].update(resamples=0), "--resamples must be at least"),
+    # null is how NaN is written: a k or floor of NaN would judge nothing.
+    (lambda d: d["settings"].update(k=None), "--floor must be >= 0 and --k > 0"),
+    (lambda d: d["settings"].update(floor=None), "--floor must be >= 0 and --k > 0"),
+    (lambda d: d["settings"].update(alert=1e308 * 10), "--alert is a fractional change"),
+    # float() cannot take it: an OverflowError before.
+    (lambda d: d["cases"][0].update(threshold=10 ** 400), "comparison.cases[0].threshold "
+                                                          "is int, not a number a float can"),
 ])
 def test_a_document_that_does_not_fit_is_refused_naming_the_key(comparisons, edit, message):
     doc = comparisons[0].to_dict()
@@ -77,3 +84,19 @@ def test_a_document_that_does_not_fit_is_refused_naming_the_key(comparisons, edi
     with pytest.raises(CompareError) as caught:
         Comparison.from_json(doc)
     assert message in str(caught.value)
+
+
+def test_report_on_a_folder_whose_compare_json_holds_a_400_digit_number_is_one_line(
+        comparisons, tmp_path):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    doc = comparisons[0].to_dict()
+    doc["cases"][0]["threshold"] = "@"
+    (tmp_path / "compare.json").write_text(json.dumps(doc).replace('"@"', "9" * 400))
+    result = CliRunner().invoke(cli, ["report", str(tmp_path), "--html", str(tmp_path / "h")])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"Error: {tmp_path / 'compare.json'}.cases[0].threshold is int, not a number a float "
+        "can hold; write it again with this epbench's compare"]

@@ -42,6 +42,12 @@ BASE_SHA, HEAD_SHA = "a" * 40, "b" * 40
 @pytest.fixture
 def fake_commits(monkeypatch: pytest.MonkeyPatch) -> None:
     """compare-commits with both sides "built" and a synthetic run for the runner."""
+    _fake_commits(monkeypatch)
+
+
+def _fake_commits(monkeypatch: pytest.MonkeyPatch, reruns: int = 0) -> None:
+    """fake_commits; ``reruns``: the run's case says it was re-run that many times (as a
+    run that compare-commits' re-runs added rounds to does)."""
 
     def fake_run(config: Any) -> dict[str, Any]:
         Path(config.out_dir).mkdir(parents=True, exist_ok=True)  # as the runner does
@@ -49,6 +55,8 @@ def fake_commits(monkeypatch: pytest.MonkeyPatch) -> None:
                           noise=NOISE, unquiet_rounds={CASE: (2, 7)})
         if config.shard:
             doc["config"]["shard"] = config.shard
+        if reruns:
+            doc["cases"][CASE]["reruns"] = reruns
         return doc
 
     monkeypatch.setattr(cc, "run", typed_runner(fake_run))
@@ -171,3 +179,37 @@ def test_a_link_by_an_output_name_is_refused_and_its_target_left_alone(
     with pytest.raises(EpbenchError, match="is a symbolic link; remove it"):
         outputs.prepare_outputs(out, overwrite=overwrite)
     assert elsewhere.read_text() == "theirs\n"
+
+
+def test_every_path_says_which_cases_were_re_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run whose case was re-run twice: compare-commits' folder, compare's --out-dir on
+    # its run and the action's join all name it (compare.with_reruns), and so do their
+    # reports. Before, compare RUN.json --out-dir left it out.
+    _fake_commits(monkeypatch, reruns=2)
+    direct = tmp_path / "compare-commits"
+    got = CliRunner().invoke(cli, ["compare-commits", BASE_SHA, HEAD_SHA, "--repo",
+                                   str(tmp_path), *ARGS, "--out", str(direct)])
+    assert got.exit_code == EXIT_REGRESSION, got.output
+    judged = _read(direct)[1]
+    assert judged.reruns is not None and judged.reruns[CASE].reruns == 2
+    again = tmp_path / "compare"
+    got = CliRunner().invoke(cli, ["compare", str(direct / outputs.RESULTS_FILE), "--base",
+                                   cc.BASE_ARM, "--pr", cc.HEAD_ARM, "--out-dir", str(again),
+                                   "--no-github-annotations"])
+    assert got.exit_code == EXIT_REGRESSION, got.output
+    assert _read(again)[1].reruns == judged.reruns
+    assert f"re-run (❔ at first, or ⚠️ held back from 🔴 by the idle gate): {CASE}" in (
+        got.stdout)
+    for folder in (direct, again):
+        assert "Re-run because the first pass was inconclusive" in (
+            folder / outputs.REPORT_FILE).read_text(encoding="utf-8")
+    slices = tmp_path / "slices"
+    code = act.run_action(act.ActionInputs(cases=CASE, args=" ".join(OPTIONS), budget="0",
+                                           shard="1/1"),
+                          event_path=_event(tmp_path), out=slices / "epbench-shard-1",
+                          repo=tmp_path, environ={}, known_options=KNOWN, runner=_in_process)
+    assert code == 0
+    _, comparison = act.merge_action(slices, event_path=_event(tmp_path),
+                                     out=tmp_path / "bench-out")
+    assert comparison.reruns == judged.reruns

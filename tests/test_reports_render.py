@@ -335,6 +335,29 @@ def test_run_report_says_a_per_node_cost_it_cannot_resolve_instead_of_a_negative
     assert "| 67.6 ns |" in resolved
 
 
+def test_run_report_shows_a_family_fit_with_no_interval_as_dashes(tmp_path):
+    # One round of a chain case with no median for the control: that arm's family fit has
+    # no interval (None in the summary), and summary --format markdown drew it as a
+    # TypeError; now its cells are "-" and the other arms' fits stand.
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    truth = {"ort": 1000.0, "pr": 1300.0}
+    doc = synthetic.results_doc({"relu_d10_w8": truth, "relu_d1_w8": truth}, rounds=8)
+    doc["cases"]["relu_d10_w8"]["rounds"][0]["summary_ns"]["ort"]["median"] = None
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    fits = summary.summarize(as_results(doc)).families["relu_w8"].arms
+    assert fits["ort"].slope_ci95 == [None, None] and None not in fits["pr"].slope_ci95
+    result = CliRunner().invoke(cli, ["summary", str(path), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("|")[3].strip(): line.split("|")[4:8] for line in
+            result.output.splitlines() if line.startswith(("| `relu_w8`", "|  |  |"))}
+    assert [c.strip() for c in rows["`ort`"]] == ["-", "[-, -]", "-", "[-, -]"]
+    assert "µs" in rows["`pr`"][2]  # its per-Run cost
+
+
 def test_run_report_gives_every_arm_row_its_case_status():
     text = run_report.render_run_report(_load("pr.json"))
     first_table = text.split("\n### ", 1)[0]

@@ -254,6 +254,14 @@ def _set(where: Callable[[dict], dict], key: str, value: object) -> Callable[[di
      "-1 is not a non-negative integer"),
     (_set(lambda d: d["cases"][CASE]["rounds"][2], "index", True), f"{R2}.index",
      "true is not a non-negative integer"),
+    # A round's process and session label it for the statistics (stats.round_labels):
+    # never null, and an int64.
+    (_set(lambda d: d["cases"][CASE]["rounds"][2], "process", None), f"{R2}.process",
+     "null is not a non-negative integer"),
+    (_set(lambda d: d["cases"][CASE]["rounds"][2], "process", 2 ** 70), f"{R2}.process",
+     f"{2 ** 70} is not a non-negative integer"),
+    (_set(lambda d: d["cases"][CASE]["rounds"][2], "session", 2 ** 63), f"{R2}.session",
+     f"{2 ** 63} is not a non-negative integer"),
     (_set(lambda d: d["cases"][CASE]["rounds"][2], "order", ["ort", 3]), f"{R2}.order[1]",
      "3 is not a string"),
     (_set(lambda d: d["cases"][CASE]["rounds"][2]["summary_ns"]["ort"], "n", 2.5),
@@ -291,6 +299,15 @@ def test_a_value_of_the_wrong_type_names_its_key(tmp_path, damage, path, said) -
     with pytest.raises(ResultsError) as err:
         load_results(file)
     assert str(err.value) == f"{file}: {path}: {said}; {REMEDY}"
+
+
+@pytest.mark.parametrize("value", [None, 2 ** 70])
+def test_a_round_with_no_usable_process_is_one_line_at_compare(tmp_path, value) -> None:
+    # Before, compare crashed in stats.round_labels (int(None), or int64 overflow).
+    doc = _v2()
+    doc["cases"][CASE]["rounds"][2]["process"] = value
+    said = f"{'null' if value is None else value} is not a non-negative integer"
+    _refused("compare", _written(tmp_path, doc), tmp_path, f"{R2}.process: {said}")
 
 
 def test_a_hostile_key_is_quoted_and_the_message_stays_one_line(tmp_path) -> None:

@@ -225,6 +225,7 @@ def test_the_required_and_never_null_keys_are_the_ones_readers_rely_on() -> None
         "Config.block_slices",
         "Case.spec", "Case.arms", "Case.rounds", "Case.processes",
         "Round.summary_ns", "Round.order", "Round.gate", "Round.interference",
+        "Round.process", "Round.session",
     }
 
 

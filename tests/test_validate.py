@@ -37,7 +37,7 @@ from epbench.reports import compare as cmp
 from epbench.reports.comparison import BetweenRuns, CounterChange
 from epbench.reports.findings import speed_allowance
 from epbench.reports.render import to_json
-from epbench.reports.verdicts import Settings
+from epbench.reports.verdicts import Settings, threshold_rule_text
 from epbench.workflows import validate as val
 from epbench.workflows import validate_judge as vjudge
 from epbench.workflows import validate_plan as vplan
@@ -619,6 +619,17 @@ def test_report_says_how_long_the_gate_waited():
     assert "idle gate `wait`.\n" in vreport.render_markdown(older)
     off = {**result, "plan": {**result["plan"], "gate_policy": "off"}}
     assert "idle gate `off`.\n" in vreport.render_markdown(off)  # no wait without a gate
+
+
+def test_report_quotes_the_threshold_rule_as_every_output_does():
+    # validation.md says t's formula through verdicts.threshold_rule_text, not its own
+    # copy (which wrote "1.2%" for a floor of 1.25 % and "2.0 ×" for k = 2).
+    result = FakeRunner().validate(small(max_repeats=1, loads=("none",)))
+    settings = {**result["settings"], "floor": 0.0125, "k": 2.0}
+    md = vreport.render_markdown({**result, "settings": settings})
+    rule = threshold_rule_text(Settings(floor=0.0125, k=2.0))
+    assert rule == "t = max(1.25%, 2 × A/A noise)"
+    assert f"(threshold {rule},\n" in md
 
 
 def test_a_case_the_engine_cannot_run_is_left_out_with_a_note():

@@ -7,7 +7,7 @@ import json
 import click
 
 from epbench.cli.base import Command, emit
-from epbench.cli.options import format_option, out_option
+from epbench.cli.options import FiniteRange, format_option, out_option
 from epbench.harness.conformance import DEFAULT_CASE_TIMEOUT_S, render_markdown, render_text
 from epbench.workflows.conformance import run_conformance
 
@@ -21,7 +21,7 @@ from epbench.workflows.conformance import run_conformance
                    "default: every op.")
 @format_option("text", "json", "markdown")
 @out_option(directory=False, help_text="Write the result to this file instead of stdout.")
-@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=DEFAULT_CASE_TIMEOUT_S, show_default=True,
               help="Seconds one case may take before its worker is taken for hung "
                    "(the case is reported crashed); a worker's start-up counts toward "

@@ -22,6 +22,7 @@ Two conventions hold across every command:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -271,7 +272,7 @@ def gate_max_wait_option(default: float) -> Callable[[F], F]:
     def deco(f: F) -> F:
         return click.option(
             "--gate-max-wait",
-            type=click.FloatRange(min=0),
+            type=FiniteRange(min=0),
             default=default,
             show_default=True,
             help="Seconds `--gate wait` waits for quiet before running a round as unquiet "
@@ -290,6 +291,18 @@ def quiet_option(f: F) -> F:
 def overwrite_option(f: F) -> F:
     return click.option("--overwrite", is_flag=True,
                         help="Replace output already at --out (compare: --out-dir).")(f)
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses NaN and ±inf, which FloatRange lets through
+    (NaN fails no comparison; an unbounded side takes inf): every float option uses it."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number; give a plain decimal number",
+                      param, ctx)
+        return number
 
 
 class Percent(click.ParamType):
@@ -322,18 +335,18 @@ def verdict_options(f: F) -> F:
         click.option("--profile", "profile_path", type=click.Path(), metavar="FILE",
                      help="Noise profile to judge with [default: this host's, from "
                           "`epbench calibrate`]."),
-        click.option("--floor", type=click.FloatRange(min=0), default=defaults.FLOOR,
+        click.option("--floor", type=FiniteRange(min=0), default=defaults.FLOOR,
                      show_default=True, help="Smallest threshold, as a fraction (0.01 = 1 %)."),
-        click.option("--k", type=click.FloatRange(min=0, min_open=True), default=defaults.K,
+        click.option("--k", type=FiniteRange(min=0, min_open=True), default=defaults.K,
                      show_default=True,
                      help="Threshold t = max(floor, k x calibrated A/A noise)."),
-        click.option("--alert", type=click.FloatRange(min=0, min_open=True), default=None,
+        click.option("--alert", type=FiniteRange(min=0, min_open=True), default=None,
                      help="Change that makes an alert (🔴), as a fraction; never below t "
                           f"[default: {defaults.ALERT_FACTOR:g}t per case]."),
-        click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        click.option("--confidence", type=FiniteRange(0, 1, min_open=True, max_open=True),
                      default=defaults.CONFIDENCE, show_default=True,
                      help="Confidence of the intervals."),
-        click.option("--fdr", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+        click.option("--fdr", type=FiniteRange(0, 1, min_open=True, max_open=True),
                      default=defaults.FDR, show_default=True,
                      help="Benjamini-Hochberg false-discovery rate across the grid."),
         click.option("--resamples", type=click.IntRange(min=defaults.MIN_RESAMPLES),

@@ -16,6 +16,7 @@ from epbench.cases.spec import CaseSpec
 from epbench.cli.base import Command, Group, emit
 from epbench.cli.exit_codes import exit_code_for
 from epbench.cli.options import (
+    FiniteRange,
     Percent,
     allow_fallback_option,
     annotations_wanted,
@@ -96,7 +97,7 @@ _RUN = run_defaults()
 @click.option("--keep-samples", is_flag=True,
               help="Keep every timed call's sample in OUT/results.samples.jsonl.gz (the "
                    "results file keeps per-block summaries: median, min, quartiles, count).")
-@click.option("--block-ms", type=click.FloatRange(min=0.1), default=_RUN["block_target_ms"],
+@click.option("--block-ms", type=FiniteRange(min=0.1), default=_RUN["block_target_ms"],
               show_default=True, help="Target duration of one arm's block in a round.")
 @click.option("--slices", type=click.IntRange(min=1), default=_RUN["block_slices"],
               show_default=True,
@@ -108,7 +109,7 @@ _RUN = run_defaults()
               show_default=True,
               help="Cap on iterations per block (bounds the raw samples kept; fast cases "
                    "get blocks shorter than --block-ms, recorded as block_ms).")
-@click.option("--warmup-ms", type=click.FloatRange(min=0), default=_RUN["warmup_ms"],
+@click.option("--warmup-ms", type=FiniteRange(min=0), default=_RUN["warmup_ms"],
               show_default=True, help="Untimed warm-up per arm before its block is sized.")
 @click.option("--threads", type=click.IntRange(min=1), default=_RUN["threads"],
               show_default=True,
@@ -117,11 +118,11 @@ _RUN = run_defaults()
 @click.option("--seed", type=int, default=_RUN["seed"], show_default=True,
               help="Seed of the round orders (recorded in the results).")
 @gate_option
-@click.option("--gate-threshold", type=click.FloatRange(0, 1, min_open=True),
+@click.option("--gate-threshold", type=FiniteRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for a round to count as quiet.")
 @gate_max_wait_option(_RUN["gate_max_wait_s"])
-@click.option("--case-timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
                    "killed (its case is reported crashed).")
@@ -138,7 +139,7 @@ _RUN = run_defaults()
                    "run the cases whose detectable change is above this (e.g. 1%) again "
                    "with --processes more worker processes, until they reach it or --budget "
                    "is spent; a note names the cases left short.")
-@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
+@click.option("--budget", "budget_s", type=FiniteRange(min=0), default=None,
               help="With --target-mde: seconds for its re-runs [default: until "
                    f"{DEFAULT_TARGET_S_PER_CASE:g} s per case after the command began, less "
                    f"{REPORT_RESERVE_S:g} s].")
@@ -270,7 +271,7 @@ def cases_build(grids: tuple[str, ...], case_names: tuple[str, ...], out: str) -
 
 
 @click.command(cls=Command)
-@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True),
+@click.option("--threshold", type=FiniteRange(0, 1, min_open=True),
               default=_RUN["gate_threshold"], show_default=True,
               help="Minimum idle fraction of every core for the gate to pass.")
 @format_option("text", "json")
@@ -378,11 +379,11 @@ def summary(results: str, fmt: str, out: str | None) -> None:
               show_default=True,
               help="Count instructions per Run per arm with callgrind where valgrind exists "
                    "(an exact second channel beside time; skipped with a note otherwise).")
-@click.option("--instructions-threshold", type=click.FloatRange(min=0), show_default=True,
+@click.option("--instructions-threshold", type=FiniteRange(min=0), show_default=True,
               default=INSTRUCTIONS_THRESHOLD,
               help="A change in instructions per Run at least this large gets its own mark "
                    "(never a 🔴 on its own).")
-@click.option("--budget", "budget_s", type=click.FloatRange(min=0), default=None,
+@click.option("--budget", "budget_s", type=FiniteRange(min=0), default=None,
               help="Seconds to spend re-running inconclusive (❔) cases, and ⚠️ ones the "
                    "idle gate held back from 🔴 with some round quiet, with more rounds "
                    f"[default: until {DEFAULT_TARGET_S_PER_CASE:g} s per case after the "

@@ -7,6 +7,7 @@ import click
 from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.options import (
+    FiniteRange,
     case_option,
     format_option,
     gate_option,
@@ -32,7 +33,7 @@ from epbench.workflows.compare_commits import default_instructions
 @click.command(cls=Command)
 @grid_option
 @case_option
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True),
+@click.option("--budget", type=FiniteRange(min=0, min_open=True),
               default=vplan.Plan.budget_s, show_default=True,
               help="Seconds the whole validation may take; the number of repeats is planned "
                    "from it (every load gets at least one).")
@@ -57,7 +58,7 @@ from epbench.workflows.compare_commits import default_instructions
               help="The injected slowdowns, a comma list of whole percents of a case's time per "
                    "Run. Fewer make a repeat shorter (the compare-commits path runs one command "
                    "per level), e.g. --levels 2,3 to check a 2 % MDE over more repeats.")
-@click.option("--block-ms", "block_ms", type=click.FloatRange(min=0.1),
+@click.option("--block-ms", "block_ms", type=FiniteRange(min=0.1),
               default=vplan.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
 @click.option("--max-repeats", type=click.IntRange(min=1, max=vplan.MAX_REPEATS), default=50,

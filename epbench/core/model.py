@@ -157,7 +157,9 @@ def _is_object(v: Any) -> bool:
 
 STRING = Kind("a string", lambda v: isinstance(v, str))
 INTEGER = Kind("an integer", _is_int)
-COUNT = Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0)
+# Below 2**63 as a time is: a larger count is none a run can write, and numpy's int64
+# (reports.stats.round_labels) cannot take it.
+COUNT = Kind("a non-negative integer", lambda v: _is_int(v) and 0 <= v < _LARGEST)
 BOOLEAN = Kind("true or false", lambda v: isinstance(v, bool))
 NUMBER = Kind("a finite number", _is_number, test_all=_numbers_above(-_LARGEST, True))
 NON_NEGATIVE = Kind("a non-negative finite number", lambda v: _is_number(v) and v >= 0,
@@ -371,8 +373,9 @@ class Round(Record):
     summary_ns: dict[str, Block] = _key("summary_ns", OBJECT, required=True, null=False,
                                         load=_mapping_of(Block),
                                         dump=_dump_mapping)
-    process: int = _key("process", COUNT, default=0)
-    session: int = _key("session", COUNT, default=0)
+    # Absent in files that predate them (0), never null: readers label rounds by them.
+    process: int = _key("process", COUNT, null=False, default=0)
+    session: int = _key("session", COUNT, null=False, default=0)
     order: list[str] = _key("order", array_of(STRING), null=False, default_factory=list)
     # readings before the round, and during it
     gate: Mapping[str, Any] = _key("gate", OBJECT, null=False, check=_READINGS,

@@ -36,7 +36,7 @@ from epbench.core.results import load_results
 from epbench.harness.merge import Shard, merge_shards, merge_warnings
 from epbench.reports import compare as cmp
 from epbench.reports.bot.artifact import PR_FILE
-from epbench.reports.comparison import FAIL_ON, Comparison, Rerun, Side
+from epbench.reports.comparison import FAIL_ON, Comparison, Side
 from epbench.reports.outputs import (
     COMPARE_FILE,
     PAGE_FILE,
@@ -344,10 +344,8 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
         Side("pr", merged, HEAD_ARM, f"{pr.head_sha} ({pr.head_sha[:10]})"),
         settings=settings or cmp.Settings(),
         profile=cmp.load_profile_for(merged.host.key, None))
-    comparison = replace(comparison, reruns={
-        name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
-        for name, case in merged.cases.items() if case.reruns},
-        warnings=(*merge_warnings(merged), *comparison.warnings))
+    comparison = cmp.with_reruns(comparison, merged)
+    comparison = replace(comparison, warnings=(*merge_warnings(merged), *comparison.warnings))
     out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
     # First: the comment workflow needs the number even when drawing a report fails.

@@ -55,7 +55,7 @@ from epbench.harness.isolation import BuildIsolationError, HarnessGuard, code_sn
 from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import futile_rounds_at_end, run
 from epbench.reports import compare as cmp
-from epbench.reports.comparison import CaseRow, Comparison, Rerun, Side
+from epbench.reports.comparison import CaseRow, Comparison, Side
 from epbench.reports.findings import (
     TARGET_MISSED,
     ambiguous_cases,
@@ -463,10 +463,7 @@ def compare_commits(
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
                 settings=settings, profile=profile,
             )
-            return replace(comparison, reruns={
-                name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
-                for name, case in results.cases.items() if case.reruns
-            })
+            return cmp.with_reruns(comparison, results)
 
         results, comparison, reruns = rerun_ambiguous(
             first, replace(config, arms=arms), judge, budget_s=budget_s,

@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from epbench.core.results import atomic_write_text
-from epbench.reports.comparison import JsonValue, Profile
+from epbench.reports.comparison import JsonValue, Profile, Settings
 from epbench.reports.render import environment, to_json
+from epbench.reports.verdicts import threshold_rule_text
 from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, REPORT_RESERVE_S
 from epbench.workflows.validate_judge import CALIBRATION_TARGET, POWER_TARGET
 from epbench.workflows.validate_plan import (
@@ -41,8 +42,13 @@ def render_markdown(result: Mapping[str, JsonValue]) -> str:
     """validation.md, through the reports' templates."""
 
     levels = levels_of(result)
+    recorded = result.get("settings") or {}
+    # t's formula in the words every other output uses (verdicts.threshold_rule_text).
+    rule = threshold_rule_text(Settings(**{key: recorded[key] for key in ("floor", "k")
+                                           if key in recorded}))
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in levels], power=POWER_TARGET,
+        threshold_rule=rule,
         calibration_target=CALIBRATION_TARGET,
         top_level=max(levels),
         flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
