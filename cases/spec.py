@@ -55,6 +55,16 @@ MATMUL_INPUT_BOUND = 1.0
 MODEL_TOLERANCE = 1e-4
 
 
+def _finite_number(value: object) -> bool:
+    """A JSON number that fits a float: not a bool, NaN, inf or a 400-digit integer."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def matmul_tolerance(k: int) -> float:
     """Largest |EP - ORT| accepted for one element of a [m,k] x [k,n] product.
 
@@ -168,12 +178,7 @@ class CaseSpec:
             return [f"kind must be one of {KINDS}, got {self.kind!r}"]
         if self.opt_level not in OPT_LEVELS:
             problems.append(f"opt_level must be one of {OPT_LEVELS}")
-        if (
-            not isinstance(self.tolerance, (int, float))
-            or isinstance(self.tolerance, bool)
-            or not math.isfinite(self.tolerance)
-            or self.tolerance < 0
-        ):
+        if not _finite_number(self.tolerance) or self.tolerance < 0:
             problems.append("tolerance must be a finite number >= 0")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             problems.append("seed must be an integer >= 0")

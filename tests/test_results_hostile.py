@@ -15,6 +15,7 @@ from epbench.cli.main import cli
 from epbench.core.errors import EXIT_USER_ERROR
 from epbench.core.model import REMEDY, Results
 from epbench.core.results import MAX_DEPTH, ResultsError, load_results, parse_json
+from epbench.reports.summary import family_of
 
 FIXTURES = Path(__file__).parent / "fixtures" / "results"
 CASE = "relu_d1_w8"  # run_v2.json: a real run of this case, arms ort and engine
@@ -354,3 +355,24 @@ def test_a_non_finite_value_in_a_long_list_held_in_memory_is_named(bad) -> None:
                                            r"positive finite number;"):
         check(values, array_of(TIME), ("xs",), "memory")
     check(values[:61], array_of(TIME), ("xs",), "memory")
+
+
+
+@pytest.mark.parametrize("command", ["summary", "compare"])
+def test_a_spec_tolerance_past_a_float_leaves_the_case_without_a_family(
+        tmp_path, command) -> None:
+    # Its spec is foreign (no family: summary.family_of), the times still count. Before,
+    # the spec's own check raised OverflowError out of every command.
+    doc = _v2()
+    doc["cases"][CASE]["spec"]["tolerance"] = 10**400
+    result = CliRunner().invoke(cli, COMMANDS[command](_written(tmp_path, doc), tmp_path))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output and CASE in result.output
+    assert family_of(doc["cases"][CASE]["spec"]) is None
+
+
+def test_a_null_control_is_one_line(tmp_path) -> None:
+    # Read as the arm None before, then a KeyError in summary.
+    doc = _v2()
+    doc["control"] = None
+    _refused("summary", _written(tmp_path, doc), tmp_path, "control: null is not a string")

@@ -563,7 +563,7 @@ class Results(Record):
                                 load=_mapping_of(Arm), dump=_dump_mapping)
     cases: dict[str, Case] = _key("cases", OBJECT, required=True, null=False,
                                   load=_mapping_of(Case), dump=_dump_mapping)
-    control: str = _key("control", STRING, default="ort")
+    control: str = _key("control", STRING, default="ort", null=False)
     created: str | None = _key("created", STRING)
     interrupted: bool = _key("interrupted", BOOLEAN, default=False)
     overhead: Mapping[str, Any] | None = _key("overhead", OBJECT, check=_OVERHEAD)
