@@ -335,11 +335,14 @@ def compare(
         b_proc = stats.round_labels(b_case, "process")
         if same_run:
             ref = b_vals
-            pooled.append(replicate is not None and replicate in b_case.arms)
+            twin_vals = (medians(b_case, replicate)
+                         if replicate is not None and replicate in b_case.arms else None)
+            # Each round's base: the geometric mean of base and its twin; a case whose twin
+            # lacks a time where base has one stays on base alone, losing no round.
+            pooled.append(twin_vals is not None
+                          and bool(np.isfinite(twin_vals[np.isfinite(b_vals)]).all()))
             if pooled[-1]:
-                # Each round's base: the geometric mean of base and its twin (NaN, and
-                # dropped, where either has no time).
-                ref = np.sqrt(b_vals * medians(b_case, replicate))
+                ref = np.sqrt(b_vals * twin_vals)
             log_pr.append(nested.process_sample(p_vals, ref, p_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():

@@ -144,3 +144,27 @@ def test_a_case_without_the_twin_is_compared_with_base_alone_and_its_whole_tau()
     assert row.verdict in ("no_change", "inconclusive")
     assert math.isclose(row.ci[0], want["matmul_64x64"].lo - 1.0, abs_tol=1e-9)
     assert math.isclose(row.ci[1], want["matmul_64x64"].hi - 1.0, abs_tol=1e-9)
+
+
+def test_a_twin_missing_from_some_rounds_leaves_its_case_on_base_with_every_round() -> None:
+    # The twin is listed on the case but has no time in 3 rounds: against the mean those
+    # rounds would drop (or all 24, and the case read ➖); the case keeps base alone.
+    doc = results_doc(dict.fromkeys(NAMES, {"ort": 1000.0, "base": 806.4,
+                                            "base_twin": 793.6, "pr": 800.0}),
+                      rounds=24, seed=5, processes=6, twin=TWIN, noise=NOISE)
+    for rnd in doc["cases"]["add_d10_w8"]["rounds"][:3]:
+        del rnd["summary_ns"]["base_twin"]
+    rows = {row.case: row for row in _compare(Results.from_dict(doc, source="a test")).cases}
+    assert abs(rows["add_d10_w8"].change + 0.008) < 0.003  # base alone: -0.8 %
+    assert rows["add_d10_w8"].verdict != "not_comparable"
+    assert all(abs(rows[n].change) < 0.002 for n in NAMES if n != "add_d10_w8")
+
+
+def test_no_mean_when_the_pr_is_the_twin_or_base_names_no_library() -> None:
+    run = _run(806.4, 793.6)
+    assert compare.second_replicate(Side("base", run, "base"), Side("pr", run, "base_twin")) \
+        is None
+    doc = run.to_dict()
+    doc["arms"]["base"]["library"] = None
+    bare = Results.from_dict(doc, source="a test")
+    assert compare.second_replicate(Side("base", bare, "base"), Side("pr", bare, "pr")) is None
