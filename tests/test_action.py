@@ -88,7 +88,8 @@ def test_ep_options_and_fallback_reach_compare_commits_for_both_sides() -> None:
 
 
 @pytest.mark.parametrize("args", ["--help", "--fail-on never", "--fail-on=never",
-                                  "--shard 1/2", "--out elsewhere", "--rounds 6 --repo .."])
+                                  "--shard 1/2", "--out elsewhere", "--rounds 6 --repo ..",
+                                  "--build make", "--budget=0", "--history h.sqlite"])
 def test_args_may_not_take_over_what_an_input_or_the_action_decides(args: str) -> None:
     # --help would pass the check with nothing measured; --fail-on in args used to win over
     # the fail-on input here and lose to it on a matrix.

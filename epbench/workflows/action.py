@@ -113,12 +113,16 @@ def pull_request_from_event(path: str | Path) -> PullRequest:
 
 
 # Options input args may not hold, and the input that does their job. Each would let args
-# override an input (fail-on, shard), move the artifact (out, repo), or end compare-commits
-# with exit 0 and nothing measured (help): a green check that judged nothing.
+# override an input (click keeps an option's last value), move the artifact (out, repo),
+# or end compare-commits with exit 0 and nothing measured (help): a green check that
+# judged nothing.
 ARGS_REFUSED = {
     "--help": "it prints help and measures nothing",
     "--fail-on": "set the action's fail-on input instead",
     "--shard": "set the action's shard input instead",
+    "--build": "set the action's build input instead",
+    "--budget": "set the action's budget input instead",
+    "--history": "set the action's history input instead",
     "--out": "the action chooses where the artifact goes",
     "--repo": "the action measures the checked-out pull request",
 }
