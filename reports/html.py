@@ -301,8 +301,13 @@ def forest_plot(comparison: Comparison) -> Plot:
         return Plot("forest", "Changes", caption, missing=(
             "No case could be judged, so there is no change to draw; the table says why for "
             "each case."))
-    return Plot("forest", "Changes against their thresholds", caption,
-                _markup(plots.forest("forest", rows)))
+    try:
+        svg = plots.forest("forest", rows)
+    except (ValueError, OverflowError):  # a compare.json of ±1e308: no axis spans it
+        return Plot("forest", "Changes", caption, missing=(
+            "The changes and thresholds of this comparison are too large to draw on one "
+            "axis; the table gives each case's figures."))
+    return Plot("forest", "Changes against their thresholds", caption, _markup(svg))
 
 
 def comparison_context(comparison: Comparison) -> dict[str, object]:

@@ -455,3 +455,19 @@ def test_a_dollar_in_a_case_arm_and_machine_is_drawn_literally_in_a_history():
     assert [f["id"] for f in page.drawn()] == ["history-0"]
     figure = re.search(r'<figure id="history-0">(.*?)</figure>', text, re.S).group(1)
     assert TEX_NAME in figure and "$eng$ ($\\bar$)" in figure
+
+
+def test_a_comparison_too_wide_for_an_axis_is_a_table_without_its_forest(tmp_path):
+    # A hostile compare.json: finite, but no axis spans ±1e308 (matplotlib raised).
+    comparison = cmp.compare_files([str(FIXTURES / "base.json"), str(FIXTURES / "pr.json")],
+                                   profile_path=str(FIXTURES / "profile.json"))
+    doc = json.loads(comparison.to_json())
+    judged = next(row for row in doc["cases"] if row["change"] is not None)
+    judged["alert"], judged["ci"] = 1e308, [-1e308, 1e308]
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["report", str(path), "--html", str(tmp_path / "out")])
+    assert result.exit_code == EXIT_OK, result.output
+    text = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert "too large to draw on one axis" in text
+    assert f"<code>{judged['case']}</code>" in text
