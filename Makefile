@@ -43,10 +43,20 @@ cross-toolchain:
 # with the four folders pyproject.toml maps into it (tests/support/layers_contract.py).
 LINT_IMPORTS := $(VENV)/bin/lint-imports
 
+# Two passes. First every test but the `serial` ones, on two pytest-xdist workers, a test
+# file to a worker (a module's fixtures are built once, its tests never run side by side),
+# in the order tests/conftest.py collects them: the files of `slow` tests first (xdist's
+# own order, the most tests first, left the valgrind and wheel files to the end).
+# Then the `serial` tests, alone: they judge real timings, which the first pass's other
+# worker would load. The second pass collects only the files that mark a test `serial`
+# (collecting the whole suite again took 25 s on a loaded 2-core machine).
+PYTEST_WORKERS ?= 2
+SERIAL_TEST_FILES = $(shell grep -l 'pytest\.mark\.serial' tests/test_*.py)
 test: setup $(if $(filter true,$(CI)),cross-toolchain)
 	$(VENV)/bin/ruff check .
 	$(LINT_IMPORTS)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
+	$(PY) -m pytest -q -m serial $(SERIAL_TEST_FILES)
 
 # The engine's differential and run-time tests, and ONNX's node test cases of its ops in
 # every partition mode, against an ASan+UBSan build of it, under Python: libasan must be

@@ -48,6 +48,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         raise pytest.UsageError(problem)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # `make test` hands whole files to two xdist workers in the order collected
+    # (--no-loadscope-reorder): the files with `slow` tests (minutes, some) go first, so
+    # none starts last and holds up the end while the other worker is idle. A stable
+    # sort: each file's tests keep their order, the files theirs within each group.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One throw-away PostgreSQL server for the whole session, stopped at its end."""

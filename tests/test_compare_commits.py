@@ -65,6 +65,7 @@ ARGS = ["--case", "relu_d10_w8", "--rounds", "6", "--budget", "0", "--gate", "of
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its 🔴 is a real slowdown, judged against real noise
 def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     out = tmp_path / "out"
     status_before = git(engine_repo, "status", "--porcelain")

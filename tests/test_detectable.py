@@ -55,6 +55,7 @@ def _simulate(slowdowns: list[float], sds: list[float], t: float, repeats: int,
     return out
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 def test_a_slowdown_of_the_detectable_size_is_flagged_in_95_percent_of_runs() -> None:
     # The formula at the true standard error: one case (BH level = fdr), 6 processes.
     sd, t = 0.005, 0.01
@@ -70,6 +71,7 @@ def test_a_slowdown_of_the_detectable_size_is_flagged_in_95_percent_of_runs() ->
     assert sum(f for run in half for f, _ in run) == 27
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 def test_cases_stated_to_catch_a_level_are_flagged_at_it() -> None:
     # validate's check on a grid of 12 cases with three spreads of process offsets, all
     # slowed down by the same level: of the (case, repeat) pairs whose stated detectable

@@ -59,6 +59,7 @@ def sanitized_library(tmp_path_factory: pytest.TempPathFactory) -> str:
         pytest.skip(f"cannot build the sanitizer variant: {str(exc)[:300]}")
 
 
+@pytest.mark.slow
 def test_differential_and_runtime_tests_pass_under_asan_and_ubsan(sanitized_library,
                                                                  tmp_path: Path) -> None:
     log = tmp_path / "sanitizer"
@@ -117,6 +118,7 @@ def test_engine_errors_filters_by_library() -> None:
     assert engine_errors(xml, engine.LIBRARY_NAME) == ["InvalidWrite"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_small_cases_are_clean_under_valgrind_memcheck(tmp_path: Path) -> None:
     library = os.environ.get("EBE_TEST_LIBRARY") or engine.library_path()

@@ -67,6 +67,7 @@ def table_rows(body: str, cases: set[str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the slowed case must be flagged against real noise
 def test_the_action_and_the_comment_flag_the_slowed_case_of_an_outside_ep(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,7 @@ def _ar1(rng, rho, series=20, length=50, sd=synthetic.HISTORY_SIGMA):
     return z
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 def test_one_detect_over_20_null_series_is_false_at_most_twice_the_level():
     # 100 detects of 20 independent null series of 50 points (2000 series): BH across the
     # series holds the share of detects with any change point near the level (0.01);
@@ -81,6 +82,7 @@ def test_one_detect_over_20_null_series_is_false_at_most_twice_the_level():
     assert false <= 2
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 def test_neighbouring_commits_sharing_noise_do_not_pass_for_a_change():
     # AR(1) noise, rho 0.4: before pre-whitening 19 % of such series showed a change
     # point; now at most 10 % of detects over 20 of them do.

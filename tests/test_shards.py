@@ -44,6 +44,7 @@ def _run(out, *args):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # two real runs of one commit must not differ: no load between
 def test_three_shards_run_merge_and_enter_the_history_as_one_run(tmp_path) -> None:
     runner = CliRunner()
     # 8 rounds: enough for an exact interval of the median, so the cases can be compared.

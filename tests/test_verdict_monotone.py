@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def _verdicts(base_pr, base_base, unquiet_processes, effect, t, same_run, others
     return judgements[0]
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     processes=st.integers(2, 8),
@@ -108,6 +110,7 @@ def test_twelve_percent_with_four_of_six_processes_unquiet_is_flagged():
     assert set(verdicts) <= {"alert", "regression"}, verdicts
 
 
+@pytest.mark.slow  # tens of seconds of simulation
 def test_bh_on_interval_nulls_holds_claims_of_at_least_t_across_a_grid():
     # Every case truly +0.9 %, t = 1 %: a ⚠️ claims "at least 1 %", false for each. BH on
     # p-values for "no change" plus an unadjusted "lower bound above t" made some case
