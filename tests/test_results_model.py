@@ -221,7 +221,8 @@ def test_the_required_and_never_null_keys_are_the_ones_readers_rely_on() -> None
         "Round.index", "Round.quiet", "Round.summary_ns",
     }
     assert named(NOT_NULL) == {
-        "Results.host", "Results.config", "Results.arms", "Results.cases", "Config.gate",
+        "Results.host", "Results.config", "Results.arms", "Results.cases", "Results.control",
+        "Config.gate",
         "Config.block_slices",
         "Case.spec", "Case.arms", "Case.rounds", "Case.processes",
         "Round.summary_ns", "Round.order", "Round.gate", "Round.interference",
