@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from importlib.machinery import ModuleSpec
@@ -13,6 +15,12 @@ import pytest
 
 from tests.support.postgres import PgServer, server_or_skip
 from tests.support.staged import FOLDERS, import_graph, stage
+
+# Hypothesis keeps its examples and Unicode tables in .hypothesis/ under the working
+# directory: the checkout, which the build guard watches. Under xdist a build in one worker
+# saw the other worker's writes there and refused (CI, 2026-12-07). Read at first use.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                      os.path.join(tempfile.gettempdir(), "epbench-tests-hypothesis"))
 
 
 def misplaced_parts(find_spec: Callable[[str], ModuleSpec | None] = importlib.util.find_spec,
