@@ -48,7 +48,8 @@ LINT_IMPORTS := $(VENV)/bin/lint-imports
 # in the order tests/conftest.py collects them: the files of `slow` tests first (xdist's
 # own order, the most tests first, left the valgrind and wheel files to the end).
 # Then the `serial` tests, alone: they judge real timings, which the first pass's other
-# worker would load. The second pass collects only the files that mark a test `serial`
+# worker would load, or plant a file in the package, which its builds' guard would see
+# (fresh-clone CI, 2026-12-07). The second pass collects only the files that mark a test `serial`
 # (collecting the whole suite again took 25 s on a loaded 2-core machine).
 PYTEST_WORKERS ?= 2
 SERIAL_TEST_FILES = $(shell grep -l 'pytest\.mark\.serial' tests/test_*.py)

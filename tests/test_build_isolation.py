@@ -53,7 +53,8 @@ def repo(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def planted():
     """A file name in epbench's installed package that a hostile build tries to create;
-    removed afterwards whatever happened, so a failing test leaves the package as it was."""
+    removed afterwards whatever happened, so a failing test leaves the package as it was.
+    A test using it is `serial`: while the file exists, every build's guard refuses."""
     path = PACKAGE / f"_planted_by_a_build_{os.getpid()}.py"
     yield path
     path.unlink(missing_ok=True)
@@ -67,6 +68,7 @@ def _hostile_build(planted: Path, out: Path) -> str:
             + BENIGN)
 
 
+@pytest.mark.serial  # plants a file in the package: other tests' builds would see it
 def test_a_hostile_build_changes_neither_the_harness_nor_the_output_folder(
         repo, tmp_path, planted) -> None:
     """Whatever protects the harness here (`nobody` under root, else the guard), both writes
@@ -85,6 +87,7 @@ def test_a_hostile_build_changes_neither_the_harness_nor_the_output_folder(
     assert (out / "results.jsonl").read_text() == "{}\n"
 
 
+@pytest.mark.serial  # plants a file in the package: other tests' builds would see it
 def test_as_root_the_build_runs_as_nobody_and_its_writes_fail(repo, tmp_path,
                                                               planted) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
@@ -115,6 +118,7 @@ def test_the_build_gets_its_own_copy_of_ort_include_dir(repo, tmp_path, monkeypa
     assert (given / "onnxruntime_c_api.h").read_text() == "/* headers */\n"  # the harness's
 
 
+@pytest.mark.serial  # plants a file in the package: other tests' builds would see it
 def test_the_guard_refuses_a_build_that_wrote_into_the_harness(repo, tmp_path, planted,
                                                                monkeypatch) -> None:
     """A build running as the harness's own user (not root, as in GitHub's runners) can
@@ -286,6 +290,7 @@ def test_what_is_measured_is_a_copy_checked_against_the_built_sha256(repo, tmp_p
         build_commit(repo, "head", "HEAD", sha, build="bash build.sh")
 
 
+@pytest.mark.serial  # plants a file in the package: other tests' builds would see it
 def test_compare_commits_refuses_to_judge_after_the_libraries_changed_its_code(
         repo, tmp_path, monkeypatch, planted) -> None:
     """A library under test runs in the worker as the harness's user: should it (or what it
