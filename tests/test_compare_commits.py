@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from epbench.cli.main import cli
 from epbench.core.errors import EXIT_REGRESSION, EXIT_USER_ERROR
 from epbench.core.model import Results
-from epbench.reports import findings, html, render
+from epbench.reports import findings, page_environment, render
 from epbench.reports.bot.artifact import comparison_schema
 from epbench.reports.comparison import Comparison, Rerun
 from epbench.reports.findings import ambiguous_cases, held_back_by_gate
@@ -258,7 +258,7 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     report_md = (out / "report.md").read_text(encoding="utf-8")
     assert f"> - **Warning:** {render.inert(warning)}" in report_md
     # The page draws the verdict emoji as its own marks (no emoji font needed).
-    assert str(html.with_marks(warning)) in (out / "report.html").read_text(
+    assert str(page_environment.with_marks(warning)) in (out / "report.html").read_text(
         encoding="utf-8")
     assert f"warning: {warning}" in render.render_terminal(result.comparison)
     # A long list is cut: the comment job refuses a warning over 4000 characters.

@@ -218,6 +218,16 @@ def test_no_public_function_of_the_reports_or_workflows_takes_or_gives_any():
     assert sorted(public_signatures_with_any()) == [], "type these: dataclasses, or JsonValue"
 
 
+# Issue 47: one job per file; a module past this has grown a second job.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_of_the_package_exceeds_the_line_cap():
+    long = {str(path.relative_to(ROOT)): n for path in checkout_modules().values()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, f"split these by job: {long}"
+
+
 def test_plain_lint_imports_checks_the_mapped_parts_too(tmp_path) -> None:
     """`lint-imports` from the root, as a user or CI runs it, lays the package out with its
     mapped parts (tests/support/layers_contract.py), so a part's module is in its graph."""
