@@ -132,6 +132,8 @@ def test_a_model_or_dim_waits_for_a_compare_commits_that_takes_it() -> None:
 @pytest.mark.parametrize(("inputs", "says"), [
     ({"budget": "two minutes"}, "not a number of seconds"),
     ({"budget": "-1"}, "not a number of seconds"),
+    ({"budget": "inf"}, "input budget: 'inf' is not a number of seconds"),
+    ({"budget": "nan"}, "input budget: 'nan' is not a number of seconds"),
     ({"args": "--rounds '24"}, "quote it as a shell would"),
 ])
 def test_bad_inputs_are_refused_with_a_remedy(inputs: dict[str, str], says: str) -> None:

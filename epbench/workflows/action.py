@@ -17,6 +17,7 @@ same comparison compare-commits makes) into the artifact the comment workflow re
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -157,7 +158,7 @@ def _number(name: str, text: str) -> str:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0:
+    if not (math.isfinite(value) and value >= 0):  # "inf" would fail later, as --budget
         raise ActionError(f"input {name}: {text!r} is not a number of seconds >= 0; "
                           "write e.g. `budget: 120`")
     return text
