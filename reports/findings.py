@@ -22,7 +22,7 @@ from epbench.reports.comparison import (
     CounterChange,
     Side,
 )
-from epbench.reports.formats import format_share
+from epbench.reports.formats import format_growth, format_share
 from epbench.reports.summary import DRIFT_MEANING, family_of
 from epbench.reports.verdicts import Judgement, Settings, Threshold, default_threshold_text
 
@@ -200,7 +200,8 @@ def _speed_words(shift: float) -> str:
     assert longer is not None
     slower, by = longer
     other = "base" if slower == "PR" else "PR"
-    return f"the ORT control took {by:.1%} longer a Run in the {slower} run than in the {other} one"
+    return (f"the ORT control took {format_growth(by)} longer a Run in the {slower} run than "
+            f"in the {other} one")
 
 
 # The advice a ❔ from too few rounds ends with (verdicts._judge_bounded), not the remedy here.
@@ -226,22 +227,23 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     assert shift is not None
     moved = _speed_words(shift)
     allowance = speed_allowance(shift)
+    allowed = format_growth(allowance)
     # The interval a flag is shown with (FCR-adjusted when selected) is the one that must
     # clear the allowance, and it stays the one shown, at its level.
     shown = j.shown or change
     c, lo, hi = shown.ratio - 1.0, shown.lo - 1.0, shown.hi - 1.0
     keep = {"shown": j.shown, "level": j.level}
     kept = (f"{j.reason}; {moved}, and the whole interval clears the threshold by more "
-            f"than the {allowance:.1%} such a change may move a case")
+            f"than the {allowed} such a change may move a case")
     if j.verdict in ("alert", "regression") and lo - allowance > th.t:
         if j.verdict == "alert" and c - allowance < th.alert:
             return Judgement("regression", f"{kept}; a regression, not an alert: the change "
-                             f"less {allowance:.1%}, {c - allowance:.1%}, is below the alert "
+                             f"less {allowed}, {c - allowance:.1%}, is below the alert "
                              f"level {format_share(th.alert)}", j.significant, j.q, **keep)
         return Judgement(j.verdict, kept, j.significant, j.q, held_back=j.held_back, **keep)
     if j.verdict == "improvement" and hi + allowance < -th.t:
         return Judgement(j.verdict, kept, j.significant, j.q, **keep)
-    within = (f"the interval widened by the {allowance:.1%} such a change may move a case "
+    within = (f"the interval widened by the {allowed} such a change may move a case "
               f"lies within ±{th.t:.1%}")
     if j.verdict == "no_change":
         if -th.t < lo - allowance and hi + allowance < th.t:
@@ -257,7 +259,7 @@ def across_speed_change(j: Judgement, change: stats.Change, th: Threshold,
     return Judgement(
         "inconclusive",
         f"{c:+.1%} would be {VERDICTS[j.verdict][0]} ({j.reason}), but {moved}, and the "
-        f"interval does not clear the threshold by the {allowance:.1%} such a change may "
+        f"interval does not clear the threshold by the {allowed} such a change may "
         f"move a case; {BACK_TO_BACK}", j.significant, j.q,
     )
 
@@ -270,8 +272,9 @@ def speed_warning(rows: Sequence[CaseRow]) -> str | None:
         longer = longer_run(row.control_shift)
         if (beyond_speed_limit(row.control_shift) and longer is not None
                 and row.verdict not in ("failed", "not_comparable")):
-            moved.append(f"{row.case} (the {longer[0]} run's control {longer[1]:.1%} "
-                         f"longer: allowance {speed_allowance(row.control_shift):.1%})")
+            moved.append(f"{row.case} (the {longer[0]} run's control {format_growth(longer[1])} "
+                         "longer: allowance "
+                         f"{format_growth(speed_allowance(row.control_shift))})")
     if not moved:
         return None
     return (f"the ORT control took more than {defaults.CONTROL_SHIFT_LIMIT:.0%} longer a Run "

@@ -19,6 +19,11 @@ def format_share(value: float | None, digits: int = 1) -> str:
     return f"{value * 100:.{digits}f}%"
 
 
+def format_growth(value: float) -> str:
+    """How much longer or larger, as a share (30.0%); "∞%" when the other side was 0."""
+    return "∞%" if value == math.inf else format_share(value)
+
+
 def format_level(value: float) -> str:
     """A percentage as it was set (the floor, --alert, a default): 1%, 0.5%, 2.25%."""
     return f"{value * 100:g}%"
