@@ -136,6 +136,16 @@ def test_a_negative_fitted_slope_gives_no_negative_constant():
     assert fit["covered"] == {"h": (3, 3)}
 
 
+@pytest.mark.parametrize(("pairs", "says"), [
+    ([(0.5, 0.01), (0.6, 0.02)], "no A/A pair within the limit"),
+    ([(0.0, 0.01), (0.5, 0.01), (0.5, 0.02)], "at fewer than two shifts"),
+    ([(0.0, 0.01)], "0 A/A pairs beyond the limit"),
+])
+def test_a_series_too_thin_to_fit_says_why(pairs, says):
+    with pytest.raises(ValueError, match=says):
+        _speed_shift_module().fit_allowance([("h", pairs)])
+
+
 def test_the_shipped_allowance_covers_95_percent_of_each_hosts_pairs(archived_series):
     # The allowance compare uses, with each series' own noise within the limit added back
     # (what the comparison's interval stands for): every host's pairs beyond the limit.

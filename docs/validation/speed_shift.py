@@ -124,8 +124,14 @@ def fit_allowance(series: Sequence[tuple[str, Sequence[tuple[float, float]]]]
     rows = []  # (host, x - x_limit, |change|, the series' baseline mean square)
     for host, pairs in series:
         within = [d * d for x, d in pairs if x <= x_limit]
+        if not within:
+            raise ValueError(f"a series of host {host} has no A/A pair within the limit, "
+                             "so no baseline noise to subtract: fit it with more runs")
         baseline = sum(within) / len(within)  # this series' own noise, host and load
         rows += [(host, x - x_limit, abs(d), baseline) for x, d in pairs if x > x_limit]
+    if len({u for _, u, _, _ in rows}) < 2:
+        raise ValueError(f"{len(rows)} A/A pairs beyond the limit, at fewer than two shifts: "
+                         "a jump and a slope need pairs at two shifts at least")
     design = np.array([[1.0, u] for _, u, _, _ in rows])
     excess = np.array([d * d - b for _, _, d, b in rows])
     bread = np.linalg.inv(design.T @ design)
@@ -211,7 +217,10 @@ if __name__ == "__main__":
     parser.add_argument("--profile", help="the calibration profile validate judged with too")
     args = parser.parse_args()
     if args.fit:
-        print_fit(args.out)
+        try:
+            print_fit(args.out)
+        except ValueError as exc:
+            parser.exit(1, f"speed_shift.py: cannot fit: {exc}\n")
         raise SystemExit(0)
     if len(args.out) != 1:
         parser.error("one validate --out folder, or --fit with printed outputs")
