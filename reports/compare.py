@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
@@ -91,6 +92,9 @@ from epbench.reports.verdicts import (
     overall_verdict,
     threshold_for,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def choose_arms(
@@ -262,9 +266,6 @@ def compare(
     Comparison.to_json into compare.json.
     Raises CompareError when the two sides cannot be compared honestly.
     """
-
-    import numpy as np
-
     settings = settings or Settings()
     warnings: list[str] = []
     medians = RoundMedians()
@@ -334,15 +335,11 @@ def compare(
         p_proc = stats.round_labels(p_case, "process")
         b_proc = stats.round_labels(b_case, "process")
         if same_run:
-            ref = b_vals
             twin_vals = (medians(b_case, replicate)
                          if replicate is not None and replicate in b_case.arms else None)
-            # Each round's base: the geometric mean of base and its twin; a case whose twin
-            # lacks a time where base has one stays on base alone, losing no round.
-            pooled.append(twin_vals is not None
-                          and bool(np.isfinite(twin_vals[np.isfinite(b_vals)]).all()))
-            if pooled[-1]:
-                ref = np.sqrt(b_vals * twin_vals)
+            mean = replicate_reference(b_vals, twin_vals)
+            pooled.append(mean is not None)
+            ref = b_vals if mean is None else mean
             log_pr.append(nested.process_sample(p_vals, ref, p_proc))
             dropped.append(len(p_vals) - len(log_pr[-1]))
             if not p_quiet.all():
@@ -512,6 +509,18 @@ def second_replicate(base: Side, pr: Side) -> str | None:
             pr_arm.library == base_arm.library):
         return None
     return twin.key
+
+
+def replicate_reference(base: np.ndarray, twin: np.ndarray | None) -> np.ndarray | None:
+    """Each round's base when the twin stands as a second copy of it (second_replicate):
+    the geometric mean of base and twin, round by round. None without a twin, or when the
+    twin lacks a time in a round where base has one: the case then stays on base alone,
+    losing no round."""
+    import numpy as np
+
+    if twin is None or not bool(np.isfinite(twin[np.isfinite(base)]).all()):
+        return None
+    return np.sqrt(base * twin)
 
 
 def _after_the_verdict(row: CaseRow, base: Side, pr: Side, settings: Settings) -> CaseRow:

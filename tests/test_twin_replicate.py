@@ -5,6 +5,7 @@ variance; base alone where the PR arm loads base's own library file."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -168,3 +169,21 @@ def test_no_mean_when_the_pr_is_the_twin_or_base_names_no_library() -> None:
     doc["arms"]["base"]["library"] = None
     bare = Results.from_dict(doc, source="a test")
     assert compare.second_replicate(Side("base", bare, "base"), Side("pr", bare, "pr")) is None
+
+
+def test_the_quiet_rounds_are_also_compared_with_the_mean_of_base_and_its_twin() -> None:
+    # base's copy 0.8 % slow, the twin's 0.8 % fast, the PR 30 % slower than the truth,
+    # and process 0's rounds unquiet: the quiet rounds alone make the alert, and their
+    # point (quoted in the reason) must be against the same reference as all rounds',
+    # the mean (+30 %), not base alone (+29 %).
+    truth = {"ort": 1000.0, "base": 806.4, "base_twin": 793.6, "pr": 1040.0}
+    doc = results_doc(dict.fromkeys(NAMES, truth), rounds=24, seed=5, processes=6,
+                      twin=TWIN, noise=NOISE, unquiet_rounds=dict.fromkeys(NAMES, range(4)))
+    rows = _compare(Results.from_dict(doc, source="a test")).cases
+    assert [row.verdict for row in rows] == ["alert"] * len(NAMES)
+    for row in rows:
+        quoted = re.search(r"slower by ([\d.]+)% \(at least [\d.]+% at 95%\) on the 20 quiet",
+                           row.reason)
+        assert quoted, row.reason
+        assert abs(float(quoted[1]) / 100.0 - row.change) < 0.003, (row.reason, row.change)
+        assert abs(float(quoted[1]) / 100.0 - 0.30) < 0.005, row.reason

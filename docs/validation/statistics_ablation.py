@@ -6,7 +6,8 @@
 It patches the importable epbench (this tree) in this process, one variant at a time,
 and measures power at +2 % and +3 % with no per-copy bias with statistics_sim.power
 (same model, seeds and grids). The variants stand in for the rules before issue 46 or
-for candidates that were measured and not kept; see docs/validation/statistics.md.
+for candidates that were measured and not kept; see docs/validation/statistics.md. The
+last row is this tree as it is: PR against the mean of base and its twin.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ORIGINAL = {
     "standard_error": nested.standard_error,
     "grid_init": verdicts.GridSamples.__init__,
     "judge": sim._judge,
+    "twin_share": sim._twin_share,
 }
 
 
@@ -104,9 +106,16 @@ def _point_threshold(*args: Any, **kwargs: Any) -> Any:
         nested.standard_error = ORIGINAL["standard_error"]
 
 
-# name: {patch target: replacement}; every variant but the last three runs without
-# moderated variances (the rules of 1d0638e).
-UNMODERATED = {"grid_init": _grid_with(moderate=False)}
+def _base_alone() -> None:
+    """PR against base alone, as before the twin was a second copy of base."""
+    return None
+
+
+# name: {patch target: replacement}; every variant but the last four runs without
+# moderated variances (the rules of 1d0638e), and all but the last compare the PR with
+# base alone (before compare.second_replicate).
+BASE_ALONE = {"twin_share": _base_alone}
+UNMODERATED = {"grid_init": _grid_with(moderate=False), **BASE_ALONE}
 VARIANTS: dict[str, dict[str, Any]] = {
     "nothing undone": {},
     "BH on \"no change\" and the interval's bound vs t (the old null)":
@@ -125,9 +134,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
         {"unmodelled_variances": _shrunk},
 }
 MODERATED = {
-    "**moderated variances (kept)**": {},
-    "moderated variances, pooled τ² only": {"unmodelled_variances": _pooled_only},
-    "moderated variances, τ² shrunk toward the pool": {"unmodelled_variances": _shrunk},
+    "moderated variances": BASE_ALONE,
+    "moderated variances, pooled τ² only": {"unmodelled_variances": _pooled_only,
+                                            **BASE_ALONE},
+    "moderated variances, τ² shrunk toward the pool": {"unmodelled_variances": _shrunk,
+                                                       **BASE_ALONE},
+    "**moderated variances, PR against the mean of base and twin (kept)**": {},
 }
 
 
@@ -137,6 +149,7 @@ def _apply(patches: dict[str, Any]) -> None:
     verdicts.interval_tests = patches.get("interval_tests", ORIGINAL["interval_tests"])
     verdicts.GridSamples.__init__ = patches.get("grid_init", ORIGINAL["grid_init"])
     sim._judge = patches.get("judge", ORIGINAL["judge"])
+    sim._twin_share = patches.get("twin_share", ORIGINAL["twin_share"])
 
 
 def main() -> None:

@@ -10,10 +10,15 @@ prints one markdown table. Every figure comes from the project's own functions
 compare() puts around them (twin noise, thresholds, quiet rounds) is repeated here for
 both versions, because compare() itself needs whole results documents, which are 100x
 slower to build. tests/test_verdict_monotone.py checks the same rule through compare().
+The twin as a second copy of base is compare()'s own in one run: whether it applies
+(compare.second_replicate, asked of a run whose every arm loads its own library file,
+as in this model), the reference (compare.replicate_reference) and the share of tau^2
+(compare.TWIN_REPLICATE_SHARE); a tree without it compares PR with base alone.
 
 The model (log scale, per case): every arm a copy of a library gets a bias N(0, bias)
 fixed for the run (the per-copy bias the processes cannot see), per process an offset
 N(0, 0.3 %), per round noise N(0, 1 %); 6 processes x 8 rounds; a grid is 20 cases.
+In one run every case has three arms, each its own copy: base, its A/A twin, the PR.
 Separate runs add to each run's arm / control ratio a run offset whose variance is
 (F - 1) x the variance of a run's process values / 6, so the one-way ANOVA F of process
 values between runs has expectation F. History: 20 series of 50 points, AR(1) noise
@@ -29,6 +34,7 @@ its first fixes, and 1d0638e, after the review, before moderated variances).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -69,6 +75,49 @@ def _labels(processes: int, per_process: int) -> Any:
 
 
 # --------------------------------------------------------------------------- one version
+
+
+@functools.cache
+def _twin_share() -> float | None:
+    """The share of the twins' tau^2 a case carries when compare() compares each round's
+    PR with the mean of base and its twin, asked of compare.second_replicate for a run
+    shaped like this model's (base, its twin and the PR each load a library file of their
+    own); None where it would compare with base alone, or the tree has no such rule."""
+    from epbench.reports import compare
+
+    chooser = getattr(compare, "second_replicate", None)
+    if chooser is None:
+        return None
+    from epbench.core.model import Results
+    from epbench.core.results import SCHEMA
+    from epbench.reports.comparison import Side
+
+    arms = {key: {"key": key, "kind": "plugin", "spec": key, "library": f"/sim/{key}.so"}
+            for key in ("base", "twin", "pr")}
+    run = Results.from_dict({
+        "schema": SCHEMA, "host": {"key": "sim"}, "config": {"rounds": PROCESSES * PER_PROCESS},
+        "arms": arms, "control": "ort", "twin": {"of": "base", "key": "twin"}, "cases": {},
+    }, source="the simulation's run")
+    if chooser(Side("base", run, "base"), Side("pr", run, "pr")) is None:
+        return None
+    return float(compare.TWIN_REPLICATE_SHARE)
+
+
+def _pr_sample(new, base, twin, labels, keep=None):
+    """One run's PR sample of a case from its arms' per-round log times, as compare()
+    builds it: against base, or (_twin_share) against compare.replicate_reference of
+    base and twin; over the rounds `keep` selects (the quiet ones), or all."""
+    nested = _nested()
+    if _twin_share() is None:
+        if keep is None:
+            return nested.ProcessSample(new - base, labels)
+        return nested.ProcessSample((new - base)[keep], labels[keep])
+    import numpy as np
+
+    from epbench.reports.compare import replicate_reference
+
+    ref = replicate_reference(np.exp(base), np.exp(twin))
+    return nested.process_sample(np.exp(new), ref, labels, keep)
 
 
 def _nested() -> Any:
@@ -138,7 +187,9 @@ def _judge(pr, base, twins, unquiet=None, quiet=None, between=None, same_run=Tru
         noise = [max(math.expm1(nested.standard_error(c[i])) for c in twin_changes)
                  for i in range(n)]
         per_run = [nested.unmodelled_variances(c) for c in twin_changes]
-        tau2 = [sum(v[i] for v in per_run) / len(per_run) + (between or 0.0)
+        # PR against the mean of base and its twin carries a share of their tau^2.
+        share = (_twin_share() if same_run else None) or 1.0
+        tau2 = [share * sum(v[i] for v in per_run) / len(per_run) + (between or 0.0)
                 for i in range(n)]
     elif _new_api():
         noise = [max(math.expm1(nested.standard_error(c[i])) for c in twin_changes)
@@ -182,9 +233,10 @@ FLAGS = ("alert", "regression")
 def _same_run_grid(rng, *, bias=0.0, effects=None, processes=PROCESSES,
                    round_sd=ROUND_SD, process_sd=PROCESS_SD, unquiet_processes=(),
                    per_process=PER_PROCESS, twin_off=None):
-    """One run's grid: per case PR / base and twin / base. `bias`: the per-copy bias's
-    sd, one for every case or one per case; `twin_off`: per case a fixed offset of the
-    twin (a twin that really differs)."""
+    """One run's grid: per case PR / base (or / the mean of base and twin, as compare()
+    does: _pr_sample) and twin / base. `bias`: the per-copy bias's sd, one for every case
+    or one per case; `twin_off`: per case a fixed offset of the twin (a twin that really
+    differs)."""
     import numpy as np
 
     nested = _nested()
@@ -200,10 +252,10 @@ def _same_run_grid(rng, *, bias=0.0, effects=None, processes=PROCESSES,
         base = _arm(rng, processes, per_process, b, **kw)
         twin = _arm(rng, processes, per_process, b, off, **kw)
         new = _arm(rng, processes, per_process, b, effect, **kw)
-        pr.append(nested.ProcessSample(new - base, labels))
+        pr.append(_pr_sample(new, base, twin, labels))
         twins.append(nested.ProcessSample(twin - base, labels))
         unquiet.append(int((~keep).sum()))
-        quiet.append((nested.ProcessSample((new - base)[keep], labels[keep]), None)
+        quiet.append((_pr_sample(new, base, twin, labels, keep), None)
                      if unquiet_processes else None)
     return pr, twins, unquiet, quiet
 
@@ -298,7 +350,7 @@ def noise_by_case(trials: int, seed: int) -> tuple[float, float]:
                 base = _arm(rng, PROCESSES, PER_PROCESS, 0.0, **kw)
                 twin = _arm(rng, PROCESSES, PER_PROCESS, 0.0, **kw)
                 new = _arm(rng, PROCESSES, PER_PROCESS, 0.0, effect, **kw)
-                pr.append(nested.ProcessSample(new - base, labels))
+                pr.append(_pr_sample(new, base, twin, labels))
                 twins.append(nested.ProcessSample(twin - base, labels))
             verdicts, changes = _judge(pr, [], [twins])
             if effect:
