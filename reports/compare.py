@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from epbench.core.model import Case, Results
 from epbench.core.results import load_results
@@ -82,7 +81,14 @@ from epbench.reports.findings import (
     within_only_warning,
     within_run_only,
 )
-from epbench.reports.run_noise import between_run_variance, twin_noise, with_twin
+from epbench.reports.run_noise import (
+    TWIN_REPLICATE_SHARE,
+    between_run_variance,
+    replicate_reference,
+    second_replicate,
+    twin_noise,
+    with_twin,
+)
 from epbench.reports.summary import family_of, gate_summary
 from epbench.reports.verdicts import (
     GridSamples,
@@ -92,9 +98,6 @@ from epbench.reports.verdicts import (
     overall_verdict,
     threshold_for,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
 
 
 def choose_arms(
@@ -483,44 +486,6 @@ def compare(
             unmodelled_sd=math.sqrt(twins.tau2),
             between_sd=math.sqrt(between) if between else None, settings=settings)),
     )
-
-
-# The share of the twins' unmodelled A/A variance that PR / mean(base, twin) carries:
-# the twin's change holds two copies' bias (2 b^2), PR / base two as well, PR against the
-# mean of two copies of base one and two halves (b^2 + b^2 / 4 + b^2 / 4 = 1.5 b^2).
-TWIN_REPLICATE_SHARE = 0.75
-
-
-def second_replicate(base: Side, pr: Side) -> str | None:
-    """The twin's arm key when it is a second copy of base for this comparison, else None.
-
-    In one run whose A/A twin copies the base arm, each round's PR is compared with the
-    geometric mean of base and twin (docs/validation/statistics.md: on this machine the
-    standard error of a PR with its own library file fell 15 %). Not when the PR arm
-    loads base's own library file (same file, other options): what that file's layout
-    does to base it does to the PR too, and cancels against base alone, not the twin.
-    """
-    twin = base.doc.twin
-    if base.doc is not pr.doc or twin is None or twin.of != base.arm or (
-            pr.arm == twin.key or twin.key not in base.doc.arms):
-        return None
-    base_arm, pr_arm = base.doc.arms.get(base.arm), pr.doc.arms.get(pr.arm)
-    if base_arm is None or pr_arm is None or base_arm.library is None or (
-            pr_arm.library == base_arm.library):
-        return None
-    return twin.key
-
-
-def replicate_reference(base: np.ndarray, twin: np.ndarray | None) -> np.ndarray | None:
-    """Each round's base when the twin stands as a second copy of it (second_replicate):
-    the geometric mean of base and twin, round by round. None without a twin, or when the
-    twin lacks a time in a round where base has one: the case then stays on base alone,
-    losing no round."""
-    import numpy as np
-
-    if twin is None or not bool(np.isfinite(twin[np.isfinite(base)]).all()):
-        return None
-    return np.sqrt(base * twin)
 
 
 def _after_the_verdict(row: CaseRow, base: Side, pr: Side, settings: Settings) -> CaseRow:

@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from epbench.reports import defaults, nested, stats
 from epbench.reports.calibrate import pooled_offset
 from epbench.reports.comparison import Profile, RoundMedians, Side, TwinCase, TwinInfo
 from epbench.reports.verdicts import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def between_run_variance(
@@ -190,3 +194,41 @@ def doubtful_twins(samples: Sequence[nested.ProcessSample], changes: Sequence[st
         if math.expm1(mean - half) >= floor or math.expm1(mean + half) <= -floor:
             out += [names[i] for i in finite if names[i] not in out and beyond(changes[i])]
     return out
+
+
+# The share of the twins' unmodelled A/A variance that PR / mean(base, twin) carries:
+# the twin's change holds two copies' bias (2 b^2), PR / base two as well, PR against the
+# mean of two copies of base one and two halves (b^2 + b^2 / 4 + b^2 / 4 = 1.5 b^2).
+TWIN_REPLICATE_SHARE = 0.75
+
+
+def second_replicate(base: Side, pr: Side) -> str | None:
+    """The twin's arm key when it is a second copy of base for this comparison, else None.
+
+    In one run whose A/A twin copies the base arm, each round's PR is compared with the
+    geometric mean of base and twin (docs/validation/statistics.md: on this machine the
+    standard error of a PR with its own library file fell 15 %). Not when the PR arm
+    loads base's own library file (same file, other options): what that file's layout
+    does to base it does to the PR too, and cancels against base alone, not the twin.
+    """
+    twin = base.doc.twin
+    if base.doc is not pr.doc or twin is None or twin.of != base.arm or (
+            pr.arm == twin.key or twin.key not in base.doc.arms):
+        return None
+    base_arm, pr_arm = base.doc.arms.get(base.arm), pr.doc.arms.get(pr.arm)
+    if base_arm is None or pr_arm is None or base_arm.library is None or (
+            pr_arm.library == base_arm.library):
+        return None
+    return twin.key
+
+
+def replicate_reference(base: np.ndarray, twin: np.ndarray | None) -> np.ndarray | None:
+    """Each round's base when the twin stands as a second copy of it (second_replicate):
+    the geometric mean of base and twin, round by round. None without a twin, or when the
+    twin lacks a time in a round where base has one: the case then stays on base alone,
+    losing no round."""
+    import numpy as np
+
+    if twin is None or not bool(np.isfinite(twin[np.isfinite(base)]).all()):
+        return None
+    return np.sqrt(base) * np.sqrt(twin)  # not sqrt(base * twin): 1e-170 squared is 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -610,6 +611,7 @@ def test_a_budget_of_the_warned_seconds_a_case_fits_every_case() -> None:
             assert cc.cases_that_fit(n * each, seconds_per_case) == n, (seconds_per_case, n)
     assert cc.cases_that_fit(0.0, 10.0) == 0 and cc.cases_that_fit(-3.0, 10.0) == 0
     assert cc.cases_that_fit(100.0, 0.0) == 0
+    assert cc.cases_that_fit(1e308, 0.01) == sys.maxsize  # a finite budget, no overflow
 
 
 def test_the_default_rerun_budget_and_its_deadline() -> None:

@@ -138,8 +138,9 @@ def test_a_negative_fitted_slope_gives_no_negative_constant():
 
 @pytest.mark.parametrize(("pairs", "says"), [
     ([(0.5, 0.01), (0.6, 0.02)], "no A/A pair within the limit"),
-    ([(0.0, 0.01), (0.5, 0.01), (0.5, 0.02)], "at fewer than two shifts"),
+    ([(0.0, 0.01), (0.5, 0.01), (0.5, 0.02)], "at 1 shifts"),
     ([(0.0, 0.01)], "0 A/A pairs beyond the limit"),
+    ([(0.0, 0.01), (0.2, 0.02), (0.3, 0.03)], "2 A/A pairs beyond the limit, at 2 shifts"),
 ])
 def test_a_series_too_thin_to_fit_says_why(pairs, says):
     with pytest.raises(ValueError, match=says):

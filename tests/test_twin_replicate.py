@@ -187,3 +187,10 @@ def test_the_quiet_rounds_are_also_compared_with_the_mean_of_base_and_its_twin()
         assert quoted, row.reason
         assert abs(float(quoted[1]) / 100.0 - row.change) < 0.003, (row.reason, row.change)
         assert abs(float(quoted[1]) / 100.0 - 0.30) < 0.005, row.reason
+
+
+def test_the_mean_of_tiny_times_keeps_every_round() -> None:
+    # Times of 1e-170 ns are valid in a results file; their product underflows to 0.
+    base = np.array([1e-170, 1000.0])
+    mean = compare.replicate_reference(base, base.copy())
+    assert mean is not None and mean[0] == 1e-170 and mean[1] == 1000.0

@@ -129,9 +129,11 @@ def fit_allowance(series: Sequence[tuple[str, Sequence[tuple[float, float]]]]
                              "so no baseline noise to subtract: fit it with more runs")
         baseline = sum(within) / len(within)  # this series' own noise, host and load
         rows += [(host, x - x_limit, abs(d), baseline) for x, d in pairs if x > x_limit]
-    if len({u for _, u, _, _ in rows}) < 2:
-        raise ValueError(f"{len(rows)} A/A pairs beyond the limit, at fewer than two shifts: "
-                         "a jump and a slope need pairs at two shifts at least")
+    if len(rows) < 3 or len({u for _, u, _, _ in rows}) < 2:
+        # Two pairs fit a jump and a slope exactly: zero residuals, no standard error.
+        raise ValueError(f"{len(rows)} A/A pairs beyond the limit, at "
+                         f"{len({u for _, u, _, _ in rows})} shifts: a jump, a slope and "
+                         "their standard errors need 3 pairs at two shifts at least")
     design = np.array([[1.0, u] for _, u, _, _ in rows])
     excess = np.array([d * d - b for _, _, d, b in rows])
     bread = np.linalg.inv(design.T @ design)
@@ -189,7 +191,10 @@ def printed_outputs(paths: Sequence[Path]) -> list[tuple[str, list[str]]]:
 
 def print_fit(paths: Sequence[Path]) -> None:
     series = [(host, aa_pairs(lines)) for host, lines in printed_outputs(paths)]
-    fit = fit_allowance(series)
+    try:
+        fit = fit_allowance(series)
+    except ValueError as exc:
+        raise SystemExit(f"speed_shift.py: cannot fit: {exc}") from None
     print(f"{fit['pairs']} A/A pairs in {len(series)} series, {fit['beyond']} beyond "
           f"{defaults.CONTROL_SHIFT_LIMIT:.0%}; their squared change less their series' mean "
           "square within it, by least squares on c0 + a × (x - x_limit):")
@@ -217,10 +222,7 @@ if __name__ == "__main__":
     parser.add_argument("--profile", help="the calibration profile validate judged with too")
     args = parser.parse_args()
     if args.fit:
-        try:
-            print_fit(args.out)
-        except ValueError as exc:
-            parser.exit(1, f"speed_shift.py: cannot fit: {exc}\n")
+        print_fit(args.out)
         raise SystemExit(0)
     if len(args.out) != 1:
         parser.error("one validate --out folder, or --fit with printed outputs")

@@ -29,6 +29,7 @@ measuring two models. results.json records its path and definition hash.
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -274,7 +275,8 @@ def cases_that_fit(left_s: float, seconds_per_case: float) -> int:
     than dividing by zero."""
     if left_s <= 0 or seconds_per_case <= 0:
         return 0
-    return int(left_s / (seconds_per_case * RERUN_ROUNDS_FACTOR) + RERUN_FIT_SLACK)
+    fit = left_s / (seconds_per_case * RERUN_ROUNDS_FACTOR) + RERUN_FIT_SLACK
+    return int(fit) if math.isfinite(fit) else sys.maxsize  # --budget 1e308 overflows it
 
 
 def rerun_deadline(started_at: float, cases: int) -> float:
