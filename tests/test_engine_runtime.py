@@ -247,8 +247,10 @@ def test_sigmoid_is_accurate_over_the_whole_float_range(partition: str) -> None:
 
 def _sweep() -> np.ndarray:
     """Every kind of float32: a dense ramp over [-100, 100], both sides of +-87 (where exp
-    leaves the normal range) and +-88, subnormals and zeros of both signs, +-inf, NaNs with
-    several payloads, and 2^16 random bit patterns (every exponent, finite or not)."""
+    leaves the normal range) and +-88, every float in [12, 12.8] (where the fused Sigmoid's
+    fit hands over to its clamp at 12.4), three values in each of the 254 normal binades and
+    the subnormal one (x^2 overflows from 2^64 up), subnormals and zeros of both signs, +-inf,
+    NaNs with several payloads, and 2^16 random bit patterns (finite or not)."""
     rng = np.random.default_rng(51)
     tiny = np.array([1e-45, 3e-44, 1e-40, 1e-39, 1.1754942e-38, 1.1754944e-38], np.float32)
     special = np.array([0.0, np.inf, np.nan], np.float32)
@@ -257,10 +259,13 @@ def _sweep() -> np.ndarray:
     parts = [np.linspace(-100, 100, 40_001, dtype=np.float32),
              np.linspace(-89, -86, 3_001, dtype=np.float32),
              np.linspace(86, 89, 3_001, dtype=np.float32),
+             np.arange(0x41400000, 0x414CCCCE, dtype=np.uint32).view(np.float32),
+             np.ldexp(np.array([[1.0], [1.3], [1.999]]), np.arange(-149, 128)).ravel()
+             .astype(np.float32),
              tiny, special, nans,
              rng.integers(0, 2**32, 2**16, dtype=np.uint64).astype(np.uint32).view(np.float32)]
     x = np.concatenate(parts)
-    return np.concatenate([x, -x])  # 2 * 112 023 elements: a partial last vector too
+    return np.concatenate([x, -x])  # 2 * 951 246 elements: a partial last vector too
 
 
 def test_sigmoid_in_a_fused_loop_is_orts_over_the_whole_float_range() -> None:

@@ -14,11 +14,12 @@
  * project's AMD EPYC host (AVX2 and FMA, no AVX-512): gdb stops in
  * `ebe_kernel_fused.arch_x86_64_v3` (never `.default`) when a fused Sigmoid chain runs, and
  * `objdump -d` of that clone in the built library shows the Relu loops as vmaxps on ymm
- * registers with no stack traffic (8 a pass for a tile, one for a lone vector), and a tile's
- * Sigmoid pass as a loop of 20 instructions a vector, every one of its 15 vector ops on ymm:
- * vminps (with the load), vmaxps, vmulps, 6 vfmadd, vmulps, vdivps, vfmadd, vminps, vmaxps,
- * the store (plus 2 register moves and the loop's add, cmp, jne). Elsewhere (aarch64) the
- * same source builds for the baseline ISA.
+ * registers with no stack traffic (8 a pass for a tile, one for a lone vector). Checked again
+ * for the degree 2/3 Sigmoid below (gdb again stops only in the v3 clone): a tile's Sigmoid
+ * pass is a loop of 17 instructions a vector, every one of its 14 vector ops on ymm: the
+ * load, vmulps, vminps, vaddps, 4 vfmadd, vdivps, vfmadd, vminps, vmaxps, the store (plus one
+ * register move and the loop's add, cmp, jne). Elsewhere (aarch64) the same source builds
+ * for the baseline ISA.
  */
 #include <stdint.h>
 #include <string.h>
@@ -61,29 +62,33 @@ EBE_INLINE void ebe_v8_relu_n(ebe_v8 *x, uint32_t repeat, float zero) {
   *x = v;
 }
 
-/* Sigmoid, eight lanes at once, as 0.5 + 0.5 * tanh(x / 2) with tanh(x / 2) = x P(x^2) / Q(x^2)
- * on x clamped to [-14, 14]: one division and 8 multiply-adds, 2.3x faster in this loop than
- * the exp-based Sigmoid of kernels_elementwise.c (which stays accurate relative to tiny
- * outputs; this one is absolute: within 1.5e-6 of the exact Sigmoid everywhere, against
- * the cases' SIGMOID_TOLERANCE of 1e-5). P and Q are a degree 7/6 minimax fit of
- * tanh(x / 2) on [0, 14] (max error 9e-7), P scaled so that the fit reaches 1 + 1e-6 at
- * 14: the clamp to [0, 1] then gives exactly 0 and 1 there and beyond (+-inf, as ORT).
- * Q has no real root, so nothing blows up between. The clamps compare x with the bound
- * first, so NaN passes through them and comes out NaN; with `zero` opaque gcc makes each
- * one vminps or vmaxps (a literal bound became a compare and a blend: 1.4x slower). */
+/* Sigmoid, eight lanes at once, as 0.5 + x P(x^2) / Q(x^2): x P / Q is a degree 5/6 minimax
+ * fit of tanh(x / 2) / 2 on [0, 12.4], within 5.6e-6 of the exact Sigmoid everywhere (the
+ * cases' SIGMOID_TOLERANCE is 1e-5; the slope is <= 1/4, so sigmoid_d10_w4096's 10 nodes end
+ * 7.1e-6 from ORT). Q is scaled to be monic, so its first step is an add (no copy of x^2 to a
+ * scratch register): one multiply, 5 multiply-adds and a division a vector. The fit reaches
+ * 1 + 1e-6 at 12.4, so only x^2 is clamped (to 12.4^2): past 12.4, and at +-88 and +-inf,
+ * 0.5 + x P / Q leaves [0, 1] and the output clamp makes it exactly 1 or 0, as ORT's. Q has
+ * no positive root. Each clamp compares with the bound first, so NaN passes through and comes
+ * out NaN; with `zero` opaque gcc makes each one vminps or vmaxps (a literal bound became a
+ * compare and a blend: 1.4x slower).
+ * sigmoid_d10_w4096, fused, ratio to ORT, measured with epbench in one interleaved run: the
+ * 7/6 fit with x clamped this replaces 0.730x, that fit laid out as here 0.651x, this 0.608x.
+ * Slower in other runs: a vrcpps estimate and a Newton step for the division (0.715x against
+ * 0.724x: 3 more multiply-adds cost more than the division saves), and exp-based forms
+ * (2^n times a degree 4 polynomial 0.693x; an 8-entry vpermps table times a degree 2 one
+ * 0.716x). */
 EBE_INLINE void ebe_v8_sigmoid(ebe_v8 *xp, float zero) {
-  const float bound = zero + 14.0f, one = zero + 1.0f;
-  ebe_v8 c, x = *xp, s;
-  for (int l = 0; l < EBE_LANES; l++) c[l] = x[l] > bound ? bound : x[l];
-  for (int l = 0; l < EBE_LANES; l++) x[l] = -bound > c[l] ? -bound : c[l];
-  const ebe_v8 z = x * x;
-  ebe_v8 p = z * 3.070451712e-08f + 7.115726878e-05f;
-  p = p * z + 1.537782081e-02f;
-  p = p * z + 4.999987284e-01f;
-  ebe_v8 q = z * 2.224293496e-06f + 1.317023873e-03f;
-  q = q * z + 1.140852163e-01f;
-  q = q * z + 1.0f;
-  const ebe_v8 t = x * p / q * 0.5f + 0.5f;
+  const float zmax = zero + 153.76f, one = zero + 1.0f;
+  const ebe_v8 x = *xp, z0 = x * x;
+  ebe_v8 z, c, s;
+  for (int l = 0; l < EBE_LANES; l++) z[l] = z0[l] > zmax ? zmax : z0[l];
+  ebe_v8 p = z * 27.9851723f + 8889.41016f;
+  p = p * z + 313671.812f;
+  ebe_v8 q = z + 1339.02026f;
+  q = q * z + 140073.281f;
+  q = q * z + 1254749.38f;
+  const ebe_v8 t = x * (p / q) + 0.5f;
   for (int l = 0; l < EBE_LANES; l++) c[l] = t[l] > one ? one : t[l];
   for (int l = 0; l < EBE_LANES; l++) s[l] = zero > c[l] ? zero : c[l];
   *xp = s;
