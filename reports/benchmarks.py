@@ -54,11 +54,13 @@ class Target:
 
 
 # Issue 51's targets (engine ÷ ORT, fused partitioning), the one place they are written:
-# BENCHMARKS.md and its tests read them from here. relu_d1_w8 keeps its target until the
-# floor of ORT's plugin ABI is measured (issue 51, item 4).
+# BENCHMARKS.md and its tests read them from here. relu_d1_w8's is the floor of ORT's
+# plugin ABI plus 1 % (issue 51, item 4): a Compute that makes only the 4 C-API calls and
+# the Relu measured 1.007-1.021x ORT (docs/validation/RESULTS.md, "relu_d1_w8's floor").
+RELU_D1_FLOOR = 1.02
 TARGETS: tuple[Target, ...] = (
-    Target("relu_d1_w8", "fused", 1.00),
-    Target("relu_d1_w8", "per_node", 1.00),
+    Target("relu_d1_w8", "fused", RELU_D1_FLOOR + 0.01),
+    Target("relu_d1_w8", "per_node", RELU_D1_FLOOR + 0.01),
     Target("relu_d100_w8", "fused", 0.06),
     Target("relu_d1000_w8", "fused", 0.01),
     Target("relu_d100_w4096", "fused", 0.10),
@@ -107,8 +109,8 @@ KERNEL_NOTE = (
 )
 ONE_NODE_NOTE = (
     "a one-node case is one partition in either mode, so the fused and per_node columns run "
-    "identical code and the gap between them is this run's noise; what is left is the fixed "
-    "per-Run cost of one trip through ORT's plugin ABI (nothing to fuse)"
+    "identical code and the gap between them is this run's noise; the target is the per-Run "
+    "cost of one trip through ORT's plugin ABI plus 1 % (nothing to fuse)"
 )
 GEMV_NOTE = (
     "one node, so one partition in either mode; when this note was written (2026-12-07) "
@@ -133,6 +135,7 @@ MISS_REASONS: dict[str, str] = {
     "per_node": DISPATCH_NOTE,
     "kernel": KERNEL_NOTE,
     "fused:relu_d1_w8": ONE_NODE_NOTE,
+    "per_node:relu_d1_w8": ONE_NODE_NOTE,
     "fused:relu_d100_w8": PER_RUN_NOTE,
     "fused:relu_d100_w4096": THROUGHPUT_NOTE,
     "fused:matmul_512x512": GEMV_NOTE,
