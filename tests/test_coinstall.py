@@ -83,13 +83,22 @@ def _pip(*args: str | Path, cwd: Path) -> None:
         raise AssertionError(f"pip {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
 
 
-@pytest.mark.slow
-def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def user_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built the way a user builds it (`pip wheel .`, with build isolation),
+    once for the tests that install it: each installs it into a venv of its own."""
+    tmp_path = tmp_path_factory.mktemp("user-wheel")
     source = copy_source(tmp_path / "source")
     wheels = tmp_path / "wheels"
     _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
     (wheel,) = wheels.glob("epbench-*.whl")
+    return wheel
 
+
+@pytest.mark.slow
+def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path,
+                                                               user_wheel: Path) -> None:
+    wheel = user_wheel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / "bin" / "python"
@@ -128,12 +137,10 @@ def test_epbench_installs_beside_pypi_harness_reports_and_cases(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_the_wheel_runs_a_plugin_ep_without_a_compiler_or_npm(tmp_path: Path) -> None:
+def test_the_wheel_runs_a_plugin_ep_without_a_compiler_or_npm(tmp_path: Path,
+                                                              user_wheel: Path) -> None:
     pytest.importorskip("nxrt_ep_cpu")
-    source = copy_source(tmp_path / "source")
-    wheels = tmp_path / "wheels"
-    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, source, cwd=tmp_path)
-    (wheel,) = wheels.glob("epbench-*.whl")
+    wheel = user_wheel
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     bare_path = str(venv / "bin")  # no gcc, cc or npm on it

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from epbench import engine
+from epbench.cases.builders import binary_chain, chain, matmul
 
 ROOT = Path(engine.__file__).resolve().parent.parent
 
@@ -77,23 +78,31 @@ def test_differential_and_runtime_tests_pass_under_asan_and_ubsan(sanitized_libr
     assert proc.returncode == 0, report
 
 
+# The models are built by the test, outside valgrind: building them imports onnx, which
+# alone took 35 of the 49 s the process took under memcheck, and runs no engine code.
+# Under valgrind the script reads their bytes: the engine's paths are the same.
+VALGRIND_MODELS = {
+    "relu": lambda: chain("Relu", 3, 8, True),
+    "add": lambda: binary_chain("Add", 2, 8, False),
+    "matmul": lambda: matmul(2, 8, 4, False),
+}
 VALGRIND_SCRIPT = """
 import sys
+from pathlib import Path
 import numpy as np
-from epbench.cases.builders import binary_chain, chain, matmul
 from tests.support.engine_sessions import engine_session
 
-library = sys.argv[1]
+library, models = sys.argv[1], Path(sys.argv[2])
+relu_model = (models / "relu.onnx").read_bytes()
 for partition in ("fused", "per_node", "kernel"):
-    relu = engine_session(chain("Relu", 3, 8, True).SerializeToString(), library, "vg",
-                          {"partition": partition}, "disabled")
+    relu = engine_session(relu_model, library, "vg", {"partition": partition}, "disabled")
     for batch in (1, 4, 2):  # the scratch arena grows once, then is reused
         x = np.linspace(-1, 1, 8 * batch, dtype=np.float32).reshape(batch, 8)
         assert np.array_equal(relu.run(None, {"x": x})[0], np.maximum(x, 0))
-add = engine_session(binary_chain("Add", 2, 8, False).SerializeToString(), library, "vg")
+add = engine_session((models / "add.onnx").read_bytes(), library, "vg")
 ones = np.ones((1, 8), np.float32)
 assert np.array_equal(add.run(None, {"x": ones, "y": ones})[0], 3 * ones)
-mm = engine_session(matmul(2, 8, 4, False).SerializeToString(), library, "vg")
+mm = engine_session((models / "matmul.onnx").read_bytes(), library, "vg")
 got = mm.run(None, {"a": np.ones((2, 8), np.float32), "b": np.ones((8, 4), np.float32)})[0]
 assert np.array_equal(got, np.full((2, 4), 8, np.float32))
 print("ok")
@@ -123,9 +132,13 @@ def test_engine_errors_filters_by_library() -> None:
 def test_small_cases_are_clean_under_valgrind_memcheck(tmp_path: Path) -> None:
     library = os.environ.get("EBE_TEST_LIBRARY") or engine.library_path()
     xml_file = tmp_path / "memcheck.xml"
+    models = tmp_path / "models"
+    models.mkdir()
+    for name, build in VALGRIND_MODELS.items():
+        (models / f"{name}.onnx").write_bytes(build().SerializeToString())
     proc = subprocess.run(
         ["valgrind", "--tool=memcheck", "--leak-check=no", "--xml=yes",
-         f"--xml-file={xml_file}", sys.executable, "-c", VALGRIND_SCRIPT, library],
+         f"--xml-file={xml_file}", sys.executable, "-c", VALGRIND_SCRIPT, library, models],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -284,51 +284,72 @@ def _problems(case: dict, outcome: dict) -> list[str]:
     return []
 
 
-def test_the_reported_overflow_is_an_error_naming_the_node() -> None:
+PRODUCTS = [(2**31, 2**31), (2**32, 2**32), (2**33, 2**31), (3, 2**60), (2**60, 2)]
+ZERO_DIM_OPS = ["Add", "Mul"]
+
+
+def _zero_dim_case(op: str) -> dict:
+    """[0, 2^40, 2^40] holds nothing, but as in numpy its nonzero dims count: a product
+    that stopped at the zero would take it, and so every stride of a tensor like it."""
+    return {"nodes": [["Relu", ["a"], "r"], [op, ["r", "b"], "y"]],
+            "inputs": [["a", ["n", "w", 1], [0, 2**40, 1]], ["b", [0, 1, -1], [0, 1, 2**40]]],
+            "outputs": ["y"], "id": f"zero-{op}"}
+
+
+def _named_cases() -> list[dict]:
+    """The cases of the tests below, each under an id of its own."""
+    return [{**_chain(2**31, 2**30), "id": "issue45"},
+            {**_chain(2**30, 2**30), "id": "arena"},
+            *({**_chain(m, n), "id": f"p-{m}-{n}"} for m, n in PRODUCTS),
+            *(_zero_dim_case(op) for op in ZERO_DIM_OPS)]
+
+
+@pytest.fixture(scope="module")
+def named() -> dict[str, dict]:
+    # One pair of workers for the cases of all the tests below, as the fuzz test runs its
+    # cases: starting the two workers (ORT, numpy) was 3 of the 3 s each test took, one
+    # pair a test (nine tests, 28 s on an idle 2-core machine). Each case still gets its
+    # own sessions in each worker, and a worker that dies names the case it was running.
+    return _run_worker(_named_cases())
+
+
+def test_the_reported_overflow_is_an_error_naming_the_node(named: dict[str, dict]) -> None:
     """m = 2^31, n = 2^30: the scratch total used to wrap to 64 bytes and memset past it."""
-    case = {**_chain(2**31, 2**30), "id": "issue45"}
-    outcomes = _run_worker([case])
     for partition in PARTITIONS:
-        outcome = outcomes[f"issue45/{partition}"]
+        outcome = named[f"issue45/{partition}"]
         assert outcome["cpu"]["stage"] == "run"
         assert outcome["engine"]["stage"] == "run", outcome
         assert ("MatMul node 'mm1': input shapes [2147483648,0] and [0,1073741824] give "
                 "[2147483648,1073741824], whose size overflows") in outcome["engine"]["error"]
 
 
-def test_a_scratch_total_past_the_limit_names_a_node() -> None:
+def test_a_scratch_total_past_the_limit_names_a_node(named: dict[str, dict]) -> None:
     """m = n = 2^30: each [m,n] value fits (2^60 floats), the two slots together do not."""
-    outcomes = _run_worker([{**_chain(2**30, 2**30), "id": "arena"}])
-    fused = outcomes["arena/fused"]["engine"]
+    fused = named["arena/fused"]["engine"]
     assert fused["stage"] == "run"
     assert "Mul node 'mul': the scratch its output adds to the partition's overflows" in (
         fused["error"])
     for partition in ("per_node", "kernel"):  # no arena: ORT's own allocation fails
         if not _under_asan():  # where it would abort (see _asan_cannot_run)
-            assert outcomes[f"arena/{partition}"]["engine"]["stage"] == "run"
+            assert named[f"arena/{partition}"]["engine"]["stage"] == "run"
 
 
-@pytest.mark.parametrize(("m", "n"), [(2**31, 2**31), (2**32, 2**32), (2**33, 2**31),
-                                      (3, 2**60), (2**60, 2)])
-def test_products_of_2_62_and_past_2_64_are_refused(m: int, n: int) -> None:
+@pytest.mark.parametrize(("m", "n"), PRODUCTS)
+def test_products_of_2_62_and_past_2_64_are_refused(named: dict[str, dict], m: int,
+                                                     n: int) -> None:
     """m * n at 2^62 and at 2^64 (which wraps to 0 in 64 bits) and 2^61 and up."""
-    outcomes = _run_worker([{**_chain(m, n), "id": "p"}])
     for partition in PARTITIONS:
-        error = outcomes[f"p/{partition}"]["engine"].get("error", "")
+        error = named[f"p-{m}-{n}/{partition}"]["engine"].get("error", "")
         assert "MatMul node 'mm1'" in error and "overflows" in error, error
 
 
-@pytest.mark.parametrize("op", ["Add", "Mul"])
-def test_a_leading_zero_dim_does_not_hide_an_overflow(op: str) -> None:
-    """[0, 2^40, 2^40] holds nothing, but as in numpy its nonzero dims count: a product
-    that stopped at the zero would take it, and so every stride of a tensor like it."""
-    case = {"nodes": [["Relu", ["a"], "r"], [op, ["r", "b"], "y"]],
-            "inputs": [["a", ["n", "w", 1], [0, 2**40, 1]], ["b", [0, 1, -1], [0, 1, 2**40]]],
-            "outputs": ["y"], "id": "zero"}
+@pytest.mark.parametrize("op", ZERO_DIM_OPS)
+def test_a_leading_zero_dim_does_not_hide_an_overflow(named: dict[str, dict], op: str) -> None:
+    """_zero_dim_case: a zero first dim does not hide the overflow of the others."""
+    case = _zero_dim_case(op)
     assert _analyse(case)["too_large"] == ["y"]  # type: ignore[index]
-    outcomes = _run_worker([case])
     for partition in PARTITIONS:
-        outcome = outcomes[f"zero/{partition}"]
+        outcome = named[f"zero-{op}/{partition}"]
         assert outcome["cpu"]["stage"] == "run"  # numpy cannot hold ORT's empty result
         assert f"{op} node 'y'" in outcome["engine"]["error"], outcome
         assert "give [0,1099511627776,1099511627776], whose size overflows" in (

@@ -83,6 +83,10 @@ def test_valgrind_counts_are_exact_and_reach_the_counter_table(tmp_path, monkeyp
         cases=(case_by_name("relu_d1_w8"), case_by_name("relu_d10_w8")),
         arms=(parse_arm("engine:name=a"), parse_arm("engine:name=c,inject_api_calls_per_run=50")),
         rounds=2, processes=1, warmup_ms=5.0, gate_policy="off", instructions="valgrind",
+        # The timed rounds only have to finish: nothing here reads a time, the counters
+        # are per Run, and the callgrind pass sets its own sessions (COUNT_SESSIONS).
+        # The defaults' 20 ms blocks on two sessions took 3 of each run's 20 s.
+        sessions=1, block_target_ms=1.0,
     )
     counts = []
     for _ in range(2):

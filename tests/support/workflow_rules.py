@@ -10,6 +10,7 @@ with the tag in a comment.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,12 +47,21 @@ def workflow_files(root: Path = ROOT) -> list[Path]:
     return files
 
 
+# Each text parsed once per process, by its content: the test modules load the same few
+# files 294 times while pytest collects them, which took 7 of the suite's 14 s of
+# collection in every process (ruamel's parser is pure Python). A deep copy each time:
+# tests mutate what they load.
+_PARSED: dict[str, Doc] = {}
+
+
 def load_text(text: str) -> Doc:
     # ruamel.yaml comes with check-jsonschema (test extras). It reads YAML 1.2,
     # where `on:` stays the string "on" (PyYAML's YAML 1.1 would make it True).
     from ruamel.yaml import YAML
 
-    return YAML(typ="safe", pure=True).load(text)
+    if text not in _PARSED:
+        _PARSED[text] = YAML(typ="safe", pure=True).load(text)
+    return copy.deepcopy(_PARSED[text])
 
 
 def load(path: Path) -> Doc:
