@@ -12,7 +12,7 @@ last row is this tree as it is: PR against the mean of base and its twin.
     .venv/bin/python docs/validation/statistics_ablation.py --bar --trials 300
 
 measures the candidates for the per-copy bias that varies by case (BAR; no-bias power,
-A/A false flags under a 1 % bias and under the bias by case), about 20 min.
+A/A false flags under a 1 % bias and under the bias by case), about 9 min.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import statistics_sim as sim  # noqa: E402  (beside this file)
 
 from epbench.reports import nested, verdicts  # noqa: E402
+from epbench.reports.defaults import CONFIDENCE  # noqa: E402
 
 ORIGINAL = {
     "unmodelled_variances": nested.unmodelled_variances,
@@ -172,7 +173,7 @@ def _own_df_variances(aa: Any, *, own: bool = True) -> list[float]:
     return out
 
 
-def _changes_own_df(self: Any, shifts: Any = None, *, confidence: float = 0.95,
+def _changes_own_df(self: Any, shifts: Any = None, *, confidence: float = CONFIDENCE,
                     quiet: bool = False, cases: Any = None) -> Any:
     """GridSamples.changes (one run) with each case's extra term at its own degrees of
     freedom (_EXTRA_DF), case by case under the grid's variance prior."""
