@@ -211,24 +211,36 @@ def _asan_cannot_run(case: dict, partition: str) -> bool:
 
 
 def _worker(role: str, lines: list[str]) -> dict[str, dict]:
-    """Run the lines in one child process: {line id: outcome}. Fails the test, naming the
-    case that was running, when the child dies."""
+    """Run the lines in one child process: {line id: outcome}. A child that dies gives the
+    case it was running the outcome stage "crash" (with its exit and stderr), and a new
+    child takes the lines not yet run: one crash fails its own case's test, not them all."""
     env = dict(os.environ)
     if role == "cpu":  # the reference needs no sanitizer, and ORT's own big `new` aborts it
         env.pop("LD_PRELOAD", None)
     else:
         env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"),
                                                      "allocator_may_return_null=1"]))
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.overflow_worker", role, _library()],
-        input="\n".join(lines) + "\n", cwd=ROOT, capture_output=True, text=True,
-        timeout=1200, env=env)
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    outcomes = {r["id"]: r for r in records if "id" in r}
-    if proc.returncode != 0:
+    outcomes: dict[str, dict] = {}
+    todo = lines
+    while todo:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.support.overflow_worker", role, _library()],
+            input="\n".join(todo) + "\n", cwd=ROOT, capture_output=True, text=True,
+            timeout=1200, env=env)
+        records = [json.loads(line) for line in proc.stdout.splitlines()
+                   if line.startswith("{")]
+        outcomes.update({r["id"]: r for r in records if "id" in r})
+        if proc.returncode == 0:
+            break
         running = [r["start"] for r in records if "start" in r and r["start"] not in outcomes]
-        pytest.fail(f"the {role} worker died (exit {proc.returncode}) running {running}:\n"
-                    f"{proc.stderr[-3000:]}")
+        if not running:
+            pytest.fail(f"the {role} worker died (exit {proc.returncode}) before any case:\n"
+                        f"{proc.stderr[-3000:]}")
+        # stderr apart from the error: it holds earlier cases' errors, which a test matches.
+        outcomes[running[0]] = {"id": running[0], "stage": "crash",
+                                "error": f"the {role} worker died (exit {proc.returncode})",
+                                "stderr": proc.stderr[-3000:]}
+        todo = [line for line in todo if json.loads(line)["id"] not in outcomes]
     assert len(outcomes) == len(lines)
     return outcomes
 

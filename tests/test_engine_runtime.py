@@ -285,7 +285,9 @@ def test_sigmoid_in_a_fused_loop_is_orts_over_the_whole_float_range() -> None:
     want = cpu_session(model, "disabled").run(None, {"x": x})[0]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
-    assert float(np.max(np.abs(got[finite] - want[finite]))) <= SIGMOID_TOLERANCE
+    # Per node within 3/4 of the tolerance: a Sigmoid's slope is at most 1/4, so a chain's
+    # error then stays within it at any depth (e / (1 - 1/4)); the fit is 5.7e-6 from ORT.
+    assert float(np.max(np.abs(got[finite] - want[finite]))) <= 0.75 * SIGMOID_TOLERANCE
     infinite = np.isinf(x)
     np.testing.assert_array_equal(got[infinite], want[infinite])  # exactly 0 and 1
 

@@ -15,10 +15,10 @@
  * `ebe_kernel_fused.arch_x86_64_v3` (never `.default`) when a fused Sigmoid chain runs, and
  * `objdump -d` of that clone in the built library shows the Relu loops as vmaxps on ymm
  * registers with no stack traffic (8 a pass for a tile, one for a lone vector). Checked again
- * for the degree 2/3 Sigmoid below (gdb again stops only in the v3 clone): a tile's Sigmoid
- * pass is a loop of 17 instructions a vector, every one of its 14 vector ops on ymm: the
- * load, vmulps, vminps, vaddps, 4 vfmadd, vdivps, vfmadd, vminps, vmaxps, the store (plus one
- * register move and the loop's add, cmp, jne). Elsewhere (aarch64) the same source builds
+ * for the degree 5/6 Sigmoid below (gdb again stops only in the v3 clone): a tile's Sigmoid
+ * pass is a loop of 17 instructions a vector, 14 of them on ymm: the load, vmulps, vminps,
+ * vaddps, 4 vfmadd, vdivps, vfmadd, vminps, vmaxps, the store and one register move (plus
+ * the loop's add, cmp, jne). Elsewhere (aarch64) the same source builds
  * for the baseline ISA.
  */
 #include <stdint.h>
