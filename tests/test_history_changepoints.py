@@ -74,12 +74,13 @@ def _ar1(rng, rho, series=20, length=50, sd=synthetic.HISTORY_SIGMA):
 
 @pytest.mark.slow  # tens of seconds of simulation
 def test_one_detect_over_20_null_series_is_false_at_most_twice_the_level():
-    # 100 detects of 20 independent null series of 50 points (2000 series): BH across the
+    # 60 detects of 20 independent null series of 50 points (1200 series): BH across the
     # series holds the share of detects with any change point near the level (0.01);
     # per series, without it, 14.7 % of such detects reported one. Bound: 2 x nominal.
+    # (60, not 100: the 100 cost 20 s of `make test` and gave the same one false detect.)
     rng = np.random.default_rng(461)
-    false = sum(any(cp.detect_many(list(_ar1(rng, 0.0)))) for _ in range(100))
-    assert false <= 2
+    false = sum(any(cp.detect_many(list(_ar1(rng, 0.0)))) for _ in range(60))
+    assert false <= 1
 
 
 @pytest.mark.slow  # tens of seconds of simulation
