@@ -574,7 +574,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = vreport.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == vjudge.VALIDATION_SCHEMA == "epbench.validation/7"
+    assert doc["schema"] == vjudge.VALIDATION_SCHEMA == "epbench.validation/8"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -1576,3 +1576,117 @@ def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path
                                       "--out", str(out)])
     assert "median MDE 5 % (nominal) over 1 repeat(s)" in result.output
     assert "| 0% (0/1) | 100% (1/1) | 5% | 5% |" in (out / "validation.md").read_text()
+
+
+def target_plan(**kw: Any) -> vplan.Plan:
+    """The compare-commits path alone, one level (5 %), one repeat, with a target."""
+    return small(**{"max_repeats": 1, "paths": (vplan.COMMITS,), "levels": (0.05,),
+                    "position_test": False, "target_mde": 0.001, **kw})
+
+
+def test_the_target_reaches_every_compare_commits_command_and_its_re_runs(monkeypatch):
+    """--target-mde 0.1 %, far below what 12 rounds of 3 processes can catch: every command
+    is judged with it (floor 0.05 %) and re-runs every case, short of it, to its deadline:
+    30 s a case (3 cases) less 5 s from the first pass's start, at 10 s a run and 10/3 s a
+    case: looks at 75, 65, ... 15 s left fit all 3 cases (7 re-runs), 5 s one (the 8th),
+    -5 s none. Without the target nothing is ambiguous, so nothing is re-run."""
+    judged: list[tuple[float | None, float]] = []
+    real_compare = cmp.compare
+
+    def recording(base: Any, pr: Any, *, settings: Any, **kw: Any) -> Any:
+        judged.append((settings.target_mde, settings.floor))
+        return real_compare(base, pr, settings=settings, **kw)
+
+    monkeypatch.setattr(cmp, "compare", recording)
+    fake = FakeRunner()
+    result = fake.validate(target_plan())
+    assert set(judged) == {(0.001, 0.0005)}
+    assert result["plan"]["target_mde"] == 0.001
+    assert result["settings"]["floor"] == 0.0005
+    # Each command: its first pass, then its re-runs.
+    ran = [(len(c.cases), c.arms[1].key) for c in fake.configs[1:]]
+    assert ran == [(3, "a2")] * (1 + 7) + [(1, "a2")] + [(3, "d5")] * (1 + 7) + [(1, "d5")]
+    r = result_for(result, vplan.COMMITS)
+    assert r["commands"]["per_comparison"] == {
+        what: {"n": 1, "median_s": 90.0, "max_s": 90.0} for what in ("aa", "d5")}
+    judged.clear()
+    fake = FakeRunner()
+    untargeted = fake.validate(target_plan(target_mde=None))
+    assert set(judged) == {(None, SETTINGS.floor)}
+    assert len(fake.configs) == 1 + 2  # the pilot and the two first passes
+    assert untargeted["plan"]["target_mde"] is None
+
+
+def test_a_target_plans_repeats_on_commands_that_run_to_their_deadline():
+    """A target of 50 % every case reaches at once: each command ends with its first pass
+    (10 s), a repeat in 20 s. A later one could run its two commands to the deadline, 90 s
+    each, so repeats are planned on 180 s: after the 10 s pilot and the 5 s reserve the
+    load's share is 285 s, and after n repeats (20n s) one more is begun while
+    20n + 180 <= 285: 6 repeats. Without a target, on the measured 20 s: 13."""
+    assert vplan.planned_repeat_s(target_plan(), len(CASES)) == 2 * 30.0 * 3
+    assert vplan.planned_repeat_s(target_plan(levels=(0.02, 0.05)), 6) == 3 * 30.0 * 6
+    assert vplan.planned_repeat_s(target_plan(target_mde=None), len(CASES)) == 0.0
+    budget = {"budget_s": 300.0, "max_repeats": 20}
+    result = FakeRunner().validate(target_plan(target_mde=0.5, **budget))
+    assert result["plan"]["repeats"] == {"none": 6}
+    assert result["plan"]["planned_repeat_s"] == 180.0
+    assert result_for(result, vplan.COMMITS)["commands"]["max_s"] == 10.0
+    result = FakeRunner().validate(target_plan(target_mde=None, **budget))
+    assert result["plan"]["repeats"] == {"none": 13}
+    assert result["plan"]["planned_repeat_s"] == 0.0
+
+
+def test_the_report_shows_the_target_command_times_and_each_cases_rate():
+    """Two repeats, the 0.1 % target: every command runs to its 90 s; d5 is flagged in every
+    repeat of every case; no A/A is flagged (0 of 6, Wilson upper bound 39.0 %)."""
+    result = FakeRunner().validate(target_plan(max_repeats=2))
+    r = result_for(result, vplan.COMMITS)
+    assert r["case_detection"] == {"d5": {
+        "level": 0.05, "cases": 3, "at_power": 3, "lowest_case": "matmul_64x64",
+        "lowest_rate": 1.0, "lowest_hits": 2, "lowest_n": 2}}
+    assert r["commands"]["per_comparison"]["d5"] == {"n": 2, "median_s": 90.0, "max_s": 90.0}
+    md = vreport.render_markdown(result)
+    assert ("Every command was given `--target-mde 0.1%`, as "
+            "`compare-commits --target-mde 0.1%`") in md
+    assert "on every command running to its deadline: 180 s a repeat." in md
+    assert "(threshold t = max(0.05%, 2 × A/A noise)," in md
+    assert "| A/A | 0.0% (0/6), upper 95 % 39.0% | - | - | 2 | 90 | 90 |" in md
+    assert "| 5 % | 100% (6/6) | 3 of 3 ✓ | `matmul_64x64` 100% (2/2) | 2 | 90 | 90 |" in md
+
+
+def test_case_detection_names_the_case_flagged_least_often():
+    def case(hits: int, n: int) -> dict[str, Any]:
+        return {"detection": {"d1": vjudge.proportion(hits, n)}}
+
+    cases = {"b": case(20, 21), "a": case(20, 21), "c": case(21, 21), "d": case(0, 0)}
+    assert vjudge.case_detection(cases, 0.01) == {
+        "level": 0.01, "cases": 4, "at_power": 3, "lowest_case": "a",
+        "lowest_rate": 20 / 21, "lowest_hits": 20, "lowest_n": 21}
+    cases["c"] = case(19, 21)  # 90 %: short of 95 %
+    found = vjudge.case_detection(cases, 0.01)
+    assert (found["at_power"], found["lowest_case"], found["lowest_hits"]) == (2, "c", 19)
+    assert vjudge.case_detection({"d": case(0, 0)}, 0.01)["lowest_case"] is None
+
+
+def test_the_command_passes_the_target_and_refuses_it_off_the_compare_commits_path(
+        tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    seen = plans_the_command_makes(monkeypatch)
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "compare-commits",
+                             "--target-mde", "1%", "--out", str(tmp_path / "o")])
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "compare-commits",
+                             "--out", str(tmp_path / "o")])
+    assert [p.target_mde for p in seen] == [0.01, None]
+    for paths in ("same-process,compare-commits", "separate-runs", None):
+        bad = CliRunner().invoke(cli, ["validate", "--target-mde", "1", "--out",
+                                       str(tmp_path / "b"),
+                                       *(["--path", paths] if paths else [])])
+        assert bad.exit_code == 1 and not (tmp_path / "b").exists()
+        assert bad.output.strip().splitlines() == [f"Error: {vplan.TARGET_HELP}"]
+    assert len(seen) == 2
+    assert "pass --path compare-commits" in vplan.TARGET_HELP
+    with pytest.raises(EpbenchError, match="--target-mde applies"):
+        plan(paths=(vplan.COMMITS,), target_mde=1.0)

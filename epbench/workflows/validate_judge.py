@@ -46,7 +46,10 @@ from epbench.workflows.validate_run import Repeat, finite_median
 # 6: stopped: the error that ended the validation after some repeats, else null.
 # 7: results' calibration: per level, the (case, repeat) pairs whose stated detectable
 #    change was at most it, and how many of those were flagged.
-VALIDATION_SCHEMA = "epbench.validation/7"
+# 8: plan.target_mde (--target-mde, else null); results' case_detection (per level, the case
+#    flagged least often and how many reached POWER_TARGET); commands' per_comparison
+#    (per A/A and level, its commands' seconds).
+VALIDATION_SCHEMA = "epbench.validation/8"
 
 
 # Verdicts that count as "flagged a slowdown": a false positive in A/A, a detection otherwise.
@@ -382,6 +385,7 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
         # no level.
         "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
                        else None) if mdes else None,
+        "case_detection": {level_arm(level): case_detection(cases, level) for level in levels},
         "cases": cases,
         **({"commands": _commands(repeats, names)} if path == COMMITS else {}),
     }
@@ -405,12 +409,38 @@ def calibration(seen: _Seen, names: Sequence[str],
     return table
 
 
+def case_detection(cases: Mapping[str, Mapping[str, JsonValue]],
+                   level: float) -> dict[str, JsonValue]:
+    """At one level, whether every case was flagged in >= POWER_TARGET of its repeats: how
+    many were (``at_power`` of ``cases``), and the case flagged least often (ties by name)
+    with its rate, hits and repeats (None when no case was judged)."""
+    key = level_arm(level)
+    judged = {n: c["detection"][key] for n, c in cases.items()
+              if c["detection"][key]["rate"] is not None}
+    lowest = min(judged, key=lambda n: (judged[n]["rate"], n)) if judged else None
+    low = judged.get(lowest) or {}
+    return {"level": level, "cases": len(cases),
+            "at_power": sum(d["rate"] >= POWER_TARGET for d in judged.values()),
+            "lowest_case": lowest, "lowest_rate": low.get("rate"),
+            "lowest_hits": low.get("hits"), "lowest_n": low.get("n")}
+
+
+def command_seconds(took: Sequence[float]) -> dict[str, JsonValue]:
+    """How many commands took ``took`` seconds, the median and the longest (None if none)."""
+    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None)}
+
+
 def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, JsonValue]:
-    """What the compare-commits commands took: seconds each, and the re-runs and rounds their
-    cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
+    """What the compare-commits commands took: seconds each, in all and per comparison (the
+    A/A, each level), and the re-runs and rounds their cases ended with (a case's
+    ``reruns`` counts the re-runs that added rounds)."""
     took = [s for r in repeats for s in r.commits_s.values()]
     ended = [r.commits[what].cases[n] for r in repeats for what in r.commits for n in names]
-    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
+    whats = list(dict.fromkeys(what for r in repeats for what in r.commits_s))
+    return {**command_seconds(took),
+            "per_comparison": {what: command_seconds([r.commits_s[what] for r in repeats
+                                                      if what in r.commits_s])
+                               for what in whats},
             "case_reruns": sum(c.reruns for c in ended),
             "rerun_cases": sum(bool(c.reruns) for c in ended), "case_runs": len(ended),
             "median_rounds": median(len(c.rounds) for c in ended)}
