@@ -37,7 +37,8 @@ from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, default
 @click.option("--budget", type=FiniteRange(min=0, min_open=True),
               default=vplan.Plan.budget_s, show_default=True,
               help="Seconds the whole validation may take; the number of repeats is planned "
-                   "from it (every load gets at least one).")
+                   "from it (every load gets at least one; with --target-mde, on every "
+                   "compare-commits command taking its deadline).")
 @rounds_option(vplan.Plan.rounds)
 @processes_option(vplan.Plan.processes)
 @sessions_option(vplan.Plan.sessions)
