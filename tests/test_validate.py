@@ -1688,5 +1688,5 @@ def test_the_command_passes_the_target_and_refuses_it_off_the_compare_commits_pa
         assert bad.output.strip().splitlines() == [f"Error: {vplan.TARGET_HELP}"]
     assert len(seen) == 2
     assert "pass --path compare-commits" in vplan.TARGET_HELP
-    with pytest.raises(EpbenchError, match="--target-mde applies"):
+    with pytest.raises(EpbenchError, match="--target-mde must be a percentage"):
         plan(paths=(vplan.COMMITS,), target_mde=1.0)
