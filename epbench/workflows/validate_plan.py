@@ -131,9 +131,6 @@ class Plan:
             raise EpbenchError(LEVELS_HELP)
         if self.target_mde is not None and set(self.paths) != {COMMITS}:
             raise EpbenchError(TARGET_HELP)
-        if self.target_mde is not None and not 0.0 < self.target_mde < 1.0:
-            raise EpbenchError("--target-mde must be a percentage between 0 and 100; "
-                               "e.g. --target-mde 1%")
         # In PATHS' order, whichever order they were given in: the report's order.
         object.__setattr__(self, "paths", tuple(p for p in PATHS if p in self.paths))
         # Ascending and distinct (as whole percents: one arm each): the MDE is the first
