@@ -36,8 +36,8 @@ from epbench.harness.run_config import defaults as run_defaults
 from epbench.reports import compare as cmp
 from epbench.reports.comparison import BetweenRuns, CounterChange
 from epbench.reports.findings import speed_allowance
-from epbench.reports.render import to_json
-from epbench.reports.verdicts import Settings, threshold_rule_text
+from epbench.reports.render import format_pct, to_json
+from epbench.reports.verdicts import Settings, target_settings, threshold_rule_text
 from epbench.workflows import validate as val
 from epbench.workflows import validate_judge as vjudge
 from epbench.workflows import validate_plan as vplan
@@ -61,6 +61,10 @@ class FakeRunner:
     """A stand-in for harness.runner.run: known effects, a fake clock that each run advances."""
 
     seconds_per_run: float = 10.0
+    # A run with an arm of this key takes the next of these seconds instead, in turn (the
+    # first such arm's).
+    arm_seconds: dict[str, list[float]] = field(default_factory=dict)
+    arm_runs: dict[str, int] = field(default_factory=dict)
     ignore_delay: frozenset[str] = frozenset()  # cases whose EP ignores the injected delay
     twin_bias: dict[str, float] = field(default_factory=dict)  # same-process a2 slower by this
     in_run_twin_bias: dict[str, float] = field(default_factory=dict)  # the in-run twin slower
@@ -88,6 +92,10 @@ class FakeRunner:
     def clock(self) -> float:
         return self.now
 
+    def _arm_seconds(self, key: str) -> float:
+        runs = self.arm_runs[key] = self.arm_runs.get(key, 0) + 1
+        return self.arm_seconds[key][(runs - 1) % len(self.arm_seconds[key])]
+
     @contextmanager
     def load(self, kind: str, seed: int) -> Iterator[BackgroundLoad]:
         """The fake load: records when it is active; stopped however the block ends. It
@@ -106,7 +114,8 @@ class FakeRunner:
 
     def document(self, config: Any) -> dict[str, Any]:
         """The run's results document, for a test to alter before it is read."""
-        self.now += self.seconds_per_run
+        self.now += next((self._arm_seconds(a.key) for a in config.arms
+                          if a.key in self.arm_seconds), self.seconds_per_run)
         self.configs.append(config)
         self.loads_seen.append(self.active_load)
         self.libraries.append({a.key: _library_seen(a.target) for a in config.arms})
@@ -574,7 +583,7 @@ def test_outputs_written_and_rendered(tmp_path):
     result = fake.validate(small(max_repeats=2, loads=("none", "sustained")))
     json_path, md_path = vreport.write_outputs(result, tmp_path / "out")
     doc = json.loads(json_path.read_text())
-    assert doc["schema"] == vjudge.VALIDATION_SCHEMA == "epbench.validation/7"
+    assert doc["schema"] == vjudge.VALIDATION_SCHEMA == "epbench.validation/8"
     assert doc["results"][0]["mde"]["matmul_64x64"] is None
     md = md_path.read_text()
     assert ("| same-process | none | without | 2 | 0.0% (0/6) | 39.0% | 0% (0/6) | 0% (0/6) | "
@@ -1576,3 +1585,166 @@ def test_the_command_says_above_the_top_level_when_no_level_was_flagged(tmp_path
                                       "--out", str(out)])
     assert "median MDE 5 % (nominal) over 1 repeat(s)" in result.output
     assert "| 0% (0/1) | 100% (1/1) | 5% | 5% |" in (out / "validation.md").read_text()
+
+
+def target_plan(**kw: Any) -> vplan.Plan:
+    """The compare-commits path alone, one level (5 %), one repeat, with a target."""
+    return small(**{"max_repeats": 1, "paths": (vplan.COMMITS,), "levels": (0.05,),
+                    "position_test": False, "target_mde": 0.001, **kw})
+
+
+def test_the_target_reaches_every_compare_commits_command_and_its_re_runs(monkeypatch):
+    """--target-mde 0.1 %, far below what 12 rounds of 3 processes can catch: every command
+    is judged with it (floor 0.05 %) and re-runs every case, short of it, to its deadline:
+    30 s a case (3 cases) less 5 s from the first pass's start, at 10 s a run and 10/3 s a
+    case: looks at 75, 65, ... 15 s left fit all 3 cases (7 re-runs), 5 s one (the 8th),
+    -5 s none. Without the target nothing is ambiguous, so nothing is re-run."""
+    judged: list[tuple[float | None, float]] = []
+    real_compare = cmp.compare
+
+    def recording(base: Any, pr: Any, *, settings: Any, **kw: Any) -> Any:
+        judged.append((settings.target_mde, settings.floor))
+        return real_compare(base, pr, settings=settings, **kw)
+
+    monkeypatch.setattr(cmp, "compare", recording)
+    fake = FakeRunner()
+    result = fake.validate(target_plan())
+    assert set(judged) == {(0.001, 0.0005)}
+    assert result["plan"]["target_mde"] == 0.001
+    assert result["settings"]["floor"] == 0.0005
+    # Each command: its first pass, then its re-runs.
+    ran = [(len(c.cases), c.arms[1].key) for c in fake.configs[1:]]
+    assert ran == [(3, "a2")] * (1 + 7) + [(1, "a2")] + [(3, "d5")] * (1 + 7) + [(1, "d5")]
+    r = result_for(result, vplan.COMMITS)
+    assert r["commands"]["per_comparison"] == {
+        what: {"n": 1, "median_s": 90.0, "max_s": 90.0} for what in ("aa", "d5")}
+    judged.clear()
+    fake = FakeRunner()
+    untargeted = fake.validate(target_plan(target_mde=None))
+    assert set(judged) == {(None, SETTINGS.floor)}
+    assert len(fake.configs) == 1 + 2  # the pilot and the two first passes
+    assert untargeted["plan"]["target_mde"] is None
+
+
+def test_a_target_plans_repeats_on_commands_that_run_to_their_deadline():
+    """A target of 50 % every case reaches at once: each command ends with its first pass
+    (10 s), a repeat in 20 s. A later one could run its two commands to the deadline, 90 s
+    each, so repeats are planned on 180 s: after the 10 s pilot and the 5 s reserve the
+    load's share is 285 s, and after n repeats (20n s) one more is begun while
+    20n + 180 <= 285: 6 repeats. Without a target, on the measured 20 s: 13."""
+    assert vplan.planned_repeat_s(target_plan(), len(CASES)) == 2 * 30.0 * 3
+    assert vplan.planned_repeat_s(target_plan(levels=(0.02, 0.05)), 6) == 3 * 30.0 * 6
+    assert vplan.planned_repeat_s(target_plan(target_mde=None), len(CASES)) == 0.0
+    budget = {"budget_s": 300.0, "max_repeats": 20}
+    result = FakeRunner().validate(target_plan(target_mde=0.5, **budget))
+    assert result["plan"]["repeats"] == {"none": 6}
+    assert result["plan"]["planned_repeat_s"] == 180.0
+    assert result_for(result, vplan.COMMITS)["commands"]["max_s"] == 10.0
+    result = FakeRunner().validate(target_plan(target_mde=None, **budget))
+    assert result["plan"]["repeats"] == {"none": 13}
+    assert result["plan"]["planned_repeat_s"] == 0.0
+
+
+def test_the_report_shows_the_target_command_times_and_each_cases_rate():
+    """Two repeats, the 0.1 % target: every command runs to its 90 s; d5 is flagged in every
+    repeat of every case; no A/A is flagged (0 of 6, Wilson upper bound 39.0 %)."""
+    result = FakeRunner().validate(target_plan(max_repeats=2))
+    r = result_for(result, vplan.COMMITS)
+    changes = [c["detection"]["d5"]["measured_change"] for c in r["cases"].values()]
+    assert r["case_detection"] == {"d5": {
+        "level": 0.05, "cases": 3, "at_power": 3, "all_at_power": True,
+        "lowest_case": "matmul_64x64", "lowest_rate": 1.0, "lowest_hits": 2, "lowest_n": 2,
+        "measured_low": min(changes), "measured_high": max(changes)}}
+    assert r["commands"]["per_comparison"]["d5"] == {"n": 2, "median_s": 90.0, "max_s": 90.0}
+    md = vreport.render_markdown(result)
+    assert ("Every command was given `--target-mde 0.1%`, as "
+            "`compare-commits --target-mde 0.1%`") in md
+    assert "on every command running to its deadline: 180 s a repeat." in md
+    assert "(threshold t = max(0.05%, 2 × A/A noise)," in md
+    assert "| A/A | 0.0% (0/6), upper 95 % 39.0% | - | - | - | 2 | 90 | 90 |" in md
+    assert ("| 5 % | 100% (6/6) | 3 of 3 ✓ | `matmul_64x64` 100% (2/2) | "
+            f"{format_pct(min(changes))} to {format_pct(max(changes))} | 2 | 90 | 90 |") in md
+
+
+def test_case_detection_names_the_case_flagged_least_often():
+    def case(hits: int, n: int, change: float | None = 0.012) -> dict[str, Any]:
+        return {"detection": {"d1": {**vjudge.proportion(hits, n), "measured_change": change}}}
+
+    cases = {"b": case(20, 21, 0.009), "a": case(20, 21, math.inf), "c": case(21, 21, 0.015),
+             "d": case(0, 0, None)}
+    # "d" was never judged: 3 of 4 at power, and not all; an infinite change is no figure.
+    assert vjudge.case_detection(cases, 0.01) == {
+        "level": 0.01, "cases": 4, "at_power": 3, "all_at_power": False, "lowest_case": "a",
+        "lowest_rate": 20 / 21, "lowest_hits": 20, "lowest_n": 21,
+        "measured_low": 0.009, "measured_high": 0.015}
+    assert vjudge.case_detection({k: cases[k] for k in "abc"}, 0.01)["all_at_power"] is True
+    assert vjudge.case_detection({"e": case(19, 20)}, 0.01)["at_power"] == 1  # 95 % exactly
+    cases["c"] = case(19, 21)  # 90 %: short of 95 %
+    found = vjudge.case_detection(cases, 0.01)
+    assert (found["at_power"], found["lowest_case"], found["lowest_hits"]) == (2, "c", 19)
+    assert vjudge.case_detection({"d": case(0, 0)}, 0.01)["lowest_case"] is None
+
+
+def test_the_command_passes_the_target_and_refuses_it_off_the_compare_commits_path(
+        tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from epbench.cli.main import cli
+
+    seen = plans_the_command_makes(monkeypatch)
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "compare-commits",
+                             "--target-mde", "1%", "--out", str(tmp_path / "o")])
+    CliRunner().invoke(cli, ["validate", "--case", "relu_d1_w8", "--path", "compare-commits",
+                             "--out", str(tmp_path / "o")])
+    assert [p.target_mde for p in seen] == [0.01, None]
+    for paths in ("same-process,compare-commits", "separate-runs", None):
+        bad = CliRunner().invoke(cli, ["validate", "--target-mde", "1", "--out",
+                                       str(tmp_path / "b"),
+                                       *(["--path", paths] if paths else [])])
+        assert bad.exit_code == 1 and not (tmp_path / "b").exists()
+        assert bad.output.strip().splitlines() == [f"Error: {vplan.TARGET_HELP}"]
+    assert len(seen) == 2
+    assert "pass --path compare-commits" in vplan.TARGET_HELP
+    with pytest.raises(EpbenchError, match="--target-mde is a percentage between 0 and 100"):
+        target_settings(SETTINGS, 1.0)  # validate's first step: refused before any run
+
+
+def test_each_comparison_reports_its_own_command_times_and_the_changes_it_saw():
+    """A 5 % target every case reaches at once: each command is its first pass. The A/A
+    commands take 10 s; the 5 % level's 20, 40 and 30 s over three repeats (median 30, max
+    40). matmul_64x64 ignores the delay: 2 of 3 cases at 95 %, the row ✗, and the measured
+    changes start at 0."""
+    fake = FakeRunner(arm_seconds={"d5": [20.0, 40.0, 30.0]},
+                      ignore_delay=frozenset({"matmul_64x64"}))
+    result = fake.validate(target_plan(target_mde=0.05, max_repeats=3))
+    r = result_for(result, vplan.COMMITS)
+    assert r["commands"]["per_comparison"] == {
+        "aa": {"n": 3, "median_s": 10.0, "max_s": 10.0},
+        "d5": {"n": 3, "median_s": 30.0, "max_s": 40.0}}
+    assert (r["commands"]["median_s"], r["commands"]["max_s"]) == (15.0, 40.0)
+    found = r["case_detection"]["d5"]
+    assert (found["at_power"], found["all_at_power"], found["lowest_case"]) == (
+        2, False, "matmul_64x64")
+    changes = [c["detection"]["d5"]["measured_change"] for c in r["cases"].values()]
+    assert (found["measured_low"], found["measured_high"]) == (min(changes), max(changes))
+    assert abs(found["measured_low"]) < 0.01 < found["measured_high"]
+    md = vreport.render_markdown(result)
+    low, high = format_pct(min(changes)), format_pct(max(changes))
+    assert (f"| 5 % | 67% (6/9) | 2 of 3 ✗ | `matmul_64x64` 0% (0/3) | {low} to {high} "
+            "| 3 | 30 | 40 |") in md
+    assert "| A/A | 0.0% (0/9), upper 95 % 29.9% | - | - | - | 3 | 10 | 10 |" in md
+    assert result["settings"]["target_mde"] == 0.05
+
+
+def test_the_cases_short_of_the_target_make_one_note_a_path():
+    """Two repeats at the 0.1 % target: every case of both comparisons (A/A, 5 %) of both
+    repeats ends short of it (10 for the twin's A/A noise, 2 with their re-runs' deadline
+    spent): one note says 12 of 12, where each comparison used to leave its own."""
+    result = FakeRunner().validate(target_plan(max_repeats=2))
+    short = [n for n in result["notes"] if vjudge.TARGET_MISSED in n]
+    assert short == [
+        "compare-commits, none load, without profile: 12 of 12 case comparisons ended short "
+        "of the target detectable change of 0.1% (by reason: A/A noise 10, budget 2; by case: "
+        "matmul_64x64 4, relu_d10_w8 4, relu_d1_w8 4)"]
+    untargeted = FakeRunner().validate(target_plan(target_mde=None, max_repeats=2))
+    assert not [n for n in untargeted["notes"] if vjudge.TARGET_MISSED in n]

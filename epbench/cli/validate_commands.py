@@ -8,6 +8,7 @@ from epbench.cases.catalog import select_cases
 from epbench.cli.base import Command
 from epbench.cli.options import (
     FiniteRange,
+    Percent,
     case_option,
     format_option,
     gate_option,
@@ -27,7 +28,7 @@ from epbench.workflows import validate as val
 from epbench.workflows import validate_plan as vplan
 from epbench.workflows import validate_report as vreport
 from epbench.workflows import validate_run as vrun
-from epbench.workflows.compare_commits import default_instructions
+from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, default_instructions
 
 
 @click.command(cls=Command)
@@ -36,7 +37,8 @@ from epbench.workflows.compare_commits import default_instructions
 @click.option("--budget", type=FiniteRange(min=0, min_open=True),
               default=vplan.Plan.budget_s, show_default=True,
               help="Seconds the whole validation may take; the number of repeats is planned "
-                   "from it (every load gets at least one).")
+                   "from it (every load gets at least one; with --target-mde, on every "
+                   "compare-commits command taking its deadline).")
 @rounds_option(vplan.Plan.rounds)
 @processes_option(vplan.Plan.processes)
 @sessions_option(vplan.Plan.sessions)
@@ -58,6 +60,16 @@ from epbench.workflows.compare_commits import default_instructions
               help="The injected slowdowns, a comma list of whole percents of a case's time per "
                    "Run. Fewer make a repeat shorter (the compare-commits path runs one command "
                    "per level), e.g. --levels 2,3 to check a 2 % MDE over more repeats.")
+@click.option("--target-mde", "target_mde", type=Percent(), default=None,
+              help="The detectable change every case should reach (e.g. 1%), given to every "
+                   "compare-commits command as `compare-commits --target-mde`: the floor "
+                   "becomes half of it, a ✅ whose A/A twin moved more is ❔, and each command "
+                   "re-runs the cases short of it with more worker processes until its "
+                   f"deadline ({DEFAULT_TARGET_S_PER_CASE:g} s a case). The compare-commits path "
+                   "only. Repeats are planned on every command taking its deadline: give "
+                   f"--budget of at least repeats x (levels + 1) x {DEFAULT_TARGET_S_PER_CASE:g} "
+                   "s x cases per load, e.g. --max-repeats 21 --budget 9000 with --levels 1 on "
+                   "the quick grid.")
 @click.option("--block-ms", "block_ms", type=FiniteRange(min=0.1),
               default=vplan.Plan.block_target_ms, show_default=True,
               help="Target duration of one arm's block in a round.")
@@ -76,7 +88,7 @@ from epbench.workflows.compare_commits import default_instructions
             help_text="Output directory: validation.md and validation.json.")
 @quiet_option
 def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, load_text,
-             path_text, levels_text, block_ms, max_repeats, position_test, profile_path,
+             path_text, levels_text, target_mde, block_ms, max_repeats, position_test, profile_path,
              gate_policy, seed, out, quiet) -> None:
     """Measure this harness on this machine: false-positive rate, power, MDE, bias.
 
@@ -94,25 +106,29 @@ def validate(grids, case_names, budget, rounds, processes, sessions, aa_twin, lo
     Example:  epbench validate --grid quick --load none,sustained --budget 3600
               epbench validate --path compare-commits --load bursty
               epbench validate --path compare-commits --levels 2,3 --max-repeats 21
+              epbench validate --path compare-commits --levels 1 --target-mde 1% \\
+                  --max-repeats 21 --budget 9000
     """
 
     if not grids and not case_names:
         grids = ("quick",)
     paths = vplan.parse_paths(path_text)
     levels = vplan.parse_levels(levels_text)
-    commit_instructions = None
+    commit_instructions, why = None, None
     if vplan.COMMITS in paths:
         # As compare-commits counts by default: its first pass includes the count.
         commit_instructions, why = default_instructions()
-        if commit_instructions is None:
-            click.echo(f"note: the compare-commits path counts no instructions ({why}), as "
-                       "compare-commits would not here", err=True)
     plan = vplan.Plan(cases=tuple(select_cases(grids, case_names)), budget_s=budget, rounds=rounds,
                       processes=processes, sessions=sessions, aa_twin=aa_twin,
                       loads=parse_loads(load_text), block_target_ms=block_ms,
                       max_repeats=max_repeats, seed=seed, position_test=position_test,
                       gate_policy=gate_policy, grids=tuple(grids), paths=paths,
-                      commit_instructions=commit_instructions, levels=levels)
+                      commit_instructions=commit_instructions, levels=levels,
+                      target_mde=target_mde)
+    if why is not None and commit_instructions is None:
+        # After the plan's checks, so a refused plan is one error line.
+        click.echo(f"note: the compare-commits path counts no instructions ({why}), as "
+                   "compare-commits would not here", err=True)
 
     def status(text: str) -> None:
         if not quiet:

@@ -20,7 +20,9 @@ take (``Plan.paths``), under background load that validate creates itself:
   head arm, then compare-commits' own re-runs (`rerun_ambiguous`) to its default
   deadline, with its default instruction counting. One run holds every case, so a
   level's delay is one number, that level of the median case's time
-  (`commit_heads`); each case's share is recorded.
+  (`commit_heads`); each case's share is recorded. With ``Plan.target_mde`` (this path
+  only), every command is judged with it, as `compare-commits --target-mde`, and re-runs
+  the cases short of it too, to its deadline; repeats are planned on that (`planned_repeat_s`).
 
 Every arm that stands for a PR's build (all but the base ``a``, the second plain run
 of the separate-runs A/A included) loads its own copy of the engine library, fresh
@@ -58,6 +60,7 @@ from epbench.harness.run_config import RunConfig
 from epbench.harness.runner import run as real_run
 from epbench.reports import compare as cmp
 from epbench.reports.comparison import JsonValue
+from epbench.reports.verdicts import target_settings
 from epbench.workflows.validate_judge import summarize
 from epbench.workflows.validate_plan import SAME_PROCESS, Plan
 from epbench.workflows.validate_report import document
@@ -92,7 +95,9 @@ def validate(
 
     if run is None:
         run = real_run
-    settings = settings or cmp.Settings()
+    # With a target, as `compare-commits --target-mde`: every command's comparisons, its
+    # re-runs' choice and validate's verdicts (the compare-commits path's alone: Plan).
+    settings = target_settings(settings or cmp.Settings(), plan.target_mde)
     start = clock()
     notes: list[str] = []
     pilot = run_pilot(plan, run, on_status, notes)

@@ -19,8 +19,10 @@ from epbench.reports.comparison import CounterChange, JsonValue, Profile
 from epbench.reports.findings import (
     DRIFT_CANCELS,
     DRIFT_MAY_NOT_CANCEL,
+    TARGET_MISSED,
     beyond_speed_limit,
     speed_allowance,
+    target_misses,
 )
 from epbench.reports.summary import DRIFT_MEANING
 from epbench.workflows.validate_plan import (
@@ -46,7 +48,11 @@ from epbench.workflows.validate_run import Repeat, finite_median
 # 6: stopped: the error that ended the validation after some repeats, else null.
 # 7: results' calibration: per level, the (case, repeat) pairs whose stated detectable
 #    change was at most it, and how many of those were flagged.
-VALIDATION_SCHEMA = "epbench.validation/7"
+# 8: plan.target_mde (--target-mde, else null) and plan.planned_repeat_s; settings.target_mde;
+#    results' case_detection (per level: how many cases reached POWER_TARGET, whether all
+#    did, the case flagged least often, the range of the cases' measured changes);
+#    commands' per_comparison (per A/A and level, its commands' seconds).
+VALIDATION_SCHEMA = "epbench.validation/8"
 
 
 # Verdicts that count as "flagged a slowdown": a false positive in A/A, a detection otherwise.
@@ -206,7 +212,7 @@ def summarize(
                      "all_exact": counters_exact == counters_n if counters_n else None},
         "position_bias": (position or {}).get("position_bias"),
         "settings": {"floor": settings.floor, "k": settings.k, "fdr": settings.fdr,
-                     "confidence": settings.confidence},
+                     "confidence": settings.confidence, "target_mde": settings.target_mde},
         "notes": sorted(warnings),
     }
 
@@ -235,6 +241,10 @@ class _Seen:
     drifted: dict[tuple[int, str], list[float]] = field(default_factory=dict)
     judged: int = 0  # case comparisons
     moved: int = 0  # ... of those, whose runs ran at different speeds
+    # With --target-mde: per case, the comparisons that left it short of the target, and
+    # per reason (findings.target_misses), how many comparisons gave it.
+    short: dict[str, int] = field(default_factory=dict)
+    short_why: dict[str, int] = field(default_factory=dict)
 
 
 def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
@@ -245,6 +255,7 @@ def _judge_path(repeats: Sequence[Repeat], path: str, load: str, label: str,
     prefix = f"{path}, {load} load, {label} profile: "
     seen = _compare_repeats(repeats, path, profile, names, settings, warnings, prefix, levels)
     _note_speed_changes(seen, prefix, warnings)
+    _note_target(seen, prefix, settings.target_mde, warnings, rerun=path == COMMITS)
     cases = {n: _case_result(seen, n, engine_ns[n], levels) for n in names}
     return _path_result(repeats, path, load, label, names, seen, cases, levels)
 
@@ -266,9 +277,16 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Profile | No
             # The control's drift and the runs' change of speed are summed up below, once
             # for the path: one warning per comparison, each naming other cases, made most
             # of a drifting VM's report.
+            # So are the cases short of --target-mde: each comparison names its own, with
+            # sizes that rarely repeat, and 21 repeats' worth pushed every other note out.
             said = {cmp.drift_warning(comparison.cases), cmp.speed_warning(comparison.cases)}
-            warnings.update(prefix + w for w in comparison.warnings if w not in said)
+            warnings.update(prefix + w for w in comparison.warnings
+                            if w not in said and TARGET_MISSED not in w)
             shown = [r for r in comparison.cases if r.case in verdicts]
+            if settings.target_mde is not None:
+                for case, why in target_misses(shown, settings.target_mde).items():
+                    seen.short[case] = seen.short.get(case, 0) + 1
+                    seen.short_why[why] = seen.short_why.get(why, 0) + 1
             seen.judged += len(shown)
             seen.moved += sum(beyond_speed_limit(r.control_shift)
                               and r.verdict not in ("failed", "not_comparable")
@@ -289,6 +307,22 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Profile | No
                     seen.thresholds[n].append(row.threshold)
                     seen.sources[n].add(row.noise_source)
     return seen
+
+
+def _note_target(seen: _Seen, prefix: str, target: float | None, warnings: set[str], *,
+                 rerun: bool) -> None:
+    """One note for the path: how many case comparisons ended short of --target-mde, why
+    (findings.target_misses' reasons; with ``rerun``, compare-commits' re-runs, too few
+    processes means their budget ran out), and each such case with its count."""
+    if target is None or not seen.short:
+        return
+    words = {"processes": "budget" if rerun else "processes"}
+    why = ", ".join(f"{words.get(reason, reason)} {count}"
+                    for reason, count in sorted(seen.short_why.items()))
+    cases = ", ".join(f"{name} {count}" for name, count in sorted(seen.short.items()))
+    warnings.add(f"{prefix}{sum(seen.short.values())} of {seen.judged} case comparisons ended "
+                 f"{TARGET_MISSED} detectable change of {target:.1%} (by reason: {why}; by "
+                 f"case: {cases})")
 
 
 def _note_speed_changes(seen: _Seen, prefix: str, warnings: set[str]) -> None:
@@ -330,8 +364,7 @@ def _case_result(seen: _Seen, n: str, engine_ns: float,
             "inconclusive": sum(v == "inconclusive" for v in got),
             "verdicts": got,
         }
-    mde = next((lvl for lvl in levels
-                if (detection[level_arm(lvl)]["rate"] or 0.0) >= POWER_TARGET), None)
+    mde = next((lvl for lvl in levels if at_power(detection[level_arm(lvl)]["rate"])), None)
     case: dict[str, JsonValue] = {
         "engine_ns": engine_ns,
         "threshold": finite_median(seen.thresholds[n]),
@@ -382,6 +415,7 @@ def _path_result(repeats: Sequence[Repeat], path: str, load: str, label: str,
         # no level.
         "median_mde": (known[(len(mdes) - 1) // 2] if len(known) > (len(mdes) - 1) // 2
                        else None) if mdes else None,
+        "case_detection": {level_arm(level): case_detection(cases, level) for level in levels},
         "cases": cases,
         **({"commands": _commands(repeats, names)} if path == COMMITS else {}),
     }
@@ -405,12 +439,50 @@ def calibration(seen: _Seen, names: Sequence[str],
     return table
 
 
+def at_power(rate: float | None) -> bool:
+    """Whether a detection rate reaches POWER_TARGET (None: nothing was judged)."""
+    return rate is not None and rate >= POWER_TARGET
+
+
+def case_detection(cases: Mapping[str, Mapping[str, JsonValue]],
+                   level: float) -> dict[str, JsonValue]:
+    """At one level, whether every case was flagged in >= POWER_TARGET of its repeats: how
+    many were (``at_power`` of ``cases``, ``all_at_power``), the case flagged least often
+    (ties by name) with its rate, hits and repeats (None when no case was judged), and the
+    lowest and highest of the cases' measured changes. One delay serves every case of a
+    run, so a case's real slowdown is its share of the level (`commit_shares`), measured:
+    a level's row is evidence for the changes in that range, not for the nominal level."""
+    key = level_arm(level)
+    judged = {n: c["detection"][key] for n, c in cases.items()
+              if c["detection"][key]["rate"] is not None}
+    lowest = min(judged, key=lambda n: (judged[n]["rate"], n)) if judged else None
+    low = judged.get(lowest) or {}
+    measured = [c["detection"][key].get("measured_change") for c in cases.values()]
+    finite = [m for m in measured if m is not None and math.isfinite(m)]
+    reached = sum(at_power(d["rate"]) for d in judged.values())
+    return {"level": level, "cases": len(cases), "at_power": reached,
+            "all_at_power": bool(cases) and reached == len(cases),
+            "lowest_case": lowest, "lowest_rate": low.get("rate"),
+            "lowest_hits": low.get("hits"), "lowest_n": low.get("n"),
+            "measured_low": min(finite, default=None), "measured_high": max(finite, default=None)}
+
+
+def command_seconds(took: Sequence[float]) -> dict[str, JsonValue]:
+    """How many commands took ``took`` seconds, the median and the longest (None if none)."""
+    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None)}
+
+
 def _commands(repeats: Sequence[Repeat], names: Sequence[str]) -> dict[str, JsonValue]:
-    """What the compare-commits commands took: seconds each, and the re-runs and rounds their
-    cases ended with (a case's ``reruns`` counts the re-runs that added rounds)."""
+    """What the compare-commits commands took: seconds each, in all and per comparison (the
+    A/A, each level), and the re-runs and rounds their cases ended with (a case's
+    ``reruns`` counts the re-runs that added rounds)."""
     took = [s for r in repeats for s in r.commits_s.values()]
     ended = [r.commits[what].cases[n] for r in repeats for what in r.commits for n in names]
-    return {"n": len(took), "median_s": median(took), "max_s": max(took, default=None),
+    whats = list(dict.fromkeys(what for r in repeats for what in r.commits_s))
+    return {**command_seconds(took),
+            "per_comparison": {what: command_seconds([r.commits_s[what] for r in repeats
+                                                      if what in r.commits_s])
+                               for what in whats},
             "case_reruns": sum(c.reruns for c in ended),
             "rerun_cases": sum(bool(c.reruns) for c in ended), "case_runs": len(ended),
             "median_rounds": median(len(c.rounds) for c in ended)}

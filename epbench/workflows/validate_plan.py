@@ -18,6 +18,7 @@ from epbench.workflows.compare_commits import (
     COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
+    DEFAULT_TARGET_S_PER_CASE,
 )
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ MAX_LEVEL_PERCENT = 50
 MAX_LEVELS = (REPEAT_SEED_STRIDE - COMMITS_SEED_OFFSET) // COMMAND_SEED_STRIDE - 1
 LEVELS_HELP = (f"--levels takes a comma list of at most {MAX_LEVELS} whole percents from 1 to "
                f"{MAX_LEVEL_PERCENT}; e.g. --levels 2,3")
+# --target-mde: compare-commits judges with it and re-runs the cases short of it; the
+# per-case paths re-run nothing (their runs are judged as measured), so it is theirs to refuse.
+TARGET_HELP = (f"--target-mde applies to the {COMMITS} path only (each command is judged with it "
+               f"and re-runs the cases short of it); {SAME_PROCESS} and {SEPARATE_RUNS} re-run "
+               f"nothing: pass --path {COMMITS}")
 # The level also injected per node (inject_delay_ns_per_node), to check that path too.
 PER_NODE_LEVEL = 0.05
 # Extra harmless ORT API calls per Run on the counter arm.
@@ -98,6 +104,8 @@ class Plan:
     # caller found valgrind (`default_instructions`), which the first pass then includes.
     commit_instructions: str | None = None
     levels: tuple[float, ...] = LEVELS
+    # Every compare-commits command's --target-mde (a fraction), else None.
+    target_mde: float | None = None
 
     def __post_init__(self) -> None:
         if (self.budget_s <= 0 or self.rounds < 5
@@ -121,6 +129,8 @@ class Plan:
                            for level in self.levels)
                 or not all(1 <= p <= MAX_LEVEL_PERCENT for p in percents)):
             raise EpbenchError(LEVELS_HELP)
+        if self.target_mde is not None and set(self.paths) != {COMMITS}:
+            raise EpbenchError(TARGET_HELP)
         # In PATHS' order, whichever order they were given in: the report's order.
         object.__setattr__(self, "paths", tuple(p for p in PATHS if p in self.paths))
         # Ascending and distinct (as whole percents: one arm each): the MDE is the first
@@ -193,3 +203,20 @@ def commit_shares(engine_ns: Mapping[str, float]) -> dict[str, float]:
     nominal level: 1 for `median_case`, above 1 for faster cases, below for slower."""
     reference = engine_ns[median_case(engine_ns)]
     return {name: reference / ns for name, ns in engine_ns.items()}
+
+
+def command_deadline_s(cases: int) -> float:
+    """How long a compare-commits command of ``cases`` cases re-runs at most: until its
+    default deadline, DEFAULT_TARGET_S_PER_CASE a case from its first pass's start (validate
+    runs no builds). A command then ends with its last re-run and the judging."""
+    return DEFAULT_TARGET_S_PER_CASE * cases
+
+
+def planned_repeat_s(plan: Plan, cases: int) -> float:
+    """What one repeat of ``cases`` cases is planned to take at least: with --target-mde,
+    each compare-commits command (one per level and the A/A) to its deadline, since it
+    re-runs the cases short of the target until then; 0 without a target, whose commands
+    end when no case is left ambiguous, which only the runs tell."""
+    if plan.target_mde is None:
+        return 0.0
+    return (len(plan.levels) + 1) * command_deadline_s(cases)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from epbench.core.results import atomic_write_text
 from epbench.reports.comparison import JsonValue, Profile, Settings
+from epbench.reports.formats import format_level
 from epbench.reports.render import environment, to_json
 from epbench.reports.verdicts import threshold_rule_text
 from epbench.workflows.compare_commits import DEFAULT_TARGET_S_PER_CASE, REPORT_RESERVE_S
@@ -25,6 +26,7 @@ from epbench.workflows.validate_plan import (
     commit_shares,
     level_arm,
     median_case,
+    planned_repeat_s,
 )
 from epbench.workflows.validate_run import RUNS_DIR, Outcome, Pilot, make_dir, write_or_fail
 
@@ -46,6 +48,7 @@ def render_markdown(result: Mapping[str, JsonValue]) -> str:
     # t's formula in the words every other output uses (verdicts.threshold_rule_text).
     rule = threshold_rule_text(Settings(**{key: recorded[key] for key in ("floor", "k")
                                            if key in recorded}))
+    target = (result.get("plan") or {}).get("target_mde")  # schema 8 on
     return environment().get_template("validation.md.j2").render(
         v=result, levels=[level_arm(v) for v in levels], power=POWER_TARGET,
         threshold_rule=rule,
@@ -53,6 +56,7 @@ def render_markdown(result: Mapping[str, JsonValue]) -> str:
         top_level=max(levels),
         flagged="⚠️/🔴", notes_shown=NOTES_SHOWN,
         deadline_s_per_case=DEFAULT_TARGET_S_PER_CASE, report_reserve_s=REPORT_RESERVE_S,
+        target=format_level(target) if target else None,
     )
 
 
@@ -103,6 +107,9 @@ def document(result: dict[str, JsonValue], plan: Plan, pilot: Pilot, outcome: Ou
             "commit_median_case": median_case(pilot.kept_ns),
             "commit_shares": commit_shares(pilot.kept_ns),
             "commit_instructions": plan.commit_instructions,
+            # Every command's --target-mde, and what a repeat was planned on with it.
+            "target_mde": plan.target_mde,
+            "planned_repeat_s": planned_repeat_s(plan, len(pilot.specs)),
             "runs": runs, "pilot_s": round(pilot_s, 1),
             "repeat_s": round(statistics.fmean(outcome.repeat_times), 1),
             "elapsed_s": round(elapsed, 1),
