@@ -83,33 +83,47 @@ def test_a_slowdown_of_the_stated_size_is_flagged_when_its_estimate_is_5_percent
     assert stated_above == pytest.approx(stated) == pytest.approx(stated_below)
 
 
-def _case(shift: float | None, verdicts: list[str], stated: list[float | None]) -> dict:
-    return {"detection": {"d2": {"measured_change": shift, "verdicts": verdicts,
+def _case(changes: list[float | None], verdicts: list[str],
+          stated: list[float | None]) -> dict:
+    return {"detection": {"d2": {"changes": changes, "verdicts": verdicts,
                                  "detectable": stated}}}
 
 
-def test_the_calibration_holds_each_statement_to_the_shift_its_case_saw() -> None:
+def test_the_calibration_holds_each_statement_to_the_shift_its_other_repeats_saw() -> None:
+    """Each pair is held to the median change of its case's other repeats."""
     cases = {
-        # Saw +1.5 % at the nominal 2 %: a statement of 1.8 % was not about 1.5 %, so
-        # those two repeats are not counted, flagged or not; 1.4 % is, and 1.5 % too.
-        "a": _case(0.015, ["inconclusive", "regression", "regression", "inconclusive"],
+        # Saw about +1.5 % at the nominal 2 %: the other repeats' median is 1.5 % for every
+        # repeat, so 1.8 % and 1.9 % are not counted, flagged or not; 1.4 % and 1.5 % are.
+        "a": _case([0.015, 0.016, 0.014, 0.015],
+                   ["inconclusive", "regression", "regression", "inconclusive"],
                    [0.018, 0.019, 0.014, 0.015]),
-        # Saw the whole level: all three statements at or below 2 % count.
-        "b": _case(0.02, ["regression", "alert", "inconclusive"], [0.02, 0.012, 0.019]),
+        # Held to 2.0, 1.95 and 2.05 %: all three count.
+        "b": _case([0.02, 0.021, 0.019], ["regression", "alert", "inconclusive"],
+                   [0.02, 0.012, 0.019]),
         # No finite change seen (failed): no shift to hold a statement to.
-        "c": _case(None, ["failed", "failed"], [None, 0.001]),
-        # A not-judged repeat states nothing.
-        "d": _case(0.03, ["not_comparable", "regression"], [None, 0.025]),
+        "c": _case([None, None], ["failed", "failed"], [None, 0.001]),
+        # A not-judged repeat states nothing, and its missing change is left out of the
+        # others' median.
+        "d": _case([None, 0.03, 0.031], ["not_comparable", "regression", "regression"],
+                   [None, 0.025, 0.026]),
+        # The other repeat's change, not its own: the first is held to 3 % and counts; the
+        # second, flagged at its own 3 %, is held to the first's 1 % and does not. With
+        # the case's median (2 %) or largest change both would count.
+        "e": _case([0.01, 0.03], ["inconclusive", "regression"], [0.02, 0.02]),
     }
-    table = vjudge.calibration(cases, [0.02])
-    entry = table["d2"]
-    # Counted: a's 1.4 % (regression) and 1.5 % (inconclusive); b's three (regression,
-    # alert, inconclusive); d's 2.5 % (regression): 4 flagged of 6.
-    assert (entry["hits"], entry["n"], entry["holds"]) == (4, 6, False)
-    # Against the nominal 2 %, a's 1.8 % and 1.9 % would have counted (and d's 2.5 % not).
-    cases["a"]["detection"]["d2"]["measured_change"] = 0.02
     entry = vjudge.calibration(cases, [0.02])["d2"]
-    assert (entry["hits"], entry["n"]) == (5, 8)
-    # Nothing stated at the level: no verdict on the statement.
-    none = vjudge.calibration({"a": _case(0.001, ["regression"], [0.01])}, [0.02])["d2"]
-    assert (none["hits"], none["n"], none["holds"]) == (0, 0, None)
+    # Counted: a 1 of 2, b 2 of 3, d 2 of 2, e 0 of 1.
+    assert (entry["hits"], entry["n"], entry["holds"]) == (5, 8, False)
+    assert vjudge.other_repeats_shift([0.01, None, 0.03, math.inf]) == [0.03, 0.02, 0.01, 0.02]
+    # One repeat has no other: it states nothing, whatever it said (a median of its own
+    # change read every such pair as flagged).
+    one = vjudge.calibration({"a": _case([0.03], ["regression"], [0.01])}, [0.02])["d2"]
+    assert (one["hits"], one["n"], one["holds"]) == (0, 0, None)
+    # An older file has no change per repeat: nothing stated, no error.
+    old = {"a": {"detection": {"d2": {"measured_change": 0.02, "verdicts": ["regression"],
+                                      "detectable": [0.01]}}}}
+    assert vjudge.calibration(old, [0.02])["d2"]["holds"] is None
+    # It holds at exactly CALIBRATION_TARGET: 9 of 10.
+    nine = _case([0.02] * 10, ["regression"] * 9 + ["inconclusive"], [0.01] * 10)
+    entry = vjudge.calibration({"a": nine}, [0.02])["d2"]
+    assert (entry["hits"], entry["n"], entry["holds"]) == (9, 10, True)
