@@ -41,7 +41,7 @@ A deterministic counter that changed is reported whatever the noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from epbench.core.model import Case, Results
@@ -95,6 +95,7 @@ from epbench.reports.verdicts import (
     default_threshold_text,
     grid_detectable,
     judge_samples,
+    kept_detectable,
     overall_verdict,
     threshold_for,
 )
@@ -181,12 +182,14 @@ def compare_run(
     return doc, with_reruns(compare(base, pr, settings=settings, profile=profile), doc)
 
 
-def with_reruns(comparison: Comparison, results: Results) -> Comparison:
+def with_reruns(comparison: Comparison, results: Results,
+                kept: Mapping[str, float] | None = None) -> Comparison:
     """`comparison` with the re-runs of the one run it judged: every case of `results`
-    that a re-run added rounds to, with its re-run count and its rounds in all. The one
-    place compare, compare-commits and the action's merge say which cases were re-run."""
+    that a re-run added rounds to, with its re-run count, its rounds in all and the
+    detectable change `kept` from the pass that re-ran it on ❔ (compare's `kept`). The
+    one place compare, compare-commits and the action's merge say which cases were re-run."""
     return replace(comparison, reruns={
-        name: Rerun(reruns=case.reruns, rounds=len(case.rounds))
+        name: Rerun(reruns=case.reruns, rounds=len(case.rounds), kept=(kept or {}).get(name))
         for name, case in results.cases.items() if case.reruns
     })
 
@@ -262,11 +265,14 @@ def compare(
     *,
     settings: Settings | None = None,
     profile: Profile | None = None,
+    kept: Mapping[str, float] | None = None,
 ) -> Comparison:
     """Compare two sides (the same document for a same-run comparison) case by case.
 
     Returns the comparison that render.py turns into markdown or text, and
-    Comparison.to_json into compare.json.
+    Comparison.to_json into compare.json. ``kept``: per case compare-commits re-ran
+    because it was ❔, the detectable change the pass that re-ran it stated, the least
+    its row states (verdicts.kept_detectable).
     Raises CompareError when the two sides cannot be compared honestly.
     """
     settings = settings or Settings()
@@ -410,7 +416,9 @@ def compare(
                 twin_aa[name] = aa.change
     bars = [flag_bar(th.t, shift, between is None, settings)
             for th, shift in zip(thresholds, shifts, strict=True)]
-    detectable = grid_detectable(changes, judgements, tests, bars, settings, same_run)
+    detectable = [kept_detectable(mde, (kept or {}).get(name)) for name, mde in zip(
+        measurable, grid_detectable(changes, judgements, tests, bars, settings, same_run),
+        strict=True)]
     for name, change, th, j, u, r, drift, shift, p_beyond, mde in zip(
         measurable, changes, thresholds, judgements, unquiet, n_rounds, drifts, shifts,
         tests.beyond, detectable, strict=True,

@@ -335,6 +335,10 @@ class BaseHistory:
 class Rerun:
     rounds: int
     reruns: int | None = field(default=None, metadata=_OPTIONAL)
+    # The detectable change of the pass whose ❔ had the case re-run, which its row states
+    # at least (verdicts.kept_detectable); None when no ❔ re-ran it, or in a comparison
+    # that judged the merged run afresh (`compare`, the action's merge).
+    kept: float | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,8 @@ def method_context(comparison: Comparison) -> dict[str, object]:
         "one_twin": bool(twins),
         "one_between": between is not None and (between.sd or 0.0) > 0.0,
         "power": f"{defaults.DETECT_POWER:.0%}",
+        # compare-commits held a case re-run on ❔ to the statement of the pass that re-ran it.
+        "kept": any(r.kept is not None for r in (comparison.reruns or {}).values()),
     }
 
 

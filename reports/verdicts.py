@@ -550,3 +550,15 @@ def grid_detectable(changes: Sequence[stats.Change], judgements: Sequence[Judgem
     levels = bh_levels([j.significant for j in judgements], tested, settings.fdr)
     return [detectable_change(c, bar, level)
             for c, bar, level in zip(changes, bars, levels, strict=True)]
+
+
+def kept_detectable(detectable: float, kept: float | None) -> float:
+    """The detectable change a case states: its own (`detectable`), or at least `kept`,
+    the one stated on the pass whose ❔ made compare-commits re-run it. The re-runs go on
+    exactly while the estimate stays low, so the last pass's smaller standard error
+    overstates what the whole procedure catches; it flags at least as often as the pass
+    that re-ran the case, so that pass's statement holds for it
+    (docs/validation/statistics.md, "Why validate found it optimistic")."""
+    if kept is None or not math.isfinite(detectable):
+        return detectable
+    return max(kept, detectable)

@@ -200,7 +200,9 @@ def test_inconclusive_cases_are_rerun_within_the_budget(tmp_path, monkeypatch) -
     assert result.reruns == dict.fromkeys(rerun, 6)
     for name in rerun:
         assert len(result.results.cases[name].rounds) == 12
-        assert result.comparison.reruns[name] == Rerun(reruns=1, rounds=12)
+        # The figure its ❔ pass stated is kept (tests/test_compare_commits_kept.py).
+        assert result.comparison.reruns[name].kept is not None
+        assert replace(result.comparison.reruns[name], kept=None) == Rerun(reruns=1, rounds=12)
     assert not any(r.verdict == "inconclusive" for r in result.comparison.cases)
 
     calls.clear()

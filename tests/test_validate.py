@@ -507,10 +507,10 @@ def _compare_with_noise(noise: float):
     """compare(), with any profile standing for one that measured ``noise`` on every case."""
     real = cmp.compare
 
-    def compare(base, pr, *, settings=None, profile=None):
+    def compare(base, pr, *, settings=None, profile=None, kept=None):
         if profile is None:
-            return real(base, pr, settings=settings, profile=None)
-        return real(base, pr, settings=Settings(floor=2 * noise), profile=None)
+            return real(base, pr, settings=settings, profile=None, kept=kept)
+        return real(base, pr, settings=Settings(floor=2 * noise), profile=None, kept=kept)
 
     return compare
 
@@ -521,8 +521,8 @@ def _compare_leaving_ambiguous(case: str, head: str):
     made so, not drawn so."""
     real = cmp.compare
 
-    def compare(base, pr, *, settings=None, profile=None):
-        comparison = real(base, pr, settings=settings, profile=profile)
+    def compare(base, pr, *, settings=None, profile=None, kept=None):
+        comparison = real(base, pr, settings=settings, profile=profile, kept=kept)
         if pr.arm != head:
             return comparison
         return replace(comparison, cases=tuple(

@@ -19,7 +19,9 @@ check before issue 49), and the share of every pair flagged.
 --passes 1 is one run; 3 is compare-commits' first pass and up to two re-runs of the
 cases still ❔, each adding PROCESSES worker processes (compare_commits.rerun_ambiguous):
 a sequential design, whose final standard error is smaller exactly for the cases whose
-estimate stayed low, so the last pass's statement is the one put to the test.
+estimate stayed low. As compare-commits does, a case re-run on ❔ states at least what
+the pass that first re-ran it stated (verdicts.kept_detectable, compare()'s `kept`);
+that statement, after the last pass, is the one put to the test.
 
 Seeds: numpy's default_rng([--seed, grid size, bias in 1e-4, shift in 1e-4, passes,
 trial]); the committed figures are --seed 49 --trials 200 (the defaults).
@@ -43,9 +45,11 @@ TARGET = 0.90
 NOMINAL = 0.75
 
 
-def judged_grid(pr: Any, twins: Any) -> tuple[list[str], list[float]]:
-    """Per case of one run's grid: the verdict, and the detectable change
-    compare() states for it; the glue is compare()'s, as statistics_sim._judge's."""
+def judged_grid(pr: Any, twins: Any,
+                kept: dict[int, float] | None = None) -> tuple[list[str], list[float]]:
+    """Per case of one run's grid: the verdict, and the detectable change compare()
+    states for it, at least `kept` for a case re-run on ❔; the glue is compare()'s, as
+    statistics_sim._judge's."""
     from epbench.reports import compare, nested, verdicts
 
     settings = verdicts.Settings()
@@ -62,6 +66,7 @@ def judged_grid(pr: Any, twins: Any) -> tuple[list[str], list[float]]:
                                                changes=changes)
     bars = [compare.flag_bar(th.t, None, False, settings) for th in thresholds]
     stated = compare.grid_detectable(changes, judgements, tests, bars, settings, True)
+    stated = [verdicts.kept_detectable(s, (kept or {}).get(i)) for i, s in enumerate(stated)]
     return [j.verdict for j in judgements], stated
 
 
@@ -78,6 +83,7 @@ def _passes(rng: Any, grid: int, bias: float, shift: float, passes: int) -> list
     labels: list[Any] = [np.empty(0, dtype=int) for _ in range(grid)]
     todo = list(range(grid))
     rerun: set[int] = set()
+    kept: dict[int, float] = {}  # per case re-run on ❔, what the pass that re-ran it stated
     for done in range(passes):
         rerun |= set(todo) if done else set()
         for i in todo:
@@ -89,10 +95,13 @@ def _passes(rng: Any, grid: int, bias: float, shift: float, passes: int) -> list
         both = list(zip(arms, labels, strict=True))
         pr = [sim._pr_sample(a[2], a[0], a[1], lab) for a, lab in both]
         twins = [sim._nested().ProcessSample(a[1] - a[0], lab) for a, lab in both]
-        verdicts, stated = judged_grid(pr, twins)
+        verdicts, stated = judged_grid(pr, twins, kept)
         todo = [i for i, v in enumerate(verdicts) if v == "inconclusive"]
-        if not todo:
+        if not todo or done == passes - 1:
             break
+        for i in todo:
+            if math.isfinite(stated[i]):
+                kept.setdefault(i, stated[i])
     return [x for i, (v, s) in enumerate(zip(verdicts, stated, strict=True))
             for x in (v in sim.FLAGS, math.isfinite(s) and s <= shift,
                       math.isfinite(s) and s <= shift / NOMINAL, i in rerun)]

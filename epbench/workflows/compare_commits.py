@@ -4,7 +4,9 @@ Both commits' libraries are built (harness.commits) and run as two arms of one
 process, `base` and `head`, beside ORT's CPU EP as the in-run control, so the
 machine's drift hits both sides alike. Cases that come out inconclusive, or ⚠️ held
 back from 🔴 by the idle gate with some round quiet (`rerun_order`), are run again,
-their new rounds added to the old, while the re-run budget lasts.
+their new rounds added to the old, while the re-run budget lasts. A case re-run
+because it was ❔ states at least the detectable change of the pass that re-ran it
+(`kept_on_rerun`): the re-runs go on while its estimate stays low.
 
 Writes into the output directory: results.json (the merged run: all `compare`
 needs), results.jsonl (the first pass, streamed), compare.json (the verdicts, the
@@ -33,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -251,6 +253,18 @@ def rerun_order(comparison: Comparison, attempts: Mapping[str, int]) -> list[str
                                     attempts.get(name, 0)))
 
 
+def kept_on_rerun(comparison: Comparison, pending: Sequence[str]) -> dict[str, float]:
+    """The cases of ``pending`` (a re-run pass's) it takes because they are ❔, not short of
+    --target-mde, each with the detectable change it states now: the statement the rest
+    of the procedure keeps (verdicts.kept_detectable). Taken for the ❔ alone, a re-run is
+    chosen on the estimate; taken for the target, on the standard error only, and a
+    short case's statement is the final pass's (the target is met by that one)."""
+    short = set(short_of_target(comparison))
+    return {row.case: row.detectable for row in comparison.cases
+            if row.case in pending and row.case not in short
+            and row.verdict == "inconclusive" and row.detectable is not None}
+
+
 def short_of_target(comparison: Comparison) -> list[str]:
     """The cases short of --target-mde that more worker processes can bring to it (each
     re-run adds a pass's processes): all but those judged against the default noise,
@@ -323,19 +337,35 @@ def default_instructions() -> tuple[str | None, str]:
     return ("valgrind" if available else None), why
 
 
+@dataclass(frozen=True)
+class Reran:
+    """What `rerun_ambiguous` ends with: the merged results, their last comparison (with
+    the left-over warnings), the rounds added per case, and the detectable change kept
+    per case re-run on ❔ (`kept_on_rerun`), which that comparison's rows state at least."""
+
+    results: Results
+    comparison: Comparison
+    reruns: dict[str, int]
+    kept: dict[str, float]
+
+
+# Judges a run as it stands, every case's statement at least its `kept` one (compare's).
+Judge = Callable[[Results, Mapping[str, float]], Comparison]
+
+
 def rerun_ambiguous(
-    results: Results, config: RunConfig, judge: Callable[[Results], Comparison], *,
+    results: Results, config: RunConfig, judge: Judge, *,
     budget_s: float | None, started_at: float, first_pass_s: float,
     runner: Callable[[RunConfig], Results] | None = None,
     clock: Callable[[], float] | None = None,
     on_status: Callable[[str], None] = lambda _: None,
-) -> tuple[Results, Comparison, dict[str, int]]:
+) -> Reran:
     """Re-run the ambiguous cases of ``results`` (`rerun_order`) within budget; return
     ``results`` with their rounds merged in, the last comparison, with the left-over
-    warnings, and the rounds added per case.
+    warnings, the rounds added per case and the detectable changes kept (`Reran`).
 
     ``config`` is the first pass's (arms included); ``judge`` compares the results as
-    they stand;
+    they stand, each case re-run on ❔ stating at least what the pass that re-ran it did;
     ``first_pass_s`` is what the first pass took, from which a case's re-run is estimated.
     With no ``budget_s``, re-runs end by `rerun_deadline` counted from ``started_at``
     (``clock``'s time when the command began). ``runner`` and ``clock`` are
@@ -345,7 +375,8 @@ def rerun_ambiguous(
     runner = runner or run
     clock = clock or time.monotonic
     seconds_per_case = first_pass_s / max(1, len(results.cases))
-    comparison = judge(results)
+    kept: dict[str, float] = {}
+    comparison = judge(results, kept)
     reruns: dict[str, int] = {}
     budget_start = clock()
     defaulted = budget_s is None
@@ -363,6 +394,8 @@ def rerun_ambiguous(
         if not pending:
             break
         attempts.update(pending)
+        for name, size in kept_on_rerun(comparison, pending).items():
+            kept.setdefault(name, size)  # the first: later passes' are chosen on estimates
         attempt += 1
         on_status(f"re-running {len(pending)} ambiguous case(s) (❔, or ⚠️ held back by the "
                   f"idle gate{', or short of --target-mde' if short_of_target(comparison) else ''}"
@@ -380,7 +413,7 @@ def rerun_ambiguous(
         for name, count in added.items():
             reruns[name] = reruns.get(name, 0) + count
         results = results.replaced(interrupted=extra.interrupted)
-        comparison = judge(results)
+        comparison = judge(results, kept)
     warnings = [*comparison.warnings]
     target = comparison.settings.target_mde
     if target is not None:
@@ -391,7 +424,7 @@ def rerun_ambiguous(
     # In the reports, not a note: a PR's reader sees the ❔ in the comment, not the log.
     warnings.extend(left_over_warnings(
         comparison, seconds_per_case, budget_ran_out=defaulted and not results.interrupted))
-    return results, replace(comparison, warnings=tuple(warnings)), reruns
+    return Reran(results, replace(comparison, warnings=tuple(warnings)), reruns, kept)
 
 
 def compare_commits(
@@ -458,19 +491,20 @@ def compare_commits(
         host_key = first.host.key
         profile = cmp.load_profile_for(host_key, profile_path)
 
-        def judge(results: Results) -> Comparison:
+        def judge(results: Results, kept: Mapping[str, float]) -> Comparison:
             # One Results for both sides, so they are one run.
             comparison = cmp.compare(
                 Side("base", results, BASE_ARM, f"{base_rev} ({shas[BASE_ARM][:10]})"),
                 Side("pr", results, HEAD_ARM, f"{head_rev} ({shas[HEAD_ARM][:10]})"),
-                settings=settings, profile=profile,
+                settings=settings, profile=profile, kept=kept,
             )
-            return cmp.with_reruns(comparison, results)
+            return cmp.with_reruns(comparison, results, kept)
 
-        results, comparison, reruns = rerun_ambiguous(
+        reran = rerun_ambiguous(
             first, replace(config, arms=arms), judge, budget_s=budget_s,
             started_at=started_at, first_pass_s=first_pass_s, runner=measure,
             on_status=on_status)
+        results, comparison, reruns = reran.results, reran.comparison, reran.reruns
         changed = HarnessGuard.changes(code_before, code_snapshot())
         if changed:
             # The measurements stay on disk for a look; no verdict is written from code

@@ -276,7 +276,9 @@ def _compare_repeats(repeats: Sequence[Repeat], path: str, profile: Profile | No
     verdicts = seen.verdicts
     for index, rep in enumerate(repeats):
         for what, base, pr in comparisons(rep, path, levels):
-            comparison = cmp.compare(base, pr, settings=settings, profile=profile)
+            # A command's ❔ re-runs state what the pass that re-ran them did, as it did.
+            kept = rep.commits_kept.get(what) if path == COMMITS else None
+            comparison = cmp.compare(base, pr, settings=settings, profile=profile, kept=kept)
             # The control's drift and the runs' change of speed are summed up below, once
             # for the path: one warning per comparison, each naming other cases, made most
             # of a drifting VM's report.

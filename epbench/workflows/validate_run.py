@@ -197,6 +197,9 @@ class Repeat:
     # how long the command took.
     commits: dict[str, Results] = field(default_factory=dict)
     commits_s: dict[str, float] = field(default_factory=dict)
+    # Per command, the detectable change kept per case re-run on ❔ (compare-commits'
+    # Reran.kept), which its comparison states at least.
+    commits_kept: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def documents(self) -> list[Results]:
         """Every run's results of the repeat: the per-case paths' (same-process first), then
@@ -311,6 +314,8 @@ class Execution:
         self.measured = replace(pilot.config, rounds=plan.rounds, processes=plan.processes,
                                 sessions=plan.sessions)
         self.runs = 1
+        # The last command's detectable changes kept per case re-run on ❔ (`command`).
+        self.last_kept: dict[str, float] = {}
 
     def keep(self, doc: Results, number: int, load: str, label: str) -> str:
         """Write ``doc`` into runs_dir as NNNN-LOAD-LABEL.json; what to say of where it is."""
@@ -335,9 +340,10 @@ class Execution:
             return doc
         base_arm, head_arm = (a.key for a in config.arms)
 
-        def judge(results: Results) -> Comparison:
+        def judge(results: Results, kept: Mapping[str, float]) -> Comparison:
             return cmp.compare(cmp.Side("base", results, base_arm),
-                               cmp.Side("pr", results, head_arm), settings=self.settings)
+                               cmp.Side("pr", results, head_arm), settings=self.settings,
+                               kept=kept)
 
         done = 0
 
@@ -349,11 +355,12 @@ class Execution:
             self.keep(extra, self.runs, load, f"{label}-rerun{done}")
             return extra
 
-        merged, _, _ = rerun_ambiguous(
+        reran = rerun_ambiguous(
             doc, config, judge, budget_s=None, started_at=began,
             first_pass_s=self.clock() - began, runner=rerun, clock=self.clock,
             on_status=self.on_status)
-        return merged
+        self.last_kept = reran.kept
+        return reran.results
 
     def measure(self, config: RunConfig, load: str, seed: int, label: str,
                 whole_command: bool = False) -> Results | None:
@@ -432,6 +439,7 @@ class Execution:
                     return None
                 rep.commits[what] = doc
                 rep.commits_s[what] = self.clock() - began
+                rep.commits_kept[what] = self.last_kept
         return rep
 
     def position_run(self) -> Results | None:
