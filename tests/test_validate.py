@@ -957,7 +957,7 @@ def test_every_committed_validation_report_still_renders():
                 assert md.startswith("# epbench validation: how often it cries wolf, and what "
                                      "it can see\n\nMeasured on this machine"), member.name
                 rendered += 1
-    assert (len(archives), rendered) == (6, 19)
+    assert (len(archives), rendered) == (7, 20)
     # Older schemas among them (no plan.own_builds, no stopped), and the newest before /6.
     assert {"epbench.validation/2", "epbench.validation/3", "epbench.validation/5"} <= schemas
 
