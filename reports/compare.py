@@ -187,11 +187,22 @@ def with_reruns(comparison: Comparison, results: Results,
     """`comparison` with the re-runs of the one run it judged: every case of `results`
     that a re-run added rounds to, with its re-run count, its rounds in all and the
     detectable change `kept` from the pass that re-ran it on ❔ (compare's `kept`). The
-    one place compare, compare-commits and the action's merge say which cases were re-run."""
-    return replace(comparison, reruns={
-        name: Rerun(reruns=case.reruns, rounds=len(case.rounds), kept=(kept or {}).get(name))
-        for name, case in results.cases.items() if case.reruns
-    })
+    one place compare, compare-commits and the action's merge say which cases were re-run.
+    Without ``kept`` (a run judged again from its results, which do not keep it), a note
+    says that its re-run cases state the final pass's figure."""
+    reruns = {name: Rerun(reruns=case.reruns, rounds=len(case.rounds),
+                          kept=(kept or {}).get(name))
+              for name, case in results.cases.items() if case.reruns}
+    warnings = comparison.warnings
+    if kept is None and reruns:
+        warnings = (*warnings, REJUDGED_RERUNS)
+    return replace(comparison, reruns=reruns, warnings=warnings)
+
+
+# A re-run run judged again: compare-commits' floor on a re-run ❔ case's statement is lost.
+REJUDGED_RERUNS = ("judged again from a run's results: a case compare-commits re-ran because "
+                   "it was ❔ states the last pass's \"could catch\" here, which can be smaller "
+                   "than the one compare-commits stated (its compare.json keeps that)")
 
 
 def _check_comparable(base: Side, pr: Side, settings: Settings, warnings: list[str]) -> None:

@@ -13,6 +13,7 @@ import stat
 import warnings
 import zipfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from epbench.reports.bot.artifact import (
     comparison_schema,
     read_artifact,
 )
-from epbench.reports.comparison import Comparison
+from epbench.reports.comparison import Comparison, Rerun
 from epbench.reports.sticky import STICKY_MARKER
 from tests.support.github_stub import HEAD_SHA, PR, REPO, TOKEN, StubGitHub, no_proxies, serve_stub
 from tests.test_reports_render import _same_run, _separate, _verdicts
@@ -92,7 +93,13 @@ def _twinned() -> dict[str, Any]:
     return _twin_comparison()
 
 
-@pytest.mark.parametrize("make", [_separate, _same_run, _verdicts, _twinned])
+def _kept() -> Comparison:
+    """Verdicts whose first case compare-commits re-ran on ❔, its first pass's figure kept."""
+    made = _verdicts()
+    return replace(made, reruns={made.cases[0].case: Rerun(reruns=1, rounds=10, kept=0.02)})
+
+
+@pytest.mark.parametrize("make", [_separate, _same_run, _verdicts, _twinned, _kept])
 def test_real_comparisons_match_the_schema(make: Callable[[], dict[str, Any]]) -> None:
     import jsonschema
 

@@ -82,6 +82,13 @@ def test_a_case_rerun_on_inconclusive_states_its_first_pass_figure(tmp_path,
                                                    for r in result.comparison.cases]
     assert again.reruns == result.comparison.reruns
     assert KEPT_WORDS in render.render_markdown(again)
+    assert cmp.REJUDGED_RERUNS not in result.comparison.warnings
+    # The merged run judged again from its results (`compare` on results.json, the
+    # matrix's merge): the floor is lost, and a note says so.
+    rejudged = cmp.with_reruns(_judge(result.results), result.results)
+    assert cmp.REJUDGED_RERUNS in rejudged.warnings
+    assert all(r.kept is None for r in rejudged.reruns.values())
+    assert cmp.REJUDGED_RERUNS not in cmp.with_reruns(_judge(passes[0]), passes[0]).warnings
 
 
 def test_a_case_rerun_for_the_target_keeps_its_final_figure(tmp_path, monkeypatch) -> None:

@@ -327,7 +327,9 @@ def merge_action(shards_folder: str | Path, *, event_path: str | Path, out: str 
                  settings: cmp.Settings | None = None) -> tuple[Results, Comparison]:
     """Join one runner class's shards and judge the join as compare-commits judges a run
     (with the slices' verdict ``settings``, from input args; the merge runner's own noise
-    profile, if it has one, as each slice had its runner's).
+    profile, if it has one, as each slice had its runner's), but for one thing the slices'
+    results do not keep: a case re-run on ❔ states its last pass's "could catch", and a
+    note says so (compare.REJUDGED_RERUNS).
 
     Writes ``out`` as the unsharded action does (PR_FILE first, then reports.outputs' four
     files) and appends the report to ``summary``; returns the join and its comparison for
