@@ -56,6 +56,10 @@ SERIAL_TEST_FILES = $(shell grep -l 'pytest\.mark\.serial' tests/test_*.py)
 test: setup $(if $(filter true,$(CI)),cross-toolchain)
 	$(VENV)/bin/ruff check .
 	$(LINT_IMPORTS)
+	@# Every module's bytecode up front: a test's subprocess run without
+	@# PYTHONDONTWRITEBYTECODE wrote it into the package mid-run, and the build guard in
+	@# the other worker's test took that for a build's write (CI, 2026-12-07).
+	$(PY) -m compileall -q epbench harness cases engine reports > /dev/null
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PY) -m pytest -q -m serial $(SERIAL_TEST_FILES)
 
