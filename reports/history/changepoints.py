@@ -96,11 +96,21 @@ def _split_statistics(z: np.ndarray, w: np.ndarray, min_segment: int,
     # Prefix sums over the pairwise matrix M_ij = w_i w_j |z_i - z_j|, per split tau:
     # d_tt = sum over i, j < tau; d_tn = sum over i < tau, all j. Built from row sums
     # (and row sums below the diagonal) so no 2-D cumulative sum is needed.
-    m = np.abs(z[..., :, None] - z[..., None, :]) ** alpha * (w[..., :, None] * w[..., None, :])
-    below = np.tril(np.ones((n, n), dtype=bool), -1)
+    # In place, with no power for alpha 1 and no product for unit weights: the matrix is
+    # (permutations, n, n), and these passes over it were most of a detect's time.
+    m = z[..., :, None] - z[..., None, :]
+    np.abs(m, out=m)
+    if alpha != 1.0:
+        np.power(m, alpha, out=m)
+    if not np.all(w == 1.0):
+        m *= w[..., :, None]
+        m *= w[..., None, :]
+    # One running sum along each row gives both: its last column is the row's sum, its
+    # diagonal the sum below the diagonal (M_ii is 0).
+    np.cumsum(m, axis=-1, out=m)
     zero = np.zeros((*z.shape[:-1], 1))
-    d_tn = np.concatenate([zero, m.sum(-1).cumsum(-1)], -1)
-    d_tt = np.concatenate([zero, (2.0 * np.where(below, m, 0.0).sum(-1)).cumsum(-1)], -1)
+    d_tn = np.concatenate([zero, m[..., -1].cumsum(-1)], -1)
+    d_tt = np.concatenate([zero, (2.0 * np.diagonal(m, axis1=-2, axis2=-1)).cumsum(-1)], -1)
     d_nn = d_tn[..., n:]
     # The same sums for the weights alone, in closed form: w_i w_j summed over the pairs.
     cw = np.concatenate([zero, w.cumsum(-1)], -1)
