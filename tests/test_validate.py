@@ -1272,6 +1272,36 @@ def test_compare_commits_path_runs_the_whole_command_under_its_load(tmp_path, mo
         result["notes"])
 
 
+def test_a_command_re_run_on_its_ambiguous_case_is_judged_with_what_that_pass_stated(
+        monkeypatch):
+    """compare-commits keeps, for a case it re-runs because it was ❔, the detectable change
+    of the pass that re-ran it (`kept_on_rerun`); validate judges that command with the
+    same figure, and reports it as the case's statement at that level."""
+    leave = _compare_leaving_ambiguous("relu_d1_w8", "d5")
+    calls: list[tuple[dict[str, float], float | None]] = []
+
+    def recording(base: Any, pr: Any, *, settings: Any = None, profile: Any = None,
+                  kept: Any = None) -> Any:
+        comparison = leave(base, pr, settings=settings, profile=profile, kept=kept)
+        if pr.arm == "d5":
+            [row] = [r for r in comparison.cases if r.case == "relu_d1_w8"]
+            calls.append((dict(kept or {}), row.detectable))
+        return comparison
+
+    monkeypatch.setattr(cmp, "compare", recording)
+    fake = FakeRunner(ignore_delay=frozenset({"relu_d1_w8"}))
+    result = fake.validate(small(max_repeats=1, paths=(vplan.COMMITS,), levels=(0.05,),
+                                 position_test=False))
+    (first_kept, stated), *later = calls
+    assert first_kept == {} and stated is not None and len(later) >= 2
+    # Every later look, in the command's re-runs and in validate's judging, holds it.
+    assert [kept for kept, _ in later] == [{"relu_d1_w8": stated}] * len(later)
+    # More rounds narrow the interval, yet the statement stays the first pass's.
+    assert later[-1][1] == stated
+    detection = result_for(result, vplan.COMMITS)["cases"]["relu_d1_w8"]["detection"]["d5"]
+    assert detection["detectable"] == [stated]
+
+
 def test_compare_commits_path_compares_each_commands_base_and_head(tmp_path):
     # Delays ignored but in relu_d10_w8, the median case (4000 ns), whose levels are exact.
     fake = FakeRunner(ignore_delay=frozenset({"relu_d1_w8", "matmul_64x64"}))

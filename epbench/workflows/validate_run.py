@@ -334,6 +334,7 @@ class Execution:
         kept as it ends (a re-run as LABEL-rerunN); the caller keeps the merged results
         in the first pass's place."""
         began = self.clock()
+        self.last_kept = {}
         doc = self.run(config)
         self.keep(doc, number, load, label)
         if doc.interrupted:
