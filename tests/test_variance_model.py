@@ -63,6 +63,22 @@ def test_the_nested_interval_covers_at_the_nominal_level(processes, process_sd):
     assert abs(coverage - CONFIDENCE) <= 0.02, coverage
 
 
+def test_each_process_median_is_numpys_median_of_its_rounds():
+    """The per-process medians come from one sort; they must be np.median's, bit for bit:
+    odd and even counts (the mean of the middle two), ties, labels in any order and not
+    contiguous, and a NaN round (np.median's NaN)."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        logs = np.round(rng.normal(size=n), int(rng.integers(1, 4)))
+        labels = rng.integers(0, 5, size=n) * 7
+        if rng.random() < 0.1:
+            logs[rng.integers(n)] = np.nan
+        want = [float(np.median(logs[labels == p])) for p in np.unique(labels)]
+        # Exact equality, NaN where np.median gives NaN.
+        np.testing.assert_array_equal(ProcessSample(logs, labels).per_process(), want)
+
+
 def test_the_rounds_of_one_process_alone_do_not_cover_process_offsets():
     # The old interval (order statistics over rounds, as if rounds were independent)
     # on the same data: far below its nominal level, which is why processes exist.
