@@ -260,6 +260,24 @@ def test_cli_reports_a_build_error_in_one_line(tmp_path: Path, monkeypatch, caps
     assert err.startswith("error: ORT_INCLUDE_DIR=") and "Traceback" not in err
 
 
+def test_a_source_that_does_not_compile_is_named_and_no_library_is_left(
+        tmp_path: Path, monkeypatch) -> None:
+    """The sources compile one compiler a core: the one that fails is the error, with the
+    compiler's own line, and nothing is written where the library goes."""
+    sources = tmp_path / "src"
+    shutil.copytree(engine_build.SOURCE_DIR, sources)
+    broken = sources / "kernels_matmul.c"
+    broken.write_text(broken.read_text() + "\n#error planted for the test\n")
+    monkeypatch.setattr(engine_build, "SOURCE_DIR", sources)
+    out = tmp_path / "out"
+    with pytest.raises(engine_build.EngineBuildError) as caught:
+        engine_build.build(out)
+    message = str(caught.value)
+    assert message.startswith("compiling the engine failed:\n")
+    assert f"-c {broken} " in message and "planted for the test" in message
+    assert not (out / engine.LIBRARY_NAME).exists()
+
+
 CROSS_CC = "aarch64-linux-gnu-gcc"
 
 
@@ -278,8 +296,7 @@ def test_the_engine_cross_compiles_for_aarch64(tmp_path: Path) -> None:
                     "CI installs it and runs this test")
     if shutil.which("readelf") is None:
         pytest.skip("readelf (binutils) is not installed")
-    proc = subprocess.run([sys.executable, "-m", "engine.build", "--out", str(tmp_path)],
-                          cwd=Path(engine.__file__).resolve().parent.parent,
+    proc = subprocess.run([sys.executable, "-m", "epbench.engine.build", "--out", str(tmp_path)],
                           env={**os.environ, "CC": cc}, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
