@@ -101,6 +101,7 @@ def _matmul_model(a_shape: list, b_shape: list) -> bytes:
     (["m", 4], [4, "n"], [6, 4], [4, 7]),         # symbolic m, n
     ([2, "m", 70], [70, 300], [2, 5, 70], None),  # blocks over n and a k tail
     ([1, 300], [300, 600], None, None),           # GEMV over k and n blocks
+    ([1, 259], [259, 520], None, None),           # GEMV with B past L2: 4 rows a pass, k tail 3
     ([3], [3], None, None),                       # 1-D x 1-D: a rank-0 dot product
     ([4], [2, 4, 1], None, None),                 # 1-D A: one row, the 1 dropped
     ([1, 2, 4, 3], [3], None, None),              # 1-D B: one column, the 1 dropped

@@ -77,7 +77,11 @@ EBE_INLINE void ebe_v8_relu_n(ebe_v8 *x, uint32_t repeat, float zero) {
  * Slower in other runs: a vrcpps estimate and a Newton step for the division (0.715x against
  * 0.724x: 3 more multiply-adds cost more than the division saves), and exp-based forms
  * (2^n times a degree 4 polynomial 0.693x; an 8-entry vpermps table times a degree 2 one
- * 0.716x). */
+ * 0.716x), and (2026-12-07, against this as an engine@LIB arm) P and Q in Estrin's form
+ * (z^2 once, one multiply more, about 4 cycles less latency a vector) 0.633x against
+ * 0.602x: the execution units, not the latency, set the pace; and the x^2 clamp as an
+ * integer vpminsd (safe: x^2 >= 0 or NaN, and a NaN x still makes the result NaN; llvm-mca
+ * puts vpminsd on FP0/2/3, off the FMA pipes' pair) 0.623x against 0.602x. */
 EBE_INLINE void ebe_v8_sigmoid(ebe_v8 *xp, float zero) {
   const float zmax = zero + 153.76f, one = zero + 1.0f;
   const ebe_v8 x = *xp, z0 = x * x;
