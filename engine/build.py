@@ -218,7 +218,9 @@ def _compile(cc: str, flags: list[str], sources: list[Path], work: Path) -> list
     most of it in kernels_fused.c and kernels_elementwise.c; every compare-commits of the
     engine builds it twice."""
     objects = [work / f"{i:02d}-{source.stem}.o" for i, source in enumerate(sources)]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
+    # The cores this process may run on (taskset, a container's cpuset), not the host's.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    with ThreadPoolExecutor(max_workers=max(1, min(len(sources), cores))) as pool:
         # list(): every compile ends (and its error is raised) before the objects are used.
         list(pool.map(lambda pair: _run_compiler(
             [cc, *flags, "-c", str(pair[0]), "-o", str(pair[1])], "compiling"),
