@@ -14,31 +14,36 @@ from epbench.reports.history import changepoints as cp
 from tests.support import synthetic
 
 
-def _definition(z: np.ndarray, w: np.ndarray, tau: int) -> float:
+def _definition(z: np.ndarray, w: np.ndarray, tau: int, alpha: float = 1.0) -> float:
     """Q(tau) written out pair by pair, as the module docstring defines it."""
     x, y, wx, wy = z[:tau], z[tau:], w[:tau], w[tau:]
 
     def within(a: np.ndarray, wa: np.ndarray) -> float:
         pairs = [(i, k) for i, k in itertools.permutations(range(len(a)), 2)]
-        return (sum(wa[i] * wa[k] * abs(a[i] - a[k]) for i, k in pairs)
+        return (sum(wa[i] * wa[k] * abs(a[i] - a[k]) ** alpha for i, k in pairs)
                 / sum(wa[i] * wa[k] for i, k in pairs))
 
-    between = (sum(wx[i] * wy[j] * abs(x[i] - y[j]) for i in range(len(x))
+    between = (sum(wx[i] * wy[j] * abs(x[i] - y[j]) ** alpha for i in range(len(x))
                    for j in range(len(y))) / (wx.sum() * wy.sum()))
     n = len(z)
     return tau * (n - tau) / n * (2 * between - within(x, wx) - within(y, wy))
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_the_split_statistic_is_the_energy_distance_of_its_definition(weighted):
+def test_the_split_statistic_is_the_energy_distance_of_its_definition(weighted, alpha):
     rng = np.random.default_rng(7)
     z = rng.normal(size=13)
     w = rng.uniform(0.3, 3.0, 13) if weighted else np.ones(13)
-    fast = cp._split_statistics(np.stack([z, z[::-1]]), np.stack([w, w[::-1]]), 2)
+    fast = cp._split_statistics(np.stack([z, z[::-1]]), np.stack([w, w[::-1]]), 2, alpha)
     for tau in range(2, 12):
-        assert fast[0, tau] == pytest.approx(_definition(z, w, tau), rel=1e-10)
-        assert fast[1, tau] == pytest.approx(_definition(z[::-1], w[::-1], tau), rel=1e-10)
+        assert fast[0, tau] == pytest.approx(_definition(z, w, tau, alpha), rel=1e-10)
+        assert fast[1, tau] == pytest.approx(_definition(z[::-1], w[::-1], tau, alpha),
+                                             rel=1e-10)
     assert np.isneginf(fast[0, [0, 1, 12, 13]]).all()  # splits shorter than min_segment
+    # One series alone is the stack's first row.
+    assert cp._split_statistics(z, w, 2, alpha).tolist() == fast[0].tolist()
+    assert cp._split_statistics(z[:0], w[:0], 0).tolist() == [-np.inf]
 
 
 def test_a_clear_step_is_found_where_it_is_and_equal_weights_change_nothing():

@@ -93,6 +93,8 @@ def _split_statistics(z: np.ndarray, w: np.ndarray, min_segment: int,
     import numpy as np
 
     n = z.shape[-1]
+    if n == 0:  # no point, so no split of min_segment a side (the running sums need one)
+        return np.full((*z.shape[:-1], 1), -np.inf)
     # Prefix sums over the pairwise matrix M_ij = w_i w_j |z_i - z_j|, per split tau:
     # d_tt = sum over i, j < tau; d_tn = sum over i < tau, all j. Built from row sums
     # (and row sums below the diagonal) so no 2-D cumulative sum is needed.
