@@ -110,9 +110,9 @@ class ProcessSample:
         if not np.all(np.isfinite(self.logs)):
             return np.array([float(np.median(self.logs[self.processes == p]))
                              for p in np.unique(self.processes)])
-        # Every process's median from one sort, bit for bit np.median's (the mean of the
-        # middle two of an even count): a median call a process was most of the time of the
-        # simulations that judge thousands of samples.
+        # Every process's median from one sort, equal (==) to np.median's (the mean of the
+        # middle two of an even count; a zero may differ in sign): a median call a process
+        # was most of the time of the simulations that judge thousands of samples.
         _, group, counts = np.unique(self.processes, return_inverse=True, return_counts=True)
         ordered = self.logs[np.lexsort((self.logs, group))]
         starts = np.cumsum(counts) - counts

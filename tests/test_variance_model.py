@@ -64,7 +64,7 @@ def test_the_nested_interval_covers_at_the_nominal_level(processes, process_sd):
 
 
 def test_each_process_median_is_numpys_median_of_its_rounds():
-    """The per-process medians come from one sort; they must be np.median's, bit for bit:
+    """The per-process medians come from one sort; they must equal (==) np.median's:
     odd and even counts (the mean of the middle two), ties, labels in any order and not
     contiguous, and a NaN round (np.median's NaN)."""
     rng = np.random.default_rng(11)
