@@ -289,9 +289,15 @@ def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]]
             if kind == "counting" and name in cases:
                 current[:] = [name]
             elif kind == "instructions" and name in cases:
-                if not event.get("error"):
-                    instructions.add_counts(cases[name]["arms"], event["per_run"])
-                finish(name, event.get("error"))
+                error = event.get("error")
+                if not error:
+                    try:
+                        per_run = instructions.per_run_of(event, Path(dump_dir))
+                    except instructions.InstructionsError as exc:
+                        error = str(exc)
+                    else:
+                        instructions.add_counts(cases[name]["arms"], per_run)
+                finish(name, error)
             elif kind == "error":
                 errors.append(event["message"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -353,7 +354,7 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
     # The worker reads what the runner saved; building (and so onnx) is the parent's.
     monkeypatch.setattr(CaseSpec, "build", lambda self: pytest.fail("the worker built a case"))
     monkeypatch.setattr(ins, "_callgrind_counts", lambda request: (
-        lambda arms, index: {a.arm.key: float(100 + index) for a in arms}))
+        lambda arms, index: {a.arm.key: {"0": [f"callgrind.out.1.{index}"]} for a in arms}))
     ins.count_in_worker(FakeWorker())
     assert built == ["relu_d1_w8", "relu_d10_w8"]
     assert events == [
@@ -361,8 +362,103 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
         {"event": "instructions", "case": "relu_d1_w8", "error": "RuntimeError: no session"},
         {"event": "counting", "case": "relu_d10_w8"},
         {"event": "instructions", "case": "relu_d10_w8", "method": "valgrind",
-         "runs": ins.COUNT_RUNS, "per_run": {"x": 101.0}},
+         "runs": ins.COUNT_RUNS, "dumps": {"x": {"0": ["callgrind.out.1.1"]}}},
     ]
+
+
+def _dump(label: str, own: int, ort: int) -> str:
+    """A callgrind dump of one call: ``own`` instructions in the interpreter itself, ``ort``
+    in what it called."""
+    return "\n".join([
+        "version: 1", f"desc: Trigger: Client Request: {label}", "", "events: Ir",
+        f"summary: {own + ort}", "", f"ob={ins.interpreter_object()}", "fn=PyObject_Call",
+        f"0 {own}", "cob=/lib/libort.so", "cfn=OrtRun", "calls=1 0", f"0 {ort}", "",
+        "ob=/lib/libort.so", "fn=OrtRun", f"0 {ort}", "", f"totals: {own + ort}", ""])
+
+
+def test_the_parent_reads_each_arm_s_dumps_and_deletes_them(tmp_path):
+    """Callgrind's counts are parsed by the parent, off valgrind: each arm's count is its
+    cheapest session's median call, the interpreter's own instructions left out."""
+    sessions = {"0": [100, 100, 190], "1": [95, 140, 95], "2": [97, 97, 97]}
+    names: dict[str, list[str]] = {}
+    for s, totals in sessions.items():
+        for i, ort in enumerate(totals):
+            name = f"callgrind.out.7.{s}{i}"
+            (tmp_path / name).write_text(_dump(f"0/x#{s}.{i}", own=1000, ort=ort))
+            names.setdefault(s, []).append(name)
+    (tmp_path / "callgrind.out.7.99").write_text(_dump("0/ort#0.0", own=5, ort=50))
+    event = {"event": "instructions", "case": "c", "method": "valgrind", "runs": 3,
+             "dumps": {"x": names, "ort": {"0": ["callgrind.out.7.99"]}}}
+    assert ins.per_run_of(event, tmp_path) == {"x": 95.0, "ort": 50.0}
+    assert list(tmp_path.iterdir()) == []
+    perf = {"event": "instructions", "case": "c", "method": "perf", "per_run": {"x": 9.5}}
+    assert ins.per_run_of(perf, tmp_path) == {"x": 9.5}
+
+
+@pytest.mark.parametrize("name", ["../outside", "{tmp}/outside", "callgrind.out.1.2/../../outside",
+                                  7, None])
+def test_a_dump_name_from_the_worker_is_only_ever_a_file_of_the_pass(tmp_path, name):
+    """The worker runs the EP under test: a name it sends that is not one of callgrind's
+    files in the pass's folder is refused, and nothing outside is read or deleted."""
+    folder = tmp_path / "pass"
+    (folder / "callgrind.out.1.2").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.write_text(_dump("0/x#0.0", own=1, ort=1))
+    if isinstance(name, str):
+        name = name.format(tmp=tmp_path)  # an absolute path, still inside this test's folder
+    event = {"event": "instructions", "case": "c", "method": "valgrind",
+             "dumps": {"x": {"0": [name]}}}
+    with pytest.raises(ins.InstructionsError, match="not a callgrind dump's name"):
+        ins.per_run_of(event, folder)
+    assert outside.is_file()
+
+
+@pytest.mark.parametrize("dumps", [[], {"x": {}}, {"x": {"0": []}}, {"x": "callgrind.out.1.1"},
+                                   {"x": {"0": ["callgrind.out.1.1"]}}])
+def test_a_malformed_or_missing_dump_is_the_case_s_error(tmp_path, dumps):
+    with pytest.raises(ins.InstructionsError):
+        ins.per_run_of({"event": "instructions", "dumps": dumps}, tmp_path)
+
+
+def test_the_worker_names_each_turn_s_own_dumps_and_drops_unlabelled_ones(
+        monkeypatch, tmp_path):
+    """Dumps stay in the folder until the parent reads them: a case's second turn (the same
+    case index, the same arm keys) must not claim the first turn's again."""
+    from types import SimpleNamespace
+
+    written = []
+
+    class Lib:
+        epbench_cg_dump = SimpleNamespace(argtypes=None)
+        epbench_cg_count_call = SimpleNamespace(argtypes=None)
+
+        def epbench_cg_start_instrumentation(self):
+            # A dump the process wrote on its own (no label), before the counted calls.
+            self._write("")
+
+        def epbench_cg_stop_instrumentation(self):
+            pass
+
+        def _write(self, label):
+            name = f"callgrind.out.{os.getpid()}.{len(written) + 1}"
+            text = _dump(label, own=1, ort=1) if label else "version: 1\nevents: Ir\n"
+            (tmp_path / name).write_text(text)
+            written.append(name)
+
+    lib = Lib()
+    monkeypatch.setattr(ins.ctypes, "PyDLL", lambda path: lib)
+    monkeypatch.setattr(ins, "_count_calls", lambda _lib, arms, index: [
+        lib._write(f"{index}/{a.arm.key}#{i % 3}.{i}")
+        for i in range(ins.COUNT_RUNS) for a in arms])
+    count = ins._callgrind_counts({"helper": "fake.so", "dump_dir": str(tmp_path)})
+    arms = [SimpleNamespace(arm=SimpleNamespace(key=k)) for k in ("ort", "x")]
+    first, second = count(arms, 4), count(arms, 4)
+    named = [n for turn in (first, second) for sessions in turn.values()
+             for names in sessions.values() for n in names]
+    assert len(named) == len(set(named)) == 2 * 2 * ins.COUNT_RUNS
+    assert sorted(first) == sorted(second) == ["ort", "x"]
+    assert {n for n in written if n not in named} == {written[0], written[2 * ins.COUNT_RUNS + 1]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(named)
 
 
 def test_arms_take_turns_in_a_rotating_order_while_counted():
