@@ -39,7 +39,8 @@ from epbench.harness.sessions import CPU_EP, nodes_by_ep, session_options
 STATUSES = ("passed", "failed", "not_claimed", "crashed", "skipped")
 # The EP sees the nodes as the test wrote them: no fusion, no constant folding.
 OPT_LEVEL = "disabled"
-# Seconds a case may run silent (a worker's start-up counts toward its first case).
+# Seconds a case may run silent (a worker's start-up gets at least
+# worker_process.STARTUP_TIMEOUT_S).
 DEFAULT_CASE_TIMEOUT_S = 60.0
 # Suffixes of the function-expanded variants: their op is the un-expanded twin's.
 _EXPANDED = ("_expanded_ver18", "_expanded")

@@ -30,6 +30,9 @@ from epbench.harness.run_config import WorkerConfig
 WORKER_MODULE = "epbench.harness.worker"
 # How much of a dead worker's stderr is kept for the error message.
 STDERR_TAIL_BYTES = 4000
+# Seconds a worker may take to report its first event, when its silence timeout (about a
+# hung case) is shorter: starting Python, numpy and ORT took over 5 s with both cores busy.
+STARTUP_TIMEOUT_S = 60.0
 
 
 def _worker_env() -> dict[str, str]:
@@ -56,6 +59,7 @@ class WorkerOutcome:
     returncode: int
     stderr_tail: str
     timed_out: bool = False
+    waited_s: float | None = None  # the silence that got it killed, when timed_out
 
 
 # One decoded JSON line of the worker's protocol: JSON at the edge, typed by whoever reads
@@ -70,8 +74,9 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
     """Run one worker process to the end.
 
     A worker that reports nothing for ``silence_timeout_s`` (a hung EP) is killed
-    and reported as such; a KeyboardInterrupt kills it and propagates. ``prefix``
-    runs the worker under another program (valgrind, for instruction counts).
+    and reported as such; before its first event it gets at least STARTUP_TIMEOUT_S.
+    A KeyboardInterrupt kills it and propagates. ``prefix`` runs the worker under
+    another program (valgrind, for instruction counts).
     """
     import json
     import selectors
@@ -86,6 +91,7 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
         os.close(write_fd)
         events: list[dict[str, Any]] = []
         timed_out = False
+        wait = silence_timeout_s
         try:
             assert proc.stdin is not None
             try:
@@ -102,7 +108,10 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
                 selector.register(pipe, selectors.EVENT_READ)
                 pending = b""
                 while True:
-                    if not selector.select(silence_timeout_s):
+                    wait = silence_timeout_s
+                    if wait is not None and not events:
+                        wait = max(wait, STARTUP_TIMEOUT_S)
+                    if not selector.select(wait):
                         timed_out = True
                         proc.kill()
                         break
@@ -126,7 +135,7 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
         size = err.seek(0, os.SEEK_END)
         err.seek(max(0, size - STDERR_TAIL_BYTES))
         tail = err.read().decode("utf-8", "replace")
-    return WorkerOutcome(events, returncode, tail, timed_out)
+    return WorkerOutcome(events, returncode, tail, timed_out, wait if timed_out else None)
 
 
 def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[str, dict]:
@@ -235,7 +244,7 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
     measured = f"after {len(result.rounds)} round(s)"
     if outcome.timed_out:
         result.ended("crashed", "crash",
-                     f"worker stopped: nothing reported for {silence_timeout_s:g} s "
+                     f"worker stopped: nothing reported for {outcome.waited_s:g} s "
                      f"{measured} (a hung EP?); raise --case-timeout if a step is "
                      "legitimately that slow")
     elif outcome.returncode < 0:

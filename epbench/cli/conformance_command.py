@@ -9,6 +9,7 @@ import click
 from epbench.cli.base import Command, emit
 from epbench.cli.options import FiniteRange, format_option, out_option
 from epbench.harness.conformance import DEFAULT_CASE_TIMEOUT_S, render_markdown, render_text
+from epbench.harness.worker_process import STARTUP_TIMEOUT_S
 from epbench.workflows.conformance import run_conformance
 
 
@@ -24,8 +25,8 @@ from epbench.workflows.conformance import run_conformance
 @click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=DEFAULT_CASE_TIMEOUT_S, show_default=True,
               help="Seconds one case may take before its worker is taken for hung "
-                   "(the case is reported crashed); a worker's start-up counts toward "
-                   "its first case.")
+                   "(the case is reported crashed); a worker's start-up gets at least "
+                   f"{STARTUP_TIMEOUT_S:g} s.")
 def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, out: str | None,
                 case_timeout: float) -> None:
     """Run ONNX's own node test cases through ORT with the arm's EP.

@@ -53,6 +53,7 @@ from epbench.harness.merge import Shard, merge_shards
 from epbench.harness.run_config import RunConfig
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
+from epbench.harness.worker_process import STARTUP_TIMEOUT_S
 from epbench.reports import render
 from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
 from epbench.reports.history.changes import history_to_check
@@ -125,7 +126,8 @@ _RUN = run_defaults()
 @click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
-                   "killed (its case is reported crashed).")
+                   "killed (its case is reported crashed); its start-up gets at least "
+                   f"{STARTUP_TIMEOUT_S:g} s.")
 @allow_fallback_option
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "
