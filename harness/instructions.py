@@ -34,6 +34,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -228,7 +229,12 @@ def valgrind_prefix(out_dir: Path) -> list[str]:
 
 
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
-_DESC = re.compile(r"^desc: Trigger: Client Request: (.+)$", re.MULTILINE)
+_TRIGGER = "desc: Trigger: Client Request: "  # the header line that holds a dump's label
+_DESC = re.compile("^" + re.escape(_TRIGGER) + "(.+)$", re.MULTILINE)
+# A dump callgrind writes on request: callgrind.out.PID.N (ASCII digits only).
+_DUMP_NAME = re.compile(r"callgrind\.out\.[0-9]+\.[0-9]+")
+# Larger than any dump of one call (about 80 KB): a file the parent will not read whole.
+DUMP_MAX_BYTES = 64 << 20
 
 
 def parse_dump(text: str, leave_out: str | None = None) -> tuple[str | None, int]:
@@ -309,6 +315,7 @@ def count_in_worker(worker: Any) -> None:
     if method == "valgrind":
         worker.config = {**worker.config, "sessions": COUNT_SESSIONS}
     count = _perf_counts if method == "perf" else _callgrind_counts(request)
+    dump_dir = Path(request["dump_dir"]) if method == "valgrind" else None
     groups = counting_groups(request)
     for index, case in enumerate(request["cases"]):
         spec = CaseSpec.from_dict(case)
@@ -326,10 +333,12 @@ def count_in_worker(worker: Any) -> None:
                     _release(arms)
                 for state in arms:  # the control once, from the first group
                     if state.registration is not None:
-                        counted_by_arm[key] = counted[state.arm.key]
+                        counted_by_arm[key] = counted.pop(state.arm.key)
                     elif n == 0:
-                        counted_by_arm[state.arm.key] = counted[state.arm.key]
+                        counted_by_arm[state.arm.key] = counted.pop(state.arm.key)
+                _discard_dumps(counted, dump_dir)  # the control's later turns: not reported
         except Exception as exc:  # noqa: BLE001 -- one case's failure is that case's record
+            _discard_dumps(counted_by_arm, dump_dir)
             worker.emit({"event": "instructions", "case": spec.name,
                          "error": f"{type(exc).__name__}: {exc}"})
             continue
@@ -338,6 +347,17 @@ def count_in_worker(worker: Any) -> None:
         worker.emit({"event": "instructions", "case": spec.name, "method": method,
                      "runs": COUNT_RUNS,
                      ("per_run" if method == "perf" else "dumps"): counted_by_arm})
+
+
+def _discard_dumps(counted: dict[str, Any], dump_dir: Path | None) -> None:
+    """Delete the callgrind dumps in ``counted`` (arm -> session -> names) that no event
+    will name to the parent; perf's counts (``dump_dir`` None) leave nothing behind."""
+    if dump_dir is None:
+        return
+    for sessions in counted.values():
+        for names in sessions.values():
+            for name in names:
+                (dump_dir / name).unlink(missing_ok=True)
 
 
 def counting_groups(request: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
@@ -434,7 +454,9 @@ def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dic
     lib.epbench_cg_count_call.argtypes = [ctypes.py_object]
     dump_dir = Path(request["dump_dir"])
 
-    claimed: set[str] = set()  # dumps of earlier turns, which the parent may not have read yet
+    # Dumps already given to a turn: the parent reads and deletes them only after the
+    # case's last turn, and a later turn must not take them again.
+    claimed: set[str] = set()
 
     def count(arms: list[Any], index: int) -> dict[str, dict[str, list[str]]]:
         # Instrumented code runs tens of times slower: only the counting is, never the
@@ -463,6 +485,7 @@ def _callgrind_counts(request: dict[str, Any]) -> Callable[[list[Any], int], dic
         missing = [s.arm.key for s in arms
                    if sum(map(len, dumps.get(s.arm.key, {}).values())) != COUNT_RUNS]
         if missing:
+            _discard_dumps(dumps, dump_dir)
             raise InstructionsError(f"callgrind wrote no count for arm(s) {missing}: is this "
                                     "worker running under valgrind --tool=callgrind?")
         return dumps
@@ -481,46 +504,65 @@ def dump_label(path: Path) -> str | None:
     return None
 
 
-_TRIGGER = "desc: Trigger: Client Request: "
-_DUMP_NAME = re.compile(r"callgrind\.out\.\d+\.\d+")
-
-
-def per_run_of(event: dict[str, Any], dump_dir: Path) -> dict[str, float]:
+def per_run_of(event: dict[str, Any], method: str, dump_dir: Path) -> dict[str, float]:
     """An ``instructions`` event's counts per Run, by arm key: perf's as the worker sent
-    them; callgrind's read here from the dumps the worker named, in ``dump_dir``, each
-    deleted once read. A malformed event or dump is an InstructionsError."""
-    if "dumps" not in event:
-        return dict(event["per_run"])
+    them; callgrind's read here from the dumps the worker named in ``dump_dir``, each
+    deleted once read. Anything malformed (the worker runs the EP under test) is an
+    InstructionsError, which costs the case its count and nothing else."""
+    if method == "perf":
+        per_run = event.get("per_run")
+        if not isinstance(per_run, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                for k, v in per_run.items()):
+            raise InstructionsError("the perf pass sent counts that are not numbers by arm")
+        return {k: float(v) for k, v in per_run.items()}
     leave_out = interpreter_object()
     if leave_out is None:
         raise InstructionsError("cannot tell which file holds the interpreter (from "
                                 "/proc/self/maps), so its instructions cannot be left out; "
                                 "use --instructions perf")
-    dumps = event["dumps"]
+    dumps = event.get("dumps")
     if not isinstance(dumps, dict):
-        raise InstructionsError("the instructions event's dumps are not a mapping")
+        raise InstructionsError("the callgrind pass named no dumps by arm")
     per_run = {}
     for key, sessions in dumps.items():
-        if not isinstance(sessions, dict):
-            raise InstructionsError(f"arm {key!r}'s dumps are not a mapping")
         totals: dict[str, list[int]] = {}
-        for session, names in sessions.items():
-            for name in names if isinstance(names, list) else [names]:
-                # Only a file callgrind names, in the pass's own folder.
-                if not isinstance(name, str) or not _DUMP_NAME.fullmatch(name):
-                    raise InstructionsError(f"not a callgrind dump's name: {name!r}")
-                path = dump_dir / name
+        for session, names in (sessions.items() if isinstance(sessions, dict) else ()):
+            for name in (names if isinstance(names, list) else ()):
+                text = _read_dump(dump_dir, name)
                 try:
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                except OSError as exc:
-                    raise InstructionsError(f"callgrind dump {name} unreadable: "
-                                            f"{exc.strerror}") from None
-                path.unlink()
-                totals.setdefault(str(session), []).append(parse_dump(text, leave_out)[1])
+                    total = parse_dump(text, leave_out)[1]
+                except ValueError as exc:  # a cost that is not a number
+                    raise InstructionsError(f"callgrind dump {name}: {exc}") from None
+                totals.setdefault(str(session), []).append(total)
         if not totals:
-            raise InstructionsError(f"no callgrind dump for arm {key!r}")
+            raise InstructionsError(f"the callgrind pass named no dump for arm {key!r}")
         per_run[str(key)] = cheapest_session(totals)
     return per_run
+
+
+def _read_dump(dump_dir: Path, name: object) -> str:
+    """One dump the worker named, read and deleted: only a regular file that callgrind
+    names, in the pass's folder, not through a link, and not larger than DUMP_MAX_BYTES."""
+    if not isinstance(name, str) or not _DUMP_NAME.fullmatch(name):
+        raise InstructionsError(f"the callgrind pass named {name!r}, not one of its dumps")
+    path = dump_dir / name
+    try:
+        # O_NONBLOCK: a FIFO in its place must not block the harness.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InstructionsError(f"callgrind dump {name}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > DUMP_MAX_BYTES:
+            raise InstructionsError(f"callgrind dump {name} is not a regular file of at "
+                                    f"most {DUMP_MAX_BYTES} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(DUMP_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return data.decode("utf-8", "replace")
 
 
 def cheapest_session(sessions: dict[str, list[int]]) -> float:

@@ -301,9 +301,9 @@ def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]]
                 error = event.get("error")
                 if not error:
                     try:
-                        per_run = instructions.per_run_of(event, Path(dump_dir))
+                        per_run = instructions.per_run_of(event, method, Path(dump_dir))
                     except instructions.InstructionsError as exc:
-                        error = str(exc)
+                        error = f"{type(exc).__name__}: {exc}"  # as the worker words its own
                     else:
                         instructions.add_counts(cases[name]["arms"], per_run)
                 finish(name, error)

@@ -246,17 +246,18 @@ def test_helper_library_is_built_once_and_cached(tmp_path):
     lib.epbench_cg_zero()
 
 
-def _pass_with(monkeypatch, worker):
+def _pass_with(monkeypatch, worker, method: str = "perf"):
     from epbench.harness import worker_process
 
     monkeypatch.setattr(worker_process, "run_worker", worker)
-    monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (request, []))
+    monkeypatch.setattr(ins, "worker_request", lambda request, method, dump_dir: (
+        {**request, "dump_dir": str(dump_dir)}, []))
     cases = {name: {"arms": {"ort": {}, "x": {"counters_per_run": {"heap_allocs": 0.0}}}}
              for name in ("a", "b", "c", "d")}
     seen = []
     def count() -> None:
         worker_process.count_instructions({"cases": list(cases)}, cases, seen.append,
-                                          method="perf", silence_timeout_s=5.0)
+                                          method=method, silence_timeout_s=5.0)
 
     return cases, seen, count
 
@@ -326,6 +327,7 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
 
     class FakeWorker:
         request = {"instructions": "valgrind", "cases": [s.to_dict() for s in specs],
+                   "dump_dir": str(tmp_path),
                    "arms": [{"arm": {"spec": "ort", "kind": "ort", "target": None,
                                      "options": [], "name": "x"}, "library": None}],
                    "built": {s.name: save_built_case(s.build(), tmp_path, f"case{i}")
@@ -366,37 +368,50 @@ def test_the_worker_counts_each_case_on_fresh_sessions_and_goes_on_after_a_failu
     ]
 
 
-def _dump(label: str, own: int, ort: int) -> str:
+def _dump(label: str, own: int, ort: int | str) -> str:
     """A callgrind dump of one call: ``own`` instructions in the interpreter itself, ``ort``
     in what it called."""
     return "\n".join([
         "version: 1", f"desc: Trigger: Client Request: {label}", "", "events: Ir",
-        f"summary: {own + ort}", "", f"ob={ins.interpreter_object()}", "fn=PyObject_Call",
+        "summary: 0", "", f"ob={ins.interpreter_object()}", "fn=PyObject_Call",
         f"0 {own}", "cob=/lib/libort.so", "cfn=OrtRun", "calls=1 0", f"0 {ort}", "",
-        "ob=/lib/libort.so", "fn=OrtRun", f"0 {ort}", "", f"totals: {own + ort}", ""])
+        "ob=/lib/libort.so", "fn=OrtRun", f"0 {ort}", "",
+        f"totals: {own + ort if isinstance(ort, int) else own}", ""])
+
+
+def _valgrind_event(dump_dir: Path, sessions: dict[str, list[int]], pid: int = 7) -> dict:
+    """An instructions event naming one dump per call of arm x, written to ``dump_dir``."""
+    names: dict[str, list[str]] = {}
+    for s, totals in sessions.items():
+        for i, ort in enumerate(totals):
+            name = f"callgrind.out.{pid}.{s}{i}"
+            (dump_dir / name).write_text(_dump(f"0/x#{s}.{i}", own=1000, ort=ort))
+            names.setdefault(s, []).append(name)
+    return {"event": "instructions", "case": "c", "method": "valgrind", "dumps": {"x": names}}
 
 
 def test_the_parent_reads_each_arm_s_dumps_and_deletes_them(tmp_path):
     """Callgrind's counts are parsed by the parent, off valgrind: each arm's count is its
     cheapest session's median call, the interpreter's own instructions left out."""
-    sessions = {"0": [100, 100, 190], "1": [95, 140, 95], "2": [97, 97, 97]}
-    names: dict[str, list[str]] = {}
-    for s, totals in sessions.items():
-        for i, ort in enumerate(totals):
-            name = f"callgrind.out.7.{s}{i}"
-            (tmp_path / name).write_text(_dump(f"0/x#{s}.{i}", own=1000, ort=ort))
-            names.setdefault(s, []).append(name)
-    (tmp_path / "callgrind.out.7.99").write_text(_dump("0/ort#0.0", own=5, ort=50))
-    event = {"event": "instructions", "case": "c", "method": "valgrind", "runs": 3,
-             "dumps": {"x": names, "ort": {"0": ["callgrind.out.7.99"]}}}
-    assert ins.per_run_of(event, tmp_path) == {"x": 95.0, "ort": 50.0}
+    event = _valgrind_event(tmp_path, {"0": [100, 100, 190], "1": [60, 140, 140],
+                                       "2": [97, 97, 300]})
+    assert ins.per_run_of(event, "valgrind", tmp_path) == {"x": 97.0}
     assert list(tmp_path.iterdir()) == []
     perf = {"event": "instructions", "case": "c", "method": "perf", "per_run": {"x": 9.5}}
-    assert ins.per_run_of(perf, tmp_path) == {"x": 9.5}
+    assert ins.per_run_of(perf, "perf", tmp_path) == {"x": 9.5}
+
+
+@pytest.mark.parametrize(("method", "event"), [
+    ("perf", {"per_run": {"x": "lots"}}), ("perf", {"per_run": ["x"]}), ("perf", {}),
+    ("perf", {"per_run": {"x": True}}), ("valgrind", {"per_run": {"x": 9.5}})])
+def test_counts_the_pass_did_not_send_as_its_method_sends_them_are_refused(
+        tmp_path, method, event):
+    with pytest.raises(ins.InstructionsError, match="the (perf|callgrind) pass"):
+        ins.per_run_of(event, method, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["../outside", "{tmp}/outside", "callgrind.out.1.2/../../outside",
-                                  7, None])
+                                  "callgrind.out.\u0661.2", 7, None])
 def test_a_dump_name_from_the_worker_is_only_ever_a_file_of_the_pass(tmp_path, name):
     """The worker runs the EP under test: a name it sends that is not one of callgrind's
     files in the pass's folder is refused, and nothing outside is read or deleted."""
@@ -406,59 +421,199 @@ def test_a_dump_name_from_the_worker_is_only_ever_a_file_of_the_pass(tmp_path, n
     outside.write_text(_dump("0/x#0.0", own=1, ort=1))
     if isinstance(name, str):
         name = name.format(tmp=tmp_path)  # an absolute path, still inside this test's folder
-    event = {"event": "instructions", "case": "c", "method": "valgrind",
-             "dumps": {"x": {"0": [name]}}}
-    with pytest.raises(ins.InstructionsError, match="not a callgrind dump's name"):
-        ins.per_run_of(event, folder)
+    event = {"event": "instructions", "dumps": {"x": {"0": [name]}}}
+    with pytest.raises(ins.InstructionsError, match="not one of its dumps"):
+        ins.per_run_of(event, "valgrind", folder)
     assert outside.is_file()
 
 
-@pytest.mark.parametrize("dumps", [[], {"x": {}}, {"x": {"0": []}}, {"x": "callgrind.out.1.1"},
-                                   {"x": {"0": ["callgrind.out.1.1"]}}])
-def test_a_malformed_or_missing_dump_is_the_case_s_error(tmp_path, dumps):
-    with pytest.raises(ins.InstructionsError):
-        ins.per_run_of({"event": "instructions", "dumps": dumps}, tmp_path)
+def test_a_dump_that_is_a_link_or_a_fifo_is_refused_unread(tmp_path):
+    """A link (to a file outside) or a FIFO under a dump's name: refused, without reading
+    through the link or blocking on the FIFO; the target stays."""
+    outside = tmp_path / "outside"
+    outside.write_text(_dump("0/x#0.0", own=1, ort=1))
+    folder = tmp_path / "pass"
+    folder.mkdir()
+    (folder / "callgrind.out.1.1").symlink_to(outside)
+    os.mkfifo(folder / "callgrind.out.1.2")
+    for name, why in (("callgrind.out.1.1", "links"), ("callgrind.out.1.2", "regular file")):
+        event = {"event": "instructions", "dumps": {"x": {"0": [name]}}}
+        with pytest.raises(ins.InstructionsError, match=why):
+            ins.per_run_of(event, "valgrind", folder)
+    assert outside.read_text() == _dump("0/x#0.0", own=1, ort=1)
 
 
-def test_the_worker_names_each_turn_s_own_dumps_and_drops_unlabelled_ones(
-        monkeypatch, tmp_path):
-    """Dumps stay in the folder until the parent reads them: a case's second turn (the same
-    case index, the same arm keys) must not claim the first turn's again."""
-    from types import SimpleNamespace
+@pytest.mark.parametrize("dumps", [[], {"x": {}}, {"x": {"0": []}}, {"x": "callgrind.out.1.1"}])
+def test_an_event_that_names_no_dump_for_an_arm_is_refused(tmp_path, dumps):
+    with pytest.raises(ins.InstructionsError, match="named no dump"):
+        ins.per_run_of({"event": "instructions", "dumps": dumps}, "valgrind", tmp_path)
 
-    written = []
 
-    class Lib:
-        epbench_cg_dump = SimpleNamespace(argtypes=None)
-        epbench_cg_count_call = SimpleNamespace(argtypes=None)
+def _unparsable(label: str) -> str:
+    """A dump whose interpreter's own cost is not a number."""
+    return _dump(label, own=1, ort=1).replace("fn=PyObject_Call\n0 1\n",
+                                              "fn=PyObject_Call\n0 12abc\n")
 
-        def epbench_cg_start_instrumentation(self):
-            # A dump the process wrote on its own (no label), before the counted calls.
-            self._write("")
 
-        def epbench_cg_stop_instrumentation(self):
-            pass
+def test_a_missing_or_unparsable_dump_is_an_instructions_error(tmp_path):
+    missing = {"event": "instructions", "dumps": {"x": {"0": ["callgrind.out.1.1"]}}}
+    with pytest.raises(ins.InstructionsError, match="callgrind.out.1.1: No such file"):
+        ins.per_run_of(missing, "valgrind", tmp_path)
+    (tmp_path / "callgrind.out.1.1").write_text(_unparsable("0/x#0.0"))
+    with pytest.raises(ins.InstructionsError, match="callgrind.out.1.1: invalid literal"):
+        ins.per_run_of(missing, "valgrind", tmp_path)
 
-        def _write(self, label):
-            name = f"callgrind.out.{os.getpid()}.{len(written) + 1}"
-            text = _dump(label, own=1, ort=1) if label else "version: 1\nevents: Ir\n"
-            (tmp_path / name).write_text(text)
-            written.append(name)
 
-    lib = Lib()
+def test_a_bad_dump_costs_its_own_case_s_count_only(monkeypatch):
+    """The parent's side of a callgrind pass: counts parsed from the dumps each event
+    names; a dump that cannot be parsed is that case's error, the next case is counted."""
+
+    def worker(request, on_event, silence_timeout_s, prefix):
+        folder = Path(request["dump_dir"])
+        for n, (name, text) in enumerate((("a", _dump("0/x#0.0", own=5, ort=90)),
+                                          ("b", _unparsable("1/x#0.0")),
+                                          ("c", _dump("2/x#0.0", own=5, ort=80)))):
+            on_event({"event": "counting", "case": name})
+            (folder / f"callgrind.out.7.{n}").write_text(text)
+            on_event({"event": "instructions", "case": name, "method": "valgrind",
+                      "runs": 1, "dumps": {"x": {"0": [f"callgrind.out.7.{n}"]}}})
+        return worker_process.WorkerOutcome(events=[], returncode=0, stderr_tail="")
+
+    from epbench.harness import worker_process
+
+    cases, seen, count = _pass_with(monkeypatch, worker, "valgrind")
+    count()
+    assert seen == ["a", "b", "c", "d"]
+    assert cases["a"]["arms"]["x"]["counters_per_run"]["instructions"] == 90.0
+    assert cases["c"]["arms"]["x"]["counters_per_run"]["instructions"] == 80.0
+    assert cases["b"]["instructions"]["error"].startswith(
+        "InstructionsError: callgrind dump callgrind.out.7.1: invalid literal")
+    assert "instructions" not in cases["b"]["arms"]["x"]["counters_per_run"]
+
+
+def test_a_dump_s_label_is_read_from_its_header_only(tmp_path):
+    head, after = tmp_path / "head", tmp_path / "after"
+    head.write_text(_dump("3/x#1.4", own=1, ort=1))
+    after.write_text("version: 1\nevents: Ir\ndesc: Trigger: Client Request: 3/x#1.4\n")
+    assert (ins.dump_label(head), ins.dump_label(after)) == ("3/x#1.4", None)
+
+
+class _DumpingHelper:
+    """The toggle library as _callgrind_counts uses it, writing a dump per label."""
+
+    epbench_cg_dump = epbench_cg_count_call = type("Fn", (), {"argtypes": None})()
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.written = folder, {}
+
+    def epbench_cg_start_instrumentation(self) -> None:
+        self.write("")  # a dump the process wrote on its own, with no label
+
+    def epbench_cg_stop_instrumentation(self) -> None:
+        pass
+
+    def write(self, label: str) -> None:
+        name = f"callgrind.out.{os.getpid()}.{len(self.written) + 1}"
+        text = _dump(label, own=1, ort=1) if label else "version: 1\nevents: Ir\n"
+        (self.folder / name).write_text(text)
+        self.written[name] = label
+
+
+def _counter(monkeypatch, folder: Path, calls: int = ins.COUNT_RUNS):
+    lib = _DumpingHelper(folder)
     monkeypatch.setattr(ins.ctypes, "PyDLL", lambda path: lib)
     monkeypatch.setattr(ins, "_count_calls", lambda _lib, arms, index: [
-        lib._write(f"{index}/{a.arm.key}#{i % 3}.{i}")
-        for i in range(ins.COUNT_RUNS) for a in arms])
-    count = ins._callgrind_counts({"helper": "fake.so", "dump_dir": str(tmp_path)})
+        lib.write(f"{index}/{a.arm.key}#{i % ins.COUNT_SESSIONS}.{i}")
+        for i in range(calls) for a in arms])
+    return lib, ins._callgrind_counts({"helper": "fake.so", "dump_dir": str(folder)})
+
+
+def test_the_worker_names_each_turn_s_own_dumps_by_session(monkeypatch, tmp_path):
+    """Dumps stay in the folder until the parent reads them: a case's second turn (the same
+    case index, the same arm keys) must not claim the first turn's again; a dump with no
+    label, or another case's, is deleted; each name is filed under its call's session."""
+    from types import SimpleNamespace
+
+    lib, count = _counter(monkeypatch, tmp_path)
+    lib.write("3/x#0.0")  # another case's, left over
     arms = [SimpleNamespace(arm=SimpleNamespace(key=k)) for k in ("ort", "x")]
     first, second = count(arms, 4), count(arms, 4)
     named = [n for turn in (first, second) for sessions in turn.values()
              for names in sessions.values() for n in names]
     assert len(named) == len(set(named)) == 2 * 2 * ins.COUNT_RUNS
-    assert sorted(first) == sorted(second) == ["ort", "x"]
-    assert {n for n in written if n not in named} == {written[0], written[2 * ins.COUNT_RUNS + 1]}
+    for turn in (first, second):
+        assert sorted(turn) == ["ort", "x"]
+        for key, sessions in turn.items():
+            assert sorted(sessions) == [str(s) for s in range(ins.COUNT_SESSIONS)]
+            for session, names in sessions.items():
+                assert {lib.written[n].rpartition("#")[::2][0] for n in names} == {f"4/{key}"}
+                assert {lib.written[n].split("#")[1].split(".")[0] for n in names} == {session}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(named)
+
+
+def test_a_turn_with_calls_missing_leaves_no_dump_behind(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    _, count = _counter(monkeypatch, tmp_path, calls=ins.COUNT_RUNS - 1)
+    arms = [SimpleNamespace(arm=SimpleNamespace(key="x"))]
+    with pytest.raises(ins.InstructionsError, match=r"no count for arm\(s\) \['x'\]"):
+        count(arms, 0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_worker_deletes_the_dumps_no_event_names(monkeypatch, tmp_path):
+    """The control is counted in every turn and reported from the first: its later turns'
+    dumps are deleted; so are a failed case's."""
+    from types import SimpleNamespace
+
+    events = []
+
+    def arm(name, kind):
+        return {"arm": {"spec": kind, "kind": kind, "target": None, "options": [],
+                        "name": name}, "library": None if kind == "ort" else f"/x/{name}.so"}
+
+    class FakeWorker:
+        request = {"instructions": "valgrind", "dump_dir": str(tmp_path),
+                   "cases": [{"name": "ok"}, {"name": "fails"}], "built": {"ok": 0, "fails": 0},
+                   "arms": [arm("ort", "ort"), arm("p", "engine"), arm("q", "engine")]}
+        config = {"sessions": 1}
+
+        def emit(self, event):
+            events.append(event)
+
+        def setup_arms(self):
+            return [SimpleNamespace(arm=SimpleNamespace(key=ins.ArmSpec.from_dict(a["arm"]).key),
+                                    registration=None if a["arm"]["kind"] == "ort" else 1)
+                    for a in self.request["arms"]]
+
+        def build_sessions(self, arms, built, spec):
+            if spec.name == "fails" and arms[1].arm.key == ins.COUNTING_NAME and turns[0] == 3:
+                raise RuntimeError("second turn")
+
+    turns = [0]
+
+    def count(arms, index):
+        turns[0] += 1
+        counted = {}
+        for a in arms:
+            name = f"callgrind.out.1.{turns[0]}{len(counted)}"
+            (tmp_path / name).write_text("")
+            counted[a.arm.key] = {"0": [name]}
+        return counted
+
+    monkeypatch.setattr(ins, "_callgrind_counts", lambda request: count)
+    monkeypatch.setattr(ins, "_release", lambda arms: None)  # no ORT sessions here
+    monkeypatch.setattr(ins, "load_built_case", lambda where: None)
+    monkeypatch.setattr(ins.CaseSpec, "from_dict", lambda d: SimpleNamespace(**d))
+    ins.count_in_worker(FakeWorker())
+    ok, failed = events[1], events[3]
+    assert failed == {"event": "instructions", "case": "fails",
+                      "error": "RuntimeError: second turn"}
+    assert sorted(ok["dumps"]) == ["ort", "p", "q"]
+    named = {n for sessions in ok["dumps"].values() for names in sessions.values() for n in names}
+    # Turn 1: ort and p; turn 2: q (its ort deleted); the failed case's turn 1 deleted.
+    assert named == {"callgrind.out.1.10", "callgrind.out.1.11", "callgrind.out.1.21"}
+    assert {p.name for p in tmp_path.iterdir()} == named
 
 
 def test_arms_take_turns_in_a_rotating_order_while_counted():
