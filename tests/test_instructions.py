@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from epbench.harness import callgrind_dumps as cgd
 from epbench.harness import instructions as ins
 from epbench.reports.defaults import INSTRUCTIONS_THRESHOLD
 from tests.support.synthetic import as_results
@@ -18,12 +19,12 @@ VALGRIND_OK, VALGRIND_WHY = ins.valgrind_available()
 
 def test_parse_dump_reads_label_and_total():
     text = (FIXTURES / "dump_arm_x.txt").read_text()
-    assert ins.parse_dump(text) == ("arm_x", 721)
+    assert cgd.parse_dump(text) == ("arm_x", 721)
 
 
 def test_parse_dump_refuses_a_file_without_totals():
-    with pytest.raises(ins.InstructionsError, match="totals"):
-        ins.parse_dump("version: 1\nevents: Ir\n")
+    with pytest.raises(cgd.DumpError, match="totals"):
+        cgd.parse_dump("version: 1\nevents: Ir\n")
 
 
 def test_add_counts_creates_counters_for_arms_without_a_probe():
@@ -182,9 +183,9 @@ def test_parse_dump_leaves_out_one_object_s_own_instructions():
         "ob=/lib/libort.so", "fn=OrtRun", "0 600", "cob=/lib/libc.so.6", "cfn=memcmp",
         "calls=2 0", "0 50", "",
         "ob=/lib/libc.so.6", "fn=memcmp", "0 50", "", "totals: 1000", ""])
-    assert ins.parse_dump(text) == ("0/x#1", 1000)
-    assert ins.parse_dump(text, "/lib/libpython3.11.so.1.0") == ("0/x#1", 680)
-    assert ins.parse_dump(text, "/lib/elsewhere.so") == ("0/x#1", 1000)
+    assert cgd.parse_dump(text) == ("0/x#1", 1000)
+    assert cgd.parse_dump(text, "/lib/libpython3.11.so.1.0") == ("0/x#1", 680)
+    assert cgd.parse_dump(text, "/lib/elsewhere.so") == ("0/x#1", 1000)
 
 
 def test_the_interpreter_object_is_the_file_that_holds_the_c_api():
@@ -495,7 +496,7 @@ def test_a_dump_s_label_is_read_from_its_header_only(tmp_path):
     head, after = tmp_path / "head", tmp_path / "after"
     head.write_text(_dump("3/x#1.4", own=1, ort=1))
     after.write_text("version: 1\nevents: Ir\ndesc: Trigger: Client Request: 3/x#1.4\n")
-    assert (ins.dump_label(head), ins.dump_label(after)) == ("3/x#1.4", None)
+    assert (cgd.dump_label(head), cgd.dump_label(after)) == ("3/x#1.4", None)
 
 
 class _DumpingHelper:
@@ -648,6 +649,6 @@ def test_arms_take_turns_in_a_rotating_order_while_counted():
 def test_an_arm_s_count_is_its_cheapest_session_s_median_call():
     """A session can sit a few instructions above the arm's count, never below; within
     a session, a rare call does more."""
-    assert ins.cheapest_session({"0": [13018, 13018, 13113, 13018, 22418],
+    assert cgd.cheapest_session({"0": [13018, 13018, 13113, 13018, 22418],
                                  "1": [13009, 13104, 13009, 13009, 22409],
                                  "2": [13009, 13009, 13009, 30000, 13009]}) == 13009.0

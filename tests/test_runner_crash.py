@@ -128,18 +128,18 @@ def test_a_worker_s_start_up_gets_longer_than_its_silence_timeout(monkeypatch):
 
     monkeypatch.setattr(worker_process, "WORKER_MODULE", "tests.support.slow_start_worker")
     monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 30.0)
-    # Silent 2 s before its first event, against a 1 s silence timeout: not killed.
-    outcome = worker_process.run_worker({"before_s": 2.0, "after_s": 0.0}, None, 1.0)
+    # Silent over 1 s before its first event, against a 0.5 s silence timeout: not killed.
+    outcome = worker_process.run_worker({"before_s": 1.0, "after_s": 0.0}, None, 0.5)
     assert not outcome.timed_out and outcome.returncode == 0
     assert [e["event"] for e in outcome.events] == ["started", "done"]
     # Silent for an hour after it: killed after the silence timeout.
-    outcome = worker_process.run_worker({"before_s": 0.0, "after_s": 3600.0}, None, 1.0)
-    assert outcome.timed_out and outcome.waited_s == 1.0
+    outcome = worker_process.run_worker({"before_s": 0.0, "after_s": 3600.0}, None, 0.5)
+    assert outcome.timed_out and outcome.waited_s == 0.5
     assert [e["event"] for e in outcome.events] == ["started"]
     # Silent for an hour before it: killed after the start-up's allowance.
-    monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 3.0)
-    outcome = worker_process.run_worker({"before_s": 3600.0, "after_s": 0.0}, None, 1.0)
-    assert outcome.timed_out and outcome.waited_s == 3.0 and outcome.events == []
+    monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 1.5)
+    outcome = worker_process.run_worker({"before_s": 3600.0, "after_s": 0.0}, None, 0.5)
+    assert outcome.timed_out and outcome.waited_s == 1.5 and outcome.events == []
 
 
 CRASHER_C = """
