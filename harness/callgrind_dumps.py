@@ -85,6 +85,8 @@ def arm_counts(dumps: dict[Any, Any], dump_dir: Path, leave_out: str) -> dict[st
                 text = read_dump(dump_dir, name)
                 try:
                     total = parse_dump(text, leave_out)[1]
+                except DumpError:
+                    raise
                 except ValueError as exc:  # a cost that is not a number
                     raise DumpError(f"callgrind dump {name}: {exc}") from None
                 totals.setdefault(str(session), []).append(total)

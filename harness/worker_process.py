@@ -30,8 +30,9 @@ from epbench.harness.run_config import WorkerConfig
 WORKER_MODULE = "epbench.harness.worker"
 # How much of a dead worker's stderr is kept for the error message.
 STDERR_TAIL_BYTES = 4000
-# Seconds a worker may take to report its first event, when its silence timeout (about a
-# hung case) is shorter: starting Python, numpy and ORT took over 5 s with both cores busy.
+# Seconds a worker may take to report its first event (before it loads any EP: Python,
+# numpy and ORT's import, and for conformance the arm's registration), when its silence
+# timeout (about a hung case) is shorter: a start took over 5 s with both cores busy.
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -242,7 +243,12 @@ def run_process(spec: CaseSpec, arms: list[ArmSpec], libraries: dict[str, str | 
     done = any(e.get("event") == "done" for e in outcome.events)
     tail = outcome.stderr_tail.strip()[-300:]
     measured = f"after {len(result.rounds)} round(s)"
-    if outcome.timed_out:
+    if outcome.timed_out and not outcome.events:
+        result.ended("crashed", "crash",
+                     f"worker stopped: it reported nothing within {outcome.waited_s:g} s of "
+                     "starting (Python and ORT's import: a machine too busy?); raise "
+                     f"--case-timeout above {outcome.waited_s:g} s if it is that slow")
+    elif outcome.timed_out:
         result.ended("crashed", "crash",
                      f"worker stopped: nothing reported for {outcome.waited_s:g} s "
                      f"{measured} (a hung EP?); raise --case-timeout if a step is "
@@ -316,6 +322,8 @@ def count_instructions(request: dict[str, Any], cases: dict[str, dict[str, Any]]
             finish_rest("interrupted before this case was counted")
             raise
     ended = (errors[0] if errors else
+             f"the {method} pass reported nothing for {outcome.waited_s:g} s and was stopped "
+             "(raise --case-timeout)" if outcome.timed_out else
              f"the {method} pass ended with status {outcome.returncode}: "
              f"{outcome.stderr_tail.strip()[-300:]}")
     if current and current[0] not in finished:

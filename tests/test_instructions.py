@@ -295,6 +295,21 @@ def test_one_pass_counts_every_case_and_keeps_each_case_s_own_error(monkeypatch)
     assert cases["d"]["instructions"]["error"].endswith("(before this case)")
 
 
+def test_a_pass_stopped_for_its_silence_says_so(monkeypatch):
+    from epbench.harness import worker_process
+
+    def silent_worker(request, on_event, silence_timeout_s, prefix):
+        on_event({"event": "counting", "case": "a"})
+        return worker_process.WorkerOutcome(events=[], returncode=-9, stderr_tail="",
+                                            timed_out=True, waited_s=silence_timeout_s)
+
+    cases, seen, count = _pass_with(monkeypatch, silent_worker)
+    count()
+    assert cases["a"]["instructions"]["error"] == (
+        "the perf pass reported nothing for 5 s and was stopped (raise --case-timeout) "
+        "(while counting this case)")
+
+
 def test_ctrl_c_in_the_pass_marks_the_uncounted_cases_and_propagates(monkeypatch):
     def interrupted_worker(request, on_event, silence_timeout_s, prefix):
         on_event({"event": "counting", "case": "a"})
@@ -462,6 +477,9 @@ def test_a_missing_or_unparsable_dump_is_an_instructions_error(tmp_path):
         ins.per_run_of(missing, "valgrind", tmp_path)
     (tmp_path / "callgrind.out.1.1").write_text(_unparsable("0/x#0.0"))
     with pytest.raises(ins.InstructionsError, match="callgrind.out.1.1: invalid literal"):
+        ins.per_run_of(missing, "valgrind", tmp_path)
+    (tmp_path / "callgrind.out.1.1").write_text("version: 1\nevents: Ir\n")
+    with pytest.raises(ins.InstructionsError, match="^a callgrind dump without a totals line"):
         ins.per_run_of(missing, "valgrind", tmp_path)
 
 

@@ -140,6 +140,30 @@ def test_a_worker_s_start_up_gets_longer_than_its_silence_timeout(monkeypatch):
     monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 1.5)
     outcome = worker_process.run_worker({"before_s": 3600.0, "after_s": 0.0}, None, 0.5)
     assert outcome.timed_out and outcome.waited_s == 1.5 and outcome.events == []
+    # The allowance only ever lengthens a start-up: a silence timeout longer than it holds.
+    monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 0.5)
+    outcome = worker_process.run_worker({"before_s": 1.0, "after_s": 0.0}, None, 1.5)
+    assert not outcome.timed_out and outcome.returncode == 0
+
+
+def test_a_worker_that_never_reports_is_stopped_after_its_start_up_allowance(
+        tmp_path, monkeypatch):
+    """A case whose worker reports nothing at all: crashed, and the message says it was
+    the start that took too long, for how long, and what to raise."""
+    from dataclasses import replace
+
+    from epbench.harness import worker_process
+
+    monkeypatch.setattr(worker_process, "WORKER_MODULE", "tests.support.faulty_worker")
+    monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 1.0)
+    monkeypatch.setenv("EPBENCH_TEST_FAULT", "stall:relu_d10_w8")
+    config = replace(_config(tmp_path, silence_timeout_s=0.5),
+                     cases=(case_by_name("relu_d10_w8"),))
+    case = run(config).to_dict()["cases"]["relu_d10_w8"]
+    assert case["status"] == "crashed" and case["rounds"] == []
+    assert case["error"] == (
+        "worker stopped: it reported nothing within 1 s of starting (Python and ORT's "
+        "import: a machine too busy?); raise --case-timeout above 1 s if it is that slow")
 
 
 CRASHER_C = """

@@ -25,8 +25,8 @@ from epbench.workflows.conformance import run_conformance
 @click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=DEFAULT_CASE_TIMEOUT_S, show_default=True,
               help="Seconds one case may take before its worker is taken for hung "
-                   "(the case is reported crashed); a worker's start-up gets at least "
-                   f"{STARTUP_TIMEOUT_S:g} s.")
+                   "(the case is reported crashed); a worker's start-up (Python and "
+                   f"ORT's import, the EP's registration) gets at least {STARTUP_TIMEOUT_S:g} s.")
 def conformance(arm_spec: str, ops: tuple[str, ...], fmt: str, out: str | None,
                 case_timeout: float) -> None:
     """Run ONNX's own node test cases through ORT with the arm's EP.

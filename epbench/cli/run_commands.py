@@ -126,8 +126,8 @@ _RUN = run_defaults()
 @click.option("--case-timeout", type=FiniteRange(min=0, min_open=True),
               default=_RUN["silence_timeout_s"], show_default=True,
               help="Seconds a worker may report nothing before it is taken for hung and "
-                   "killed (its case is reported crashed); its start-up gets at least "
-                   f"{STARTUP_TIMEOUT_S:g} s.")
+                   "killed (its case is reported crashed); its start-up, until it reports "
+                   f"(Python and ORT's import), gets at least {STARTUP_TIMEOUT_S:g} s.")
 @allow_fallback_option
 @click.option("--instructions", type=click.Choice(list(INSTRUCTION_METHODS)), default=None,
               help="Also count instructions per Run in an extra untimed pass: hardware "

@@ -83,16 +83,16 @@ def run_conformance(arm_spec: str, ops: tuple[str, ...] = (),
                 if not started:  # no progress: do not loop
                     if outcome.timed_out:
                         raise EpbenchError(
-                            f"the conformance worker reported nothing within "
-                            f"{outcome.waited_s:g} s of starting (a busy machine, or an EP "
-                            "that hangs while loading); raise --case-timeout")
+                            f"the conformance worker started no case within "
+                            f"{outcome.waited_s:g} s (a busy machine, or an EP that hangs "
+                            "while loading); raise --case-timeout")
                     raise EpbenchError("the conformance worker stopped before any case: "
                                        + outcome.stderr_tail.strip()[-500:])
                 remaining = [n for n in remaining if n not in results]
                 continue
             victim = unfinished[0]
             if outcome.timed_out:
-                why = f"no result within {outcome.waited_s:g} s (a hung EP?); worker killed"
+                why = f"no result within {case_timeout_s:g} s (a hung EP?); worker killed"
             elif outcome.returncode < 0:
                 why = f"worker killed by {_signal_name(-outcome.returncode)}"
             elif errors:
