@@ -178,13 +178,13 @@ def run(config: RunConfig) -> Results:
             arms = with_control([*arms, twin])
             libraries[twin.key] = copy_library(libraries[base.key], twin_dir)
         try:
-            probed = probe_arms(arms, libraries)
+            probed = probe_arms(arms, libraries, config.silence_timeout_s)
         except ArmError as exc:
             if twin is None:
                 raise
             # Which one failed: the library alone, or the library loaded a second time?
             without = [a for a in arms if a.key != twin.key]
-            probed = probe_arms(without, libraries)
+            probed = probe_arms(without, libraries, config.silence_timeout_s)
             if config.aa_twin_optional:
                 (config.progress or _NoProgress()).status(
                     f"no A/A twin: {config.aa_twin!r} cannot be loaded twice in one "

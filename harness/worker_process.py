@@ -139,21 +139,28 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
     return WorkerOutcome(events, returncode, tail, timed_out, wait if timed_out else None)
 
 
-def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None]) -> dict[str, dict]:
+def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None],
+               silence_timeout_s: float | None = None) -> dict[str, dict]:
     """Load and register every arm in a throw-away worker; report each EP's name.
 
-    A library that cannot be loaded, is not a plugin EP, or crashes while loading
-    is reported here, before any case runs.
+    A library that cannot be loaded, is not a plugin EP, or crashes or hangs while
+    loading (nothing reported for ``silence_timeout_s``, or the start-up allowance) is
+    reported here, before any case runs.
     """
     request = {"mode": "probe", "config": {},
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
-    outcome = run_worker(request)
+    outcome = run_worker(request, None, silence_timeout_s)
     found = {e["key"]: e for e in outcome.events if e.get("event") == "arm"}
     for event in outcome.events:
         if event.get("event") == "error":
             raise ArmError(event["message"])
+    loading = [a.spec for a in arms if a.kind != "ort" and a.key not in found]
+    if outcome.timed_out:
+        raise ArmError(
+            f"arm {loading[0] if loading else '?'!r} reported nothing within "
+            f"{outcome.waited_s:g} s while loading (a hung EP?); raise --case-timeout if it "
+            "loads that slowly")
     if outcome.returncode < 0:
-        loading = [a.spec for a in arms if a.kind != "ort" and a.key not in found]
         raise ArmError(
             f"arm {loading[0] if loading else '?'!r} crashed the process while loading "
             f"({_signal_name(-outcome.returncode)}); the library is broken or built for "

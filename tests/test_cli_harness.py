@@ -393,7 +393,7 @@ def test_a_library_that_loads_alone_but_not_twice_is_one_line_naming_the_twin(
 
     probed: list[list[str]] = []
 
-    def probe(arms, libraries):
+    def probe(arms, libraries, silence_timeout_s=None):
         keys = [a.key for a in arms]
         probed.append(keys)
         if any(k.endswith(TWIN_SUFFIX) for k in keys):
@@ -412,7 +412,7 @@ def test_a_library_that_loads_alone_but_not_twice_is_one_line_naming_the_twin(
     assert [set(keys) for keys in probed] == [{"engine", "ort", "engine_twin"}, {"engine", "ort"}]
     assert not (out / "results.json").exists()
 
-    def probe_alone_fails(arms, libraries):
+    def probe_alone_fails(arms, libraries, silence_timeout_s=None):
         raise ArmError("cannot load libepbench_engine.so: bad ELF")
 
     monkeypatch.setattr(runner, "probe_arms", probe_alone_fails)
@@ -456,10 +456,10 @@ def test_a_default_twin_that_cannot_load_is_dropped_with_a_note(tmp_path, monkey
 
     real_probe = runner.probe_arms
 
-    def probe(arms, libraries):
+    def probe(arms, libraries, silence_timeout_s=None):
         if any(a.key.endswith(TWIN_SUFFIX) for a in arms):
             raise ArmError("the EP refused a second registration")
-        return real_probe(arms, libraries)
+        return real_probe(arms, libraries, silence_timeout_s)
 
     monkeypatch.setattr(runner, "probe_arms", probe)
     out = tmp_path / "out"

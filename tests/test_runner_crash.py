@@ -178,6 +178,47 @@ void *ReleaseEpFactory(void *f) { (void)f; return 0; }
 """
 
 
+HANGER_C = """
+/* A library that claims to be a plugin EP and hangs as ORT loads it. */
+#include <unistd.h>
+void *CreateEpFactories(void *a, void *b, void *c, void *d, unsigned long e, void *f) {
+    (void)a; (void)b; (void)c; (void)d; (void)e; (void)f;
+    for (;;) pause();
+    return 0;
+}
+void *ReleaseEpFactory(void *f) { (void)f; return 0; }
+"""
+
+
+def _plugin(tmp_path, name: str, source: str) -> str:
+    import shutil
+    import subprocess
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to build the library")
+    (tmp_path / f"{name}.c").write_text(source)
+    library = tmp_path / f"lib{name}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / f"{name}.c")],
+                   check=True)
+    return str(library)
+
+
+def test_a_library_that_hangs_while_loading_is_refused_before_any_case(tmp_path, monkeypatch):
+    """Its registration never returns: the probe stops after the start-up allowance (the
+    first arm's registration comes before the worker's first event) and names the arm."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import worker_process
+
+    monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 1.0)
+    library = _plugin(tmp_path, "hanger", HANGER_C)
+    config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
+                       arms=(parse_arm(f"plugin:{library}"),), rounds=2, gate_policy="off",
+                       out_dir=tmp_path / "out", silence_timeout_s=0.5)
+    with pytest.raises(ArmError, match=r"reported nothing within 1 s while loading"):
+        run(config)
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
 def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_path):
     import shutil
     import subprocess
