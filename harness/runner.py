@@ -68,6 +68,7 @@ from epbench.harness.run_config import (
 from epbench.harness.sessions import CPU_EP
 from epbench.harness.worker import COUNTER_RUNS, REWARM_CALLS
 from epbench.harness.worker_process import (
+    ArmLoadTimeout,
     ProcessInterrupted,
     count_instructions,
     empty_case,
@@ -179,6 +180,8 @@ def run(config: RunConfig) -> Results:
             libraries[twin.key] = copy_library(libraries[base.key], twin_dir)
         try:
             probed = probe_arms(arms, libraries, config.silence_timeout_s)
+        except ArmLoadTimeout:
+            raise  # a second probe without the twin would only wait as long again
         except ArmError as exc:
             if twin is None:
                 raise

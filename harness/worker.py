@@ -90,13 +90,14 @@ class Worker:
         self.config = request["config"]
         self.cores: list[int] = []
 
-    def setup_arms(self) -> list[ArmRun]:
+    def setup_arms(self, *, shuffle: bool = True) -> list[ArmRun]:
 
         arms = []
         items = list(self.request["arms"])
         # Load order shifts layout (which library maps first, whose allocations come
         # first); a fixed order would be a bias between arms, so each process draws one.
-        random.Random(self.config.get("layout_seed")).shuffle(items)
+        if shuffle:
+            random.Random(self.config.get("layout_seed")).shuffle(items)
         for item in items:
             state = ArmRun(arm=ArmSpec.from_dict(item["arm"]), library=item["library"])
             if state.arm.kind == "ort":
@@ -247,8 +248,9 @@ class Worker:
         # Events, in order: pinned, arm (one per plugin arm), verified, sized, then per
         # round gate and round, then done; or error at any point, after the facts so far.
         if self.request.get("mode") == "probe":
-            # Preflight: load and register every arm, report EP names, run nothing.
-            self.setup_arms()
+            # Preflight: load and register every arm, report EP names, run nothing. In
+            # the request's order, so the first arm not reported is the one that failed.
+            self.setup_arms(shuffle=False)
             self.emit({"event": "done"})
             return
         if self.request.get("mode") == "conformance":

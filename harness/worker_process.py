@@ -139,13 +139,18 @@ def run_worker(request: dict[str, Any], on_event: OnEvent | None = None,
     return WorkerOutcome(events, returncode, tail, timed_out, wait if timed_out else None)
 
 
+class ArmLoadTimeout(ArmError):
+    """An arm's library reported nothing while loading: loading it again would wait again."""
+
+
 def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None],
                silence_timeout_s: float | None = None) -> dict[str, dict]:
     """Load and register every arm in a throw-away worker; report each EP's name.
 
     A library that cannot be loaded, is not a plugin EP, or crashes or hangs while
     loading (nothing reported for ``silence_timeout_s``, or the start-up allowance) is
-    reported here, before any case runs.
+    reported here, before any case runs. The worker loads the arms in their order here,
+    so the first plugin arm it did not report is the one that failed.
     """
     request = {"mode": "probe", "config": {},
                "arms": [{"arm": a.to_dict(), "library": libraries[a.key]} for a in arms]}
@@ -154,19 +159,23 @@ def probe_arms(arms: list[ArmSpec], libraries: dict[str, str | None],
     for event in outcome.events:
         if event.get("event") == "error":
             raise ArmError(event["message"])
+    done = any(e.get("event") == "done" for e in outcome.events)
     loading = [a.spec for a in arms if a.kind != "ort" and a.key not in found]
+    if outcome.timed_out and done:
+        raise ArmError(f"every arm loaded, but the probe's worker did not exit within "
+                       f"{outcome.waited_s:g} s (an EP that hangs while unloading?)")
     if outcome.timed_out:
-        raise ArmError(
+        raise ArmLoadTimeout(
             f"arm {loading[0] if loading else '?'!r} reported nothing within "
-            f"{outcome.waited_s:g} s while loading (a hung EP?); raise --case-timeout if it "
-            "loads that slowly")
+            f"{outcome.waited_s:g} s while loading (a hung EP?); `epbench run "
+            f"--case-timeout` above {outcome.waited_s:g} s gives a slow one longer")
     if outcome.returncode < 0:
         raise ArmError(
             f"arm {loading[0] if loading else '?'!r} crashed the process while loading "
             f"({_signal_name(-outcome.returncode)}); the library is broken or built for "
             "another ONNX Runtime"
         )
-    if not any(e.get("event") == "done" for e in outcome.events):
+    if not done:
         raise ArmError(f"loading the arms failed: {outcome.stderr_tail.strip()[-500:]}")
     return found
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -203,20 +205,76 @@ def _plugin(tmp_path, name: str, source: str) -> str:
     return str(library)
 
 
-def test_a_library_that_hangs_while_loading_is_refused_before_any_case(tmp_path, monkeypatch):
-    """Its registration never returns: the probe stops after the start-up allowance (the
-    first arm's registration comes before the worker's first event) and names the arm."""
-    from epbench.core.errors import ArmError
+@pytest.fixture
+def hanging_library(tmp_path, monkeypatch) -> Iterator[str]:
+    """A library whose registration never returns; a 1 s start-up allowance; and a test
+    that would hang instead (the timeout it checks missing) is stopped after 120 s."""
+    import faulthandler
+
     from epbench.harness import worker_process
 
     monkeypatch.setattr(worker_process, "STARTUP_TIMEOUT_S", 1.0)
-    library = _plugin(tmp_path, "hanger", HANGER_C)
+    faulthandler.dump_traceback_later(120, exit=True)
+    try:
+        yield _plugin(tmp_path, "hanger", HANGER_C)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def test_a_library_that_hangs_while_loading_is_refused_before_any_case(
+        tmp_path, hanging_library):
+    """Its registration never returns: the probe stops after the silence timeout (the arm
+    before it reported, so the start-up allowance is over) and names the hung arm, not the
+    one loaded before it."""
+    from epbench.core.errors import ArmError
+
     config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
-                       arms=(parse_arm(f"plugin:{library}"),), rounds=2, gate_policy="off",
-                       out_dir=tmp_path / "out", silence_timeout_s=0.5)
-    with pytest.raises(ArmError, match=r"reported nothing within 1 s while loading"):
+                       arms=(parse_arm("engine:name=fine"), parse_arm(f"plugin:{hanging_library}")),
+                       rounds=2, gate_policy="off", out_dir=tmp_path / "out",
+                       silence_timeout_s=0.5, aa_twin=None)
+    with pytest.raises(ArmError, match=re.escape(
+            f"arm 'plugin:{hanging_library}' reported nothing within 0.5 s while loading")):
         run(config)
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_hang_while_loading_is_not_probed_again_without_the_twin(
+        tmp_path, hanging_library, monkeypatch):
+    """A twin's failed load is probed once more without it; a hang would only wait as long
+    again, and is reported as it is."""
+    from epbench.core.errors import ArmError
+    from epbench.harness import runner
+
+    probes = []
+    real_probe = runner.probe_arms
+
+    def probe(arms, libraries, silence_timeout_s=None):
+        probes.append(len(arms))
+        return real_probe(arms, libraries, silence_timeout_s)
+
+    monkeypatch.setattr(runner, "probe_arms", probe)
+    config = RunConfig(cases=(case_by_name("relu_d1_w8"),),
+                       arms=(parse_arm(f"plugin:{hanging_library}:name=h"),), rounds=2,
+                       gate_policy="off", out_dir=tmp_path / "out", silence_timeout_s=0.5,
+                       aa_twin="h")
+    with pytest.raises(ArmError, match="reported nothing within 1 s while loading") as caught:
+        run(config)
+    assert "twin" not in str(caught.value)
+    assert probes == [3]  # the control, the arm and its twin: once
+
+
+def test_a_probe_that_loaded_every_arm_but_hung_at_exit_says_so(monkeypatch):
+    from epbench.core.errors import ArmError
+    from epbench.harness import worker_process
+
+    arm = parse_arm("engine:name=e")
+    monkeypatch.setattr(worker_process, "run_worker", lambda request, on_event, timeout: (
+        worker_process.WorkerOutcome(
+            events=[{"event": "arm", "key": "e"}, {"event": "done"}], returncode=-9,
+            stderr_tail="", timed_out=True, waited_s=timeout)))
+    with pytest.raises(ArmError, match="every arm loaded, but the probe's worker did not "
+                                       "exit within 7 s"):
+        worker_process.probe_arms([arm], {"e": "/x.so"}, 7.0)
 
 
 def test_a_library_that_crashes_while_loading_is_refused_before_any_case(tmp_path):
