@@ -80,7 +80,7 @@ asan: $(STAMP)
 # is held to. The render refuses (exit 1, BENCHMARKS.md left as it was) when a target
 # case had fewer than half its rounds quiet: run it on a quiet machine.
 benchmarks: setup
-	$(VENV)/bin/epbench run --grid default --arm ort --arm engine \
+	$(VENV)/bin/epbench run --grid default --processes 3 --rounds 30 --arm ort --arm engine \
 	    --arm engine:partition=per_node,name=engine_per_node \
 	    --arm engine:partition=kernel,name=engine_kernel --arm plugin:nxrt_ep_cpu \
 	    --out $(OUT)/benchmarks --overwrite

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -290,9 +291,20 @@ def twin_arm(arm: ArmSpec) -> ArmSpec:
 
     Its registration name follows from the key, so ORT sees a second, separately
     registered EP; the runner gives it its own copy of the library (own path), so the
-    loader maps it a second time instead of handing back the first mapping.
+    loader maps it a second time instead of handing back the first mapping, unless every
+    arm loads one file (shares_one_library).
     """
     return replace(arm, name=f"{arm.key}{TWIN_SUFFIX}")
+
+
+def library_arms(arms: list[ArmSpec]) -> list[ArmSpec]:
+    """The arms that load a library (every arm but `ort` ones), in order."""
+    return [a for a in with_control(list(arms)) if a.kind != "ort"]
+
+
+def compares_arms(arms: list[ArmSpec]) -> bool:
+    """Whether a run compares arms with each other: two or more arms with a library."""
+    return len(library_arms(arms)) >= 2
 
 
 def default_twin(arms: list[ArmSpec]) -> str | None:
@@ -301,8 +313,18 @@ def default_twin(arms: list[ArmSpec]) -> str | None:
     without it `compare` falls back to a 4 % threshold and a 2 % slowdown between two arms
     is never flagged)."""
     # An `ort` arm has no library to copy: a twin of it would measure no copy's bias.
-    others = [a for a in with_control(list(arms)) if a.kind != "ort"]
-    return others[0].key if len(others) >= 2 else None
+    others = library_arms(arms)
+    return others[0].key if compares_arms(arms) else None
+
+
+def shares_one_library(arms: list[ArmSpec], libraries: Mapping[str, str | None]) -> bool:
+    """Whether two or more arms with a library all load one file (e.g. `engine` and
+    `engine:partition=per_node`): then no comparison of the run sets two libraries'
+    copies side by side, and the twin registers that file again instead of a copy."""
+    paths = {os.path.realpath(p) for a in library_arms(arms)
+             if (p := libraries.get(a.key)) is not None}
+    return compares_arms(arms) and len(paths) == 1 and all(
+        libraries.get(a.key) is not None for a in library_arms(arms))
 
 
 # What to do without the twin: --no-aa-twin (run, compare-commits and validate).

@@ -8,13 +8,14 @@ the CLI's defaults too.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from epbench.cases.spec import CaseSpec
 from epbench.core.errors import EpbenchError
-from epbench.harness.arms import ArmSpec
+from epbench.harness.arms import ArmSpec, compares_arms
 from epbench.harness.gate import DEFAULT_MAX_WAIT_S, DEFAULT_THRESHOLD, POLICIES
 
 
@@ -117,6 +118,29 @@ class WorkerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# `run`'s rounds and processes once it compares arms with each other (harness.arms.
+# compares_arms): their verdicts rest on what processes differ by, and Student's t over
+# 3 processes has 2 degrees of freedom. An injected 60 ns (+1.4 to +2.0 %) between two
+# arms of one run, twin of the base registered from the same file, quick grid, this
+# project's 2-core AMD EPYC VM idle, 2026-12-08: 3 processes x 30 rounds flagged 3, 0 and
+# 4 of 6 cases (26-29 s a run), 8 x 48 flagged 6 of 6 (63 s); with the twin a copy, 3 x 30
+# flagged 0 of 6 in three runs, 8 x 48 4 to 6 of 6 in four (RESULTS.md).
+COMPARED_ROUNDS = 48
+COMPARED_PROCESSES = 8
+
+
+def sized_for(arms: Sequence[ArmSpec], rounds: int | None,
+              processes: int | None) -> tuple[int, int]:
+    """`run`'s rounds and processes: as given, else the defaults for what the run does
+    (COMPARED_* when it compares arms with each other, RunConfig's otherwise)."""
+    compared = compares_arms(list(arms))
+    if rounds is None:
+        rounds = COMPARED_ROUNDS if compared else RunConfig.rounds
+    if processes is None:
+        processes = COMPARED_PROCESSES if compared else RunConfig.processes
+    return rounds, processes
 
 
 def defaults() -> dict[str, Any]:

@@ -503,7 +503,8 @@ def compare(
         cannot_catch=tuple(cannot_catch(
             base, pr, rows, profile=profile is not None, twin=bool(twins.info),
             unmodelled_sd=math.sqrt(twins.tau2),
-            between_sd=math.sqrt(between) if between else None, settings=settings)),
+            between_sd=math.sqrt(between) if between else None, settings=settings,
+            shared=bool(twins.info) and all(t.shared_library for t in twins.info))),
     )
 
 

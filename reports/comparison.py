@@ -203,6 +203,9 @@ class TwinInfo:
     # The twin also stood as a second copy of base: each round's PR was compared with
     # the geometric mean of the two (compare.second_replicate).
     replicate: bool = False
+    # Registered from base's library file itself, which every arm of its run loads (not a
+    # copy): its noise leaves out what two libraries' copies differ by.
+    shared_library: bool = False
 
 
 @dataclass(frozen=True)

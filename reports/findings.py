@@ -421,14 +421,17 @@ def widened_by(unmodelled_sd: float | None, between_sd: float | None) -> list[st
     return terms
 
 
-def noise_used(profile: bool, twin: bool, settings: Settings) -> str:
-    """Where a comparison's thresholds came from, as words."""
+def noise_used(profile: bool, twin: bool, settings: Settings, shared: bool = False) -> str:
+    """Where a comparison's thresholds came from, as words (`shared`: every twin was
+    registered from its base's own library file)."""
     if profile and twin:
         return "the larger of this host's calibration profile and the run's own A/A twin"
     if profile:
         return "this host's calibration profile"
     if twin:
-        return (f"the run's own A/A twin (a second copy of the base arm measured beside it; "
+        what = ("the base arm's library file registered a second time, the one file every "
+                "arm of the run loads," if shared else "a second copy of the base arm")
+        return (f"the run's own A/A twin ({what} measured beside it; "
                 f"{settings.k:g} × the standard error of its change)")
     return ("no measurement (no calibration profile, no A/A twin), so t is the "
             f"conservative default {default_threshold_text(settings)}; `--aa-twin ARM` or "
@@ -438,6 +441,7 @@ def noise_used(profile: bool, twin: bool, settings: Settings) -> str:
 def cannot_catch(
     base: Side, pr: Side, rows: Sequence[CaseRow], *, profile: bool, twin: bool,
     unmodelled_sd: float, between_sd: float | None, settings: Settings,
+    shared: bool = False,
 ) -> list[str]:
     """What this comparison could not have seen, stated for this run: from each case's
     detectable change, the noise its thresholds came from (`profile`, `twin`) and the
@@ -471,7 +475,7 @@ def cannot_catch(
                       "width and threshold")
         notes.append(
             f"{caught}. The thresholds ({thresholds} here) came from "
-            f"{noise_used(profile, twin, settings)}"
+            f"{noise_used(profile, twin, settings, shared)}"
             + (f"; the standard errors include {' and '.join(widened)}" if widened else "")
             + ". Such small regressions compound over many PRs, so compare against an "
             "older base now and then."

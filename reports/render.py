@@ -104,7 +104,8 @@ def method_context(comparison: Comparison) -> dict[str, object]:
     between = comparison.between_runs
     return {
         "threshold_rule": threshold_rule_text(settings), "fdr": settings.fdr,
-        "noise_from": noise_used(comparison.profile is not None, bool(twins), settings),
+        "noise_from": noise_used(comparison.profile is not None, bool(twins), settings,
+                                 shared=bool(twins) and all(t.shared_library for t in twins)),
         "alert": alert_rule_text(settings),
         # BH ran over the rows with a p-value; ❌ and ➖ rows had none.
         "tested": sum(r.verdict not in ("failed", "not_comparable") for r in comparison.cases),

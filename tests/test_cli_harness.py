@@ -436,10 +436,14 @@ def test_run_twins_its_first_arm_by_default_once_two_arms_are_compared(tmp_path)
         doc = json.loads((out / "results.json").read_text())
         return doc["twin"], sorted(doc["arms"])
 
+    # Both arms load one file: the twin registers that file again, not a copy.
     assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node") == (
-        {"of": "engine", "key": "engine_twin"},
+        {"of": "engine", "key": "engine_twin", "shared_library": True},
         ["engine", "engine:partition=per_node", "engine_twin", "ort"])
     assert twin_of("--arm", "engine") == (None, ["engine", "ort"])
+    # Asked for beside one arm: a copy (it stands for another build's file).
+    assert twin_of("--arm", "engine", "--aa-twin", "engine")[0] == {
+        "of": "engine", "key": "engine_twin", "shared_library": False}
     assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node",
                    "--no-aa-twin")[0] is None
     result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",
@@ -483,3 +487,43 @@ def test_the_default_twin_is_of_the_first_arm_with_a_library() -> None:
             parse_arm("engine:partition=per_node")]
     assert default_twin(arms) == "engine"
     assert default_twin(arms[:2]) is None  # one arm with a library: nothing to compare
+
+
+def test_a_run_comparing_arms_gets_more_processes_and_rounds(monkeypatch) -> None:
+    """Two or more arms besides ort: the defaults a same-run verdict needs (8 processes,
+    48 rounds); otherwise run's own; a value given always wins."""
+    from epbench.cli import run_commands
+    from epbench.core.errors import EpbenchError
+    from epbench.harness.run_config import COMPARED_PROCESSES, COMPARED_ROUNDS, RunConfig
+
+    sized: list[tuple[int, int]] = []
+
+    def stop(config):
+        sized.append((config.rounds, config.processes))
+        raise EpbenchError("stopped before running")
+
+    monkeypatch.setattr(run_commands, "run_grid", stop)
+    for args in (["--arm", "engine", "--arm", "plugin:nxrt_ep_cpu"],
+                 ["--arm", "engine", "--arm", "engine:partition=per_node", "--no-aa-twin"],
+                 ["--arm", "engine"], ["--arm", "ort:name=cpu2", "--arm", "engine"],
+                 ["--arm", "engine", "--arm", "plugin:nxrt_ep_cpu", "--processes", "2"],
+                 ["--arm", "engine", "--rounds", "7"]):
+        result = invoke("run", "--case", "relu_d1_w8", *args)
+        assert result.exit_code == EXIT_USER_ERROR, result.output
+    compared = (COMPARED_ROUNDS, COMPARED_PROCESSES)
+    alone = (RunConfig.rounds, RunConfig.processes)
+    assert compared[0] != alone[0] and compared[1] != alone[1]
+    assert sized == [compared, compared, alone, alone, (COMPARED_ROUNDS, 2),
+                     (7, RunConfig.processes)]
+
+
+def test_the_twin_shares_a_file_only_when_every_arm_loads_it() -> None:
+    from epbench.harness.arms import parse_arm, shares_one_library, with_control
+
+    arms = with_control([parse_arm("engine"), parse_arm("engine:partition=per_node"),
+                         parse_arm("plugin:other")])
+    one = {"ort": None, "engine": "/l/a.so", "engine:partition=per_node": "/l/./a.so",
+           "plugin:other": "/l/a.so"}
+    assert shares_one_library(arms, one)  # one file, named two ways
+    assert not shares_one_library(arms, {**one, "plugin:other": "/l/b.so"})
+    assert not shares_one_library(arms[:2], one)  # one arm with a library: nothing compared

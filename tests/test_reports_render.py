@@ -215,6 +215,17 @@ def test_a_twin_is_named_as_the_source_of_the_thresholds():
     assert f"came from {twin}" in text
     # The generic sentence of a run without a profile is not said of thresholds a twin set.
     assert "conservative default" not in text and "No A/A calibration profile" not in text
+    # A twin registered from the one file every arm loads is named as that, in every
+    # place the method is described, and round-trips through compare.json.
+    doc["twin"]["shared_library"] = True
+    shared = compare.compare(Side("base", doc, "base"), Side("pr", doc, "pr"))
+    text = render.render_markdown(shared)
+    twin = ("the run's own A/A twin (the base arm's library file registered a second time, "
+            "the one file every arm of the run loads, measured beside it; 2 ×")
+    assert f"the noise from {twin}" in text
+    assert f"came from {twin}" in text
+    assert "a second copy of the base arm" not in text
+    assert comparison.Comparison.from_json(shared.to_json()).twin[0].shared_library
 
 
 def test_a_run_that_stopped_waiting_for_quiet_says_so_in_every_report():

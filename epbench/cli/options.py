@@ -173,14 +173,21 @@ def arm_option(f: F) -> F:
     )(f)
 
 
-def rounds_option(default: int) -> Callable[[F], F]:
+def _default_given(default: int, shown: str | None) -> dict[str, Any]:
+    """click's default keywords: `default` shown as is, or, with `shown`, no default (the
+    command decides) and `shown` in the help."""
+    if shown is None:
+        return {"default": default, "show_default": True}
+    return {"default": None, "show_default": shown}
+
+
+def rounds_option(default: int, shown: str | None = None) -> Callable[[F], F]:
     def deco(f: F) -> F:
         return click.option(
             "--rounds",
             type=click.IntRange(min=1),
-            default=default,
-            show_default=True,
             help="Rounds per case; the round is the unit of replication.",
+            **_default_given(default, shown),
         )(f)
 
     return deco
@@ -207,13 +214,12 @@ def out_option(*, help_text: str, directory: bool, default: str | None = None,
     return deco
 
 
-def processes_option(default: int) -> Callable[[F], F]:
+def processes_option(default: int, shown: str | None = None) -> Callable[[F], F]:
     def deco(f: F) -> F:
         return click.option(
             "--processes",
             type=click.IntRange(min=1),
-            default=default,
-            show_default=True,
+            **_default_given(default, shown),
             help="Worker processes per case, interleaved across cases; the rounds are "
                  "spread over them. Each process has its own memory layout, which can "
                  "shift speed by a fixed offset for its life (mostly small, up to 28 % seen): "

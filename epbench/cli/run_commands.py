@@ -50,7 +50,12 @@ from epbench.harness.gate import current_gate_state, format_gate_reading
 from epbench.harness.host import fingerprint_key, host_fingerprint
 from epbench.harness.instructions import METHODS as INSTRUCTION_METHODS
 from epbench.harness.merge import Shard, merge_shards
-from epbench.harness.run_config import RunConfig
+from epbench.harness.run_config import (
+    COMPARED_PROCESSES,
+    COMPARED_ROUNDS,
+    RunConfig,
+    sized_for,
+)
 from epbench.harness.run_config import defaults as run_defaults
 from epbench.harness.runner import run as run_grid
 from epbench.harness.worker_process import STARTUP_TIMEOUT_S
@@ -74,6 +79,7 @@ from epbench.workflows.compare_commits import compare_commits as run_comparison
 from epbench.workflows.run_target import run_to_target
 
 _RUN = run_defaults()
+_COMPARED = "when two or more arms besides ort are compared"
 
 
 @click.command(cls=Command)
@@ -82,12 +88,14 @@ _RUN = run_defaults()
 @model_option()
 @dim_option
 @arm_option
-@rounds_option(_RUN["rounds"])
-@processes_option(_RUN["processes"])
+@rounds_option(_RUN["rounds"], shown=f"{_RUN['rounds']}; {COMPARED_ROUNDS} {_COMPARED}")
+@processes_option(_RUN["processes"],
+                  shown=f"{_RUN['processes']}; {COMPARED_PROCESSES} {_COMPARED}")
 @sessions_option(_RUN["sessions"])
 @click.option("--aa-twin", "aa_twin", metavar="ARM", default=None,
-              help="Also run a twin of ARM (its own copy of the library, its own "
-                   "registration name): the run measures its own A/A noise, which "
+              help="Also run a twin of ARM (its own copy of the library, or the file "
+                   "itself when every arm loads that one file; its own registration "
+                   "name): the run measures its own A/A noise, which "
                    "`compare` then uses for its thresholds. Default: the first arm "
                    "after the ORT control, once two or more arms are compared (one more "
                    "arm per round).")
@@ -150,9 +158,9 @@ _RUN = run_defaults()
 @overwrite_option
 @quiet_option
 def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, ...],
-        dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int, processes: int,
-        sessions: int, aa_twin: str | None, no_aa_twin: bool, keep_samples: bool,
-        block_ms: float, slices: int,
+        dim_values: tuple[str, ...], arm_specs: tuple[str, ...], rounds: int | None,
+        processes: int | None, sessions: int, aa_twin: str | None, no_aa_twin: bool,
+        keep_samples: bool, block_ms: float, slices: int,
         max_block_iters: int, warmup_ms: float, threads: int, seed: int, gate_policy: str,
         gate_threshold: float, gate_max_wait: float, case_timeout: float, allow_fallback: bool,
         instructions: str | None, shard: str | None, target_mde: float | None,
@@ -178,6 +186,7 @@ def run(grids: tuple[str, ...], case_names: tuple[str, ...], models: tuple[str, 
     if aa_twin is not None and no_aa_twin:
         raise EpbenchError("--aa-twin ARM and --no-aa-twin contradict each other; pass one")
     arms = tuple(parse_arm(s) for s in arm_specs)
+    rounds, processes = sized_for(arms, rounds, processes)
     twin_optional = aa_twin is None and not no_aa_twin
     if twin_optional:
         aa_twin = default_twin(list(arms))

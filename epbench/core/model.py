@@ -522,10 +522,13 @@ class Host(Record):
 
 @dataclass(frozen=True)
 class Twin(Record):
-    """The run's A/A twin: arm `key` is a second copy of arm `of`."""
+    """The run's A/A twin: arm `key` is a second copy of arm `of`, registered from a copy of
+    its library, or from the file itself when every arm loads that one file
+    (`shared_library`)."""
 
     of: str = _key("of", STRING, required=True)
     key: str = _key("key", STRING, required=True)
+    shared_library: bool = _key("shared_library", BOOLEAN, default=False)
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: frozenset[str] = frozenset()
 
