@@ -122,11 +122,11 @@ class WorkerConfig:
 
 # `run`'s rounds and processes once it compares arms with each other (harness.arms.
 # compares_arms): their verdicts rest on what processes differ by, and Student's t over
-# 3 processes has 2 degrees of freedom. An injected 60 ns (+1.4 to +2.0 %) between two
+# 3 processes has 2 degrees of freedom. An injected 60 ns (+1.3 to +2.0 %) between two
 # arms of one run, twin of the base registered from the same file, quick grid, this
 # project's 2-core AMD EPYC VM idle, 2026-12-08: 3 processes x 30 rounds flagged 3, 0 and
-# 4 of 6 cases (26-29 s a run), 8 x 48 flagged 6 of 6 (63 s); with the twin a copy, 3 x 30
-# flagged 0 of 6 in three runs, 8 x 48 4 to 6 of 6 in four (RESULTS.md).
+# 4 of 6 cases (26-29 s a run), 8 x 48 flagged 6, 4, 6 and 4 of 6 (60-66 s); with the twin
+# a copy, 3 x 30 flagged 0 of 6 in two runs, 8 x 48 4 to 6 of 6 in four (RESULTS.md).
 COMPARED_ROUNDS = 48
 COMPARED_PROCESSES = 8
 

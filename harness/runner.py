@@ -170,7 +170,7 @@ def run(config: RunConfig) -> Results:
         twin_dir = Path(scratch) / "twin"
         twin_dir.mkdir()
         libraries = {a.key: resolve_library(a) for a in arms}
-        twin = None
+        twin = twin_record = None
         if config.aa_twin is not None:
             base = find_arm(arms, config.aa_twin)
             if base is None:
@@ -187,6 +187,7 @@ def run(config: RunConfig) -> Results:
             # side by side.
             libraries[twin.key] = (libraries[base.key] if shared
                                    else copy_library(libraries[base.key], twin_dir))
+            twin_record = {"of": base.key, "key": twin.key, "shared_library": shared}
         try:
             probed = probe_arms(arms, libraries, config.silence_timeout_s)
         except ArmLoadTimeout:
@@ -207,7 +208,8 @@ def run(config: RunConfig) -> Results:
             raise ArmError(f"the A/A twin of {config.aa_twin!r} could not be loaded beside "
                            f"it ({exc}); the library cannot be loaded twice in one process: "
                            f"{WITHOUT_TWIN}") from None
-        return _run_arms(config, arms, libraries, probed, twin, Path(scratch) / "cases")
+        return _run_arms(config, arms, libraries, probed, twin_record,
+                         Path(scratch) / "cases")
 
 
 def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str, Any]],
@@ -240,7 +242,7 @@ def save_cases(specs: list[CaseSpec], folder: Path) -> tuple[dict[str, dict[str,
 
 
 def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
-                  probed: dict[str, dict], twin: ArmSpec | None,
+                  probed: dict[str, dict], twin: dict[str, Any] | None,
                   per_process: int) -> dict[str, Any]:
     """The results document before any case is in: this host, the config, the arms."""
     host = host_fingerprint()
@@ -250,9 +252,7 @@ def _new_document(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, s
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": host, "config": _config_record(config, per_process),
         "arms": _arm_records(arms, libraries, probed), "control": CONTROL_KEY,
-        "twin": ({"of": config.aa_twin, "key": twin.key,
-                  "shared_library": libraries[twin.key] == libraries[config.aa_twin]}
-                 if twin is not None else None),
+        "twin": twin,
         "cases": {}, "interrupted": True,  # until the last case is in
         "overhead": None,  # the harness's own cost, from the first process that measured it
     }
@@ -270,7 +270,7 @@ def _worker_config(config: RunConfig, overhead_case: dict[str, Any]) -> WorkerCo
 
 
 def _run_arms(config: RunConfig, arms: list[ArmSpec], libraries: dict[str, str | None],
-              probed: dict[str, dict], twin: ArmSpec | None,
+              probed: dict[str, dict], twin: dict[str, Any] | None,
               cases_dir: Path) -> Results:
     # A refused --out is said before the cases are built; the cases are built, saved and
     # hashed before the folder is touched, so a case that cannot be leaves an earlier

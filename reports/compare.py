@@ -376,7 +376,19 @@ def compare(
                 quiet_base.append(nested.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
                 quiet_index.append(len(measurable))
         measurable.append(name)
-    twins = twin_noise([base] if same_run else [base, pr], measurable, settings, medians)
+    # A twin registered from its run's one library file (shared_library) measured no two
+    # files side by side; two runs set two builds' files side by side, so across runs only
+    # a twin that is a copy sets thresholds.
+    twinned = [base] if same_run else [
+        s for s in (base, pr) if s.doc.twin is None or not s.doc.twin.shared_library]
+    shared = [s for s in (base, pr) if not same_run and not any(s is t for t in twinned)]
+    if shared:
+        warnings.append(
+            f"the A/A twin of the {' and the '.join(s.label for s in shared)} run was its "
+            "run's one library file registered again, not a copy: it leaves out what two "
+            "builds' files differ by, so it sets no threshold across runs (a run with one "
+            "arm, or arms of different files, twins with a copy)")
+    twins = twin_noise(twinned, measurable, settings, medians)
     # The A/A variance no process spread shows (a library copy's own bias), from the
     # twin's changes pooled over the grid and at least each case's own: added to every
     # case's standard error, one process or many.
@@ -475,7 +487,7 @@ def compare(
     if twins.flagged:
         warnings.insert(0,
             "the run's A/A twin differs from the arm it copies beyond the threshold on "
-            f"{named(twins.flagged)}: two copies of one library measured apart, so "
+            f"{named(twins.flagged)}: one arm measured twice came out apart, so "
             "this run's verdicts are not to be trusted; rerun (more --processes), on a "
             "quieter machine")
     return Comparison(

@@ -203,9 +203,11 @@ class TwinInfo:
     # The twin also stood as a second copy of base: each round's PR was compared with
     # the geometric mean of the two (compare.second_replicate).
     replicate: bool = False
-    # Registered from base's library file itself, which every arm of its run loads (not a
-    # copy): its noise leaves out what two libraries' copies differ by.
-    shared_library: bool = False
+    # True: registered from base's library file itself, which every arm of its run loads
+    # (not a copy), so its noise leaves out what two libraries' files differ by. Absent
+    # for a copy (compare-commits' twin always is), so a comment job older than the key
+    # still reads compare.json.
+    shared_library: bool | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                 flagged.append(name)
         info.append(TwinInfo(side=side.label, of=twin.of, key=twin.key, cases=per_case,
                              unmodelled_sd=math.sqrt(side_tau2),
-                             shared_library=twin.shared_library))
+                             shared_library=True if twin.shared_library else None))
     mean_extra = ([sum(col) / len(col) for col in zip(*extra, strict=True)] if extra
                   else [0.0] * len(cases))
     return TwinNoise(noise, flagged, info, sum(tau2) / len(tau2) if tau2 else 0.0,

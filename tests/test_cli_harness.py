@@ -444,6 +444,12 @@ def test_run_twins_its_first_arm_by_default_once_two_arms_are_compared(tmp_path)
     # Asked for beside one arm: a copy (it stands for another build's file).
     assert twin_of("--arm", "engine", "--aa-twin", "engine")[0] == {
         "of": "engine", "key": "engine_twin", "shared_library": False}
+    # Named by its spec: recorded by its key; ORT's CPU EP loads no file to share.
+    assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node,name=pn",
+                   "--aa-twin", "engine:partition=per_node,name=pn")[0] == {
+        "of": "pn", "key": "pn_twin", "shared_library": True}
+    assert twin_of("--arm", "engine", "--aa-twin", "ort")[0] == {
+        "of": "ort", "key": "ort_twin", "shared_library": False}
     assert twin_of("--arm", "engine", "--arm", "engine:partition=per_node",
                    "--no-aa-twin")[0] is None
     result = invoke("run", "--case", "relu_d1_w8", "--arm", "engine", "--aa-twin", "engine",

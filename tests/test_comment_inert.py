@@ -254,8 +254,10 @@ def test_hostile_text_in_every_field_reaches_the_comment_only_as_data(
 def test_the_fields_the_finding_named_are_shown_inert(tmp_path: Path) -> None:
     doc = hostile("twin", 0)
     body = artifact.comment_body(read_artifact(write_artifact(tmp_path / "a", doc)).comparison)
-    # The method paragraph names no arm (numbers and fixed words only).
-    assert "a second copy of the base arm measured beside it" in body
+    # The method paragraph names no arm (numbers and fixed words only); the document's
+    # twin says it was its run's one file registered again.
+    assert doc["twin"][0]["shared_library"] is True
+    assert "the one file every arm of the run loads, measured beside it" in body
     assert "- **Warning:** `@octocat please look`" in body
     assert "| `cpu_model` | `@octocat please look` |" in body
     assert "- `@octocat please look`" in body  # what this cannot catch

@@ -226,6 +226,40 @@ def test_a_twin_is_named_as_the_source_of_the_thresholds():
     assert f"came from {twin}" in text
     assert "a second copy of the base arm" not in text
     assert comparison.Comparison.from_json(shared.to_json()).twin[0].shared_library
+    # A copy's twin writes no key (a comment job older than it still reads the file).
+    assert "shared_library" not in json.dumps(
+        compare.compare(Side("base", _twinned(False), "base"),
+                        Side("pr", _twinned(False), "pr")).to_dict())
+
+
+def _twinned(shared: bool) -> dict:
+    truth = {"ort": 1000.0, "base": 800.0, "base_twin": 800.0, "pr": 800.0}
+    doc = synthetic.results_doc({"relu_d10_w8": truth}, rounds=24, processes=4,
+                                twin={"of": "base", "key": "base_twin"})
+    doc["twin"]["shared_library"] = shared
+    return doc
+
+
+def test_two_runs_take_no_threshold_from_a_twin_of_one_file():
+    """Two runs set two builds' files side by side: a twin that was its run's one file
+    registered again measured none of that, so it sets no threshold there; a copy does."""
+    def across(base_shared: bool, pr_shared: bool):
+        return compare.compare(Side("base", _twinned(base_shared), "base"),
+                               Side("pr", _twinned(pr_shared), "pr"))
+
+    both = across(True, True)
+    assert both.twin == ()
+    text = render.render_markdown(both)
+    assert "conservative default" in text
+    assert ("the A/A twin of the base and the pr run was its run's one library file "
+            "registered again, not a copy") in text
+    one = across(False, True)
+    assert [t.side for t in one.twin] == ["base"]
+    said = "the A/A twin of the pr run was its run's one library file"
+    assert said in render.render_markdown(one)
+    copies = across(False, False)
+    assert [t.side for t in copies.twin] == ["base", "pr"]
+    assert "registered again" not in render.render_markdown(copies)
 
 
 def test_a_run_that_stopped_waiting_for_quiet_says_so_in_every_report():

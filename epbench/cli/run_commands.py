@@ -93,8 +93,8 @@ _COMPARED = "when two or more arms besides ort are compared"
                   shown=f"{_RUN['processes']}; {COMPARED_PROCESSES} {_COMPARED}")
 @sessions_option(_RUN["sessions"])
 @click.option("--aa-twin", "aa_twin", metavar="ARM", default=None,
-              help="Also run a twin of ARM (its own copy of the library, or the file "
-                   "itself when every arm loads that one file; its own registration "
+              help="Also run a twin of ARM (its own copy of the library or, when two or "
+                   "more arms all load one file, that file again; its own registration "
                    "name): the run measures its own A/A noise, which "
                    "`compare` then uses for its thresholds. Default: the first arm "
                    "after the ORT control, once two or more arms are compared (one more "
