@@ -92,6 +92,14 @@ def _library_from(label: str, sha: str, worktree: Path, build: str | None,
                   run: BuildRun) -> Path:
     """The library the build's last line names, checked to be a regular ELF file."""
     shown = build if build is not None else "python -m epbench.engine.build --out DIR"
+    if run.timed_out_after_s is not None:
+        tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
+        raise CommitError(
+            f"{label} ({sha[:10]}): the build `{shown}` (run as {run.user}) was still running "
+            f"after --build-timeout {run.timed_out_after_s:g} s and was stopped, with every "
+            "process it started; raise --build-timeout if it is only slow; last lines of its "
+            f"output:\n{tail}"
+        )
     if run.returncode != 0:
         tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
         # As an unprivileged user, a build cannot reach tools installed in root's home.
@@ -142,14 +150,16 @@ def _cached(label: str, revision: str, sha: str, lib_dir: Path) -> BuiltSide | N
 
 
 def build_commit(repo: Path, label: str, revision: str, sha: str,
-                 build: str | None = None, out_dir: Path | None = None) -> BuiltSide:
+                 build: str | None = None, out_dir: Path | None = None,
+                 timeout_s: float | None = None) -> BuiltSide:
     """The library for commit ``sha``: from the cache, or built apart from the harness.
 
     The build runs in a worktree inside its own temporary folder, through
     harness.isolation.run_build (own environment and interpreter, `nobody` under root),
     guarded: if it touched epbench's installation, the epbench cache, ``out_dir`` or the
     repository's hooks, it is refused before anything is measured. Its library is then
-    copied out as data, with its sha256 recorded beside the copy.
+    copied out as data, with its sha256 recorded beside the copy. A build still running
+    after ``timeout_s`` seconds is stopped (CommitError).
     """
     key = _cache_key(sha, build)
     lib_dir = cache_dir("commits", "libs", key)
@@ -173,7 +183,8 @@ def build_commit(repo: Path, label: str, revision: str, sha: str,
                     f"{label} ({sha[:10]}) has no bundled engine (engine/build.py) to build: "
                     "pass --build COMMAND, whose last stdout line is your library's path")
             prepare_root(root, engine=build is None)
-            run = run_build(root, worktree, build, guard, describe=f"{label} ({sha[:10]})")
+            run = run_build(root, worktree, build, guard, describe=f"{label} ({sha[:10]})",
+                            timeout_s=timeout_s)
             library = _library_from(label, sha, worktree, build, run)
             staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=lib_dir.parent))
             shutil.copyfile(library, staging / library.name)  # bytes only: no mode, no owner

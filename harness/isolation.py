@@ -397,6 +397,8 @@ class BuildRun:
     stdout: str
     stderr: str
     user: str  # who it ran as
+    # The seconds it was allowed when it ran past them and was killed (None: it ended).
+    timed_out_after_s: float | None = None
 
 
 def prepare_root(root: Path, *, engine: bool) -> None:
@@ -426,13 +428,14 @@ else:
 
 
 def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard,
-              describe: str) -> BuildRun:
+              describe: str, timeout_s: float | None = None) -> BuildRun:
     """Run one build apart from the harness; refuse when it touched a guarded file.
 
     ``root`` is the build's own folder (from `prepare_root`), ``worktree`` the commit's
     checkout inside it, ``build`` a shell command run in the worktree (None: the bundled
     engine's ``python -m epbench.engine.build --out ROOT/out`` with the build's own venv).
-    ``describe`` opens the refusal ("head (abc1234567)").
+    ``describe`` opens the refusal ("head (abc1234567)"). A build still running after
+    ``timeout_s`` seconds is killed with everything it started (``timed_out_after_s``).
     """
     user = build_user()
     env = build_environment(os.environ, home=root / "home", cache=root / "cache",
@@ -463,11 +466,15 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
     reaping = _set_subreaper(True)
     # Files, not pipes: a leftover process holding a pipe open would hang the harness.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = None
+        proc, timed_out_after_s = None, None
         try:
             proc = subprocess.Popen(command, cwd=worktree, env=env, stdout=out, stderr=err,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-            returncode = proc.wait()
+            try:
+                returncode = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                # Killed below with its group; a hung build must not hang the harness.
+                returncode, timed_out_after_s = -signal.SIGKILL, timeout_s
         finally:
             if proc is not None:
                 _kill_leftovers(proc.pid, known)
@@ -485,4 +492,5 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
             f"{describe}: its build changed {len(changed)} file(s) it must not touch "
             f"({named}{more}); refusing to measure: a build may write only inside its own "
             "worktree, so fix the build and rerun")
-    return BuildRun(returncode, stdout, stderr, user.name if user else "the harness's user")
+    return BuildRun(returncode, stdout, stderr, user.name if user else "the harness's user",
+                    timed_out_after_s)

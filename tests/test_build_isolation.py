@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -414,6 +415,22 @@ def test_a_build_finds_the_seeded_headers_as_ort_include_dir(repo, tmp_path,
                         out_dir=None)
     seen = Path(side.library).read_bytes().split(Path("/bin/true").read_bytes(), 1)[1].decode()
     assert seen.endswith("/cache/ort-headers/pkg-1") and not seen.startswith(str(tmp_path))
+
+
+def test_a_build_that_hangs_is_stopped_at_its_timeout(repo) -> None:
+    """A build that never ends (here it waits on a child that sleeps) is stopped after its
+    timeout, with every process it started, and the error names the option and shows
+    what the build printed."""
+    hang = 'sleep 300 &\necho "child $!" >&2\necho "self $$" >&2\nwait\n'
+    sha = _commit(repo, {"build.sh": hang}, "a build that hangs")
+    with pytest.raises(CommitError) as raised:
+        build_commit(repo, "head", "HEAD", sha, build="bash build.sh", timeout_s=3.0)
+    message = str(raised.value)
+    assert "was still running after --build-timeout 3 s and was stopped" in message
+    pids = [int(p) for p in re.findall(r"^    (?:child|self) (\d+)$", message, re.M)]
+    assert len(pids) == 2, message
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists(), pid
 
 
 def test_a_build_that_failed_saying_nothing_says_so(repo) -> None:

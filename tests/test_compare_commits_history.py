@@ -320,7 +320,7 @@ def _stub_run(monkeypatch, during_run=lambda: None) -> list[str]:
             {c.name: {"ort": 1000.0, "base": 1000.0, "head": 1300.0} for c in config.cases},
             rounds=config.rounds, seed=3, noise=QUIET, host_key=HOST)
 
-    def fake_build(repo, label, rev, sha, build=None, out_dir=None):
+    def fake_build(repo, label, rev, sha, build=None, out_dir=None, timeout_s=None):
         built.append(label)
         return fake_side(label, rev, sha)
 

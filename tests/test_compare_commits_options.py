@@ -55,8 +55,9 @@ def faked(tmp_path, monkeypatch) -> dict[str, Any]:
 
     seen: dict[str, Any] = {"configs": [], "builds": []}
 
-    def build(repo, label, rev, sha, build=None, out_dir=None):
+    def build(repo, label, rev, sha, build=None, out_dir=None, timeout_s=None):
         seen["builds"].append(label)
+        seen["build_timeout_s"] = timeout_s
         if "on_build" in seen:
             seen["on_build"](label)
         return fake_build_commit(repo, label, rev, sha, build, out_dir)
@@ -93,6 +94,16 @@ def one_error_line(result: Any, needle: str, built: bool = False, rerun: bool = 
     assert lines[:-1] == status and lines[-1].startswith("Error: "), result.output
     assert needle in lines[-1], lines[-1]
     return lines[-1]
+
+
+def test_the_build_timeout_reaches_each_build(faked, tmp_path, monkeypatch) -> None:
+    from epbench.workflows.compare_commits import BUILD_TIMEOUT_S
+
+    monkeypatch.chdir(tmp_path)
+    commits(repo=tmp_path)
+    assert faked["build_timeout_s"] == BUILD_TIMEOUT_S
+    commits("--build-timeout", "7", repo=tmp_path)
+    assert faked["builds"] == ["base", "head"] * 2 and faked["build_timeout_s"] == 7.0
 
 
 def test_both_sides_get_the_same_ep_options_and_the_user_model(faked, tmp_path,

@@ -68,6 +68,7 @@ from epbench.reports.summary import summarize
 from epbench.reports.verdicts import Settings, default_threshold_text
 from epbench.workflows.compare_commits import (
     BASE_ARM,
+    BUILD_TIMEOUT_S,
     COMMITS_GATE_MAX_WAIT_S,
     COMMITS_PROCESSES,
     COMMITS_ROUNDS,
@@ -371,6 +372,10 @@ def summary(results: str, fmt: str, out: str | None) -> None:
               help="Shell command run in each commit's worktree; its last line on stdout is "
                    "the built library's path [default: the bundled engine's "
                    "`python -m epbench.engine.build --out DIR`].")
+@click.option("--build-timeout", "build_timeout", type=FiniteRange(min=0, min_open=True),
+              default=BUILD_TIMEOUT_S, show_default=True, metavar="SECONDS",
+              help="Stop a commit's build still running after this many seconds, with "
+                   "every process it started (exit 1).")
 @grid_option
 @case_option
 @model_option(note="Read once from your working tree (relative to the current directory, "
@@ -423,7 +428,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @github_annotations_option
 @verdict_options
 def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str | None,
-                    grids: tuple[str, ...], case_names: tuple[str, ...],
+                    build_timeout: float, grids: tuple[str, ...], case_names: tuple[str, ...],
                     models: tuple[str, ...], dim_values: tuple[str, ...],
                     ep_option_values: tuple[str, ...], allow_fallback: bool, rounds: int,
                     processes: int, sessions: int, aa_twin: bool, count_instructions: bool,
@@ -500,7 +505,7 @@ def compare_commits(base_rev: str, head_rev: str, repo: str, build_command: str 
             config=config, settings=settings, profile_path=profile_path, budget_s=budget_s,
             on_status=lambda line: click.echo(line, err=True), history_db=history_db,
             history_machine=machine_class, history_arms=history_arms, started_at=started_at,
-            ep_options=ep_options,
+            ep_options=ep_options, build_timeout_s=build_timeout,
         )
     except KeyboardInterrupt:
         click.echo("interrupted; worktrees were removed", err=True)

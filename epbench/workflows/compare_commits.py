@@ -90,6 +90,11 @@ HEAD_ARM = "head"
 DEFAULT_TARGET_S_PER_CASE = 30.0
 # Kept back for the reports written after the re-runs (a run's HTML page took 1.5 s here).
 REPORT_RESERVE_S = 5.0
+# A commit's build still running after this long is stopped, with everything it started:
+# a build that hangs (a prompt, a lock, a network wait) must not hang the command. An hour
+# is far past a cold release build of an EP (the bundled engine builds in seconds), and a
+# CI job's own timeout usually ends sooner.
+BUILD_TIMEOUT_S = 3600.0
 # compare-commits' defaults: more processes than `run`'s, since a PR's verdict rests on
 # what two processes differ by (see docs/validation for what they buy).
 COMMITS_PROCESSES = 6
@@ -435,6 +440,7 @@ def compare_commits(
     history_arms: tuple[str, ...] = (),
     started_at: float | None = None,
     ep_options: tuple[tuple[str, str], ...] = (),
+    build_timeout_s: float = BUILD_TIMEOUT_S,
 ) -> CommitsResult:
     """Build both commits, run them interleaved, compare, re-run ambiguous cases
     (`rerun_order`) within budget.
@@ -475,7 +481,7 @@ def compare_commits(
         on_status(f"building {label} ({rev}, {shas[label][:10]})")
         # Guarded: a build that touched the output folder (or epbench) is refused here.
         sides[label] = build_commit(root, label, rev, shas[label], build,
-                                    out_dir=config.out_dir)
+                                    out_dir=config.out_dir, timeout_s=build_timeout_s)
     # What is measured is a copy in a folder of the harness's own, made after every build
     # has ended and checked against the sha256 recorded at build time.
     with tempfile.TemporaryDirectory(prefix="epbench-measured-") as measured:

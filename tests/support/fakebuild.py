@@ -26,6 +26,6 @@ def fake_side(label: str, rev: str, sha: str) -> BuiltSide:
 
 
 def fake_build_commit(repo: Path, label: str, rev: str, sha: str, build: str | None = None,
-                      out_dir: Path | None = None) -> BuiltSide:
+                      out_dir: Path | None = None, timeout_s: float | None = None) -> BuiltSide:
     """build_commit's signature, building nothing."""
     return fake_side(label, rev, sha)
