@@ -96,9 +96,9 @@ def _library_from(label: str, sha: str, worktree: Path, build: str | None,
         tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
         raise CommitError(
             f"{label} ({sha[:10]}): the build `{shown}` (run as {run.user}) was still running "
-            f"after --build-timeout {run.timed_out_after_s:g} s and was stopped, with every "
-            "process it started; raise --build-timeout if it is only slow; last lines of its "
-            f"output:\n{tail}"
+            f"after --build-timeout {run.timed_out_after_s:.0f} s and was stopped, with the "
+            "processes it started; raise --build-timeout if it is only slow; last lines of "
+            f"its output:\n{tail}"
         )
     if run.returncode != 0:
         tail = _tail(run.stderr + run.stdout) or "    (the build printed nothing)"
@@ -170,7 +170,10 @@ def build_commit(repo: Path, label: str, revision: str, sha: str,
     guard = HarnessGuard(out_dir=out_dir, repo=repo)
     # The system's temp folder, not the cache: a build as `nobody` must reach its folder,
     # and the cache may sit in a home that is closed to it.
-    with tempfile.TemporaryDirectory(prefix=f"epbench-build-{label}-{sha[:10]}-") as tmp:
+    # A process the build left that outlived the kill (harness.isolation.KILL_ROUNDS) may
+    # still write in the folder: its removal is best effort, so the build's own error stands.
+    with tempfile.TemporaryDirectory(prefix=f"epbench-build-{label}-{sha[:10]}-",
+                                     ignore_cleanup_errors=True) as tmp:
         root = Path(tmp)
         worktree = root / "src"
         added = _git(repo, "worktree", "add", "--detach", str(worktree), sha)

@@ -473,7 +473,10 @@ def run_build(root: Path, worktree: Path, build: str | None, guard: HarnessGuard
             try:
                 returncode = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                # Killed below with its group; a hung build must not hang the harness.
+                # A hung build must not hang the harness: killed and reaped here, what it
+                # started below with its group.
+                proc.kill()
+                proc.wait()
                 returncode, timed_out_after_s = -signal.SIGKILL, timeout_s
         finally:
             if proc is not None:

@@ -417,20 +417,29 @@ def test_a_build_finds_the_seeded_headers_as_ort_include_dir(repo, tmp_path,
     assert seen.endswith("/cache/ort-headers/pkg-1") and not seen.startswith(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_build_that_hangs_is_stopped_at_its_timeout(repo) -> None:
-    """A build that never ends (here it waits on a child that sleeps) is stopped after its
-    timeout, with every process it started, and the error names the option and shows
-    what the build printed."""
-    hang = 'sleep 300 &\necho "child $!" >&2\necho "self $$" >&2\nwait\n'
+    """A build that never ends (here it waits on a child that sleeps, and a daemon in a
+    session of its own) is stopped after its timeout with the processes it started, and
+    the error names the option and shows what the build printed."""
+    hang = ("setsid sleep 301 </dev/null >/dev/null 2>&1 &\necho \"daemon $!\" >&2\n"
+            "sleep 300 &\necho \"child $!\" >&2\necho \"self $$\" >&2\nwait\n")
     sha = _commit(repo, {"build.sh": hang}, "a build that hangs")
-    with pytest.raises(CommitError) as raised:
-        build_commit(repo, "head", "HEAD", sha, build="bash build.sh", timeout_s=3.0)
-    message = str(raised.value)
-    assert "was still running after --build-timeout 3 s and was stopped" in message
-    pids = [int(p) for p in re.findall(r"^    (?:child|self) (\d+)$", message, re.M)]
-    assert len(pids) == 2, message
-    for pid in pids:
-        assert not Path(f"/proc/{pid}").exists(), pid
+    pids: list[int] = []
+    try:
+        with pytest.raises(CommitError) as raised:
+            build_commit(repo, "head", "HEAD", sha, build="bash build.sh", timeout_s=3.0)
+        message = str(raised.value)
+        assert "was still running after --build-timeout 3 s and was stopped" in message
+        pids = [int(p) for p in re.findall(r"^    (?:daemon|child|self) (\d+)$", message,
+                                            re.M)]
+        assert len(pids) == 3, message
+        assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+    finally:
+        for pid in pids:  # what a failing kill left, if this test's build started it
+            cmdline = Path(f"/proc/{pid}/cmdline")
+            if cmdline.exists() and cmdline.read_bytes().startswith((b"sleep", b"bash")):
+                os.kill(pid, 9)
 
 
 def test_a_build_that_failed_saying_nothing_says_so(repo) -> None:
