@@ -87,6 +87,7 @@ from epbench.reports.run_noise import (
     replicate_reference,
     second_replicate,
     twin_noise,
+    twin_sides,
     with_twin,
 )
 from epbench.reports.summary import family_of, gate_summary
@@ -376,18 +377,9 @@ def compare(
                 quiet_base.append(nested.process_sample(b_vals, b_ctrl, b_proc, b_quiet))
                 quiet_index.append(len(measurable))
         measurable.append(name)
-    # A twin registered from its run's one library file (shared_library) measured no two
-    # files side by side; two runs set two builds' files side by side, so across runs only
-    # a twin that is a copy sets thresholds.
-    twinned = [base] if same_run else [
-        s for s in (base, pr) if s.doc.twin is None or not s.doc.twin.shared_library]
-    shared = [s for s in (base, pr) if not same_run and not any(s is t for t in twinned)]
-    if shared:
-        warnings.append(
-            f"the A/A twin of the {' and the '.join(s.label for s in shared)} run was its "
-            "run's one library file registered again, not a copy: it leaves out what two "
-            "builds' files differ by, so it sets no threshold across runs (a run with one "
-            "arm, or arms of different files, twins with a copy)")
+    twinned, unused = twin_sides(base, pr, same_run)
+    if unused:
+        warnings.append(unused)
     twins = twin_noise(twinned, measurable, settings, medians)
     # The A/A variance no process spread shows (a library copy's own bias), from the
     # twin's changes pooled over the grid and at least each case's own: added to every

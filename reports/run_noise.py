@@ -102,6 +102,25 @@ class TwinNoise:
     extra: list[float] = field(default_factory=list)
 
 
+def twin_sides(base: Side, pr: Side, same_run: bool) -> tuple[list[Side], str | None]:
+    """The sides whose twin may set thresholds, and a warning naming those whose cannot.
+
+    A twin registered from its run's one library file (`shared_library`) measured no two
+    files side by side; two runs set two builds' files side by side, so across runs only a
+    twin that is a copy counts."""
+    if same_run:
+        return [base], None
+    counted = [s for s in (base, pr) if s.doc.twin is None or not s.doc.twin.shared_library]
+    shared = [s.label for s in (base, pr) if not any(s is c for c in counted)]
+    if not shared:
+        return counted, None
+    return counted, (
+        f"the A/A twin of the {' and the '.join(shared)} run was its run's one library "
+        "file registered again, not a copy: it leaves out what two builds' files differ "
+        "by, so it sets no threshold across runs (a run with one arm, or arms of "
+        "different files, twins with a copy)")
+
+
 def twin_noise(sides: Sequence[Side], cases: Sequence[str], settings: Settings,
                medians: RoundMedians) -> TwinNoise:
     """The A/A noise each run measured on itself, from its twin (a copy of an arm).
