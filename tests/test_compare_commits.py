@@ -89,7 +89,7 @@ def test_a_slower_commit_is_flagged(engine_repo, tmp_path) -> None:
     doc = json.loads((out / "results.json").read_text())
     # The base side runs twice, the second time from its own copy: the run's A/A twin.
     assert sorted(doc["arms"]) == ["base", "base_twin", "head", "ort"]
-    assert doc["twin"] == {"of": "base", "key": "base_twin"}
+    assert doc["twin"] == {"of": "base", "key": "base_twin", "shared_library": False}
     assert doc["arms"]["base_twin"]["library"] != doc["arms"]["base"]["library"]
     assert doc["arms"]["base_twin"]["sha256"] == doc["arms"]["base"]["sha256"]
     head = doc["cases"]["relu_d10_w8"]["arms"]["head"]["counters_per_run"]

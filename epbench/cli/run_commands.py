@@ -375,7 +375,7 @@ def summary(results: str, fmt: str, out: str | None) -> None:
 @click.option("--build-timeout", "build_timeout", type=FiniteRange(min=0, min_open=True),
               default=BUILD_TIMEOUT_S, show_default=True, metavar="SECONDS",
               help="Stop a commit's build still running after this many seconds, with "
-                   "every process it started (exit 1).")
+                   "the processes it started (exit 1).")
 @grid_option
 @case_option
 @model_option(note="Read once from your working tree (relative to the current directory, "
