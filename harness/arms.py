@@ -321,10 +321,8 @@ def shares_one_library(arms: list[ArmSpec], libraries: Mapping[str, str | None])
     """Whether two or more arms with a library all load one file (e.g. `engine` and
     `engine:partition=per_node`): then no comparison of the run sets two libraries'
     copies side by side, and the twin registers that file again instead of a copy."""
-    paths = {os.path.realpath(p) for a in library_arms(arms)
-             if (p := libraries.get(a.key)) is not None}
-    return compares_arms(arms) and len(paths) == 1 and all(
-        libraries.get(a.key) is not None for a in library_arms(arms))
+    paths = {p and os.path.realpath(p) for p in (libraries.get(a.key) for a in library_arms(arms))}
+    return compares_arms(arms) and len(paths) == 1 and None not in paths
 
 
 # What to do without the twin: --no-aa-twin (run, compare-commits and validate).

@@ -533,3 +533,4 @@ def test_the_twin_shares_a_file_only_when_every_arm_loads_it() -> None:
     assert shares_one_library(arms, one)  # one file, named two ways
     assert not shares_one_library(arms, {**one, "plugin:other": "/l/b.so"})
     assert not shares_one_library(arms[:2], one)  # one arm with a library: nothing compared
+    assert not shares_one_library(arms, dict.fromkeys(one))  # no file at all: nothing shared
